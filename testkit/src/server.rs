@@ -1,0 +1,299 @@
+//! A private `redis-server` on a free loopback port.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+/// How long a fresh server may take to answer `PING`.
+const STARTUP_DEADLINE: Duration = Duration::from_secs(15);
+
+/// Options for [`RedisServer`].
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Turn on append-only-file persistence (in the server's temp dir), so a
+    /// restart keeps the data. Default: `false` (no persistence at all).
+    pub aof: bool,
+    /// Extra `--name value` arguments passed to `redis-server`.
+    /// Default: none.
+    pub extra_args: Vec<(String, String)>,
+    /// Fixed port; `None` picks a free loopback port. Default: `None`.
+    pub port: Option<u16>,
+}
+
+impl ServerOptions {
+    /// Turns append-only-file persistence on or off.
+    pub fn aof(mut self, on: bool) -> Self {
+        self.aof = on;
+        self
+    }
+
+    /// Adds a `--name value` argument for `redis-server`.
+    pub fn arg(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.extra_args.push((name.into(), value.into()));
+        self
+    }
+
+    /// Uses a fixed port instead of a free one.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+}
+
+/// A private `redis-server` process, killed when dropped.
+///
+/// The server listens on `127.0.0.1` only, on a port chosen free at start, and
+/// keeps its data directory in a temp dir that lives as long as this value,
+/// so [`RedisServer::restart`] brings back the same server (same port, same
+/// data when AOF is on).
+#[derive(Debug)]
+pub struct RedisServer {
+    options: ServerOptions,
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence.
+    ///
+    /// # Errors
+    /// [`Error::RedisServerMissing`] when `redis-server` is not on `PATH`
+    /// (the message says how to install it), [`Error::Startup`] when it does
+    /// not answer `PING` in time.
+    pub fn start() -> Result<Self, Error> {
+        Self::start_with(ServerOptions::default())
+    }
+
+    /// Starts a server with the given options.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start_with(options: ServerOptions) -> Result<Self, Error> {
+        let binary = redis_server_binary()?;
+        let dir = tempfile::Builder::new()
+            .prefix("flotilla-redis-")
+            .tempdir()
+            .map_err(|e| Error::Startup(format!("cannot create a temp dir: {e}")))?;
+        let mut server = RedisServer {
+            options,
+            port: 0,
+            dir,
+            child: None,
+        };
+        let mut last_error = String::new();
+        // A port picked free can be taken before the server binds it: retry.
+        for _ in 0..5 {
+            server.port = match server.options.port {
+                Some(p) => p,
+                None => free_port()?,
+            };
+            match server.spawn(&binary) {
+                Ok(()) => return Ok(server),
+                Err(e) => {
+                    last_error = e.to_string();
+                    if server.options.port.is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(Error::Startup(last_error))
+    }
+
+    /// The server's port on `127.0.0.1`.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// A `redis://` URL for the server.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's data directory.
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The OS process id of the running server, if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the server process is running.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Kills the server (`SIGKILL`), as a crash would. Data not yet written
+    /// to the AOF is lost; without AOF everything is lost.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server and starts it again on the same port with the same
+    /// data directory (so with AOF the data survives).
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn restart(&mut self) -> Result<(), Error> {
+        self.kill();
+        self.start_again()
+    }
+
+    /// Starts a server that was [`kill`](RedisServer::kill)ed, on the same
+    /// port and data directory.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn start_again(&mut self) -> Result<(), Error> {
+        if self.is_running() {
+            return Ok(());
+        }
+        let binary = redis_server_binary()?;
+        // The old socket may linger briefly in the kernel; retry the bind.
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            match self.spawn(&binary) {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "redis-server restart failed, retrying");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn spawn(&mut self, binary: &Path) -> Result<(), Error> {
+        let mut cmd = Command::new(binary);
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--save")
+            .arg("")
+            .arg("--daemonize")
+            .arg("no")
+            .arg("--protected-mode")
+            .arg("no")
+            .arg("--loglevel")
+            .arg("warning")
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"));
+        if self.options.aof {
+            cmd.arg("--appendonly")
+                .arg("yes")
+                .arg("--appendfsync")
+                .arg("always");
+        } else {
+            cmd.arg("--appendonly").arg("no");
+        }
+        for (name, value) in &self.options.extra_args {
+            cmd.arg(format!("--{name}")).arg(value);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Error::Startup(format!("cannot run {}: {e}", binary.display())))?;
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.path().join("redis.log"))
+                    .unwrap_or_default();
+                return Err(Error::Startup(format!(
+                    "redis-server on port {} exited with {status}: {}",
+                    self.port,
+                    log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+                )));
+            }
+            if ping(self.port) {
+                self.child = Some(child);
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Startup(format!(
+                    "redis-server on port {} did not answer PING within {:?}",
+                    self.port, STARTUP_DEADLINE
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Finds `redis-server` on `PATH`, or explains how to install it.
+///
+/// # Errors
+/// [`Error::RedisServerMissing`] when it is not found.
+pub fn redis_server_binary() -> Result<PathBuf, Error> {
+    if let Some(path) = std::env::var_os("REDIS_SERVER_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join("redis-server");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(Error::RedisServerMissing)
+}
+
+/// A free TCP port on the loopback interface.
+///
+/// # Errors
+/// [`Error::Startup`] when no port can be bound.
+pub fn free_port() -> Result<u16, Error> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| Error::Startup(format!("cannot bind a loopback port: {e}")))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::Startup(format!("cannot read the bound port: {e}")))
+}
+
+/// Sends a raw `PING` and checks for `+PONG`.
+pub(crate) fn ping(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(n) => buf[..n].starts_with(b"+PONG"),
+        Err(_) => false,
+    }
+}

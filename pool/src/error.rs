@@ -1,0 +1,101 @@
+//! The pool crate's error type.
+
+use std::time::Duration;
+
+/// Errors of the worker pool, locks, leader leases and the scheduler.
+///
+/// Every variant is something a caller can act on; causes are kept as
+/// sources, never flattened into strings.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The job key is already running or being dispatched.
+    #[error("job {0:?} already exists (running or being dispatched)")]
+    JobExists(String),
+    /// No job with this key runs in the pool.
+    #[error("job {0:?} not found")]
+    JobNotFound(String),
+    /// No worker is active in the pool, and none joined before the timeout.
+    #[error("no active worker in pool {0:?}")]
+    NoActiveWorker(String),
+    /// The owner's inbox holds `max_queued_jobs` events already.
+    #[error("pool is full: the owner's inbox holds {0} queued events")]
+    PoolFull(u64),
+    /// The node, worker or lock was closed.
+    #[error("closed")]
+    Closed,
+    /// The pool is shutting down; no node may join and no job may start.
+    #[error("pool {0:?} is shutting down")]
+    ShuttingDown(String),
+    /// An operation did not complete within its deadline.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The handler's `start` failed; the message is the handler's error.
+    #[error("the handler failed to start job {key:?}: {message}")]
+    StartFailed {
+        /// The job key.
+        key: String,
+        /// The handler's error, as text (it crossed process boundaries).
+        message: String,
+    },
+    /// A job key, pool, worker or lock name is invalid.
+    #[error("invalid {what} {value:?}: {reason}")]
+    InvalidName {
+        /// What was named: "job key", "pool name", "lock name", ...
+        what: &'static str,
+        /// The offending value (truncated to 64 chars).
+        value: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// A payload is larger than the node's limit.
+    #[error("payload of {size} bytes exceeds the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The payload's size.
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// Options failed validation.
+    #[error("invalid option {option}: {reason}")]
+    InvalidOptions {
+        /// The option's name.
+        option: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The lock is held by someone else.
+    #[error("lock {name:?} is held by {holder}")]
+    LockHeld {
+        /// The lock's name.
+        name: String,
+        /// Who holds it (id, host, pid).
+        holder: String,
+    },
+    /// The caller does not hold the lock (it expired or someone else took it).
+    #[error("lock {0:?} is not held by this owner")]
+    NotLockOwner(String),
+    /// Redis could not be reached within the operation's timeout.
+    #[error("redis unavailable: {0}")]
+    Unavailable(#[source] fred::error::Error),
+    /// A replicated-map operation failed.
+    #[error(transparent)]
+    Map(#[from] flotilla_rmap::Error),
+    /// A stream operation failed.
+    #[error(transparent)]
+    Stream(#[from] flotilla_streaming::Error),
+    /// Redis answered with an error.
+    #[error("redis error: {0}")]
+    Redis(#[from] fred::error::Error),
+    /// A message read from Redis could not be decoded.
+    #[error("malformed {what}: {reason}")]
+    Malformed {
+        /// What was being decoded.
+        what: &'static str,
+        /// Why it failed.
+        reason: String,
+    },
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

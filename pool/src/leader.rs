@@ -1,0 +1,7 @@
+//! Leader lease (being built).
+/// Lease.
+#[derive(Debug)]
+pub struct LeaderLease;
+/// Options.
+#[derive(Debug)]
+pub struct LeaderOptions;

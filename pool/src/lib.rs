@@ -3,6 +3,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod error;
+mod keys;
 pub mod leader;
 pub mod lock;
 

@@ -1,0 +1,81 @@
+//! Every Redis key and stream name of the pool crate.
+//!
+//! All keys of one pool carry the pool's hash tag (`fl:{<pool>}:…`) so that
+//! a pool lives in one cluster slot and multi-key scripts work on Redis
+//! Cluster. Replicated maps and streams are named here but laid out by their
+//! own crates (`flotilla-rmap`, `flotilla-streaming`), given the pool as hash
+//! tag.
+
+/// Name of the replicated map of worker registrations.
+pub(crate) const WORKERS_MAP: &str = "workers";
+/// Name of the replicated map of worker keep-alives (server time, ms).
+pub(crate) const KEEPALIVE_MAP: &str = "keepalive";
+/// Name of the replicated map of cleanup claims on dead workers.
+pub(crate) const CLEANUP_MAP: &str = "cleanup";
+/// Name of the replicated map of job owners (job key → owner and token).
+pub(crate) const JOBS_MAP: &str = "jobs";
+/// Name of the replicated map of pending dispatches (job key → deadline).
+pub(crate) const PENDING_MAP: &str = "pending";
+/// Name of the replicated map of node keep-alives.
+pub(crate) const NODES_MAP: &str = "nodes";
+/// Name of the replicated map holding the shutdown flag.
+pub(crate) const SHUTDOWN_MAP: &str = "shutdown";
+
+/// Plain hash of job payloads (job key → payload bytes), read on demand.
+pub(crate) fn payloads(pool: &str) -> String {
+    format!("fl:{{{pool}}}:payloads")
+}
+
+/// Plain hash of per-key fencing counters (job key → last token issued).
+pub(crate) fn fencing(pool: &str) -> String {
+    format!("fl:{{{pool}}}:fencing")
+}
+
+/// Stream name (inside the pool's tag) of a worker's inbox.
+pub(crate) fn worker_inbox(worker_id: &str) -> String {
+    format!("inbox:{worker_id}")
+}
+
+/// Stream name (inside the pool's tag) of a node's reply stream.
+pub(crate) fn node_replies(node_id: &str) -> String {
+    format!("replies:{node_id}")
+}
+
+/// Key of a lock. A lock that belongs to a pool (e.g. a scheduler's leader
+/// lease) lives in the pool's slot; a standalone lock gets its own tag.
+pub(crate) fn lock(hash_tag: Option<&str>, name: &str) -> String {
+    match hash_tag {
+        Some(tag) => format!("fl:{{{tag}}}:lock:{name}"),
+        None => format!("fl:{{{name}}}:lock"),
+    }
+}
+
+/// Key of a lock's fencing counter (survives the lock's expiry so tokens
+/// keep increasing).
+pub(crate) fn lock_fencing(hash_tag: Option<&str>, name: &str) -> String {
+    format!("{}:fencing", lock(hash_tag, name))
+}
+
+/// Key of a distributed ticker's state (last tick slot).
+pub(crate) fn ticker(hash_tag: Option<&str>, name: &str) -> String {
+    match hash_tag {
+        Some(tag) => format!("fl:{{{tag}}}:ticker:{name}"),
+        None => format!("fl:{{{name}}}:ticker"),
+    }
+}
+
+/// Key of a scheduler's record of the jobs it started.
+pub(crate) fn schedule(pool: &str, name: &str) -> String {
+    format!("fl:{{{pool}}}:schedule:{name}")
+}
+
+/// Key of the idempotency window record of a job key.
+pub(crate) fn idempotency(pool: &str) -> String {
+    format!("fl:{{{pool}}}:recent")
+}
+
+/// Pattern matching every key of a pool (for `SCAN` during shutdown and by
+/// inspectors).
+pub(crate) fn pool_pattern(pool: &str) -> String {
+    format!("fl:{{{pool}}}:*")
+}

@@ -1,9 +1,18 @@
-//! Replicated maps (being built).
-/// Errors of the rmap crate.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// Redis answered with an error.
-    #[error("redis error: {0}")]
-    Redis(#[from] fred::error::Error),
-}
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod error;
+mod events;
+mod keys;
+pub mod lua;
+mod map;
+mod options;
+mod replica;
+mod sync;
+
+pub use error::Error;
+pub use events::{MapEvent, MapEventKind, MapEvents};
+pub use keys::{MAX_NAME_LEN, MapKeys, check_name};
+pub use map::Map;
+pub use options::{MapOptions, MapTtl};

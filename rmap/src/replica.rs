@@ -1,0 +1,300 @@
+//! The local replica: content, revision, waiters and subscribers, shared by
+//! the [`Map`](crate::Map) handles and the sync task (the only writer).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use tokio::sync::{oneshot, watch};
+
+use crate::events::{EventSender, MapEvent, MapEventKind};
+
+/// One immutable version of the replica. Cloning `data` is O(1) (a
+/// persistent hash map), so the sync task builds the next version without
+/// copying the map, and readers never wait.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct State {
+    pub(crate) data: imbl::HashMap<String, String>,
+    /// The last revision applied.
+    pub(crate) rev: u64,
+    /// Local counter of stored versions (a resync may keep `rev`).
+    pub(crate) version: u64,
+}
+
+/// One change, as parsed from the channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Op {
+    Set {
+        key: String,
+        value: String,
+    },
+    Delete {
+        key: String,
+    },
+    Reset,
+    /// A replica's snapshot marker (carries no revision of its own).
+    Marker {
+        token: String,
+    },
+}
+
+/// One message of the map's channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Message {
+    pub(crate) rev: u64,
+    pub(crate) op: Op,
+}
+
+/// Parses `"<rev>:<op>:<keylen>:<key><value>"` (see `scripts/prelude.lua`).
+pub(crate) fn parse_message(bytes: &[u8]) -> Result<Message, &'static str> {
+    let (rev, rest) = split_colon(bytes).ok_or("no revision")?;
+    let rev = parse_u64(rev).ok_or("bad revision")?;
+    let (op, rest) = split_colon(rest).ok_or("no op")?;
+    let (len, rest) = split_colon(rest).ok_or("no key length")?;
+    let len =
+        usize::try_from(parse_u64(len).ok_or("bad key length")?).map_err(|_| "bad key length")?;
+    if rest.len() < len {
+        return Err("short key");
+    }
+    let (key, value) = rest.split_at(len);
+    let key = std::str::from_utf8(key).map_err(|_| "key is not UTF-8")?;
+    let value = std::str::from_utf8(value).map_err(|_| "value is not UTF-8")?;
+    let op = match op {
+        b"s" => Op::Set {
+            key: key.to_string(),
+            value: value.to_string(),
+        },
+        b"d" => Op::Delete {
+            key: key.to_string(),
+        },
+        b"r" => Op::Reset,
+        b"y" => Op::Marker {
+            token: key.to_string(),
+        },
+        _ => return Err("unknown op"),
+    };
+    Ok(Message { rev, op })
+}
+
+fn split_colon(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let at = bytes.iter().position(|b| *b == b':')?;
+    Some((&bytes[..at], &bytes[at + 1..]))
+}
+
+fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+type Waiters = BTreeMap<u64, Vec<oneshot::Sender<()>>>;
+
+/// Everything the handles and the sync task share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    state: ArcSwap<State>,
+    snapshot: ArcSwapOption<(u64, Arc<HashMap<String, String>>)>,
+    waiters: Mutex<Waiters>,
+    subscribers: Mutex<Vec<EventSender>>,
+    changed: watch::Sender<u64>,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    pub(crate) fn new(state: State) -> Self {
+        Shared {
+            changed: watch::Sender::new(state.version),
+            state: ArcSwap::from_pointee(state),
+            snapshot: ArcSwapOption::empty(),
+            waiters: Mutex::new(BTreeMap::new()),
+            subscribers: Mutex::new(Vec::new()),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The current version (lock-free).
+    pub(crate) fn load(&self) -> arc_swap::Guard<Arc<State>> {
+        self.state.load()
+    }
+
+    pub(crate) fn load_full(&self) -> Arc<State> {
+        self.state.load_full()
+    }
+
+    /// A std `HashMap` copy of the current version, cached until it changes.
+    pub(crate) fn snapshot(&self) -> Arc<HashMap<String, String>> {
+        let state = self.state.load_full();
+        if let Some(cached) = self.snapshot.load().as_ref() {
+            if cached.0 == state.version {
+                return cached.1.clone();
+            }
+        }
+        let map: Arc<HashMap<String, String>> = Arc::new(
+            state
+                .data
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        );
+        self.snapshot
+            .store(Some(Arc::new((state.version, map.clone()))));
+        map
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A receiver that changes whenever a new version is stored (or the map
+    /// closes).
+    pub(crate) fn watch(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Registers a waiter for `rev`; `None` when it is already applied.
+    pub(crate) fn wait_for_revision(&self, rev: u64) -> Option<oneshot::Receiver<()>> {
+        let mut waiters = lock(&self.waiters);
+        if self.is_closed() || self.state.load().rev >= rev {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        waiters.entry(rev).or_default().push(tx);
+        Some(rx)
+    }
+
+    pub(crate) fn subscribe(&self, sender: EventSender) {
+        lock(&self.subscribers).push(sender);
+    }
+
+    /// Stores the next version, then wakes waiters and subscribers.
+    /// `release_all` also wakes waiters above the new revision (after a
+    /// resync showed the revision went backwards: Redis lost data).
+    pub(crate) fn store(&self, state: State, events: &[MapEvent], release_all: bool) {
+        let rev = state.rev;
+        let version = state.version;
+        self.state.store(Arc::new(state));
+        let fired = {
+            let mut waiters = lock(&self.waiters);
+            let later = if release_all {
+                BTreeMap::new()
+            } else {
+                waiters.split_off(&(rev.saturating_add(1)))
+            };
+            std::mem::replace(&mut *waiters, later)
+        };
+        for tx in fired.into_values().flatten() {
+            let _ = tx.send(());
+        }
+        if !events.is_empty() {
+            lock(&self.subscribers).retain(|s| events.iter().all(|e| s.send(e)));
+        }
+        self.changed.send_replace(version);
+    }
+
+    /// Marks the map closed: waiters and subscriber streams end.
+    pub(crate) fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        lock(&self.waiters).clear();
+        lock(&self.subscribers).clear();
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+}
+
+/// Applies one message to `next`; returns the event, or `None` for a marker.
+pub(crate) fn apply(next: &mut State, op: Op) -> Option<MapEvent> {
+    match op {
+        Op::Set { key, value } => {
+            next.data.insert(key.clone(), value);
+            Some(MapEvent {
+                kind: MapEventKind::Set,
+                key: Some(key),
+            })
+        }
+        Op::Delete { key } => {
+            next.data.remove(&key);
+            Some(MapEvent {
+                kind: MapEventKind::Delete,
+                key: Some(key),
+            })
+        }
+        Op::Reset => {
+            next.data.clear();
+            Some(MapEvent {
+                kind: MapEventKind::Reset,
+                key: None,
+            })
+        }
+        Op::Marker { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_messages() {
+        assert_eq!(
+            parse_message(b"12:s:3:a:bv:a:l").unwrap(),
+            Message {
+                rev: 12,
+                op: Op::Set {
+                    key: "a:b".into(),
+                    value: "v:a:l".into()
+                }
+            }
+        );
+        assert_eq!(
+            parse_message(b"3:d:1:k").unwrap(),
+            Message {
+                rev: 3,
+                op: Op::Delete { key: "k".into() }
+            }
+        );
+        assert_eq!(parse_message(b"4:r:0:").unwrap().op, Op::Reset);
+        assert_eq!(
+            parse_message(b"4:y:2:tk").unwrap().op,
+            Op::Marker { token: "tk".into() }
+        );
+        assert!(parse_message(b"x:s:1:k").is_err());
+        assert!(parse_message(b"1:s:5:k").is_err());
+        assert!(parse_message(b"1:q:1:k").is_err());
+        assert!(parse_message(b"1:s:1:\xff").is_err());
+    }
+
+    #[tokio::test]
+    async fn waiters_fire_at_their_revision() {
+        let shared = Shared::new(State::default());
+        let w1 = shared.wait_for_revision(1).unwrap();
+        let w3 = shared.wait_for_revision(3).unwrap();
+        let next = State {
+            rev: 2,
+            version: 1,
+            ..State::default()
+        };
+        shared.store(next, &[], false);
+        assert!(w1.await.is_ok());
+        assert!(shared.wait_for_revision(2).is_none());
+        let mut w3 = w3;
+        assert!(matches!(
+            w3.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        ));
+        shared.store(
+            State {
+                rev: 3,
+                version: 2,
+                ..State::default()
+            },
+            &[],
+            false,
+        );
+        assert!(w3.await.is_ok());
+        let w4 = shared.wait_for_revision(4).unwrap();
+        shared.close();
+        assert!(w4.await.is_err(), "closing drops waiters");
+    }
+}

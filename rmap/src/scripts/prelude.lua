@@ -1,0 +1,78 @@
+-- Flotilla rmap prelude: replicated writes on a map, for any script that
+-- changes one (flotilla_rmap::lua::PRELUDE). Prepend it to the script; every
+-- function is `local` (no globals). A map is three names from MapKeys:
+-- hash_key (the content), rev_key (the revision counter) and channel (the
+-- sharded pub/sub channel); pass all three, and put them in KEYS so the
+-- script is routed to their slot on Redis Cluster.
+--
+-- Wire format of one change, published with SPUBLISH:
+--   "<revision>:<op>:<byte length of field>:<field><value>"
+-- op: s = set (value follows), d = delete, r = reset (all fields gone),
+--     y = sync marker of a replica's snapshot (field = token, no revision bump).
+
+-- Bumps the revision and announces one change. Returns the new revision.
+local function rmap_publish(rev_key, channel, op, field, value)
+  local rev = redis.call('INCR', rev_key)
+  redis.call('SPUBLISH', channel, rev .. ':' .. op .. ':' .. #field .. ':' .. field .. value)
+  return rev
+end
+
+-- Sets field to value (a string), bumps the revision and announces it.
+-- Returns the new revision.
+local function rmap_set(hash_key, rev_key, channel, field, value)
+  redis.call('HSET', hash_key, field, value)
+  return rmap_publish(rev_key, channel, 's', field, value)
+end
+
+-- Deletes field if present; only then bumps the revision and announces it.
+-- Returns 1 if the field was deleted, else 0.
+local function rmap_del(hash_key, rev_key, channel, field)
+  if redis.call('HDEL', hash_key, field) == 0 then
+    return 0
+  end
+  rmap_publish(rev_key, channel, 'd', field, '')
+  return 1
+end
+
+-- Deletes every field (the whole hash), bumps the revision and announces it.
+-- Returns the new revision.
+local function rmap_reset(hash_key, rev_key, channel)
+  redis.call('DEL', hash_key)
+  return rmap_publish(rev_key, channel, 'r', '', '')
+end
+
+-- Applies a map's TTL option after a write. mode: '' = none,
+-- 'a' = absolute (set only when the key has no expiry), 's' = sliding.
+local function rmap_ttl(hash_key, rev_key, mode, ms)
+  if mode == 's' then
+    redis.call('PEXPIRE', hash_key, ms)
+    redis.call('PEXPIRE', rev_key, ms)
+  elseif mode == 'a' then
+    if redis.call('PTTL', hash_key) == -1 then
+      redis.call('PEXPIRE', hash_key, ms)
+    end
+    if redis.call('PTTL', rev_key) == -1 then
+      redis.call('PEXPIRE', rev_key, ms)
+    end
+  end
+end
+
+-- Decodes a list value (a JSON array of strings). Returns the table, or nil
+-- and a reason. The work is bounded by the value's own size.
+local function rmap_decode_list(value)
+  local ok, list = pcall(cjson.decode, value)
+  if not ok or type(list) ~= 'table' then
+    return nil, 'not a JSON array'
+  end
+  local n = 0
+  for k, v in pairs(list) do
+    if type(k) ~= 'number' or type(v) ~= 'string' then
+      return nil, 'not a JSON array of strings'
+    end
+    n = n + 1
+  end
+  if n ~= #list then
+    return nil, 'not a JSON array'
+  end
+  return list
+end

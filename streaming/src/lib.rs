@@ -1,9 +1,26 @@
-//! Streams (being built).
-/// Errors of the streaming crate.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// Redis answered with an error.
-    #[error("redis error: {0}")]
-    Redis(#[from] fred::error::Error),
-}
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![deny(rustdoc::broken_intra_doc_links)]
+
+mod claim;
+mod conn;
+mod error;
+mod event;
+mod fanout;
+mod filter;
+mod keys;
+pub mod lua;
+mod members;
+mod options;
+mod reader;
+mod sink;
+mod stream;
+
+pub use error::Error;
+pub use event::Event;
+pub use filter::TopicFilter;
+pub use options::{AddOptions, ReaderOptions, SinkOptions, StartPosition, StreamOptions, StreamTtl};
+pub use reader::{Reader, ReaderEvents};
+pub use sink::{Sink, SinkEvents};
+pub use stream::Stream;

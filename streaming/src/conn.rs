@@ -1,0 +1,72 @@
+//! Dedicated connections for blocking reads, and retry backoff.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::ClientUnblockFlag;
+use fred::types::config::Options;
+
+use crate::Error;
+
+/// A new connection with the given client's config, for blocking reads only
+/// (on the shared multiplexed client they would stall every other
+/// command). It reconnects by itself: the given client's reconnect policy,
+/// or exponential 10 ms … 1 s forever when it has none.
+pub(crate) async fn dedicated(client: &Client) -> Result<Client, Error> {
+    let policy = client
+        .client_reconnect_policy()
+        .unwrap_or_else(|| ReconnectPolicy::new_exponential(0, 10, 1_000, 2));
+    let conn = Client::new(
+        client.client_config(),
+        Some(client.perf_config()),
+        Some(client.connection_config().clone()),
+        Some(policy),
+    );
+    conn.init().await?;
+    Ok(conn)
+}
+
+/// Per-command options of a blocking read: a timeout that outlasts the block.
+pub(crate) fn blocking_options(block: Duration) -> Options {
+    Options {
+        timeout: Some(block + Duration::from_secs(5)),
+        ..Options::default()
+    }
+}
+
+/// Interrupts a blocking read on `conn` (`CLIENT UNBLOCK <id> TIMEOUT`, sent
+/// on fred's backchannel); errors are ignored (the read ends by itself).
+pub(crate) async fn unblock(conn: &Client) {
+    let ids: Vec<i64> = conn.connection_ids().into_values().collect();
+    for id in ids {
+        let r: Result<Value, _> = conn.client_unblock(id, Some(ClientUnblockFlag::Timeout)).await;
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "CLIENT UNBLOCK failed");
+        }
+    }
+}
+
+/// Exponential backoff for retry loops: 50 ms doubling to 2 s.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Backoff {
+            next: Duration::from_millis(50),
+        }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.next = Duration::from_millis(50);
+    }
+
+    /// The delay to wait now; doubles the next one.
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(Duration::from_secs(2));
+        d
+    }
+}

@@ -1,0 +1,378 @@
+//! [`Reader`]: every reader sees every event (fan-out, `XREAD`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::Value;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::conn::{self, Backoff};
+use crate::event::{decode, parse_xread};
+use crate::fanout::{self, Subscribers};
+use crate::options::{ReaderOptions, StartPosition, exclusive_start};
+use crate::{Error, Event, Stream};
+
+/// Reads one or more streams with `XREAD` on a dedicated connection and
+/// hands every event to every subscriber ([`Reader::events`]).
+///
+/// The reader keeps the last delivered id per stream; it survives Redis
+/// restarts and errors (logs, backs off, retries from its last id). It
+/// reads only while at least one subscriber exists, and a full subscriber
+/// channel makes it wait (backpressure, no loss). On Redis Cluster all
+/// streams of one reader must share a hash tag.
+///
+/// # Examples
+/// ```no_run
+/// # async fn demo(client: fred::prelude::Client) -> Result<(), flotilla_streaming::Error> {
+/// use futures::StreamExt;
+/// use flotilla_streaming::{Reader, ReaderOptions, Stream, StreamOptions};
+/// let stream = Stream::new(&client, "orders", StreamOptions::default())?;
+/// let reader = Reader::new(&client, &[&stream], ReaderOptions::default()).await?;
+/// let mut events = reader.events();
+/// stream.add("created", "1").await?;
+/// let event = events.next().await;
+/// reader.close().await;
+/// # let _ = event; Ok(()) }
+/// ```
+pub struct Reader {
+    shared: Arc<Shared>,
+    _guard: Arc<DropGuard>,
+}
+
+/// A subscriber of a [`Reader`]: an async stream of every event the reader
+/// reads after this subscriber was created. Ends when the reader closes.
+#[derive(Debug)]
+pub struct ReaderEvents {
+    inner: fanout::Receiver,
+}
+
+struct Shared {
+    client: Client,
+    conn: Client,
+    options: ReaderOptions,
+    state: Mutex<State>,
+    subscribers: Subscribers,
+    changed: Notify,
+    cancel: CancellationToken,
+    task: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct State {
+    streams: BTreeMap<String, Cursor>,
+    generation: u64,
+    /// Generation of the stream set used by the `XREAD` in flight.
+    reading: Option<u64>,
+}
+
+struct Cursor {
+    key: String,
+    last_id: String,
+    epoch: u64,
+}
+
+/// What one `XREAD` asked for: key → (name, epoch).
+type Plan = Vec<(String, String, u64)>;
+
+impl Reader {
+    /// Starts a reader on `streams` at `options.start` (resolved now:
+    /// [`StartPosition::Newest`] means "after the stream's current last
+    /// entry", so events added after this returns are seen).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] for bad options, [`Error::Redis`] when the
+    /// dedicated connection cannot be opened or a start cannot be resolved.
+    pub async fn new(
+        client: &Client,
+        streams: &[&Stream],
+        options: ReaderOptions,
+    ) -> Result<Reader, Error> {
+        options.validate()?;
+        let conn = conn::dedicated(client).await?;
+        let cancel = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            client: client.clone(),
+            conn,
+            subscribers: Subscribers::new(options.buffer),
+            options,
+            state: Mutex::new(State::default()),
+            changed: Notify::new(),
+            cancel: cancel.clone(),
+            task: tokio::sync::Mutex::new(None),
+        });
+        for stream in streams {
+            shared.insert(stream, None).await?;
+        }
+        let task = tokio::spawn(run(shared.clone()));
+        *shared.task.lock().await = Some(task);
+        Ok(Reader {
+            shared,
+            _guard: Arc::new(cancel.drop_guard()),
+        })
+    }
+
+    /// A new subscriber. Every subscriber sees every event read after it
+    /// was created.
+    pub fn events(&self) -> ReaderEvents {
+        ReaderEvents {
+            inner: fanout::Receiver {
+                rx: self.shared.subscribers.subscribe(),
+            },
+        }
+    }
+
+    /// Adds a stream (or moves an existing one to `start`); `None` uses
+    /// the reader's start option and leaves an existing stream as it is.
+    /// Takes effect within milliseconds: a blocked `XREAD` is interrupted.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Reader::close`]; [`Error::Redis`] when the
+    /// start position cannot be resolved.
+    pub async fn add_stream(
+        &self,
+        stream: &Stream,
+        start: Option<StartPosition>,
+    ) -> Result<(), Error> {
+        if self.shared.cancel.is_cancelled() {
+            return Err(Error::Closed);
+        }
+        if let Some(generation) = self.shared.insert(stream, start).await? {
+            self.shared.interrupt(generation).await;
+        }
+        Ok(())
+    }
+
+    /// Stops reading a stream (a no-op for an unknown name). Events of it
+    /// already read may still be delivered.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Reader::close`].
+    pub async fn remove_stream(&self, stream_name: &str) -> Result<(), Error> {
+        if self.shared.cancel.is_cancelled() {
+            return Err(Error::Closed);
+        }
+        let mut state = lock(&self.shared.state);
+        if state.streams.remove(stream_name).is_some() {
+            state.generation += 1;
+        }
+        Ok(())
+    }
+
+    /// The names of the streams being read.
+    pub fn streams(&self) -> Vec<String> {
+        lock(&self.shared.state).streams.keys().cloned().collect()
+    }
+
+    /// Stops reading, ends every subscriber's stream and closes the
+    /// dedicated connection. Idempotent.
+    pub async fn close(&self) {
+        self.shared.cancel.cancel();
+        let task = self.shared.task.lock().await.take();
+        if let Some(task) = task {
+            if let Err(e) = task.await {
+                tracing::warn!(error = %e, "reader task failed");
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Inserts a stream; returns the new generation when something changed.
+    async fn insert(
+        &self,
+        stream: &Stream,
+        start: Option<StartPosition>,
+    ) -> Result<Option<u64>, Error> {
+        if start.is_none() && lock(&self.state).streams.contains_key(stream.name()) {
+            return Ok(None);
+        }
+        let start = start.unwrap_or_else(|| self.options.start.clone());
+        let last_id = match exclusive_start(&start) {
+            Some(id) => id,
+            None => stream.last_id(&self.client).await?,
+        };
+        let generation = {
+            let mut state = lock(&self.state);
+            state.generation += 1;
+            let epoch = state.generation;
+            state.streams.insert(
+                stream.name().to_string(),
+                Cursor {
+                    key: stream.key().to_string(),
+                    last_id,
+                    epoch,
+                },
+            );
+            epoch
+        };
+        self.changed.notify_one();
+        Ok(Some(generation))
+    }
+
+    /// Makes sure no `XREAD` older than `generation` keeps blocking.
+    async fn interrupt(&self, generation: u64) {
+        let deadline = tokio::time::Instant::now() + self.options.block + Duration::from_secs(1);
+        loop {
+            match lock(&self.state).reading {
+                Some(g) if g < generation => {}
+                _ => return,
+            }
+            if self.cancel.is_cancelled() || tokio::time::Instant::now() > deadline {
+                return;
+            }
+            conn::unblock(&self.conn).await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Builds the next `XREAD`'s keys and ids; marks the read in flight.
+    fn plan(&self) -> Option<(Vec<String>, Vec<String>, Plan)> {
+        let mut state = lock(&self.state);
+        if state.streams.is_empty() {
+            return None;
+        }
+        let mut keys = Vec::with_capacity(state.streams.len());
+        let mut ids = Vec::with_capacity(state.streams.len());
+        let mut plan = Vec::with_capacity(state.streams.len());
+        for (name, c) in &state.streams {
+            keys.push(c.key.clone());
+            ids.push(c.last_id.clone());
+            plan.push((c.key.clone(), name.clone(), c.epoch));
+        }
+        state.reading = Some(state.generation);
+        Some((keys, ids, plan))
+    }
+
+    fn advance(&self, name: &str, epoch: u64, id: String) {
+        let mut state = lock(&self.state);
+        if let Some(c) = state.streams.get_mut(name) {
+            if c.epoch == epoch {
+                c.last_id = id;
+            }
+        }
+    }
+
+    /// Delivers one read's events; `false` when the reader must stop.
+    async fn deliver(&self, reply: Value, plan: &Plan) -> bool {
+        for (key, entries) in parse_xread(reply) {
+            let Some((_, name, epoch)) = plan.iter().find(|(k, _, _)| *k == key) else {
+                continue;
+            };
+            let mut last = None;
+            for (id, fields) in entries {
+                let event = match fields.map(|f| decode(name, id.clone(), f)) {
+                    Some(Ok(event)) => event,
+                    Some(Err(e)) => {
+                        tracing::warn!(stream = %name, id = %id, error = %e, "skipping malformed stream entry");
+                        last = Some(id);
+                        continue;
+                    }
+                    None => {
+                        last = Some(id);
+                        continue;
+                    }
+                };
+                if self.options.topic.matches(event.topic.as_deref()) {
+                    let sent = tokio::select! {
+                        _ = self.cancel.cancelled() => None,
+                        sent = self.subscribers.broadcast(event) => Some(sent),
+                    };
+                    match sent {
+                        Some(true) => {}
+                        Some(false) => break,
+                        None => {
+                            if let Some(last) = last {
+                                self.advance(name, *epoch, last);
+                            }
+                            return false;
+                        }
+                    }
+                }
+                last = Some(id);
+            }
+            if let Some(last) = last {
+                self.advance(name, *epoch, last);
+            }
+        }
+        true
+    }
+}
+
+async fn run(shared: Arc<Shared>) {
+    let mut backoff = Backoff::new();
+    let options = conn::blocking_options(shared.options.block);
+    let block_ms = shared.options.block.as_millis() as u64;
+    loop {
+        tokio::select! {
+            _ = shared.cancel.cancelled() => break,
+            _ = shared.subscribers.wait_any() => {}
+        }
+        let Some((keys, ids, plan)) = shared.plan() else {
+            tokio::select! {
+                _ = shared.cancel.cancelled() => break,
+                _ = shared.changed.notified() => continue,
+            }
+        };
+        let conn = shared.conn.with_options(&options);
+        let read = conn.xread::<Value, _, _>(
+            Some(shared.options.max_events),
+            Some(block_ms),
+            keys,
+            ids,
+        );
+        let result = tokio::select! {
+            _ = shared.cancel.cancelled() => break,
+            r = read => r,
+        };
+        lock(&shared.state).reading = None;
+        match result {
+            Ok(reply) => {
+                backoff.reset();
+                if !reply.is_null() && !shared.deliver(reply, &plan).await {
+                    break;
+                }
+            }
+            Err(e) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?delay, "XREAD failed; retrying");
+                tokio::select! {
+                    _ = shared.cancel.cancelled() => break,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+    lock(&shared.state).reading = None;
+    shared.subscribers.close();
+    if let Err(e) = shared.conn.quit().await {
+        tracing::debug!(error = %e, "closing the reader's connection failed");
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl futures::Stream for ReaderEvents {
+    type Item = Event;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        Pin::new(&mut self.inner).poll_next(cx)
+    }
+}
+
+impl fmt::Debug for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader")
+            .field("streams", &self.streams())
+            .field("options", &self.shared.options)
+            .finish_non_exhaustive()
+    }
+}

@@ -99,3 +99,15 @@ pub enum Error {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Classifies a fred error: connection trouble becomes
+/// [`Error::Unavailable`], anything else [`Error::Redis`].
+pub(crate) fn from_redis(e: fred::error::Error) -> Error {
+    use fred::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Routing => {
+            Error::Unavailable(e)
+        }
+        _ => Error::Redis(e),
+    }
+}

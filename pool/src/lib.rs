@@ -1,12 +1,39 @@
-//! A dedicated worker pool on Redis (being built).
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod cleanup;
+mod codec;
+mod dispatch;
 mod error;
+mod handler;
 mod keys;
+mod lease;
+mod maps;
+mod node;
+mod options;
+mod rebalance;
+mod routing;
+mod scripts;
+mod worker;
+
 pub mod leader;
 pub mod lock;
 
 pub use error::{Error, Result};
+pub use handler::{Handler, HandlerError, Job, TaskHandler};
 pub use leader::{LeaderLease, LeaderOptions};
 pub use lock::{ClusterLock, LockGuard, LockInfo, LockOptions};
+pub use node::{Node, WorkerInfo};
+pub use options::{LeasePolicy, NodeOptions};
+pub use routing::Ring;
+pub use worker::Worker;
+
+/// Validates a name or key with the rule shared by every Flotilla crate.
+pub(crate) fn check_name(what: &'static str, value: &str) -> Result<()> {
+    flotilla_rmap::check_name(value).map_err(|reason| Error::InvalidName {
+        what,
+        value: value.chars().take(64).collect(),
+        reason,
+    })
+}

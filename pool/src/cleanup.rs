@@ -1,0 +1,370 @@
+//! Cleanup: dead workers, stale pending dispatches and orphaned jobs.
+//!
+//! Any node may find a worker dead: its keep-alive (server time) is older
+//! than the TTL by the server's clock. The node claims the cleanup with
+//! `set_if_not_exists` on the cleanup map (a claim older than a TTL may be
+//! taken over), requeues the worker's jobs and the unprocessed events of
+//! its inbox to their new owners — retrying with exponential backoff, never
+//! dropping — and then removes the worker. Every step is a conditional
+//! script, so concurrent cleaners requeue each job once (I3).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::Value;
+use tokio::time::Instant;
+
+use crate::codec::{self, EV_START, KeyedRequest, StartEntry};
+use crate::error::{Error, Result};
+use crate::maps::{job_owner, pending_guard};
+use crate::node::NodeInner;
+
+/// Most inbox entries read per page when moving a dead worker's inbox.
+const INBOX_PAGE: u64 = 200;
+
+impl NodeInner {
+    pub(crate) async fn cleanup_loop(self: Arc<Self>) {
+        let mut orphans: HashMap<String, Instant> = HashMap::new();
+        let mut interval = tokio::time::interval(self.options.cleanup_interval);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = interval.tick() => {}
+            }
+            if let Err(e) = self.sweep(&mut orphans).await {
+                tracing::warn!(node = %self.id, error = %e, "cleanup sweep failed");
+            }
+        }
+    }
+
+    /// One pass: dead workers, stale nodes, stale pending guards, orphans.
+    pub(crate) async fn sweep(&self, orphans: &mut HashMap<String, Instant>) -> Result<()> {
+        let now = self.server_time_ms().await?;
+        if !self.recently_connected().await {
+            self.clean_dead_workers(now).await;
+        }
+        self.clean_stale_pending(now).await;
+        self.requeue_orphans(orphans).await
+    }
+
+    /// Redis server time in ms.
+    pub(crate) async fn server_time_ms(&self) -> Result<u64> {
+        let (secs, micros): (String, String) = self
+            .client
+            .custom(fred::types::CustomCommand::new_static("TIME", fred::types::ClusterHash::FirstKey, false), Vec::<String>::new())
+            .await
+            .map_err(crate::error::from_redis)?;
+        let secs: u64 = secs.parse().unwrap_or_default();
+        let micros: u64 = micros.parse().unwrap_or_default();
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    async fn clean_dead_workers(&self, now: u64) {
+        let ttl = self.options.worker_ttl.as_millis() as u64;
+        let keepalive = self.maps.keepalive.snapshot();
+        for (worker, raw) in self.maps.workers.snapshot().iter() {
+            if self.workers.contains_key(worker) {
+                continue;
+            }
+            let created = serde_json::from_str::<serde_json::Value>(raw)
+                .ok()
+                .and_then(|v| v["created_at_ms"].as_u64())
+                .unwrap_or(0);
+            let last = keepalive
+                .get(worker)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(created);
+            if now.saturating_sub(last) <= ttl {
+                continue;
+            }
+            match self.claim_cleanup(worker, now).await {
+                Ok(true) => {
+                    tracing::warn!(worker, silent_ms = now.saturating_sub(last), "worker dead: cleaning up");
+                    metrics::counter!("flotilla_pool_dead_workers_total").increment(1);
+                    self.refresh_ring();
+                    if let Err(e) = self.clean_worker(worker).await {
+                        tracing::warn!(worker, error = %e, "cleanup incomplete; will retry");
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(worker, error = %e, "claiming cleanup failed"),
+            }
+        }
+        // Nodes silent for two TTLs: drop their entry and reply stream.
+        for (node, raw) in self.maps.nodes.snapshot().iter() {
+            let last: u64 = raw.parse().unwrap_or(0);
+            if *node != self.id && now.saturating_sub(last) > 2 * ttl {
+                if let Ok(true) = self.maps.nodes.test_and_delete(node, raw).await {
+                    if let Ok(key) = self.reply_key(node) {
+                        let _: std::result::Result<i64, _> = self.client.del(key).await;
+                    }
+                    tracing::info!(node, "stale node removed");
+                }
+            }
+        }
+    }
+
+    /// Takes the cleanup claim on `worker`; a claim older than a TTL (its
+    /// cleaner died) is taken over.
+    async fn claim_cleanup(&self, worker: &str, now: u64) -> Result<bool> {
+        let claim = format!("{} {now}", self.id);
+        if self.maps.cleanup.set_if_not_exists(worker, &claim).await? {
+            return Ok(true);
+        }
+        let Some(current) = self.maps.cleanup.get(worker) else {
+            return Ok(false);
+        };
+        let since: u64 = current
+            .rsplit_once(' ')
+            .and_then(|(_, t)| t.parse().ok())
+            .unwrap_or(0);
+        if now.saturating_sub(since) > self.options.worker_ttl.as_millis() as u64 {
+            tracing::info!(worker, previous = %current, "taking over a stale cleanup claim");
+            return Ok(self.maps.cleanup.test_and_set(worker, &current, &claim).await?);
+        }
+        Ok(false)
+    }
+
+    /// Requeues a dead worker's jobs and inbox, then removes it.
+    pub(crate) async fn clean_worker(&self, worker: &str) -> Result<()> {
+        self.requeue_owned_by(worker).await;
+        self.requeue_worker_inbox(worker).await?;
+        self.remove_worker_entry(worker).await
+    }
+
+    /// Requeues every job the jobs map says `worker` owns.
+    pub(crate) async fn requeue_owned_by(&self, worker: &str) {
+        let owned: Vec<String> = self
+            .maps
+            .jobs
+            .snapshot()
+            .iter()
+            .filter(|(_, v)| job_owner(v).is_some_and(|(w, _)| w == worker))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in owned {
+            self.requeue_job(&key, worker).await;
+        }
+    }
+
+    /// Hands job `key` from `from` to its new owner, retrying with
+    /// exponential backoff until it is moved, moved by someone else, or no
+    /// worker remains (the job then waits as an orphan for the next one).
+    pub(crate) async fn requeue_job(&self, key: &str, from: &str) {
+        let attempt = || async {
+            let ring = self.ring.load_full();
+            let Some(target) = ring.owner_excluding(key, from).map(str::to_string) else {
+                return Ok::<_, Error>("no_worker".to_string());
+            };
+            let status = self.handoff(key, from, &target).await?;
+            if status == "no_target" {
+                self.refresh_ring();
+                return Err(Error::NoActiveWorker(self.pool.clone()));
+            }
+            Ok(status)
+        };
+        let result = attempt
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(20))
+                    .with_max_delay(Duration::from_secs(2))
+                    .with_max_times(12),
+            )
+            .when(|e| !matches!(e, Error::Closed))
+            .await;
+        match result {
+            Ok(status) if status == "ok" => {
+                metrics::counter!("flotilla_pool_requeued_total").increment(1);
+            }
+            Ok(status) if status == "no_worker" => {
+                // Nobody to take it: release ownership so that the orphan
+                // sweep requeues it once a worker joins.
+                let _ = self.release_job(key, from).await;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(key, from, error = %e, "requeue failed; the next sweep retries"),
+        }
+    }
+
+    /// Drops `from`'s ownership of `key`, keeping the payload.
+    async fn release_job(&self, key: &str, from: &str) -> Result<()> {
+        if let Some(v) = self.maps.jobs.get(key)
+            && job_owner(&v).is_some_and(|(w, _)| w == from)
+        {
+            self.maps.jobs.test_and_delete(key, &v).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves every entry left in `worker`'s inbox to the new owner of its
+    /// key, page by page.
+    pub(crate) async fn requeue_worker_inbox(&self, worker: &str) -> Result<()> {
+        let inbox = self.inbox(worker)?;
+        let mut start = "-".to_string();
+        loop {
+            let entries: Vec<(String, HashMap<String, Bytes>)> = self
+                .client
+                .xrange(inbox.key(), start.as_str(), "+", Some(INBOX_PAGE))
+                .await
+                .map_err(crate::error::from_redis)?;
+            if entries.is_empty() {
+                return Ok(());
+            }
+            let last = entries.last().map(|(id, _)| id.clone()).unwrap_or_default();
+            for (id, fields) in entries {
+                self.requeue_entry(worker, &id, &fields).await?;
+            }
+            start = format!("({last}");
+        }
+    }
+
+    async fn requeue_entry(&self, worker: &str, id: &str, fields: &HashMap<String, Bytes>) -> Result<()> {
+        let name = fields
+            .get("n")
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        let payload = fields.get("p").cloned().unwrap_or_default();
+        let key = if name == EV_START {
+            StartEntry::parse(&payload).map(|e| e.body.key)
+        } else {
+            codec::decode::<KeyedRequest>("inbox request", &payload).map(|r| r.key)
+        };
+        let key = match key {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::warn!(worker, id, error = %e, "malformed inbox entry dead-lettered during cleanup");
+                let _: i64 = self
+                    .client
+                    .xdel(self.inbox(worker)?.key(), id)
+                    .await
+                    .map_err(crate::error::from_redis)?;
+                return Ok(());
+            }
+        };
+        let attempt = || async {
+            let ring = self.ring.load_full();
+            let target = ring
+                .owner_excluding(&key, worker)
+                .map(str::to_string)
+                .ok_or_else(|| Error::NoActiveWorker(self.pool.clone()))?;
+            match self
+                .move_entry(worker, &target, id, &name, payload.clone())
+                .await?
+                .as_str()
+            {
+                "no_target" => {
+                    self.refresh_ring();
+                    Err(Error::NoActiveWorker(self.pool.clone()))
+                }
+                _ => Ok(()),
+            }
+        };
+        attempt
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(20))
+                    .with_max_delay(Duration::from_secs(2))
+                    .with_max_times(12),
+            )
+            .when(|e| !matches!(e, Error::Closed))
+            .await
+    }
+
+    /// Removes a worker's registration, keep-alive, cleanup claim and inbox
+    /// once its inbox is empty; moves late entries first.
+    pub(crate) async fn remove_worker_entry(&self, worker: &str) -> Result<()> {
+        for _ in 0..5 {
+            let ka = self.maps.keepalive.keys_info();
+            let cl = self.maps.cleanup.keys_info();
+            let mut keys = self.maps.base_keys();
+            keys.extend([
+                ka.hash.clone(),
+                ka.revision.clone(),
+                cl.hash.clone(),
+                cl.revision.clone(),
+                self.inbox(worker)?.key().to_string(),
+            ]);
+            let mut args = self.maps.base_args();
+            args.extend([
+                Value::from(ka.channel.clone()),
+                Value::from(cl.channel.clone()),
+                Value::from(worker),
+            ]);
+            let status: String = self.scripts.remove_worker.run(&self.client, keys, args).await?;
+            if status == "ok" {
+                self.inboxes.remove(worker);
+                return Ok(());
+            }
+            self.requeue_worker_inbox(worker).await?;
+        }
+        Err(Error::Timeout(Duration::ZERO))
+    }
+
+    /// Removes pending guards whose deadline (server time) passed; the job
+    /// then shows up as an orphan and is requeued after the grace period.
+    async fn clean_stale_pending(&self, now: u64) {
+        for (key, value) in self.maps.pending.snapshot().iter() {
+            let Some((_, deadline)) = pending_guard(value) else {
+                continue;
+            };
+            if deadline < now {
+                match self.maps.pending.test_and_delete(key, value).await {
+                    Ok(true) => tracing::info!(key, "stale pending dispatch removed"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(key, error = %e, "removing stale pending failed"),
+                }
+            }
+        }
+    }
+
+    /// Requeues jobs that have a payload but neither a live owner nor a
+    /// pending dispatch, once they stayed so for the orphan grace period.
+    async fn requeue_orphans(&self, seen: &mut HashMap<String, Instant>) -> Result<()> {
+        let stored: Vec<String> = self
+            .client
+            .hkeys(self.maps.payloads_key())
+            .await
+            .map_err(crate::error::from_redis)?;
+        let jobs = self.maps.jobs.snapshot();
+        let pending = self.maps.pending.snapshot();
+        let workers = self.maps.workers.snapshot();
+        let mut current = HashMap::new();
+        for key in stored {
+            if pending.contains_key(&key) {
+                continue;
+            }
+            let orphan_owner = match jobs.get(&key) {
+                None => Some("-".to_string()),
+                Some(v) => match job_owner(v) {
+                    Some((w, _)) if workers.contains_key(w) => None,
+                    Some((w, _)) => Some(w.to_string()),
+                    None => None,
+                },
+            };
+            let Some(owner) = orphan_owner else { continue };
+            let since = seen.get(&key).copied().unwrap_or_else(Instant::now);
+            if since.elapsed() >= self.options.orphan_grace {
+                let ring = self.ring.load_full();
+                if let Some(target) = ring.owner(&key) {
+                    match self.handoff(&key, &owner, target).await {
+                        Ok(s) if s == "ok" => {
+                            tracing::warn!(key, previous_owner = %owner, "orphaned job requeued");
+                            metrics::counter!("flotilla_pool_orphans_requeued_total").increment(1);
+                            continue;
+                        }
+                        Ok(_) => continue,
+                        Err(e) => tracing::warn!(key, error = %e, "orphan requeue failed"),
+                    }
+                }
+            }
+            current.insert(key, since);
+        }
+        *seen = current;
+        Ok(())
+    }
+}

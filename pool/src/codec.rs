@@ -1,0 +1,250 @@
+//! Wire format of the pool's inbox and reply events: MessagePack with a
+//! leading version byte. Job payloads travel as opaque bytes.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Version byte written before every encoded event.
+const VERSION: u8 = 1;
+
+/// Stream event names (the `name` of a streaming entry).
+pub(crate) const EV_START: &str = "start";
+pub(crate) const EV_STOP: &str = "stop";
+pub(crate) const EV_NOTIFY: &str = "notify";
+pub(crate) const EV_MESSAGE: &str = "message";
+
+/// The body of a job as stored in the payloads hash and carried by start
+/// entries: its key and opaque payload.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct JobBody {
+    /// Job key.
+    pub(crate) key: String,
+    /// Opaque payload.
+    #[serde(with = "serde_bytes")]
+    pub(crate) payload: Vec<u8>,
+}
+
+/// A start entry: `"<token> <created_ms> <hops> <request> <node>\n"` written
+/// by the admitting script (which issues the token on Redis), then the
+/// encoded [`JobBody`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StartEntry {
+    /// Fencing token issued at admission.
+    pub(crate) token: u64,
+    /// Server time (ms) of the first admission.
+    pub(crate) created_at_ms: u64,
+    /// Times a worker forwarded this entry.
+    pub(crate) hops: u8,
+    /// Who waits for the outcome (request 0: nobody).
+    pub(crate) reply: Option<ReplyTo>,
+    /// The job.
+    pub(crate) body: JobBody,
+    /// The encoded body, kept to forward the entry unchanged.
+    pub(crate) raw_body: Bytes,
+}
+
+impl StartEntry {
+    /// Parses a start entry's payload.
+    pub(crate) fn parse(bytes: &Bytes) -> Result<StartEntry> {
+        let bad = |reason: &str| Error::Malformed {
+            what: "start entry",
+            reason: reason.to_string(),
+        };
+        let nl = bytes
+            .iter()
+            .position(|b| *b == b'\n')
+            .ok_or_else(|| bad("no header"))?;
+        let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| bad("header not UTF-8"))?;
+        let mut parts = header.split(' ');
+        let mut next = |name: &str| parts.next().ok_or_else(|| bad(name));
+        let token = next("token")?.parse().map_err(|_| bad("token"))?;
+        let created_at_ms = next("created")?.parse().map_err(|_| bad("created"))?;
+        let hops = next("hops")?.parse().map_err(|_| bad("hops"))?;
+        let request: u64 = next("request")?.parse().map_err(|_| bad("request"))?;
+        let node = next("node")?;
+        let reply = (request != 0).then(|| ReplyTo {
+            node: node.to_string(),
+            request,
+        });
+        let raw_body = bytes.slice(nl + 1..);
+        let body = decode("job body", &raw_body)?;
+        Ok(StartEntry {
+            token,
+            created_at_ms,
+            hops,
+            reply,
+            body,
+            raw_body,
+        })
+    }
+
+    /// Re-encodes the entry with one more hop, for forwarding.
+    pub(crate) fn forwarded(&self) -> Bytes {
+        let (request, node) = match &self.reply {
+            Some(r) => (r.request, r.node.as_str()),
+            None => (0, "-"),
+        };
+        let mut out = format!(
+            "{} {} {} {} {}\n",
+            self.token,
+            self.created_at_ms,
+            self.hops.saturating_add(1),
+            request,
+            node
+        )
+        .into_bytes();
+        out.extend_from_slice(&self.raw_body);
+        Bytes::from(out)
+    }
+}
+
+/// A request addressed to the owner of a job key (stop, notify) or to the
+/// ring owner of a key (message).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct KeyedRequest {
+    /// Job key (or message key).
+    pub(crate) key: String,
+    /// Opaque payload (empty for stop).
+    #[serde(with = "serde_bytes")]
+    pub(crate) payload: Vec<u8>,
+    /// Where to send the outcome, when a caller waits.
+    pub(crate) reply: Option<ReplyTo>,
+    /// How many times a worker forwarded this request (bounded).
+    pub(crate) hops: u8,
+}
+
+/// Reply address: a node's reply stream and the waiting request's id.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct ReplyTo {
+    /// Node id of the waiting dispatcher.
+    pub(crate) node: String,
+    /// Request id unique on that node (never 0).
+    pub(crate) request: u64,
+}
+
+/// The outcome of a request, as a worker's script wrote it:
+/// `"<request> <status>[ <message>]"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reply {
+    /// The request answered.
+    pub(crate) request: u64,
+    /// `ok`, `superseded`, `not_found`, `failed`, ...
+    pub(crate) status: String,
+    /// Error text for `failed`.
+    pub(crate) message: String,
+}
+
+impl Reply {
+    /// Parses a reply entry's payload.
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Reply> {
+        let text = String::from_utf8_lossy(bytes);
+        let mut parts = text.splitn(3, ' ');
+        let request = parts
+            .next()
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| Error::Malformed {
+                what: "reply",
+                reason: format!("bad request id in {text:?}"),
+            })?;
+        let status = parts.next().unwrap_or_default().to_string();
+        let message = parts.next().unwrap_or_default().to_string();
+        Ok(Reply {
+            request,
+            status,
+            message,
+        })
+    }
+}
+
+/// Splits a stored payload (`"<created_ms> <body>"`) into its parts.
+pub(crate) fn parse_stored(bytes: &[u8]) -> Result<(u64, JobBody)> {
+    let bad = |reason: &str| Error::Malformed {
+        what: "stored payload",
+        reason: reason.to_string(),
+    };
+    let sp = bytes
+        .iter()
+        .position(|b| *b == b' ')
+        .ok_or_else(|| bad("no created time"))?;
+    let created = std::str::from_utf8(&bytes[..sp])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("created time"))?;
+    Ok((created, decode("job body", &bytes[sp + 1..])?))
+}
+
+/// Encodes a stored payload (`"<created_ms> <body>"`).
+pub(crate) fn stored(created_at_ms: u64, body: &[u8]) -> Bytes {
+    let mut out = format!("{created_at_ms} ").into_bytes();
+    out.extend_from_slice(body);
+    Bytes::from(out)
+}
+
+/// Encodes a value with the version byte.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Bytes {
+    let mut out = vec![VERSION];
+    // Serializing our own plain structs into a Vec cannot fail.
+    if let Err(e) = rmp_serde::encode::write(&mut out, value) {
+        tracing::error!(error = %e, "encoding an event failed");
+    }
+    Bytes::from(out)
+}
+
+/// Decodes a value written by [`encode`].
+pub(crate) fn decode<'a, T: Deserialize<'a>>(what: &'static str, bytes: &'a [u8]) -> Result<T> {
+    match bytes.split_first() {
+        Some((&VERSION, rest)) => rmp_serde::from_slice(rest).map_err(|e| Error::Malformed {
+            what,
+            reason: e.to_string(),
+        }),
+        Some((v, _)) => Err(Error::Malformed {
+            what,
+            reason: format!("unknown version byte {v}"),
+        }),
+        None => Err(Error::Malformed {
+            what,
+            reason: "empty".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_entry_round_trips_binary_payload() {
+        let body = encode(&JobBody {
+            key: "k 1".into(),
+            payload: vec![0, 255, b'\n', 2],
+        });
+        let mut raw = b"7 42 0 9 node-a\n".to_vec();
+        raw.extend_from_slice(&body);
+        let entry = StartEntry::parse(&Bytes::from(raw)).unwrap();
+        assert_eq!(entry.token, 7);
+        assert_eq!(entry.created_at_ms, 42);
+        assert_eq!(entry.body.payload, vec![0, 255, b'\n', 2]);
+        assert_eq!(entry.reply.as_ref().unwrap().node, "node-a");
+        let again = StartEntry::parse(&entry.forwarded()).unwrap();
+        assert_eq!(again.hops, 1);
+        assert_eq!(again.body, entry.body);
+    }
+
+    #[test]
+    fn garbage_is_a_typed_error() {
+        assert!(decode::<JobBody>("body", b"").is_err());
+        assert!(decode::<JobBody>("body", &[9, 1, 2]).is_err());
+        assert!(StartEntry::parse(&Bytes::from_static(b"x y\n")).is_err());
+        assert!(StartEntry::parse(&Bytes::from_static(b"no newline")).is_err());
+        assert!(Reply::parse(b"abc ok").is_err());
+        assert!(parse_stored(b"12").is_err());
+    }
+
+    #[test]
+    fn reply_keeps_message_spaces() {
+        let r = Reply::parse(b"5 failed boom: it broke").unwrap();
+        assert_eq!((r.request, r.status.as_str(), r.message.as_str()), (5, "failed", "boom: it broke"));
+    }
+}

@@ -1,0 +1,326 @@
+//! Dispatching: admission of a job at its owner, stop and notify requests
+//! routed to the owner, keyed messages, and payload reads.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::Value;
+use tokio::time::Instant;
+
+use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_STOP, JobBody, KeyedRequest, Reply, ReplyTo};
+use crate::error::{Error, Result};
+use crate::node::{Node, NodeInner, SHUTDOWN_FLAG};
+
+/// Bound of the reply streams (approximate MAXLEN).
+pub(crate) const INBOX_MAXLEN: u64 = 0;
+
+impl Node {
+    /// Starts job `key` on the worker that owns it, and returns once that
+    /// worker's handler `start` returned `Ok`.
+    ///
+    /// Admission is atomic on Redis: of many concurrent dispatches of one
+    /// key, from any number of nodes, exactly one is admitted (I3).
+    ///
+    /// # Errors
+    /// [`Error::JobExists`] when the key runs or is being dispatched;
+    /// [`Error::StartFailed`] with the handler's error; [`Error::NoActiveWorker`]
+    /// when no worker joined within the dispatch timeout; [`Error::PoolFull`];
+    /// [`Error::Timeout`] when the worker did not answer within the dispatch
+    /// timeout (the job may still start); [`Error::Closed`];
+    /// [`Error::ShuttingDown`]; [`Error::InvalidName`];
+    /// [`Error::PayloadTooLarge`]; [`Error::Unavailable`] / [`Error::Redis`].
+    #[tracing::instrument(name = "dispatch", skip(self, payload), fields(pool = %self.inner.pool))]
+    pub async fn dispatch_job(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
+        let started = Instant::now();
+        let result = self.inner.dispatch(key, payload.into()).await;
+        let outcome = match &result {
+            Ok(()) => "ok",
+            Err(Error::JobExists(_)) => "exists",
+            Err(_) => "error",
+        };
+        metrics::counter!("flotilla_pool_dispatch_total", "outcome" => outcome).increment(1);
+        metrics::histogram!("flotilla_pool_dispatch_seconds").record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Stops job `key` and returns once its owner's handler `stop` returned.
+    ///
+    /// # Errors
+    /// [`Error::JobNotFound`] when no job with this key runs;
+    /// [`Error::Timeout`], [`Error::Closed`], Redis errors.
+    #[tracing::instrument(name = "stop_job", skip(self), fields(pool = %self.inner.pool))]
+    pub async fn stop_job(&self, key: &str) -> Result<()> {
+        self.inner.check_open()?;
+        crate::check_name("job key", key)?;
+        let deadline = Instant::now() + self.inner.options.dispatch_timeout;
+        let (request, rx) = self.inner.register_waiter();
+        let body = codec::encode(&KeyedRequest {
+            key: key.to_string(),
+            payload: Vec::new(),
+            reply: Some(ReplyTo {
+                node: self.inner.id.clone(),
+                request,
+            }),
+            hops: 0,
+        });
+        if let Err(e) = self.inner.to_owner(key, EV_STOP, body).await {
+            self.inner.waiters.remove(&request);
+            return Err(e);
+        }
+        let reply = self.inner.await_reply(request, rx, deadline).await?;
+        match reply.status.as_str() {
+            "ok" => Ok(()),
+            "not_found" => Err(Error::JobNotFound(key.to_string())),
+            other => Err(Error::Malformed {
+                what: "stop reply",
+                reason: format!("unknown status {other:?}"),
+            }),
+        }
+    }
+
+    /// Sends `payload` to the handler's `notify` on the worker running job
+    /// `key`. Returns once the message is queued at that worker.
+    ///
+    /// # Errors
+    /// [`Error::JobNotFound`], [`Error::PayloadTooLarge`], [`Error::Closed`],
+    /// Redis errors.
+    pub async fn notify_worker(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
+        self.inner.check_open()?;
+        crate::check_name("job key", key)?;
+        let payload = self.inner.check_payload(payload.into())?;
+        let body = codec::encode(&KeyedRequest {
+            key: key.to_string(),
+            payload: payload.to_vec(),
+            reply: None,
+            hops: 0,
+        });
+        self.inner.to_owner(key, EV_NOTIFY, body).await
+    }
+
+    /// Sends `payload` to the handler's `message` on the worker that owns
+    /// `key` under the ring (no job needed). Returns once queued.
+    ///
+    /// # Errors
+    /// [`Error::NoActiveWorker`], [`Error::InvalidName`],
+    /// [`Error::PayloadTooLarge`], [`Error::Closed`], Redis errors.
+    pub async fn dispatch_message(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
+        self.inner.check_open()?;
+        crate::check_name("message key", key)?;
+        let payload = self.inner.check_payload(payload.into())?;
+        let deadline = Instant::now() + self.inner.options.dispatch_timeout;
+        let owner = self.inner.wait_for_owner(key, deadline).await?;
+        let body = codec::encode(&KeyedRequest {
+            key: key.to_string(),
+            payload: payload.to_vec(),
+            reply: None,
+            hops: 0,
+        });
+        self.inner.inbox(&owner)?.add(EV_MESSAGE, body).await?;
+        Ok(())
+    }
+
+    /// The payload of a running or pending job, read from Redis.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], Redis errors, [`Error::Malformed`].
+    pub async fn job_payload(&self, key: &str) -> Result<Option<Bytes>> {
+        crate::check_name("job key", key)?;
+        let stored: Option<Bytes> = self
+            .inner
+            .client
+            .hget(self.inner.maps.payloads_key(), key)
+            .await
+            .map_err(crate::error::from_redis)?;
+        match stored {
+            None => Ok(None),
+            Some(raw) => Ok(Some(Bytes::from(codec::parse_stored(&raw)?.1.payload))),
+        }
+    }
+}
+
+impl NodeInner {
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if self.maps.shutdown.contains_key(SHUTDOWN_FLAG) {
+            return Err(Error::ShuttingDown(self.pool.clone()));
+        }
+        Ok(())
+    }
+
+    fn check_payload(&self, payload: Bytes) -> Result<Bytes> {
+        if payload.len() > self.options.max_payload_size {
+            return Err(Error::PayloadTooLarge {
+                size: payload.len(),
+                limit: self.options.max_payload_size,
+            });
+        }
+        Ok(payload)
+    }
+
+    async fn dispatch(&self, key: &str, payload: Bytes) -> Result<()> {
+        self.check_open()?;
+        crate::check_name("job key", key)?;
+        let payload = self.check_payload(payload)?;
+        let deadline = Instant::now() + self.options.dispatch_timeout;
+        let body = codec::encode(&JobBody {
+            key: key.to_string(),
+            payload: payload.to_vec(),
+        });
+        let pending_ttl = (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
+        loop {
+            let owner = self.wait_for_owner(key, deadline).await?;
+            let inbox = self.inbox(&owner)?;
+            let (request, rx) = self.register_waiter();
+            let mut keys = self.maps.base_keys();
+            keys.push(inbox.key().to_string());
+            keys.push(self.maps.cleanup.keys_info().hash.clone());
+            let mut args = self.maps.base_args();
+            args.extend([
+                Value::from(key),
+                Value::Bytes(body.clone()),
+                Value::from(owner.as_str()),
+                Value::from(request.to_string()),
+                Value::from(self.id.as_str()),
+                Value::from(self.options.max_queued_jobs.to_string()),
+                Value::from(pending_ttl.to_string()),
+                Value::from(INBOX_MAXLEN.to_string()),
+            ]);
+            let reply: Value = match self.scripts.admit.run(&self.client, keys, args).await {
+                Ok(v) => v,
+                Err(e) => {
+                    self.waiters.remove(&request);
+                    return Err(e);
+                }
+            };
+            let (status, rest) = crate::scripts::status_reply(reply)?;
+            match status.as_str() {
+                "ok" => {
+                    tracing::debug!(key, owner = %owner, "job admitted");
+                    let reply = self.await_reply(request, rx, deadline).await?;
+                    return match reply.status.as_str() {
+                        "ok" => Ok(()),
+                        "failed" => Err(Error::StartFailed {
+                            key: key.to_string(),
+                            message: reply.message,
+                        }),
+                        "superseded" => Err(Error::JobExists(key.to_string())),
+                        other => Err(Error::Malformed {
+                            what: "dispatch reply",
+                            reason: format!("unknown status {other:?}"),
+                        }),
+                    };
+                }
+                "exists" => {
+                    self.waiters.remove(&request);
+                    return Err(Error::JobExists(key.to_string()));
+                }
+                "full" => {
+                    self.waiters.remove(&request);
+                    let len = rest.first().and_then(|v| v.as_u64()).unwrap_or_default();
+                    return Err(Error::PoolFull(len));
+                }
+                "no_worker" => {
+                    // Our view of the ring is behind: the owner left or is
+                    // being cleaned. Wait for the view to move, then retry.
+                    self.waiters.remove(&request);
+                    self.refresh_ring();
+                    let mut version = self.ring_version.subscribe();
+                    if Instant::now() >= deadline {
+                        return Err(Error::NoActiveWorker(self.pool.clone()));
+                    }
+                    let _ = tokio::time::timeout(Duration::from_millis(50), version.changed()).await;
+                }
+                other => {
+                    self.waiters.remove(&request);
+                    return Err(Error::Malformed {
+                        what: "admission reply",
+                        reason: format!("unknown status {other:?}"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The ring owner of `key`, waiting until `deadline` for a worker.
+    pub(crate) async fn wait_for_owner(&self, key: &str, deadline: Instant) -> Result<String> {
+        let mut version = self.ring_version.subscribe();
+        loop {
+            if let Some(owner) = self.ring.load().owner(key) {
+                return Ok(owner.to_string());
+            }
+            if tokio::time::timeout_at(deadline, version.changed()).await.is_err() {
+                return Err(Error::NoActiveWorker(self.pool.clone()));
+            }
+        }
+    }
+
+    /// Queues `event` at the owner of job `key` (stop, notify).
+    async fn to_owner(&self, key: &str, event: &str, body: Bytes) -> Result<()> {
+        let mut owner = self
+            .maps
+            .jobs
+            .get(key)
+            .and_then(|v| crate::maps::job_owner(&v).map(|(w, _)| w.to_string()))
+            .unwrap_or_else(|| "-".to_string());
+        for _ in 0..5 {
+            let mut keys = self.maps.base_keys();
+            keys.push(self.inbox(&owner)?.key().to_string());
+            let mut args = self.maps.base_args();
+            args.extend([
+                Value::from(key),
+                Value::from(owner.as_str()),
+                Value::from(event),
+                Value::Bytes(body.clone()),
+                Value::from(INBOX_MAXLEN.to_string()),
+            ]);
+            let reply: Value = self.scripts.to_owner.run(&self.client, keys, args).await?;
+            let (status, rest) = crate::scripts::status_reply(reply)?;
+            match status.as_str() {
+                "ok" => return Ok(()),
+                "not_found" => return Err(Error::JobNotFound(key.to_string())),
+                "moved" => {
+                    owner = rest
+                        .first()
+                        .and_then(|v| v.as_string())
+                        .unwrap_or_else(|| "-".into());
+                }
+                other => {
+                    return Err(Error::Malformed {
+                        what: "to_owner reply",
+                        reason: format!("unknown status {other:?}"),
+                    });
+                }
+            }
+        }
+        Err(Error::JobNotFound(key.to_string()))
+    }
+
+    /// Waits for the reply to `request` until `deadline`.
+    pub(crate) async fn await_reply(
+        &self,
+        request: u64,
+        rx: tokio::sync::oneshot::Receiver<Reply>,
+        deadline: Instant,
+    ) -> Result<Reply> {
+        let cancel = self.cancel.clone();
+        let result = tokio::select! {
+            r = tokio::time::timeout_at(deadline, rx) => r,
+            _ = cancel.cancelled() => {
+                self.waiters.remove(&request);
+                return Err(Error::Closed);
+            }
+        };
+        match result {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_)) => Err(Error::Closed),
+            Err(_) => {
+                self.waiters.remove(&request);
+                Err(Error::Timeout(self.options.dispatch_timeout))
+            }
+        }
+    }
+}

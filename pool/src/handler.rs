@@ -1,0 +1,198 @@
+//! What a worker runs: the [`Handler`] trait, the [`Job`] it receives, and
+//! [`TaskHandler`], an adapter that runs each job as a tokio task.
+
+use std::fmt;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use dashmap::DashMap;
+use futures::FutureExt;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The error a handler returns. Its text reaches the dispatcher.
+pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A job handed to a worker.
+#[derive(Clone)]
+pub struct Job {
+    /// The job's key, unique in the pool.
+    pub key: String,
+    /// The opaque payload given to `dispatch_job`.
+    pub payload: Bytes,
+    /// When the job was first dispatched (Redis server time).
+    pub created_at: SystemTime,
+    /// Fencing token: strictly increases each time this key starts anywhere
+    /// in the pool. Pass it to downstream storage so that it can refuse
+    /// writes from a stale owner.
+    pub fencing_token: u64,
+}
+
+impl fmt::Debug for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Job")
+            .field("key", &self.key)
+            .field("payload_len", &self.payload.len())
+            .field("created_at", &self.created_at)
+            .field("fencing_token", &self.fencing_token)
+            .finish()
+    }
+}
+
+/// Runs the jobs a worker owns.
+///
+/// `start` should return once the job is running (spawn long work), and
+/// `stop` once it has stopped: the pool hands a job to another worker only
+/// after `stop` returned, which is what keeps a key on one worker at a time.
+/// Errors and panics are caught and reported; they never kill the worker.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// Starts a job. An error is returned to the dispatcher as
+    /// [`Error::StartFailed`](crate::Error::StartFailed) and the job is not
+    /// recorded.
+    async fn start(&self, job: Job) -> Result<(), HandlerError>;
+
+    /// Stops a job this worker runs (asked by `stop_job`, a rebalance, a
+    /// lease loss, `close` or `shutdown`).
+    async fn stop(&self, key: &str) -> Result<(), HandlerError>;
+
+    /// A message for the job `key` sent with `notify_worker`.
+    async fn notify(&self, key: &str, payload: Bytes) -> Result<(), HandlerError> {
+        let _ = (key, payload);
+        Ok(())
+    }
+
+    /// A keyed message sent with `dispatch_message`, routed like a job key
+    /// but with no job.
+    async fn message(&self, key: &str, payload: Bytes) -> Result<(), HandlerError> {
+        let _ = (key, payload);
+        Ok(())
+    }
+}
+
+/// Runs a handler future, turning a panic into an error.
+pub(crate) async fn guarded<F>(what: &'static str, fut: F) -> Result<(), String>
+where
+    F: Future<Output = Result<(), HandlerError>>,
+{
+    match AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            tracing::error!(what, panic = %msg, "handler panicked");
+            Err(format!("handler panicked: {msg}"))
+        }
+    }
+}
+
+/// A [`Handler`] that runs each job as a tokio task given a
+/// [`CancellationToken`]: write one async fn, the adapter does start/stop.
+///
+/// `stop` cancels the token and waits for the task to end, up to the stop
+/// timeout (default 30 s), then aborts it.
+///
+/// ```
+/// use flotilla_pool::{Job, TaskHandler};
+/// use tokio_util::sync::CancellationToken;
+///
+/// let handler = TaskHandler::new(|job: Job, cancel: CancellationToken| async move {
+///     while !cancel.is_cancelled() {
+///         // work on job.key ...
+///         tokio::select! {
+///             _ = cancel.cancelled() => {}
+///             _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+///         }
+///     }
+///     Ok(())
+/// });
+/// # let _ = handler;
+/// ```
+pub struct TaskHandler<F> {
+    run: Arc<F>,
+    tasks: Arc<DashMap<String, (CancellationToken, JoinHandle<()>)>>,
+    stop_timeout: Duration,
+}
+
+impl<F> fmt::Debug for TaskHandler<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskHandler")
+            .field("running", &self.tasks.len())
+            .field("stop_timeout", &self.stop_timeout)
+            .finish()
+    }
+}
+
+impl<F, Fut> TaskHandler<F>
+where
+    F: Fn(Job, CancellationToken) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    /// Wraps an async fn run once per job.
+    pub fn new(run: F) -> Self {
+        TaskHandler {
+            run: Arc::new(run),
+            tasks: Arc::new(DashMap::new()),
+            stop_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// How long `stop` waits for a cancelled task before aborting it.
+    /// Default: 30 s.
+    pub fn stop_timeout(mut self, timeout: Duration) -> Self {
+        self.stop_timeout = timeout;
+        self
+    }
+
+    /// Keys of the jobs whose task runs now.
+    pub fn running(&self) -> Vec<String> {
+        self.tasks.iter().map(|e| e.key().clone()).collect()
+    }
+}
+
+#[async_trait]
+impl<F, Fut> Handler for TaskHandler<F>
+where
+    F: Fn(Job, CancellationToken) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), HandlerError>> + Send + 'static,
+{
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        let key = job.key.clone();
+        let cancel = CancellationToken::new();
+        let fut = (self.run)(job, cancel.clone());
+        let task_key = key.clone();
+        let handle = tokio::spawn(async move {
+            if let Err(e) = guarded("task", fut).await {
+                tracing::warn!(key = %task_key, error = %e, "job task ended with an error");
+            }
+        });
+        if let Some((old_cancel, old)) = self.tasks.insert(key, (cancel, handle)) {
+            old_cancel.cancel();
+            old.abort();
+        }
+        Ok(())
+    }
+
+    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        let Some((_, (cancel, mut handle))) = self.tasks.remove(key) else {
+            return Ok(());
+        };
+        cancel.cancel();
+        if tokio::time::timeout(self.stop_timeout, &mut handle)
+            .await
+            .is_err()
+        {
+            tracing::warn!(key, "job task did not stop in time; aborting it");
+            handle.abort();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+//! Keep-alive and leases: a worker's keep-alive is its lease on its jobs.
+//!
+//! The node renews the keep-alive of all its workers every TTL/3 in one
+//! script, on Redis server time. Independently, it measures on its own
+//! monotonic clock the time since the last successful renewal was *sent*;
+//! past `lease_stop_after` it stops its jobs (policy `StopJobs`) before any
+//! other node may judge the worker dead (which takes a full TTL of server
+//! time after the last renewal was *applied*, later than it was sent).
+//! When renewal works again, it resumes the jobs still assigned to it.
+//! A worker that Redis no longer knows (cleaned up while partitioned, or
+//! Redis lost its data) registers again and re-asserts the jobs it runs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::Value;
+use tokio::time::Instant;
+
+use crate::codec;
+use crate::error::Result;
+use crate::handler::{Job, guarded};
+use crate::node::NodeInner;
+use crate::options::LeasePolicy;
+use crate::worker::{LocalJob, WorkerInner};
+
+impl NodeInner {
+    pub(crate) async fn keepalive_loop(self: Arc<Self>) {
+        let period = self.options.worker_ttl / 3;
+        let mut last_ok = Instant::now();
+        let mut suspended = false;
+        let mut next = Instant::now() + period;
+        loop {
+            let lease_deadline = last_ok + self.options.lease_stop_after;
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(lease_deadline), if !suspended => {
+                    if self.options.lease_policy == LeasePolicy::StopJobs && !self.workers.is_empty() {
+                        tracing::warn!(node = %self.id, since = ?last_ok.elapsed(), "lease lost: stopping local jobs");
+                        metrics::counter!("flotilla_pool_lease_lost_total").increment(1);
+                        self.suspend_all().await;
+                    }
+                    suspended = true;
+                }
+                _ = tokio::time::sleep_until(next) => {
+                    next = Instant::now() + period;
+                    let sent = Instant::now();
+                    match tokio::time::timeout(period, self.renew()).await {
+                        Ok(Ok(unknown)) => {
+                            last_ok = sent;
+                            for worker in unknown {
+                                if let Err(e) = self.reregister(&worker).await {
+                                    tracing::warn!(worker, error = %e, "re-registering worker failed");
+                                }
+                            }
+                            if suspended {
+                                suspended = false;
+                                self.resume_all().await;
+                            }
+                        }
+                        Ok(Err(e)) => tracing::warn!(node = %self.id, error = %e, "keep-alive failed"),
+                        Err(_) => tracing::warn!(node = %self.id, "keep-alive timed out"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Renews the node's and its workers' keep-alives. Returns the local
+    /// workers Redis does not know.
+    async fn renew(&self) -> Result<Vec<String>> {
+        let ka = self.maps.keepalive.keys_info();
+        let nodes = self.maps.nodes.keys_info();
+        let mut keys = self.maps.base_keys();
+        keys.extend([
+            ka.hash.clone(),
+            ka.revision.clone(),
+            nodes.hash.clone(),
+            nodes.revision.clone(),
+        ]);
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(ka.channel.clone()),
+            Value::from(nodes.channel.clone()),
+            Value::from(self.id.as_str()),
+        ]);
+        args.extend(self.workers.iter().map(|w| Value::from(w.key().as_str())));
+        let reply: Vec<Value> = self.scripts.keepalive.run(&self.client, keys, args).await?;
+        Ok(reply.into_iter().skip(1).filter_map(|v| v.as_string()).collect())
+    }
+
+    /// Registers a worker Redis forgot and re-asserts its jobs: those nobody
+    /// else took keep running (after data loss), the others stop here.
+    async fn reregister(&self, id: &str) -> Result<()> {
+        let Some(worker) = self.workers.get(id).map(|w| w.value().clone()) else {
+            return Ok(());
+        };
+        tracing::warn!(worker = id, "worker unknown to redis: registering again");
+        self.register_worker(id).await?;
+        let _guard = worker.ops.lock().await;
+        let running: Vec<(String, LocalJob)> = worker
+            .jobs
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        for (key, job) in running {
+            if self.reassert(&worker, &key, &job).await? != "ok" {
+                tracing::info!(key, worker = id, "job moved while we were away; stopping it here");
+                let _ = guarded("stop", worker.handler.stop(&key)).await;
+                worker.jobs.remove(&key);
+            }
+        }
+        // Jobs suspended on lease loss come back too if nobody took them.
+        let suspended: Vec<(String, LocalJob)> = worker.suspended.lock().await.drain().collect();
+        for (key, job) in suspended {
+            if self.reassert(&worker, &key, &job).await? == "ok" {
+                worker.suspended.lock().await.insert(key, job);
+            }
+        }
+        Ok(())
+    }
+
+    async fn reassert(&self, worker: &WorkerInner, key: &str, job: &LocalJob) -> Result<String> {
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(key),
+            Value::from(worker.id.as_str()),
+            Value::from(job.token.to_string()),
+            Value::Bytes(codec::stored(job.created_at_ms, &job.raw_body)),
+        ]);
+        self.scripts
+            .reassert
+            .run(&self.client, self.maps.base_keys(), args)
+            .await
+    }
+
+    /// Stops every local job, remembering them to resume later.
+    async fn suspend_all(&self) {
+        let workers: Vec<Arc<WorkerInner>> = self.workers.iter().map(|w| w.value().clone()).collect();
+        for worker in workers {
+            let _guard = worker.ops.lock().await;
+            let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
+            for key in keys {
+                if let Some((_, job)) = worker.jobs.remove(&key) {
+                    if let Err(e) = guarded("stop", worker.handler.stop(&key)).await {
+                        tracing::warn!(key, error = %e, "handler stop failed on lease loss");
+                    }
+                    worker.suspended.lock().await.insert(key, job);
+                }
+            }
+        }
+    }
+
+    /// Restarts suspended jobs that are still ours, with new tokens.
+    async fn resume_all(&self) {
+        let workers: Vec<Arc<WorkerInner>> = self.workers.iter().map(|w| w.value().clone()).collect();
+        for worker in workers {
+            let _guard = worker.ops.lock().await;
+            let suspended: Vec<(String, LocalJob)> = worker.suspended.lock().await.drain().collect();
+            for (key, job) in suspended {
+                let mut args = self.maps.base_args();
+                args.extend([Value::from(key.as_str()), Value::from(worker.id.as_str())]);
+                let token: Option<u64> = match self
+                    .scripts
+                    .resume
+                    .run(&self.client, self.maps.base_keys(), args)
+                    .await
+                {
+                    Ok(t) => t,
+                    Err(e) => {
+                        tracing::warn!(key, error = %e, "resuming job failed; will retry");
+                        worker.suspended.lock().await.insert(key, job);
+                        continue;
+                    }
+                };
+                let Some(token) = token else {
+                    tracing::info!(key, "job moved during lease loss; forgetting it");
+                    continue;
+                };
+                let run = Job {
+                    key: key.clone(),
+                    payload: job.payload.clone(),
+                    created_at: std::time::SystemTime::UNIX_EPOCH
+                        + Duration::from_millis(job.created_at_ms),
+                    fencing_token: token,
+                };
+                match guarded("start", worker.handler.start(run)).await {
+                    Ok(()) => {
+                        worker.jobs.insert(key, LocalJob { token, ..job });
+                    }
+                    Err(e) => {
+                        // Ownership stays recorded; the job is requeued to a
+                        // fresh start by handing it to ourselves again.
+                        tracing::warn!(key, error = %e, "restart after lease loss failed; requeueing");
+                        self.requeue_job(&key, &worker.id).await;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,537 @@
+//! A process's handle on a pool: joins the pool's maps, reads its workers'
+//! inboxes and its reply stream, and owns every background task.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use dashmap::DashMap;
+use flotilla_streaming::{Event, Reader, ReaderOptions, StartPosition, Stream, StreamOptions};
+use fred::prelude::*;
+use futures::StreamExt;
+use tokio::sync::{Mutex, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::codec::Reply;
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::maps::PoolMaps;
+use crate::options::NodeOptions;
+use crate::routing::Ring;
+use crate::scripts::Scripts;
+use crate::worker::WorkerInner;
+
+/// Key of the shutdown flag in the `shutdown` map.
+pub(crate) const SHUTDOWN_FLAG: &str = "shutdown";
+
+/// A process's handle on a pool.
+///
+/// Cheap to clone; every clone is the same node. Dispatch from any node;
+/// host workers with [`Worker::new`](crate::Worker::new) unless the node is
+/// client-only. Call [`Node::close`] before the process exits so that its
+/// jobs move to other workers at once rather than after the worker TTL.
+///
+/// ```no_run
+/// use flotilla_pool::{Node, NodeOptions, TaskHandler, Worker};
+///
+/// # async fn demo(client: fred::prelude::Client) -> Result<(), flotilla_pool::Error> {
+/// let node = Node::join(&client, "billing", NodeOptions::default()).await?;
+/// let _worker = Worker::new(&node, TaskHandler::new(|job, cancel| async move {
+///     cancel.cancelled().await; // run until stopped
+///     let _ = job;
+///     Ok(())
+/// })).await?;
+/// node.dispatch_job("customer-42", &b"payload"[..]).await?;
+/// node.stop_job("customer-42").await?;
+/// node.close().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Node {
+    pub(crate) inner: Arc<NodeInner>,
+}
+
+/// State shared by a node's handles and tasks.
+pub(crate) struct NodeInner {
+    pub(crate) pool: String,
+    pub(crate) id: String,
+    pub(crate) client: Client,
+    pub(crate) options: NodeOptions,
+    pub(crate) maps: PoolMaps,
+    pub(crate) scripts: Scripts,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    /// Active workers as this node sees them.
+    pub(crate) ring: ArcSwap<Ring>,
+    /// Bumped whenever `ring` changes.
+    pub(crate) ring_version: watch::Sender<u64>,
+    /// Dispatchers waiting for a worker's reply, by request id.
+    pub(crate) waiters: DashMap<u64, oneshot::Sender<Reply>>,
+    pub(crate) next_request: AtomicU64,
+    pub(crate) reply_stream: Stream,
+    pub(crate) reader: Reader,
+    /// Workers hosted here.
+    pub(crate) workers: DashMap<String, Arc<WorkerInner>>,
+    /// Stream handles of inboxes (any worker's), cached.
+    pub(crate) inboxes: DashMap<String, Stream>,
+    pub(crate) tasks: TaskTracker,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) closed: AtomicBool,
+    /// When the node last (re)connected to Redis: it judges nobody dead for
+    /// one TTL after that.
+    pub(crate) connected_at: Mutex<Instant>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("pool", &self.inner.pool)
+            .field("id", &self.inner.id)
+            .field("workers", &self.inner.workers.len())
+            .field("closed", &self.inner.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// A worker of the pool as registered in Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// Worker id.
+    pub id: String,
+    /// Node hosting the worker.
+    pub node: String,
+    /// Host name of that node's process.
+    pub host: String,
+    /// Process id of that node's process.
+    pub pid: u32,
+    /// Registration time, Redis server time in ms.
+    pub created_at_ms: u64,
+    /// Last keep-alive, Redis server time in ms.
+    pub keepalive_ms: Option<u64>,
+    /// Whether a cleanup of this worker is under way (it was found dead).
+    pub cleaning: bool,
+    /// Jobs it owns.
+    pub jobs: usize,
+}
+
+impl Node {
+    /// Joins `pool`: joins its replicated maps, starts reading this node's
+    /// reply stream, and starts the keep-alive, cleanup and rebalance tasks.
+    ///
+    /// The client is shared (its commands are multiplexed); blocking reads
+    /// run on a dedicated connection the node opens itself.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a bad pool name, [`Error::InvalidOptions`],
+    /// [`Error::ShuttingDown`] when the pool is being shut down, and Redis
+    /// errors.
+    pub async fn join(client: &Client, pool: &str, options: NodeOptions) -> Result<Node> {
+        crate::check_name("pool name", pool)?;
+        options.validate()?;
+        let id = options
+            .node_id
+            .clone()
+            .unwrap_or_else(|| format!("n-{}", uuid::Uuid::new_v4().simple()));
+        let maps = PoolMaps::join(client, pool).await?;
+        if maps.shutdown.contains_key(SHUTDOWN_FLAG) {
+            maps.close().await;
+            return Err(Error::ShuttingDown(pool.to_string()));
+        }
+        let reply_stream = Stream::new(
+            client,
+            &keys::node_replies(&id),
+            StreamOptions::default().hash_tag(pool),
+        )?;
+        let reader = Reader::new(
+            client,
+            &[&reply_stream],
+            ReaderOptions {
+                start: StartPosition::Newest,
+                block: Duration::from_secs(5),
+                max_events: 1000,
+                buffer: 8192,
+                ..ReaderOptions::default()
+            },
+        )
+        .await?;
+        let (ring_version, _) = watch::channel(0);
+        let inner = Arc::new(NodeInner {
+            pool: pool.to_string(),
+            id,
+            client: client.clone(),
+            options,
+            maps,
+            scripts: Scripts::new(),
+            host: hostname::get()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "unknown".into()),
+            pid: std::process::id(),
+            ring: ArcSwap::from_pointee(Ring::default()),
+            ring_version,
+            waiters: DashMap::new(),
+            next_request: AtomicU64::new(1),
+            reply_stream,
+            reader,
+            workers: DashMap::new(),
+            inboxes: DashMap::new(),
+            tasks: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+            closed: AtomicBool::new(false),
+            connected_at: Mutex::new(Instant::now()),
+        });
+        inner.refresh_ring();
+        inner.spawn_tasks();
+        tracing::info!(pool, node = %inner.id, "node joined pool");
+        metrics::counter!("flotilla_pool_nodes_joined_total").increment(1);
+        Ok(Node { inner })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The pool's name.
+    pub fn pool(&self) -> &str {
+        &self.inner.pool
+    }
+
+    /// The options this node runs with.
+    pub fn options(&self) -> &NodeOptions {
+        &self.inner.options
+    }
+
+    /// Whether [`close`](Node::close) or [`shutdown`](Node::shutdown) ran.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// The worker that owns `key` under this node's current view of the
+    /// pool, or `None` when no worker is active.
+    pub fn placement(&self, key: &str) -> Option<String> {
+        self.inner.ring.load().owner(key).map(str::to_string)
+    }
+
+    /// Ids of the workers hosted on this node.
+    pub fn workers(&self) -> Vec<String> {
+        self.inner.workers.iter().map(|w| w.key().clone()).collect()
+    }
+
+    /// Every worker registered in the pool, from this node's replicas.
+    pub fn pool_workers(&self) -> Vec<WorkerInfo> {
+        let maps = &self.inner.maps;
+        let mut counts = std::collections::HashMap::<String, usize>::new();
+        for (_, v) in maps.jobs.snapshot().iter() {
+            if let Some((owner, _)) = crate::maps::job_owner(v) {
+                *counts.entry(owner.to_string()).or_default() += 1;
+            }
+        }
+        let cleanup = maps.cleanup.snapshot();
+        let keepalive = maps.keepalive.snapshot();
+        let mut out: Vec<WorkerInfo> = maps
+            .workers
+            .snapshot()
+            .iter()
+            .map(|(id, raw)| {
+                let info: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
+                WorkerInfo {
+                    id: id.clone(),
+                    node: info["node"].as_str().unwrap_or_default().to_string(),
+                    host: info["host"].as_str().unwrap_or_default().to_string(),
+                    pid: info["pid"].as_u64().unwrap_or_default() as u32,
+                    created_at_ms: info["created_at_ms"].as_u64().unwrap_or_default(),
+                    keepalive_ms: keepalive.get(id).and_then(|v| v.parse().ok()),
+                    cleaning: cleanup.contains_key(id),
+                    jobs: counts.get(id).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+        out
+    }
+
+    /// Keys of every job running in the pool (this node's replica).
+    pub fn job_keys(&self) -> Vec<String> {
+        self.inner.maps.jobs.keys()
+    }
+
+    /// The owner and fencing token of a running job (this node's replica).
+    pub fn job_owner(&self, key: &str) -> Option<(String, u64)> {
+        let v = self.inner.maps.jobs.get(key)?;
+        crate::maps::job_owner(&v).map(|(w, t)| (w.to_string(), t))
+    }
+
+    /// Stops this node's workers, hands their jobs to other workers (or
+    /// leaves them for the next worker when none remains), removes the
+    /// workers and their inboxes, and ends every background task.
+    /// Idempotent.
+    ///
+    /// # Errors
+    /// Redis errors while handing jobs over (the jobs are then requeued by
+    /// the cleanup of the dead worker after its TTL; nothing is lost).
+    pub async fn close(&self) -> Result<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let workers: Vec<Arc<WorkerInner>> =
+            self.inner.workers.iter().map(|w| w.value().clone()).collect();
+        let mut first_error = None;
+        for worker in workers {
+            if let Err(e) = self.inner.retire_worker(&worker, true).await {
+                tracing::warn!(worker = %worker.id, error = %e, "handing over jobs on close failed");
+                first_error.get_or_insert(e);
+            }
+        }
+        self.inner.stop_tasks().await;
+        let _ = self
+            .inner
+            .maps
+            .nodes
+            .delete(&self.inner.id)
+            .await
+            .map_err(|e| tracing::debug!(error = %e, "removing node entry failed"));
+        let _ = self.inner.reply_stream.destroy().await;
+        self.inner.maps.close().await;
+        tracing::info!(pool = %self.inner.pool, node = %self.inner.id, "node closed");
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Stops every job on every node of the pool and deletes the pool's
+    /// keys. Nodes see the shutdown flag, stop their jobs (without handing
+    /// them over) and close; this call waits for their workers to go (up to
+    /// the worker shutdown TTL) and then deletes every `fl:{pool}:*` key.
+    ///
+    /// # Errors
+    /// Redis errors.
+    pub async fn shutdown(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner
+            .maps
+            .shutdown
+            .set(SHUTDOWN_FLAG, &inner.id)
+            .await?;
+        tracing::info!(pool = %inner.pool, node = %inner.id, "pool shutdown requested");
+        // Our own workers stop here; other nodes react to the flag.
+        inner.stop_for_shutdown().await;
+        let deadline = inner.options.worker_shutdown_ttl;
+        let maps = inner.maps.clone();
+        let gone = maps
+            .workers
+            .wait_for(deadline, |m| m.is_empty())
+            .await;
+        if gone.is_err() {
+            tracing::warn!(pool = %inner.pool, "workers still registered at the shutdown deadline; deleting anyway");
+        }
+        self.close().await?;
+        delete_pool_keys(&inner.client, &inner.pool).await
+    }
+}
+
+/// Deletes every key of a pool, by SCAN pages.
+pub(crate) async fn delete_pool_keys(client: &Client, pool: &str) -> Result<()> {
+    let pattern = keys::pool_pattern(pool);
+    let mut cursor = "0".to_string();
+    loop {
+        let (next, found): (String, Vec<String>) = client
+            .scan_page(cursor.clone(), pattern.clone(), Some(500), None)
+            .await
+            .map_err(crate::error::from_redis)?;
+        if !found.is_empty() {
+            let _: i64 = client.del(found).await.map_err(crate::error::from_redis)?;
+        }
+        if next == "0" {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+impl NodeInner {
+    /// Recomputes the ring from the workers and cleanup maps.
+    pub(crate) fn refresh_ring(&self) {
+        let cleaning = self.maps.cleanup.snapshot();
+        let ring = Ring::new(
+            self.maps
+                .workers
+                .keys()
+                .into_iter()
+                .filter(|w| !cleaning.contains_key(w)),
+        );
+        if **self.ring.load() != ring {
+            self.ring.store(Arc::new(ring));
+            self.ring_version.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// The inbox stream of any worker (cached handle).
+    pub(crate) fn inbox(&self, worker: &str) -> Result<Stream> {
+        if let Some(s) = self.inboxes.get(worker) {
+            return Ok(s.clone());
+        }
+        let s = Stream::new(
+            &self.client,
+            &keys::worker_inbox(worker),
+            StreamOptions::default().hash_tag(&self.pool),
+        )?;
+        self.inboxes.insert(worker.to_string(), s.clone());
+        Ok(s)
+    }
+
+    /// The reply stream key of `node`.
+    pub(crate) fn reply_key(&self, node: &str) -> Result<String> {
+        if node == self.id {
+            return Ok(self.reply_stream.key().to_string());
+        }
+        Ok(Stream::new(
+            &self.client,
+            &keys::node_replies(node),
+            StreamOptions::default().hash_tag(&self.pool),
+        )?
+        .key()
+        .to_string())
+    }
+
+    fn spawn_tasks(self: &Arc<Self>) {
+        let me = self.clone();
+        self.tasks.spawn(async move { me.read_loop().await });
+        let me = self.clone();
+        self.tasks.spawn(async move { me.ring_loop().await });
+        let me = self.clone();
+        self.tasks.spawn(async move { me.reconnect_loop().await });
+        let me = self.clone();
+        self.tasks.spawn(async move { me.shutdown_watch().await });
+        let me = self.clone();
+        self.tasks.spawn(async move { me.keepalive_loop().await });
+        if !self.options.client_only {
+            let me = self.clone();
+            self.tasks.spawn(async move { me.cleanup_loop().await });
+            let me = self.clone();
+            self.tasks.spawn(async move { me.rebalance_loop().await });
+        }
+    }
+
+    pub(crate) async fn stop_tasks(&self) {
+        self.cancel.cancel();
+        self.reader.close().await;
+        self.tasks.close();
+        if tokio::time::timeout(Duration::from_secs(10), self.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(node = %self.id, "background tasks did not end within 10 s");
+        }
+    }
+
+    /// Routes every event read from the reply stream and the local inboxes.
+    async fn read_loop(self: Arc<Self>) {
+        let mut events = self.reader.events();
+        let reply_name = self.reply_stream.name().to_string();
+        loop {
+            let event: Event = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                e = events.next() => match e {
+                    Some(e) => e,
+                    None => return,
+                },
+            };
+            if event.stream == reply_name {
+                match Reply::parse(&event.payload) {
+                    Ok(reply) => {
+                        if let Some((_, tx)) = self.waiters.remove(&reply.request) {
+                            let _ = tx.send(reply);
+                        }
+                    }
+                    Err(e) => tracing::warn!(id = %event.id, error = %e, "malformed reply skipped"),
+                }
+                continue;
+            }
+            let Some(worker_id) = event.stream.strip_prefix("inbox:") else {
+                tracing::warn!(stream = %event.stream, "event from an unknown stream skipped");
+                continue;
+            };
+            let worker = self.workers.get(worker_id).map(|w| w.value().clone());
+            match worker {
+                Some(worker) => worker.deliver(event).await,
+                None => tracing::debug!(worker = worker_id, "event for a removed worker left in its inbox"),
+            }
+        }
+    }
+
+    /// Keeps the ring current as workers join, leave or get cleaned.
+    async fn ring_loop(self: Arc<Self>) {
+        let mut workers = self.maps.workers.subscribe();
+        let mut cleanup = self.maps.cleanup.subscribe();
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                e = workers.next() => if e.is_none() { return },
+                e = cleanup.next() => if e.is_none() { return },
+            }
+            self.refresh_ring();
+        }
+    }
+
+    /// Tracks (re)connections: after one, the node judges nobody dead for
+    /// one TTL, since keep-alives could not reach Redis either.
+    async fn reconnect_loop(self: Arc<Self>) {
+        let mut rx = self.client.reconnect_rx();
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                r = rx.recv() => match r {
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        *self.connected_at.lock().await = Instant::now();
+                        tracing::info!(node = %self.id, "reconnected to redis");
+                    }
+                    Err(_) => return,
+                },
+            }
+        }
+    }
+
+    /// Reacts to a pool shutdown requested by any node.
+    async fn shutdown_watch(self: Arc<Self>) {
+        loop {
+            let seen = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                r = self.maps.shutdown.wait_for(Duration::from_secs(3600), |m| m.contains_key(SHUTDOWN_FLAG)) => r,
+            };
+            match seen {
+                Ok(()) => break,
+                Err(flotilla_rmap::Error::Timeout(_)) => continue,
+                Err(_) => return,
+            }
+        }
+        tracing::info!(node = %self.id, "pool is shutting down: stopping local jobs");
+        self.stop_for_shutdown().await;
+    }
+
+    /// Stops every local job without handing it over and removes the local
+    /// workers (pool shutdown).
+    pub(crate) async fn stop_for_shutdown(self: &Arc<Self>) {
+        let workers: Vec<Arc<WorkerInner>> =
+            self.workers.iter().map(|w| w.value().clone()).collect();
+        for worker in workers {
+            if let Err(e) = self.retire_worker(&worker, false).await {
+                tracing::warn!(worker = %worker.id, error = %e, "removing worker on shutdown failed");
+            }
+        }
+    }
+
+    /// A fresh request id and the receiver of its reply.
+    pub(crate) fn register_waiter(&self) -> (u64, oneshot::Receiver<Reply>) {
+        let id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.waiters.insert(id, tx);
+        (id, rx)
+    }
+
+    /// Whether the node (re)connected less than one TTL ago.
+    pub(crate) async fn recently_connected(&self) -> bool {
+        self.connected_at.lock().await.elapsed() < self.options.worker_ttl
+    }
+}

@@ -1,0 +1,207 @@
+//! Options of a pool node. Defaults live in `impl Default` only.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// What a worker does when it could not renew its keep-alive (its lease on
+/// its jobs) for [`NodeOptions::lease_stop_after`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LeasePolicy {
+    /// Stop every job before the lease can lapse, so no other worker can
+    /// start them while they still run here (invariant I1 without relying on
+    /// downstream fencing). Jobs are restarted, with a new fencing token,
+    /// once renewal succeeds again and the pool still assigns them here.
+    #[default]
+    StopJobs,
+    /// Keep running and rely on fencing tokens downstream to reject the
+    /// stale owner once another worker took the job.
+    KeepRunning,
+}
+
+/// Options for [`Node::join`](crate::Node::join).
+///
+/// ```
+/// use std::time::Duration;
+/// use flotilla_pool::NodeOptions;
+///
+/// let options = NodeOptions::default()
+///     .worker_ttl(Duration::from_secs(10))
+///     .max_payload_size(64 * 1024);
+/// assert!(options.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeOptions {
+    /// A client-only node dispatches but hosts no worker and runs no
+    /// cleanup. Default: `false`.
+    pub client_only: bool,
+    /// How long a worker may go without renewing its keep-alive before any
+    /// node may declare it dead and move its jobs. Renewals happen every
+    /// TTL/3. Default: 30 s.
+    pub worker_ttl: Duration,
+    /// A worker that has not renewed for this long, by its own monotonic
+    /// clock since the last successful renewal was sent, stops its jobs
+    /// (with [`LeasePolicy::StopJobs`]). Must be below `worker_ttl`; the
+    /// margin `worker_ttl - lease_stop_after` must cover the handler's
+    /// `stop` time. Default: 2/3 of `worker_ttl` (20 s).
+    pub lease_stop_after: Duration,
+    /// What to do on lease loss. Default: [`LeasePolicy::StopJobs`].
+    pub lease_policy: LeasePolicy,
+    /// How long `close` waits for local handlers to stop. Default: 30 s.
+    pub worker_shutdown_ttl: Duration,
+    /// How long a dispatch may stay pending (admitted, not yet started)
+    /// before it is treated as stale and requeued. Counted on Redis server
+    /// time from admission, on top of `dispatch_timeout`. Default: 20 s.
+    pub ack_grace: Duration,
+    /// Most events queued in one worker inbox; a dispatch to a fuller inbox
+    /// fails with [`Error::PoolFull`]. `0` means no limit. Default: 10,000.
+    pub max_queued_jobs: u64,
+    /// How long `dispatch_job`, `stop_job` wait for the worker's answer
+    /// (and for a first worker when none is active). Default: 10 s.
+    pub dispatch_timeout: Duration,
+    /// Largest accepted payload. Default: 1 MiB.
+    pub max_payload_size: usize,
+    /// A payload without owner and without pending dispatch is requeued
+    /// when still orphaned after this long. Default: 2 × `worker_ttl`.
+    pub orphan_grace: Duration,
+    /// Period of the cleanup sweep (dead workers, stale pending guards,
+    /// orphans). Default: `worker_ttl` / 2.
+    pub cleanup_interval: Duration,
+    /// Fixed node id; `None` generates a unique one. Default: `None`.
+    pub node_id: Option<String>,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        let ttl = Duration::from_secs(30);
+        NodeOptions {
+            client_only: false,
+            worker_ttl: ttl,
+            lease_stop_after: ttl * 2 / 3,
+            lease_policy: LeasePolicy::StopJobs,
+            worker_shutdown_ttl: Duration::from_secs(30),
+            ack_grace: Duration::from_secs(20),
+            max_queued_jobs: 10_000,
+            dispatch_timeout: Duration::from_secs(10),
+            max_payload_size: 1024 * 1024,
+            orphan_grace: ttl * 2,
+            cleanup_interval: ttl / 2,
+            node_id: None,
+        }
+    }
+}
+
+impl NodeOptions {
+    /// Makes the node client-only (dispatch only).
+    pub fn client_only(mut self, on: bool) -> Self {
+        self.client_only = on;
+        self
+    }
+
+    /// Sets the worker TTL, and with it the derived defaults:
+    /// `lease_stop_after` = 2/3 TTL, `orphan_grace` = 2 TTL,
+    /// `cleanup_interval` = TTL/2. Set those after this call to override.
+    pub fn worker_ttl(mut self, ttl: Duration) -> Self {
+        self.worker_ttl = ttl;
+        self.lease_stop_after = ttl * 2 / 3;
+        self.orphan_grace = ttl * 2;
+        self.cleanup_interval = ttl / 2;
+        self
+    }
+
+    /// Sets when a worker that cannot renew stops its jobs.
+    pub fn lease_stop_after(mut self, after: Duration) -> Self {
+        self.lease_stop_after = after;
+        self
+    }
+
+    /// Sets the lease policy.
+    pub fn lease_policy(mut self, policy: LeasePolicy) -> Self {
+        self.lease_policy = policy;
+        self
+    }
+
+    /// Sets how long `close` waits for handlers to stop.
+    pub fn worker_shutdown_ttl(mut self, ttl: Duration) -> Self {
+        self.worker_shutdown_ttl = ttl;
+        self
+    }
+
+    /// Sets the pending-dispatch grace period.
+    pub fn ack_grace(mut self, grace: Duration) -> Self {
+        self.ack_grace = grace;
+        self
+    }
+
+    /// Sets the per-inbox queue limit (`0`: none).
+    pub fn max_queued_jobs(mut self, max: u64) -> Self {
+        self.max_queued_jobs = max;
+        self
+    }
+
+    /// Sets the dispatch timeout.
+    pub fn dispatch_timeout(mut self, timeout: Duration) -> Self {
+        self.dispatch_timeout = timeout;
+        self
+    }
+
+    /// Sets the payload size limit.
+    pub fn max_payload_size(mut self, bytes: usize) -> Self {
+        self.max_payload_size = bytes;
+        self
+    }
+
+    /// Sets the orphan grace period.
+    pub fn orphan_grace(mut self, grace: Duration) -> Self {
+        self.orphan_grace = grace;
+        self
+    }
+
+    /// Sets the cleanup sweep period.
+    pub fn cleanup_interval(mut self, interval: Duration) -> Self {
+        self.cleanup_interval = interval;
+        self
+    }
+
+    /// Sets a fixed node id.
+    pub fn node_id(mut self, id: impl Into<String>) -> Self {
+        self.node_id = Some(id.into());
+        self
+    }
+
+    /// Checks the options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] naming the first bad option.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |option, reason: &str| {
+            Err(Error::InvalidOptions {
+                option,
+                reason: reason.to_string(),
+            })
+        };
+        if self.worker_ttl < Duration::from_millis(300) {
+            return bad("worker_ttl", "must be at least 300 ms");
+        }
+        if self.lease_stop_after.is_zero() || self.lease_stop_after >= self.worker_ttl {
+            return bad("lease_stop_after", "must be above zero and below worker_ttl");
+        }
+        if self.dispatch_timeout.is_zero() {
+            return bad("dispatch_timeout", "must be above zero");
+        }
+        if self.cleanup_interval.is_zero() {
+            return bad("cleanup_interval", "must be above zero");
+        }
+        if self.max_payload_size == 0 || self.max_payload_size > 512 * 1024 * 1024 {
+            return bad("max_payload_size", "must be between 1 byte and 512 MiB");
+        }
+        if let Some(id) = &self.node_id
+            && let Err(reason) = flotilla_rmap::check_name(id)
+        {
+            return bad("node_id", reason);
+        }
+        Ok(())
+    }
+}

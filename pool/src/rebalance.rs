@@ -1,0 +1,121 @@
+//! Rebalance: when the set of active workers changes, each worker hands
+//! off the jobs that now hash elsewhere — stop locally first, then one
+//! script moves ownership and enqueues the start at the new owner. The job
+//! is never owned by two workers: handoff is at-most-once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::Value;
+
+use crate::handler::{Job, guarded};
+use crate::node::NodeInner;
+use crate::worker::WorkerInner;
+
+/// Wait after a ring change before moving jobs, so that a burst of joins
+/// moves each job once.
+const SETTLE: Duration = Duration::from_millis(100);
+
+impl NodeInner {
+    pub(crate) async fn rebalance_loop(self: Arc<Self>) {
+        let mut version = self.ring_version.subscribe();
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                r = version.changed() => if r.is_err() { return },
+            }
+            // Let the ring settle.
+            loop {
+                tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    r = tokio::time::timeout(SETTLE, version.changed()) => match r {
+                        Ok(Ok(())) => continue,
+                        Ok(Err(_)) => return,
+                        Err(_) => break,
+                    },
+                }
+            }
+            self.rebalance().await;
+        }
+    }
+
+    /// Hands off every local job whose ring owner is another worker.
+    pub(crate) async fn rebalance(&self) {
+        let workers: Vec<Arc<WorkerInner>> = self.workers.iter().map(|w| w.value().clone()).collect();
+        for worker in workers {
+            let ring = self.ring.load_full();
+            if !ring.contains(&worker.id) {
+                continue; // leaving or being cleaned: not ours to move
+            }
+            let moving: Vec<String> = worker
+                .jobs
+                .iter()
+                .filter(|e| ring.owner(e.key()).is_some_and(|o| o != worker.id))
+                .map(|e| e.key().clone())
+                .collect();
+            if moving.is_empty() {
+                continue;
+            }
+            tracing::info!(worker = %worker.id, jobs = moving.len(), "rebalancing");
+            for key in moving {
+                if worker.cancel.is_cancelled() {
+                    break;
+                }
+                self.hand_off_local(&worker, &key).await;
+            }
+        }
+    }
+
+    async fn hand_off_local(&self, worker: &Arc<WorkerInner>, key: &str) {
+        let _guard = worker.ops.lock().await;
+        let Some((_, job)) = worker.jobs.remove(key) else {
+            return;
+        };
+        if let Err(e) = guarded("stop", worker.handler.stop(key)).await {
+            tracing::warn!(key, error = %e, "handler stop failed during handoff; moving anyway");
+        }
+        for _ in 0..3 {
+            let ring = self.ring.load_full();
+            let Some(target) = ring.owner(key).map(str::to_string) else {
+                break;
+            };
+            if target == worker.id {
+                break;
+            }
+            match self.handoff(key, &worker.id, &target).await {
+                Ok(s) if s == "ok" || s == "not_owner" => return,
+                Ok(_) => self.refresh_ring(),
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "handoff failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+        // Could not move it: run it here again, with a new token.
+        let mut args = self.maps.base_args();
+        args.extend([Value::from(key), Value::from(worker.id.as_str())]);
+        let token: Option<u64> = match self
+            .scripts
+            .resume
+            .run(&self.client, self.maps.base_keys(), args)
+            .await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(key, error = %e, "restart after failed handoff failed; cleanup will requeue");
+                return;
+            }
+        };
+        if let Some(token) = token {
+            let run = Job {
+                key: key.to_string(),
+                payload: job.payload.clone(),
+                created_at: std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(job.created_at_ms),
+                fencing_token: token,
+            };
+            if guarded("start", worker.handler.start(run)).await.is_ok() {
+                worker.jobs.insert(key.to_string(), crate::worker::LocalJob { token, ..job });
+            }
+        }
+    }
+}

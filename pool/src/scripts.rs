@@ -1,0 +1,112 @@
+//! The pool's Lua scripts, each prefixed with the rmap and streaming
+//! preludes (so one script changes maps and streams atomically while
+//! replicas still see every change) and the pool's shared head
+//! (`scripts/base.lua`).
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use fred::types::{MultipleKeys, Value};
+
+use crate::error::{Error, Result};
+
+/// One loaded script.
+#[derive(Debug)]
+pub(crate) struct PoolScript {
+    name: &'static str,
+    script: Script,
+}
+
+impl PoolScript {
+    fn new(name: &'static str, body: &str) -> Self {
+        let src = format!(
+            "{}\n{}\n{}\n{}",
+            flotilla_rmap::lua::PRELUDE,
+            flotilla_streaming::lua::PRELUDE,
+            include_str!("scripts/base.lua"),
+            body
+        );
+        PoolScript {
+            name,
+            script: Script::from_lua(src),
+        }
+    }
+
+    /// Runs the script (EVALSHA, reloading on NOSCRIPT).
+    pub(crate) async fn run<R: FromValue>(
+        &self,
+        client: &Client,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<R> {
+        let keys: MultipleKeys = keys.into();
+        self.script
+            .evalsha_with_reload(client, keys, args)
+            .await
+            .map_err(|e| {
+                tracing::debug!(script = self.name, error = %e, "script failed");
+                crate::error::from_redis(e)
+            })
+    }
+}
+
+/// Every script of the pool.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) admit: PoolScript,
+    pub(crate) started: PoolScript,
+    pub(crate) start_failed: PoolScript,
+    pub(crate) to_owner: PoolScript,
+    pub(crate) stopped: PoolScript,
+    pub(crate) handoff: PoolScript,
+    pub(crate) move_entry: PoolScript,
+    pub(crate) register: PoolScript,
+    pub(crate) keepalive: PoolScript,
+    pub(crate) reassert: PoolScript,
+    pub(crate) resume: PoolScript,
+    pub(crate) remove_worker: PoolScript,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Scripts {
+            admit: PoolScript::new("admit", include_str!("scripts/admit.lua")),
+            started: PoolScript::new("started", include_str!("scripts/started.lua")),
+            start_failed: PoolScript::new("start_failed", include_str!("scripts/start_failed.lua")),
+            to_owner: PoolScript::new("to_owner", include_str!("scripts/to_owner.lua")),
+            stopped: PoolScript::new("stopped", include_str!("scripts/stopped.lua")),
+            handoff: PoolScript::new("handoff", include_str!("scripts/handoff.lua")),
+            move_entry: PoolScript::new("move_entry", include_str!("scripts/move_entry.lua")),
+            register: PoolScript::new("register", include_str!("scripts/register.lua")),
+            keepalive: PoolScript::new("keepalive", include_str!("scripts/keepalive.lua")),
+            reassert: PoolScript::new("reassert", include_str!("scripts/reassert.lua")),
+            resume: PoolScript::new("resume", include_str!("scripts/resume.lua")),
+            remove_worker: PoolScript::new(
+                "remove_worker",
+                include_str!("scripts/remove_worker.lua"),
+            ),
+        }
+    }
+}
+
+/// Decodes a script's `{status, ...}` reply into the status and the rest.
+pub(crate) fn status_reply(value: Value) -> Result<(String, Vec<Value>)> {
+    let mut items: Vec<Value> = match value {
+        Value::Array(items) => items,
+        other => vec![other],
+    };
+    if items.is_empty() {
+        return Err(Error::Malformed {
+            what: "script reply",
+            reason: "empty".into(),
+        });
+    }
+    let rest = items.split_off(1);
+    let status = items
+        .pop()
+        .and_then(|v| v.as_string())
+        .ok_or_else(|| Error::Malformed {
+            what: "script reply",
+            reason: "status is not a string".into(),
+        })?;
+    Ok((status, rest))
+}

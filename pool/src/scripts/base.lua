@@ -1,0 +1,45 @@
+-- Shared head of every pool script (after the rmap and streaming preludes).
+-- KEYS[1..8]: jobs hash, jobs revision, pending hash, pending revision,
+--             workers hash, workers revision, payloads hash, fencing hash
+-- ARGV[1..3]: jobs channel, pending channel, workers channel
+-- Script-specific KEYS start at 9 and ARGV at 4.
+local JOBS = {KEYS[1], KEYS[2], ARGV[1]}
+local PENDING = {KEYS[3], KEYS[4], ARGV[2]}
+local WORKERS = {KEYS[5], KEYS[6], ARGV[3]}
+local PAYLOADS = KEYS[7]
+local FENCING = KEYS[8]
+
+local function mset(m, f, v) return rmap_set(m[1], m[2], m[3], f, v) end
+local function mdel(m, f) return rmap_del(m[1], m[2], m[3], f) end
+local function mget(m, f) return redis.call('HGET', m[1], f) end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- "<worker> <token>" → worker
+local function owner_of(v)
+  if not v then return nil end
+  return string.match(v, '^(%S+) ')
+end
+
+-- Header of a start entry: "<token> <created_ms> <hops> <request> <node>\n"
+local function start_header(token, created, hops, request, node)
+  return string.format('%d %d %d %d %s\n', token, created, hops, request, node)
+end
+
+-- Issues a new fencing token for `key`, records the pending guard and
+-- appends a start entry for the stored payload to `inbox`.
+local function enqueue_stored(key, inbox, pending_ttl, maxlen)
+  local stored = redis.call('HGET', PAYLOADS, key)
+  if not stored then return false end
+  local sp = string.find(stored, ' ', 1, true)
+  local created = tonumber(string.sub(stored, 1, sp - 1))
+  local body = string.sub(stored, sp + 1)
+  local now = now_ms()
+  local token = redis.call('HINCRBY', FENCING, key, 1)
+  mset(PENDING, key, string.format('%d %d', token, now + pending_ttl))
+  stream_add(inbox, 'start', start_header(token, created, 0, 0, '-') .. body, maxlen)
+  return token
+end

@@ -1,0 +1,25 @@
+-- Moves a job to another worker: ownership dropped, new fencing token,
+-- pending guard set, start enqueued at the target (rebalance, close,
+-- requeue of a dead worker's job, orphan requeue).
+-- KEYS: base, 9 target inbox, 10 cleanup hash
+-- ARGV: base, 4 job key, 5 expected owner ('-': the job must be an orphan:
+--       no owner, no pending dispatch), 6 target worker, 7 pending ttl ms,
+--       8 inbox maxlen
+-- Returns {'ok', token} | {'not_owner'} | {'no_target'} | {'no_payload'}
+local key, expected, target = ARGV[4], ARGV[5], ARGV[6]
+if expected == '-' then
+  if redis.call('HEXISTS', JOBS[1], key) == 1 or redis.call('HEXISTS', PENDING[1], key) == 1 then
+    return {'not_owner'}
+  end
+elseif owner_of(mget(JOBS, key)) ~= expected then
+  return {'not_owner'}
+end
+if redis.call('HEXISTS', WORKERS[1], target) == 0 or redis.call('HEXISTS', KEYS[10], target) == 1 then
+  return {'no_target'}
+end
+if expected ~= '-' then mdel(JOBS, key) end
+local token = enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]))
+if not token then
+  return {'no_payload'}
+end
+return {'ok', token}

@@ -53,13 +53,15 @@ where
     }
 }
 
-/// Connection trouble is [`Error::Unavailable`]; anything Redis answered is
+/// Connection trouble, and a server still loading its data after a
+/// restart, are [`Error::Unavailable`]; anything else Redis answered is
 /// [`Error::Redis`].
 pub(crate) fn classify(error: RedisError) -> Error {
     match error.kind() {
         ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Timeout | ErrorKind::Backpressure => {
             Error::Unavailable(error)
         }
+        _ if error.details().starts_with("LOADING") => Error::Unavailable(error),
         _ => Error::Redis(error),
     }
 }

@@ -43,6 +43,8 @@ pub(crate) enum Op {
 pub(crate) struct Message {
     pub(crate) rev: u64,
     pub(crate) op: Op,
+    /// The first change of a new revision sequence: it follows revision 0.
+    pub(crate) fresh: bool,
 }
 
 /// Parses `"<rev>:<op>:<keylen>:<key><value>"` (see `scripts/prelude.lua`).
@@ -59,7 +61,8 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<Message, &'static str> {
     let (key, value) = rest.split_at(len);
     let key = std::str::from_utf8(key).map_err(|_| "key is not UTF-8")?;
     let value = std::str::from_utf8(value).map_err(|_| "value is not UTF-8")?;
-    let op = match op {
+    let fresh = matches!(op, b"S" | b"D" | b"R");
+    let op = match op.to_ascii_lowercase().as_slice() {
         b"s" => Op::Set {
             key: key.to_string(),
             value: value.to_string(),
@@ -73,7 +76,7 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<Message, &'static str> {
         },
         _ => return Err("unknown op"),
     };
-    Ok(Message { rev, op })
+    Ok(Message { rev, op, fresh })
 }
 
 fn split_colon(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -244,16 +247,19 @@ mod tests {
                 op: Op::Set {
                     key: "a:b".into(),
                     value: "v:a:l".into()
-                }
+                },
+                fresh: false,
             }
         );
         assert_eq!(
             parse_message(b"3:d:1:k").unwrap(),
             Message {
                 rev: 3,
-                op: Op::Delete { key: "k".into() }
+                op: Op::Delete { key: "k".into() },
+                fresh: false,
             }
         );
+        assert!(parse_message(b"1700000000000000:S:1:kv").unwrap().fresh);
         assert_eq!(parse_message(b"4:r:0:").unwrap().op, Op::Reset);
         assert_eq!(
             parse_message(b"4:y:2:tk").unwrap().op,

@@ -265,7 +265,9 @@ impl SyncTask {
                 }
                 // Published before our snapshot was read: already in it.
                 _ if self.awaiting.is_some() => {}
-                Message { rev, op } if rev == next.rev + 1 => {
+                Message { rev, op, fresh }
+                    if (fresh && next.rev == 0) || (!fresh && rev == next.rev + 1) =>
+                {
                     next.rev = rev;
                     events.extend(apply(&mut next, op));
                 }

@@ -9,11 +9,23 @@
 --   "<revision>:<op>:<byte length of field>:<field><value>"
 -- op: s = set (value follows), d = delete, r = reset (all fields gone),
 --     y = sync marker of a replica's snapshot (field = token, no revision bump).
+--     An upper-case S, D or R is the first change of a new revision sequence
+--     (the revision key did not exist): it follows revision 0.
 
 -- Bumps the revision and announces one change. Returns the new revision.
+-- A revision key that does not exist yet (new map, destroyed map, expired
+-- keys, Redis restarted without persistence) starts at the server time in
+-- microseconds, so revisions never go backwards across such a loss and
+-- replicas see a gap and resync instead of mistaking new writes for old.
 local function rmap_publish(rev_key, channel, op, field, value)
   local rev = redis.call('INCR', rev_key)
-  redis.call('SPUBLISH', channel, rev .. ':' .. op .. ':' .. #field .. ':' .. field .. value)
+  if rev == 1 then
+    local t = redis.call('TIME')
+    rev = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', rev_key, string.format('%.0f', rev))
+    op = string.upper(op) -- "first revision of a new sequence"
+  end
+  redis.call('SPUBLISH', channel, string.format('%.0f', rev) .. ':' .. op .. ':' .. #field .. ':' .. field .. value)
   return rev
 end
 

@@ -1,0 +1,365 @@
+//! Every operation of a map, with both outcomes of the conditional ones.
+
+mod support;
+
+use std::time::Duration;
+
+use flotilla_rmap::{Error, Map, MapEventKind, MapOptions, MapTtl};
+use flotilla_testkit::unique_name;
+use fred::prelude::*;
+use futures::StreamExt;
+use support::{DEADLINE, converged, env, join};
+
+#[tokio::test]
+async fn set_get_delete_and_conditionals() {
+    let env = env().await;
+    let name = unique_name("ops");
+    let a = join(&env.client, &name).await;
+    let b = join(&env.client, &name).await;
+    assert!(a.is_empty());
+    assert_eq!(a.name(), name);
+
+    assert_eq!(a.set("k", "1").await.unwrap(), None);
+    assert_eq!(
+        a.set_and_wait("k", "2").await.unwrap().as_deref(),
+        Some("1")
+    );
+    assert_eq!(a.get("k").as_deref(), Some("2"));
+    b.wait_for(DEADLINE, |m| m.get("k").as_deref() == Some("2"))
+        .await
+        .unwrap();
+    assert!(b.contains_key("k"));
+    assert_eq!(b.len(), 1);
+    assert_eq!(b.keys(), vec!["k".to_string()]);
+
+    // set_if_not_exists: both outcomes.
+    assert!(!a.set_if_not_exists("k", "x").await.unwrap());
+    assert!(a.set_if_not_exists("n", "x").await.unwrap());
+    // test_and_set: both outcomes.
+    assert!(!a.test_and_set("k", "nope", "3").await.unwrap());
+    assert!(!a.test_and_set("missing", "", "3").await.unwrap());
+    assert!(a.test_and_set("k", "2", "3").await.unwrap());
+    // test_and_delete: both outcomes.
+    assert!(!a.test_and_delete("k", "2").await.unwrap());
+    assert!(a.test_and_delete("k", "3").await.unwrap());
+    assert!(!a.test_and_delete("k", "3").await.unwrap());
+    // delete: both outcomes.
+    assert_eq!(a.delete("n").await.unwrap().as_deref(), Some("x"));
+    assert_eq!(a.delete("n").await.unwrap(), None);
+
+    // inc
+    assert_eq!(a.inc("c", 5).await.unwrap(), 5);
+    assert_eq!(a.inc("c", -7).await.unwrap(), -2);
+    assert_eq!(a.inc("big", i64::MAX - 1).await.unwrap(), i64::MAX - 1);
+    assert!(matches!(
+        a.inc("big", 2).await,
+        Err(Error::Malformed { .. })
+    ));
+    a.set("text", "hello").await.unwrap();
+    assert!(matches!(
+        a.inc("text", 1).await,
+        Err(Error::Malformed { .. })
+    ));
+
+    converged(&env.client, &a).await;
+    converged(&env.client, &b).await;
+    assert_eq!(b.get("c").as_deref(), Some("-2"));
+    let revision = a.revision();
+    assert!(revision >= 10, "revision {revision}");
+
+    // reset
+    a.reset().await.unwrap();
+    b.wait_for(DEADLINE, |m| m.is_empty()).await.unwrap();
+    converged(&env.client, &a).await;
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn list_values() {
+    let env = env().await;
+    let name = unique_name("lists");
+    let a = join(&env.client, &name).await;
+    let b = join(&env.client, &name).await;
+
+    assert_eq!(a.append_values("l", &["x", "y"]).await.unwrap(), ["x", "y"]);
+    assert_eq!(
+        a.append_values("l", &["x", "a/b", "ü \"q\""])
+            .await
+            .unwrap(),
+        ["x", "y", "x", "a/b", "ü \"q\""]
+    );
+    assert_eq!(
+        a.append_unique_values("l", &["y", "z", "z"]).await.unwrap(),
+        ["x", "y", "x", "a/b", "ü \"q\"", "z"]
+    );
+    assert_eq!(
+        a.remove_values("l", &["x", "nope"]).await.unwrap(),
+        ["y", "a/b", "ü \"q\"", "z"]
+    );
+    b.wait_for(DEADLINE, |m| {
+        m.get_values("l").is_some_and(|l| l.len() == 4)
+    })
+    .await
+    .unwrap();
+    assert_eq!(b.get_values("l").unwrap(), ["y", "a/b", "ü \"q\"", "z"]);
+    // Stored as a JSON array, readable in redis-cli.
+    let raw: String = env.client.hget(&a.keys_info().hash, "l").await.unwrap();
+    let parsed: Vec<String> = serde_json::from_str(&raw).unwrap();
+    assert_eq!(parsed.len(), 4);
+
+    // Removing everything deletes the key.
+    assert!(
+        a.remove_values("l", &["y", "a/b", "ü \"q\"", "z"])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(a.remove_values("l", &["y"]).await.unwrap().is_empty());
+    b.wait_for(DEADLINE, |m| !m.contains_key("l"))
+        .await
+        .unwrap();
+    // Appending nothing to a missing key changes nothing.
+    assert!(a.append_values("l", &[]).await.unwrap().is_empty());
+    assert!(!a.contains_key("l"));
+
+    // A value that is not a list is refused, not clobbered.
+    a.set("s", "plain").await.unwrap();
+    assert!(matches!(
+        a.append_values("s", &["v"]).await,
+        Err(Error::Malformed { .. })
+    ));
+    assert!(matches!(
+        a.remove_values("s", &["v"]).await,
+        Err(Error::Malformed { .. })
+    ));
+    assert_eq!(a.get_values("s"), None);
+    converged(&env.client, &b).await;
+}
+
+#[tokio::test]
+async fn subscribers_see_events_and_close_ends_everything() {
+    let env = env().await;
+    let name = unique_name("events");
+    let a = join(&env.client, &name).await;
+    let mut events = a.subscribe();
+    a.set("k", "v").await.unwrap();
+    a.delete("k").await.unwrap();
+    a.reset().await.unwrap();
+    a.resync().await.unwrap();
+    let mut kinds = Vec::new();
+    for _ in 0..4 {
+        let e = tokio::time::timeout(DEADLINE, events.next())
+            .await
+            .unwrap()
+            .unwrap();
+        kinds.push((e.kind, e.key));
+    }
+    assert_eq!(
+        kinds,
+        vec![
+            (MapEventKind::Set, Some("k".to_string())),
+            (MapEventKind::Delete, Some("k".to_string())),
+            (MapEventKind::Reset, None),
+            (MapEventKind::Resynced, None),
+        ]
+    );
+
+    // A slow subscriber is never waited for: it gets one coalesced Resynced.
+    let slow = Map::join(&env.client, &name, MapOptions::default().event_buffer(4))
+        .await
+        .unwrap();
+    let mut slow_events = slow.subscribe();
+    for i in 0..50 {
+        slow.set(&format!("k{i}"), "v").await.unwrap();
+    }
+    slow.wait_for(DEADLINE, |m| m.len() == 50).await.unwrap();
+    let mut got = Vec::new();
+    while let Ok(Some(e)) =
+        tokio::time::timeout(Duration::from_millis(200), slow_events.next()).await
+    {
+        got.push(e.kind);
+    }
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert_eq!(got.last(), Some(&MapEventKind::Resynced));
+
+    a.close().await;
+    a.close().await; // idempotent
+    assert!(matches!(a.set("k", "v").await, Err(Error::Closed)));
+    assert!(matches!(a.resync().await, Err(Error::Closed)));
+    assert!(matches!(
+        a.wait_for(DEADLINE, |_| false).await,
+        Err(Error::Closed)
+    ));
+    // The stream ends (after whatever was still buffered).
+    tokio::time::timeout(DEADLINE, async { while events.next().await.is_some() {} })
+        .await
+        .unwrap();
+    slow.close().await;
+}
+
+#[tokio::test]
+async fn destroy_removes_keys_and_replicas_see_a_reset() {
+    let env = env().await;
+    let name = unique_name("destroy");
+    let a = join(&env.client, &name).await;
+    let b = join(&env.client, &name).await;
+    a.set("k", "v").await.unwrap();
+    b.wait_for(DEADLINE, |m| m.len() == 1).await.unwrap();
+    a.destroy().await.unwrap();
+    b.wait_for(DEADLINE, |m| m.is_empty()).await.unwrap();
+    let exists: u64 = env
+        .client
+        .exists(vec![
+            a.keys_info().hash.clone(),
+            a.keys_info().revision.clone(),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(exists, 0);
+    assert!(matches!(a.set("k", "v").await, Err(Error::Closed)));
+    // The survivor still works (the revision starts again; it resyncs).
+    b.set_and_wait("again", "1").await.unwrap();
+    assert_eq!(b.get("again").as_deref(), Some("1"));
+    b.close().await;
+}
+
+#[tokio::test]
+async fn wait_for_times_out() {
+    let env = env().await;
+    let a = join(&env.client, &unique_name("timeout")).await;
+    let r = a
+        .wait_for(Duration::from_millis(100), |m| m.contains_key("never"))
+        .await;
+    assert!(matches!(r, Err(Error::Timeout(_))));
+    a.close().await;
+}
+
+#[tokio::test]
+async fn ttl_options_are_applied() {
+    let env = env().await;
+    let abs = Map::join(
+        &env.client,
+        &unique_name("ttl-abs"),
+        MapOptions::default().ttl(MapTtl::Absolute(Duration::from_secs(100))),
+    )
+    .await
+    .unwrap();
+    abs.set("k", "v").await.unwrap();
+    let keys = abs.keys_info().clone();
+    let pttl = |key: String| {
+        let client = env.client.clone();
+        async move { client.pttl::<i64, _>(key).await.unwrap() }
+    };
+    let first = pttl(keys.hash.clone()).await;
+    assert!(first > 90_000 && first <= 100_000, "{first}");
+    assert!(pttl(keys.revision.clone()).await > 90_000);
+    // An absolute TTL is not extended by later writes.
+    let _: () = env.client.pexpire(&keys.hash, 50_000, None).await.unwrap();
+    abs.set("k2", "v").await.unwrap();
+    let after = pttl(keys.hash.clone()).await;
+    assert!(after <= 50_000, "{after}");
+
+    let sliding = Map::join(
+        &env.client,
+        &unique_name("ttl-slide"),
+        MapOptions::default().ttl(MapTtl::Sliding(Duration::from_secs(100))),
+    )
+    .await
+    .unwrap();
+    sliding.set("k", "v").await.unwrap();
+    let keys = sliding.keys_info().clone();
+    let _: () = env.client.pexpire(&keys.hash, 50_000, None).await.unwrap();
+    sliding.inc("n", 1).await.unwrap();
+    let after = pttl(keys.hash.clone()).await;
+    assert!(after > 90_000, "sliding TTL refreshed on write: {after}");
+    assert!(pttl(keys.revision.clone()).await > 90_000);
+
+    let none = join(&env.client, &unique_name("ttl-none")).await;
+    none.set("k", "v").await.unwrap();
+    assert_eq!(pttl(none.keys_info().hash.clone()).await, -1);
+
+    assert!(matches!(
+        Map::join(
+            &env.client,
+            "x",
+            MapOptions::default().ttl(MapTtl::Sliding(Duration::ZERO))
+        )
+        .await,
+        Err(Error::InvalidOptions(_))
+    ));
+}
+
+#[tokio::test]
+async fn invalid_names_are_refused() {
+    let env = env().await;
+    for bad in ["", "a{b", "b}", "new\nline", &"x".repeat(129)] {
+        let r = Map::join(&env.client, bad, MapOptions::default()).await;
+        assert!(
+            matches!(
+                r,
+                Err(Error::InvalidName {
+                    what: "map name",
+                    ..
+                })
+            ),
+            "{bad:?}: {r:?}"
+        );
+    }
+    let r = Map::join(&env.client, "ok", MapOptions::default().hash_tag("t{")).await;
+    assert!(matches!(
+        r,
+        Err(Error::InvalidName {
+            what: "hash tag",
+            ..
+        })
+    ));
+    let tagged = Map::join(&env.client, "jobs", MapOptions::default().hash_tag("pool1"))
+        .await
+        .unwrap();
+    assert_eq!(tagged.keys_info().hash, "fl:{pool1}:map:jobs");
+    tagged.close().await;
+}
+
+#[tokio::test]
+async fn prelude_used_by_an_external_script_is_replicated() {
+    use fred::types::scripts::Script;
+    let env = env().await;
+    let tag = unique_name("pool");
+    let jobs = Map::join(&env.client, "jobs", MapOptions::default().hash_tag(&tag))
+        .await
+        .unwrap();
+    let pending = Map::join(&env.client, "pending", MapOptions::default().hash_tag(&tag))
+        .await
+        .unwrap();
+    pending.set_and_wait("job1", "deadline").await.unwrap();
+    // One script changes two maps atomically, as the pool's scripts do.
+    let script = Script::from_lua(flotilla_rmap::lua::with_prelude(
+        "local rev = rmap_set(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])\n\
+         local deleted = rmap_del(KEYS[4], KEYS[5], KEYS[6], ARGV[1])\n\
+         local again = rmap_del(KEYS[4], KEYS[5], KEYS[6], ARGV[1])\n\
+         return {rev, deleted, again}",
+    ));
+    let (j, p) = (jobs.keys_info().clone(), pending.keys_info().clone());
+    let (rev, deleted, again): (u64, u64, u64) = script
+        .evalsha_with_reload(
+            &env.client,
+            vec![j.hash, j.revision, j.channel, p.hash, p.revision, p.channel],
+            vec!["job1", "worker-7"],
+        )
+        .await
+        .unwrap();
+    assert_eq!((deleted, again), (1, 0));
+    assert!(
+        rev > 1_000_000_000_000_000,
+        "revisions start at server time in µs: {rev}"
+    );
+    jobs.wait_revision(rev).await.unwrap();
+    assert_eq!(jobs.get("job1").as_deref(), Some("worker-7"));
+    pending
+        .wait_for(DEADLINE, |m| !m.contains_key("job1"))
+        .await
+        .unwrap();
+    converged(&env.client, &jobs).await;
+    converged(&env.client, &pending).await;
+}

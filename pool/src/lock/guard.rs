@@ -204,6 +204,12 @@ impl LockGuard {
         }
     }
 
+    /// Forgets the lock without releasing it (its record is known to be
+    /// gone or someone else's), so dropping the guard sends nothing.
+    pub(crate) fn disarm(&self) {
+        self.released.store(true, Ordering::SeqCst);
+    }
+
     fn state(&self) -> State {
         *self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -154,7 +154,8 @@ async fn claim_idle(shared: &Shared, name: &str, key: &str, alone: bool) -> Resu
             .map(|(id, _)| id)
             .collect();
         if !ids.is_empty() {
-            let entries = xclaim(shared, key, &shared.member_id, grace_ms, &ids, None, false).await?;
+            let entries =
+                xclaim(shared, key, &shared.member_id, grace_ms, &ids, None, false).await?;
             if !entries.is_empty() {
                 tracing::debug!(sink = %shared.group, stream = %name, count = entries.len(), "claimed idle events");
             }
@@ -171,7 +172,12 @@ async fn claim_idle(shared: &Shared, name: &str, key: &str, alone: bool) -> Resu
 
 /// Claims every pending entry of `consumer` to this member and delivers
 /// them. Returns `true` when the consumer has no pending entry left.
-async fn claim_consumer(shared: &Shared, name: &str, key: &str, consumer: &str) -> Result<bool, Error> {
+async fn claim_consumer(
+    shared: &Shared,
+    name: &str,
+    key: &str,
+    consumer: &str,
+) -> Result<bool, Error> {
     for _ in 0..MAX_PAGES {
         let ids = pending_of(shared, key, consumer).await?;
         if ids.is_empty() {
@@ -201,7 +207,10 @@ async fn pending_of(shared: &Shared, key: &str, consumer: &str) -> Result<Vec<St
             ],
         )
         .await?;
-    Ok(pending_rows(pending).into_iter().map(|(id, _)| id).collect())
+    Ok(pending_rows(pending)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect())
 }
 
 /// `XCLAIM key group to min_idle ids.. [IDLE ms] [JUSTID]`; entries (deleted
@@ -230,7 +239,11 @@ async fn xclaim(
         args.push("JUSTID".into());
     }
     let reply: Value = shared.client.custom(fred::cmd!("XCLAIM"), args).await?;
-    Ok(if just_id { Vec::new() } else { parse_entries(reply) })
+    Ok(if just_id {
+        Vec::new()
+    } else {
+        parse_entries(reply)
+    })
 }
 
 /// Rows of an extended `XPENDING` reply: (id, owner).
@@ -249,7 +262,10 @@ fn pending_rows(reply: Value) -> Vec<(String, String)> {
 
 /// `XINFO CONSUMERS`: (name, pending, idle ms) per consumer.
 async fn consumers(shared: &Shared, key: &str) -> Result<Vec<(String, u64, u64)>, Error> {
-    let reply: Result<Value, _> = shared.client.xinfo_consumers(key, shared.group.as_str()).await;
+    let reply: Result<Value, _> = shared
+        .client
+        .xinfo_consumers(key, shared.group.as_str())
+        .await;
     let reply = match reply {
         Ok(r) => r,
         Err(e) if e.details().starts_with("NOGROUP") || e.details().contains("no such key") => {

@@ -39,7 +39,9 @@ pub(crate) fn blocking_options(block: Duration) -> Options {
 pub(crate) async fn unblock(conn: &Client) {
     let ids: Vec<i64> = conn.connection_ids().into_values().collect();
     for id in ids {
-        let r: Result<Value, _> = conn.client_unblock(id, Some(ClientUnblockFlag::Timeout)).await;
+        let r: Result<Value, _> = conn
+            .client_unblock(id, Some(ClientUnblockFlag::Timeout))
+            .await;
         if let Err(e) = r {
             tracing::debug!(error = %e, "CLIENT UNBLOCK failed");
         }
@@ -68,5 +70,15 @@ impl Backoff {
         let d = self.next;
         self.next = (self.next * 2).min(Duration::from_secs(2));
         d
+    }
+}
+
+/// Closes a dedicated connection, interrupting a blocked read first; gives
+/// up after 1 s (the connection is dropped anyway).
+pub(crate) async fn quit(conn: &Client) -> Result<(), Error> {
+    unblock(conn).await;
+    match tokio::time::timeout(Duration::from_secs(1), conn.quit()).await {
+        Ok(r) => r.map_err(Error::from),
+        Err(_) => Ok(()),
     }
 }

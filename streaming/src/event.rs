@@ -96,12 +96,12 @@ pub(crate) fn decode(stream: &str, id: String, fields: Value) -> Result<Event, E
         _ => return Err(malformed(&id, "fields are not an array")),
     }
     let name = name.ok_or_else(|| malformed(&id, "missing event name field `n`"))?;
-    let name = String::from_utf8(name.to_vec())
-        .map_err(|_| malformed(&id, "event name is not UTF-8"))?;
+    let name =
+        String::from_utf8(name.to_vec()).map_err(|_| malformed(&id, "event name is not UTF-8"))?;
     let topic = match topic {
-        Some(t) => Some(
-            String::from_utf8(t.to_vec()).map_err(|_| malformed(&id, "topic is not UTF-8"))?,
-        ),
+        Some(t) => {
+            Some(String::from_utf8(t.to_vec()).map_err(|_| malformed(&id, "topic is not UTF-8"))?)
+        }
         None => None,
     };
     let payload = payload.ok_or_else(|| malformed(&id, "missing payload field `p`"))?;
@@ -129,7 +129,11 @@ pub(crate) fn parse_entries(value: Value) -> Vec<RawEntry> {
         if pair.is_empty() {
             continue;
         }
-        let fields = if pair.len() >= 2 { pair.swap_remove(1) } else { Value::Null };
+        let fields = if pair.len() >= 2 {
+            pair.swap_remove(1)
+        } else {
+            Value::Null
+        };
         let Some(id) = pair.swap_remove(0).as_string() else {
             tracing::warn!("stream entry without a string id; skipped");
             continue;
@@ -190,7 +194,10 @@ mod tests {
         assert_eq!(e.name, "ev");
         assert_eq!(e.topic, None);
         assert_eq!(&e.payload[..], &[0, 255, 1]);
-        assert_eq!(e.created_at(), SystemTime::UNIX_EPOCH + Duration::from_millis(5));
+        assert_eq!(
+            e.created_at(),
+            SystemTime::UNIX_EPOCH + Duration::from_millis(5)
+        );
         let bad = Value::Array(vec![s("x"), s("y")]);
         assert!(matches!(
             decode("st", "1-0".into(), bad),
@@ -204,7 +211,10 @@ mod tests {
         let reply = Value::Array(vec![Value::Array(vec![
             s("k"),
             Value::Array(vec![
-                Value::Array(vec![s("1-0"), Value::Array(vec![s("n"), s("a"), s("p"), s("")])]),
+                Value::Array(vec![
+                    s("1-0"),
+                    Value::Array(vec![s("n"), s("a"), s("p"), s("")]),
+                ]),
                 Value::Array(vec![s("2-0"), Value::Null]),
             ]),
         ])]);

@@ -20,7 +20,9 @@ mod stream;
 pub use error::Error;
 pub use event::Event;
 pub use filter::TopicFilter;
-pub use options::{AddOptions, ReaderOptions, SinkOptions, StartPosition, StreamOptions, StreamTtl};
+pub use options::{
+    AddOptions, ReaderOptions, SinkOptions, StartPosition, StreamOptions, StreamTtl,
+};
 pub use reader::{Reader, ReaderEvents};
 pub use sink::{Sink, SinkEvents};
 pub use stream::Stream;

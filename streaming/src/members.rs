@@ -55,7 +55,11 @@ impl Members {
     /// Writes `member`'s keep-alive (server time).
     pub(crate) async fn renew(&self, member: &str) -> Result<(), Error> {
         let _: Value = RENEW
-            .evalsha_with_reload(&self.client, vec![self.key.clone()], vec![member.to_string()])
+            .evalsha_with_reload(
+                &self.client,
+                vec![self.key.clone()],
+                vec![member.to_string()],
+            )
             .await?;
         Ok(())
     }
@@ -68,7 +72,11 @@ impl Members {
         let mut parts = reply.into_array().into_iter();
         let now_ms = parts.next().and_then(|v| v.as_u64()).unwrap_or(0);
         let mut members = HashMap::new();
-        let mut flat = parts.next().map(Value::into_array).unwrap_or_default().into_iter();
+        let mut flat = parts
+            .next()
+            .map(Value::into_array)
+            .unwrap_or_default()
+            .into_iter();
         while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
             if let (Some(k), Some(v)) = (k.as_string(), v.as_string()) {
                 if let Ok(ms) = v.parse() {

@@ -250,6 +250,14 @@ impl Shared {
         Some((keys, ids, plan))
     }
 
+    /// Whether `name` is still read with this epoch (not removed or moved).
+    fn is_current(&self, name: &str, epoch: u64) -> bool {
+        lock(&self.state)
+            .streams
+            .get(name)
+            .is_some_and(|c| c.epoch == epoch)
+    }
+
     fn advance(&self, name: &str, epoch: u64, id: String) {
         let mut state = lock(&self.state);
         if let Some(c) = state.streams.get_mut(name) {
@@ -265,6 +273,9 @@ impl Shared {
             let Some((_, name, epoch)) = plan.iter().find(|(k, _, _)| *k == key) else {
                 continue;
             };
+            if !self.is_current(name, *epoch) {
+                continue;
+            }
             let mut last = None;
             for (id, fields) in entries {
                 let event = match fields.map(|f| decode(name, id.clone(), f)) {
@@ -321,12 +332,8 @@ async fn run(shared: Arc<Shared>) {
             }
         };
         let conn = shared.conn.with_options(&options);
-        let read = conn.xread::<Value, _, _>(
-            Some(shared.options.max_events),
-            Some(block_ms),
-            keys,
-            ids,
-        );
+        let read =
+            conn.xread::<Value, _, _>(Some(shared.options.max_events), Some(block_ms), keys, ids);
         let result = tokio::select! {
             _ = shared.cancel.cancelled() => break,
             r = read => r,
@@ -351,7 +358,7 @@ async fn run(shared: Arc<Shared>) {
     }
     lock(&shared.state).reading = None;
     shared.subscribers.close();
-    if let Err(e) = shared.conn.quit().await {
+    if let Err(e) = conn::quit(&shared.conn).await {
         tracing::debug!(error = %e, "closing the reader's connection failed");
     }
 }

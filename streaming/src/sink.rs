@@ -232,7 +232,7 @@ impl Sink {
         }
         self.shared.subscribers.close();
         crate::claim::leave(&self.shared).await;
-        if let Err(e) = self.shared.conn.quit().await {
+        if let Err(e) = conn::quit(&self.shared.conn).await {
             tracing::debug!(error = %e, "closing the sink's connection failed");
         }
     }
@@ -241,7 +241,11 @@ impl Sink {
 impl Shared {
     pub(crate) fn streams(&self) -> Vec<(String, String)> {
         let state = lock(&self.state);
-        state.streams.iter().map(|(n, k)| (n.clone(), k.clone())).collect()
+        state
+            .streams
+            .iter()
+            .map(|(n, k)| (n.clone(), k.clone()))
+            .collect()
     }
 
     pub(crate) fn is_in_flight(&self, stream: &str, id: &str) -> bool {
@@ -249,7 +253,10 @@ impl Shared {
     }
 
     pub(crate) async fn ack_raw(&self, key: &str, ids: &[String]) -> Result<(), Error> {
-        let _: i64 = self.client.xack(key, self.group.as_str(), ids.to_vec()).await?;
+        let _: i64 = self
+            .client
+            .xack(key, self.group.as_str(), ids.to_vec())
+            .await?;
         Ok(())
     }
 
@@ -387,7 +394,13 @@ async fn read_loop(shared: Arc<Shared>) {
                 None
             } else {
                 state.reading = Some(state.generation);
-                Some(state.streams.iter().map(|(n, k)| (n.clone(), k.clone())).collect::<Vec<_>>())
+                Some(
+                    state
+                        .streams
+                        .iter()
+                        .map(|(n, k)| (n.clone(), k.clone()))
+                        .collect::<Vec<_>>(),
+                )
             }
         };
         let Some(plan) = plan else {

@@ -83,7 +83,10 @@ impl Stream {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn add(&self, event_name: &str, payload: impl Into<Bytes>) -> Result<String, Error> {
-        match self.add_with(event_name, payload, AddOptions::default()).await? {
+        match self
+            .add_with(event_name, payload, AddOptions::default())
+            .await?
+        {
             Some(id) => Ok(id),
             None => Err(Error::Malformed {
                 id: String::new(),
@@ -145,7 +148,13 @@ impl Stream {
         } else {
             self.inner
                 .client
-                .xadd(self.inner.key.as_str(), opts.only_if_exists, None, "*", fields)
+                .xadd(
+                    self.inner.key.as_str(),
+                    opts.only_if_exists,
+                    None,
+                    "*",
+                    fields,
+                )
                 .await?
         };
         Ok(id.as_string())

@@ -19,11 +19,13 @@ mod worker;
 
 pub mod leader;
 pub mod lock;
+pub mod ticker;
 
 pub use error::{Error, Result};
 pub use handler::{Handler, HandlerError, Job, TaskHandler};
 pub use leader::{LeaderLease, LeaderOptions};
 pub use lock::{ClusterLock, LockGuard, LockInfo, LockOptions};
+pub use ticker::{Tick, Ticker, TickerOptions};
 pub use node::{Node, WorkerInfo};
 pub use options::{LeasePolicy, NodeOptions};
 pub use routing::Ring;

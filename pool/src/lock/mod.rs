@@ -61,7 +61,7 @@ pub use info::LockInfo;
 pub use options::LockOptions;
 
 use crate::error::{Error, Result};
-use crate::keys;
+use crate::{check_name, keys};
 use script::{string_at, u64_at};
 
 /// A named distributed lock. Cheap to clone; clones share the name, options
@@ -357,30 +357,6 @@ impl Drop for PendingAcquire<'_> {
                 "acquisition abandoned outside a tokio runtime; the lock may stay held until its ttl"
             );
         }
-    }
-}
-
-/// The naming rule for lock names, owner ids and hash tags: non-empty, at
-/// most 128 bytes, no `{`, `}` or control characters.
-pub(crate) fn check_name(what: &'static str, value: &str) -> Result<()> {
-    let reason = if value.is_empty() {
-        Some("must not be empty")
-    } else if value.len() > 128 {
-        Some("must be at most 128 bytes")
-    } else if value.contains(['{', '}']) {
-        Some("must not contain '{' or '}'")
-    } else if value.chars().any(char::is_control) {
-        Some("must not contain control characters")
-    } else {
-        None
-    };
-    match reason {
-        None => Ok(()),
-        Some(reason) => Err(Error::InvalidName {
-            what,
-            value: value.chars().take(64).collect(),
-            reason,
-        }),
     }
 }
 

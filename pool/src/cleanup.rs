@@ -246,6 +246,18 @@ impl NodeInner {
                 return Ok(());
             }
         };
+        if self.ring.load().owner_excluding(&key, worker).is_none() {
+            // No other worker: a start entry's pending guard and payload
+            // stay, so the job is requeued as an orphan once a worker joins;
+            // a stop or notify for a job nobody runs has nowhere to go.
+            tracing::info!(worker, id, key, event = %name, "no worker left for inbox entry; dropping it");
+            let _: i64 = self
+                .client
+                .xdel(self.inbox(worker)?.key(), id)
+                .await
+                .map_err(crate::error::from_redis)?;
+            return Ok(());
+        }
         let attempt = || async {
             let ring = self.ring.load_full();
             let target = ring

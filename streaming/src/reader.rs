@@ -149,8 +149,9 @@ impl Reader {
         Ok(())
     }
 
-    /// Stops reading a stream (a no-op for an unknown name). Events of it
-    /// already read may still be delivered.
+    /// Stops reading a stream (a no-op for an unknown name); takes effect
+    /// within milliseconds (a blocked `XREAD` is interrupted) and no event of
+    /// it is delivered after this returns.
     ///
     /// # Errors
     /// [`Error::Closed`] after [`Reader::close`].
@@ -158,10 +159,15 @@ impl Reader {
         if self.shared.cancel.is_cancelled() {
             return Err(Error::Closed);
         }
-        let mut state = lock(&self.shared.state);
-        if state.streams.remove(stream_name).is_some() {
+        let generation = {
+            let mut state = lock(&self.shared.state);
+            if state.streams.remove(stream_name).is_none() {
+                return Ok(());
+            }
             state.generation += 1;
-        }
+            state.generation
+        };
+        self.shared.interrupt(generation).await;
         Ok(())
     }
 

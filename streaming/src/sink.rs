@@ -189,8 +189,10 @@ impl Sink {
         Ok(())
     }
 
-    /// Stops reading a stream. Its pending events stay in the group (acks
-    /// still work) and are claimed by members still reading it.
+    /// Stops reading a stream; takes effect within milliseconds. Events of
+    /// it already read by this member are still delivered and can be acked;
+    /// its pending events stay in the group and are claimed by members still
+    /// reading it.
     ///
     /// # Errors
     /// [`Error::Closed`] after close.
@@ -198,10 +200,15 @@ impl Sink {
         if self.shared.cancel.is_cancelled() {
             return Err(Error::Closed);
         }
-        let mut state = lock(&self.shared.state);
-        if state.streams.remove(name).is_some() {
+        let generation = {
+            let mut state = lock(&self.shared.state);
+            if state.streams.remove(name).is_none() {
+                return Ok(());
+            }
             state.generation += 1;
-        }
+            state.generation
+        };
+        self.shared.interrupt(generation).await;
         Ok(())
     }
 

@@ -3,6 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
+/// A user predicate over an event's topic.
+pub type TopicPredicate = Arc<dyn Fn(Option<&str>) -> bool + Send + Sync>;
+
 /// Which events a reader or sink delivers, by topic.
 #[derive(Clone, Default)]
 pub enum TopicFilter {
@@ -15,7 +18,7 @@ pub enum TopicFilter {
     /// characters, `?` one character). Events without a topic never match.
     Pattern(String),
     /// Only events for which this returns `true` (given the topic, if any).
-    Predicate(Arc<dyn Fn(Option<&str>) -> bool + Send + Sync>),
+    Predicate(TopicPredicate),
 }
 
 impl TopicFilter {

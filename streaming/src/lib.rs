@@ -19,7 +19,7 @@ mod stream;
 
 pub use error::Error;
 pub use event::Event;
-pub use filter::TopicFilter;
+pub use filter::{TopicFilter, TopicPredicate};
 pub use options::{
     AddOptions, ReaderOptions, SinkOptions, StartPosition, StreamOptions, StreamTtl,
 };

@@ -169,7 +169,7 @@ impl Sink {
         let Some(key) = key else {
             return Err(Error::UnknownStream(event.stream.clone()));
         };
-        self.shared.ack_raw(&key, &[event.id.clone()]).await?;
+        self.shared.ack_raw(&key, std::slice::from_ref(&event.id)).await?;
         lock(&self.shared.in_flight).remove(&(event.stream.clone(), event.id.clone()));
         Ok(())
     }

@@ -180,6 +180,14 @@ impl Stream {
         Ok(self.inner.client.xlen(self.inner.key.as_str()).await?)
     }
 
+    /// Whether the stream has no entries (or does not exist).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn is_empty(&self) -> Result<bool, Error> {
+        Ok(self.len().await? == 0)
+    }
+
     /// Deletes the stream key with all its entries and consumer groups.
     ///
     /// # Errors

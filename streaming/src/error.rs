@@ -37,32 +37,21 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// The sink's member registry (a replicated map) failed.
+    #[error("member registry error: {0}")]
+    Map(#[from] flotilla_rmap::Error),
     /// The event names a stream this sink does not know.
     #[error("unknown stream {0:?}")]
     UnknownStream(String),
 }
 
-/// Validates a name with the shared rule (non-empty, at most 128 bytes, no
-/// `{`, `}` or control characters).
+/// Validates a name with the shared rule (`flotilla_rmap::check_name`:
+/// non-empty, at most 128 bytes, no `{`, `}` or control characters).
 pub(crate) fn check_name(name: &str) -> Result<(), Error> {
-    let reason = if name.is_empty() {
-        Some("must not be empty")
-    } else if name.len() > 128 {
-        Some("must be at most 128 bytes")
-    } else if name.contains(['{', '}']) {
-        Some("must not contain '{' or '}'")
-    } else if name.chars().any(char::is_control) {
-        Some("must not contain control characters")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(Error::InvalidName {
-            name: name.to_string(),
-            reason,
-        }),
-        None => Ok(()),
-    }
+    flotilla_rmap::check_name(name).map_err(|reason| Error::InvalidName {
+        name: name.to_string(),
+        reason,
+    })
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //!
 //! * A stream without a hash tag: `fl:{<name>}:stream`.
 //! * A stream with hash tag `T`: `fl:{T}:stream:<name>`.
-//! * A sink's member keep-alive hash: `fl:{T}:sink:<sink>:members`, where
-//!   `T` is the sink's hash tag (the streams' tag).
+//! * A sink's member keep-alives: the replicated map (`flotilla-rmap`)
+//!   named `sink:<sink>` with hash tag `T`, the sink's hash tag (the
+//!   streams' tag); rmap owns its keys.
 
 /// The Redis key of a stream.
 pub(crate) fn stream_key(name: &str, hash_tag: Option<&str>) -> String {
@@ -18,9 +19,9 @@ pub(crate) fn stream_tag<'a>(name: &'a str, hash_tag: Option<&'a str>) -> &'a st
     hash_tag.unwrap_or(name)
 }
 
-/// The Redis key of a sink's member keep-alive hash.
-pub(crate) fn sink_members_key(sink: &str, tag: &str) -> String {
-    format!("fl:{{{tag}}}:sink:{sink}:members")
+/// The rmap name of a sink's member keep-alives.
+pub(crate) fn sink_members_map(sink: &str) -> String {
+    format!("sink:{sink}")
 }
 
 #[cfg(test)]
@@ -33,6 +34,6 @@ mod tests {
         assert_eq!(stream_key("inbox:w1", Some("p")), "fl:{p}:stream:inbox:w1");
         assert_eq!(stream_tag("s", None), "s");
         assert_eq!(stream_tag("s", Some("p")), "p");
-        assert_eq!(sink_members_key("k", "p"), "fl:{p}:sink:k:members");
+        assert_eq!(sink_members_map("k"), "sink:k");
     }
 }

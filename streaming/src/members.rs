@@ -1,31 +1,22 @@
-//! A sink's member keep-alive registry.
-//!
-//! One hash per sink (`keys::sink_members_key`), field = member id, value =
-//! Redis server time (ms) of the member's last renewal, written by a script
-//! that reads `TIME`. Kept behind this small interface so it can move onto
-//! a replicated map (`flotilla-rmap`) without touching the sink.
+//! A sink's member keep-alive registry: a replicated map
+//! (`flotilla-rmap`) named `sink:<sink>` with the sink's hash tag; field =
+//! member id, value = Redis server time (ms, from `TIME` on the node that
+//! owns the tag's slot) of the member's last renewal. Reads are local.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 
+use flotilla_rmap::{Map, MapOptions};
 use fred::prelude::*;
-use fred::types::Value;
-use fred::types::scripts::Script;
+use fred::types::{ClusterHash, CustomCommand, Value};
 
-use crate::Error;
-
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("scripts/member_renew.lua")));
-static LIST: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("scripts/members_list.lua")));
-static REMOVE_IF: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("scripts/member_remove_if.lua")));
+use crate::{Error, keys};
 
 /// The members of one sink.
 #[derive(Debug, Clone)]
 pub(crate) struct Members {
     client: Client,
-    key: String,
+    map: Map,
+    slot: u16,
 }
 
 /// A snapshot of the members: server time and each member's keep-alive.
@@ -45,63 +36,65 @@ impl MemberView {
 }
 
 impl Members {
-    pub(crate) fn new(client: &Client, key: String) -> Self {
-        Members {
+    /// Joins the registry of sink `sink` (hash tag `tag`).
+    pub(crate) async fn join(client: &Client, sink: &str, tag: &str) -> Result<Self, Error> {
+        let map = Map::join(
+            client,
+            &keys::sink_members_map(sink),
+            MapOptions::default().hash_tag(tag),
+        )
+        .await?;
+        let slot = fred::util::redis_keyslot(format!("{{{tag}}}").as_bytes());
+        Ok(Members {
             client: client.clone(),
-            key,
-        }
+            map,
+            slot,
+        })
+    }
+
+    /// Redis server time in ms, from the node holding the registry.
+    async fn now_ms(&self) -> Result<u64, Error> {
+        let cmd = CustomCommand::new("TIME", ClusterHash::Custom(self.slot), false);
+        let t: Vec<Value> = self.client.custom(cmd, Vec::<String>::new()).await?;
+        let part = |i: usize| t.get(i).and_then(Value::as_u64).unwrap_or(0);
+        Ok(part(0) * 1000 + part(1) / 1000)
     }
 
     /// Writes `member`'s keep-alive (server time).
     pub(crate) async fn renew(&self, member: &str) -> Result<(), Error> {
-        let _: Value = RENEW
-            .evalsha_with_reload(
-                &self.client,
-                vec![self.key.clone()],
-                vec![member.to_string()],
-            )
-            .await?;
+        let now = self.now_ms().await?;
+        self.map.set(member, &now.to_string()).await?;
         Ok(())
     }
 
-    /// Reads every member with the server time.
+    /// Every member (local replica) with the server time.
     pub(crate) async fn view(&self) -> Result<MemberView, Error> {
-        let reply: Value = LIST
-            .evalsha_with_reload(&self.client, vec![self.key.clone()], Vec::<String>::new())
-            .await?;
-        let mut parts = reply.into_array().into_iter();
-        let now_ms = parts.next().and_then(|v| v.as_u64()).unwrap_or(0);
-        let mut members = HashMap::new();
-        let mut flat = parts
-            .next()
-            .map(Value::into_array)
-            .unwrap_or_default()
-            .into_iter();
-        while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
-            if let (Some(k), Some(v)) = (k.as_string(), v.as_string()) {
-                if let Ok(ms) = v.parse() {
-                    members.insert(k, ms);
-                }
-            }
-        }
+        let now_ms = self.now_ms().await?;
+        let members = self
+            .map
+            .snapshot()
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.parse().ok()?)))
+            .collect();
         Ok(MemberView { now_ms, members })
     }
 
     /// Removes `member` if its keep-alive is still `expected_ms`.
     pub(crate) async fn remove_if(&self, member: &str, expected_ms: u64) -> Result<bool, Error> {
-        let removed: i64 = REMOVE_IF
-            .evalsha_with_reload(
-                &self.client,
-                vec![self.key.clone()],
-                vec![member.to_string(), expected_ms.to_string()],
-            )
-            .await?;
-        Ok(removed == 1)
+        Ok(self
+            .map
+            .test_and_delete(member, &expected_ms.to_string())
+            .await?)
     }
 
     /// Removes `member` unconditionally.
     pub(crate) async fn remove(&self, member: &str) -> Result<(), Error> {
-        let _: i64 = self.client.hdel(self.key.as_str(), member).await?;
+        self.map.delete(member).await?;
         Ok(())
+    }
+
+    /// Leaves the replicated map.
+    pub(crate) async fn close(&self) {
+        self.map.close().await;
     }
 }

@@ -20,7 +20,7 @@ use crate::event::{RawEntry, decode, parse_xread};
 use crate::fanout::{self, Subscribers};
 use crate::members::Members;
 use crate::options::{SinkOptions, StartPosition, exclusive_start};
-use crate::{Error, Event, Stream, keys};
+use crate::{Error, Event, Stream};
 
 /// A member of a named consumer group over one or more streams.
 ///
@@ -113,9 +113,18 @@ impl Sink {
             }
         };
         let member_id = options.member_id.clone().unwrap_or_else(random_member_id);
-        let members = Members::new(client, keys::sink_members_key(name, &tag));
-        members.renew(&member_id).await?;
-        let conn = conn::dedicated(client).await?;
+        let members = Members::join(client, name, &tag).await?;
+        if let Err(e) = members.renew(&member_id).await {
+            members.close().await;
+            return Err(e);
+        }
+        let conn = match conn::dedicated(client).await {
+            Ok(conn) => conn,
+            Err(e) => {
+                members.close().await;
+                return Err(e);
+            }
+        };
         let cancel = CancellationToken::new();
         let shared = Arc::new(Shared {
             client: client.clone(),
@@ -169,7 +178,9 @@ impl Sink {
         let Some(key) = key else {
             return Err(Error::UnknownStream(event.stream.clone()));
         };
-        self.shared.ack_raw(&key, std::slice::from_ref(&event.id)).await?;
+        self.shared
+            .ack_raw(&key, std::slice::from_ref(&event.id))
+            .await?;
         lock(&self.shared.in_flight).remove(&(event.stream.clone(), event.id.clone()));
         Ok(())
     }
@@ -239,6 +250,7 @@ impl Sink {
         }
         self.shared.subscribers.close();
         crate::claim::leave(&self.shared).await;
+        self.shared.members.close().await;
         if let Err(e) = conn::quit(&self.shared.conn).await {
             tracing::debug!(error = %e, "closing the sink's connection failed");
         }

@@ -9,8 +9,10 @@
 
 use std::time::{Duration, Instant};
 
+use flotilla_pool::{
+    ClusterLock, Error, LeaderLease, LeaderOptions, LockOptions, Ticker, TickerOptions,
+};
 use fred::prelude::*;
-use flotilla_pool::{ClusterLock, Error, LeaderLease, LeaderOptions, LockOptions, Ticker, TickerOptions};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -20,12 +22,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // --- ClusterLock: one executor per execution id (seed 000).
     let name = format!("example-execution-{run}");
-    let executor_a = ClusterLock::new(&client, &name, LockOptions::default().owner_id("executor-a"))?;
-    let executor_b = ClusterLock::new(&client, &name, LockOptions::default().owner_id("executor-b"))?;
+    let executor_a = ClusterLock::new(
+        &client,
+        &name,
+        LockOptions::default().owner_id("executor-a"),
+    )?;
+    let executor_b = ClusterLock::new(
+        &client,
+        &name,
+        LockOptions::default().owner_id("executor-b"),
+    )?;
     let guard = executor_a.acquire(Duration::from_secs(1)).await?;
-    println!("executor-a holds {name} with fencing token {}", guard.token());
+    println!(
+        "executor-a holds {name} with fencing token {}",
+        guard.token()
+    );
     match executor_b.try_acquire().await {
-        Err(Error::LockHeld { .. }) => println!("executor-b refused: {}", executor_b.try_acquire().await.unwrap_err()),
+        Err(Error::LockHeld { .. }) => println!(
+            "executor-b refused: {}",
+            executor_b.try_acquire().await.unwrap_err()
+        ),
         other => println!("unexpected: {other:?}"),
     }
     if let Some(info) = executor_b.info().await? {
@@ -54,7 +70,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let handover = Instant::now();
     first.close().await?; // a rolling deploy: release on shutdown
     second.wait_until_leader().await?;
-    println!("scheduler-2 leads {:?} after scheduler-1 closed", handover.elapsed());
+    println!(
+        "scheduler-2 leads {:?} after scheduler-1 closed",
+        handover.elapsed()
+    );
     if let Some(holder) = second.holder().await? {
         println!("leader record: {holder}");
     }
@@ -65,7 +84,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let interval = Duration::from_millis(200);
     let mut tickers = Vec::new();
     for _ in 0..2 {
-        tickers.push(Ticker::start(&client, &ticker_name, interval, TickerOptions::default()).await?);
+        tickers
+            .push(Ticker::start(&client, &ticker_name, interval, TickerOptions::default()).await?);
     }
     let until = tokio::time::Instant::now() + Duration::from_millis(1_000);
     let (mut a, mut b) = (tickers.remove(0), tickers.remove(0));

@@ -7,9 +7,9 @@
 //!
 //! * **Step down before anyone else can lead.** The lease is renewed from
 //!   this process's monotonic clock; if renewals fail (Redis unreachable,
-//!   partition), the leader reports `false` at *last successful renewal sent
-//!   + TTL − margin*, before the lock can expire in Redis and another
-//!   process take over. Leadership is never decided by PIDs or wall clocks.
+//!   partition), the leader reports `false` at *(last successful renewal
+//!   sent) plus TTL minus margin*, before the lock can expire in Redis and
+//!   another process take over. Leadership is never decided by PIDs or wall clocks.
 //! * **Fast hand-over.** [`LeaderLease::close`] (or dropping the lease) steps
 //!   down and deletes the lock; followers poll every
 //!   [`LeaderOptions::follower_poll`] (default 250 ms), so a rolling deploy
@@ -528,7 +528,8 @@ impl Runner {
             if leading {
                 metrics::counter!("flotilla_leader_elected_total", "lease" => name).increment(1);
             } else {
-                metrics::counter!("flotilla_leader_stepped_down_total", "lease" => name).increment(1);
+                metrics::counter!("flotilla_leader_stepped_down_total", "lease" => name)
+                    .increment(1);
                 tracing::info!(lease = %self.lock.name(), why, "stepped down");
             }
         }
@@ -554,9 +555,15 @@ mod tests {
     fn defaults_are_consistent() {
         let options = LeaderOptions::default();
         assert!(options.validate().is_ok());
-        assert_eq!(options.effective_heartbeat_interval(), Duration::from_secs(5));
+        assert_eq!(
+            options.effective_heartbeat_interval(),
+            Duration::from_secs(5)
+        );
         assert_eq!(options.effective_step_down_margin(), Duration::from_secs(3));
-        assert_eq!(options.effective_follower_poll(), Duration::from_millis(250));
+        assert_eq!(
+            options.effective_follower_poll(),
+            Duration::from_millis(250)
+        );
     }
 
     #[test]

@@ -36,8 +36,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::{check_name, keys};
 use crate::lock::script::{self, u64_at};
+use crate::{check_name, keys};
 
 /// Options of a [`Ticker`].
 ///

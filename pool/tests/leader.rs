@@ -89,7 +89,9 @@ async fn failover_after_kill_and_fast_handover_on_close() {
     let mut leases = Vec::new();
     for i in 0..3 {
         let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
-        let client = flotilla_testkit::client(&proxy.url()).await.expect("client");
+        let client = flotilla_testkit::client(&proxy.url())
+            .await
+            .expect("client");
         let lease = LeaderLease::start(&client, &name, options(&format!("node-{i}"), ttl))
             .await
             .expect("lease");
@@ -107,9 +109,11 @@ async fn failover_after_kill_and_fast_handover_on_close() {
     // Kill: the leader's connection becomes a black hole (no release).
     proxies[first].black_hole();
     let killed = Instant::now();
-    wait_until(Duration::from_secs(3), "a new leader after a kill", || async {
-        leaders(&leases).iter().any(|&i| i != first)
-    })
+    wait_until(
+        Duration::from_secs(3),
+        "a new leader after a kill",
+        || async { leaders(&leases).iter().any(|&i| i != first) },
+    )
     .await
     .expect("failover");
     let failover = killed.elapsed();
@@ -121,16 +125,23 @@ async fn failover_after_kill_and_fast_handover_on_close() {
     let closing = leases[second].take().unwrap();
     let closed = Instant::now();
     closing.close().await.expect("close");
-    wait_until(Duration::from_secs(2), "a new leader after a graceful close", || async {
-        !leaders(&leases).is_empty()
-    })
+    wait_until(
+        Duration::from_secs(2),
+        "a new leader after a graceful close",
+        || async { !leaders(&leases).is_empty() },
+    )
     .await
     .expect("hand-over");
     let handover = closed.elapsed();
-    assert!(handover < Duration::from_secs(1), "hand-over took {handover:?}");
+    assert!(
+        handover < Duration::from_secs(1),
+        "hand-over took {handover:?}"
+    );
     let third = leaders(&leases)[0];
     assert!(third != first && third != second);
-    println!("leader failover: killed → new leader {failover:?} (ttl {ttl:?}); graceful close → new leader {handover:?}");
+    println!(
+        "leader failover: killed → new leader {failover:?} (ttl {ttl:?}); graceful close → new leader {handover:?}"
+    );
 
     // Let the cut-off lease run a little more, then check the whole ledger.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -144,13 +155,18 @@ async fn failover_after_kill_and_fast_handover_on_close() {
 #[tokio::test]
 async fn refusal_names_the_leader() {
     let server = RedisServer::start().expect("redis-server");
-    let client = flotilla_testkit::client(&server.url()).await.expect("client");
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
     let name = unique_name("refused");
     let ttl = Duration::from_secs(3);
     let a = LeaderLease::start(&client, &name, options("primary", ttl))
         .await
         .expect("lease a");
-    assert!(a.is_leader(), "the first lease leads after its first attempt");
+    assert!(
+        a.is_leader(),
+        "the first lease leads after its first attempt"
+    );
     let b = LeaderLease::start(&client, &name, options("standby", ttl))
         .await
         .expect("lease b");
@@ -183,14 +199,19 @@ async fn refusal_names_the_leader() {
     let mut rx = b.subscribe();
     b.close().await.expect("close b");
     assert!(!*rx.borrow_and_update());
-    assert!(rx.changed().await.is_err(), "the watch closes with the lease");
+    assert!(
+        rx.changed().await.is_err(),
+        "the watch closes with the lease"
+    );
 }
 
 #[tokio::test]
 async fn cut_off_leader_steps_down_before_its_ttl() {
     let server = RedisServer::start().expect("redis-server");
     let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
-    let client = flotilla_testkit::client(&proxy.url()).await.expect("client");
+    let client = flotilla_testkit::client(&proxy.url())
+        .await
+        .expect("client");
     let ttl = Duration::from_millis(900);
     let lease = LeaderLease::start(&client, &unique_name("stepdown"), options("cut", ttl))
         .await
@@ -203,7 +224,11 @@ async fn cut_off_leader_steps_down_before_its_ttl() {
     // The last renewal was sent before the cut, so stepping down by
     // cut + ttl - margin means it stepped down before the lock can expire.
     let margin = ttl / 5;
-    assert!(cut.elapsed() <= ttl - margin + Duration::from_millis(50), "stepped down after {:?}", cut.elapsed());
+    assert!(
+        cut.elapsed() <= ttl - margin + Duration::from_millis(50),
+        "stepped down after {:?}",
+        cut.elapsed()
+    );
     // Healed: it leads again (its record expired or was still its own).
     proxy.heal();
     tokio::time::timeout(Duration::from_secs(5), lease.wait_until_leader())

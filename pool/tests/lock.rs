@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_pool::{ClusterLock, Error, LockOptions};
-use flotilla_testkit::{FaultProxy, RedisServer, ServerOptions, command_stats, unique_name, wait_until};
+use flotilla_testkit::{
+    FaultProxy, RedisServer, ServerOptions, command_stats, unique_name, wait_until,
+};
 use fred::prelude::*;
 use tokio::time::Instant;
 
@@ -69,7 +71,11 @@ async fn sixteen_tasks_never_hold_at_once() {
     let name = unique_name("contended");
     let mut clients = Vec::new();
     for _ in 0..4 {
-        clients.push(flotilla_testkit::client(&server.url()).await.expect("client"));
+        clients.push(
+            flotilla_testkit::client(&server.url())
+                .await
+                .expect("client"),
+        );
     }
     let ledger = Arc::new(Mutex::new(Vec::<Entry>::new()));
     let run_for = Duration::from_secs(4);
@@ -115,10 +121,17 @@ async fn sixteen_tasks_never_hold_at_once() {
 #[tokio::test]
 async fn round_trip_and_commands_per_acquire() {
     let server = RedisServer::start().expect("redis-server");
-    let client = flotilla_testkit::client(&server.url()).await.expect("client");
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
     let lock = ClusterLock::new(&client, &unique_name("rt"), options(5_000)).expect("lock");
     // Warm up (loads the scripts).
-    lock.try_acquire().await.expect("acquire").release().await.expect("release");
+    lock.try_acquire()
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
     let before = evalsha_calls(&client).await;
     let mut samples = Vec::new();
     let rounds = 1_000;
@@ -129,7 +142,11 @@ async fn round_trip_and_commands_per_acquire() {
         samples.push(start.elapsed());
     }
     let calls = evalsha_calls(&client).await - before;
-    assert_eq!(calls, 2 * rounds, "one EVALSHA per acquire and one per release");
+    assert_eq!(
+        calls,
+        2 * rounds,
+        "one EVALSHA per acquire and one per release"
+    );
     samples.sort();
     println!(
         "acquire+release round trip: p50 {:?}, p99 {:?}; redis commands per acquire: 1 (EVALSHA), per release: 1",
@@ -144,8 +161,11 @@ async fn crashed_holder_is_replaced_within_ttl_plus_one_retry() {
     let name = unique_name("crash");
     let ttl = Duration::from_millis(800);
     let retry = Duration::from_millis(50);
-    let holder_client = flotilla_testkit::client(&server.url()).await.expect("client");
-    let holder = ClusterLock::new(&holder_client, &name, options(800).owner_id("doomed")).expect("lock");
+    let holder_client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
+    let holder =
+        ClusterLock::new(&holder_client, &name, options(800).owner_id("doomed")).expect("lock");
     let acquired = Instant::now();
     let guard = holder.try_acquire().await.expect("acquire");
     let crashed_token = guard.token();
@@ -153,31 +173,44 @@ async fn crashed_holder_is_replaced_within_ttl_plus_one_retry() {
     std::mem::forget(guard);
     holder_client.quit().await.expect("quit");
 
-    let client = flotilla_testkit::client(&server.url()).await.expect("client");
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
     let other = ClusterLock::new(&client, &name, options(800).owner_id("survivor")).expect("lock");
     match other.try_acquire().await {
         Err(Error::LockHeld { holder, .. }) => assert!(holder.contains("doomed"), "{holder}"),
         other => panic!("expected LockHeld, got {other:?}"),
     }
-    let guard = other.acquire(Duration::from_secs(3)).await.expect("acquire after expiry");
+    let guard = other
+        .acquire(Duration::from_secs(3))
+        .await
+        .expect("acquire after expiry");
     let took = acquired.elapsed();
     assert!(guard.token() > crashed_token);
     // TTL + one retry interval, plus scheduling slack for a loaded CI box.
-    assert!(took <= ttl + retry + Duration::from_millis(150), "took {took:?}");
+    assert!(
+        took <= ttl + retry + Duration::from_millis(150),
+        "took {took:?}"
+    );
     println!("crashed holder replaced after {took:?} (ttl {ttl:?})");
 }
 
 #[tokio::test]
 async fn non_owner_refresh_and_release_change_nothing() {
     let server = RedisServer::start().expect("redis-server");
-    let client = flotilla_testkit::client(&server.url()).await.expect("client");
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
     let name = unique_name("owner");
     let a = ClusterLock::new(&client, &name, options(300).owner_id("alice")).expect("lock");
     let b = ClusterLock::new(&client, &name, options(5_000).owner_id("bob")).expect("lock");
     let stale = a.try_acquire().await.expect("alice acquires");
     stale.lost().await;
     assert!(!stale.is_held());
-    let current = b.acquire(Duration::from_secs(2)).await.expect("bob acquires");
+    let current = b
+        .acquire(Duration::from_secs(2))
+        .await
+        .expect("bob acquires");
     let before = b.info().await.expect("info").expect("held");
     assert_eq!(before.owner_id, "bob");
 
@@ -197,7 +230,9 @@ async fn non_owner_refresh_and_release_change_nothing() {
 #[tokio::test]
 async fn refresh_is_rate_limited() {
     let server = RedisServer::start().expect("redis-server");
-    let client = flotilla_testkit::client(&server.url()).await.expect("client");
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
     let min = Duration::from_millis(300);
     let lock = ClusterLock::new(
         &client,
@@ -213,7 +248,11 @@ async fn refresh_is_rate_limited() {
     for _ in 0..1_000 {
         guard.refresh().await.expect("refresh");
     }
-    assert_eq!(evalsha_calls(&client).await - before, 0, "rate-limited refreshes hit redis");
+    assert_eq!(
+        evalsha_calls(&client).await - before,
+        0,
+        "rate-limited refreshes hit redis"
+    );
     assert_eq!(guard.deadline(), deadline);
     tokio::time::sleep(min).await;
     guard.refresh().await.expect("refresh after the interval");
@@ -225,9 +264,15 @@ async fn refresh_is_rate_limited() {
 #[tokio::test]
 async fn info_names_the_holder_and_drop_releases() {
     let server = RedisServer::start().expect("redis-server");
-    let client = flotilla_testkit::client(&server.url()).await.expect("client");
-    let lock = ClusterLock::new(&client, &unique_name("info"), options(5_000).owner_id("inspector"))
-        .expect("lock");
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
+    let lock = ClusterLock::new(
+        &client,
+        &unique_name("info"),
+        options(5_000).owner_id("inspector"),
+    )
+    .expect("lock");
     assert!(lock.info().await.expect("info").is_none());
     let guard = lock.try_acquire().await.expect("acquire");
     let info = lock.info().await.expect("info").expect("held");
@@ -238,7 +283,10 @@ async fn info_names_the_holder_and_drop_releases() {
     assert!(info.acquired_at_ms <= info.heartbeat_at_ms);
     assert!(info.ttl_remaining <= Duration::from_secs(5) && !info.ttl_remaining.is_zero());
     let text = info.to_string();
-    assert!(text.contains("inspector") && text.contains(&format!("pid {}", std::process::id())), "{text}");
+    assert!(
+        text.contains("inspector") && text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
 
     drop(guard);
     wait_until(Duration::from_secs(2), "dropped guard releases", || async {
@@ -252,7 +300,9 @@ async fn info_names_the_holder_and_drop_releases() {
 async fn unreachable_redis_fails_fast_and_holder_reports_lost() {
     let server = RedisServer::start().expect("redis-server");
     let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
-    let client = flotilla_testkit::client(&proxy.url()).await.expect("client");
+    let client = flotilla_testkit::client(&proxy.url())
+        .await
+        .expect("client");
     let name = unique_name("partition");
     let op_timeout = Duration::from_millis(300);
     let ttl = Duration::from_millis(1_000);
@@ -265,21 +315,38 @@ async fn unreachable_redis_fails_fast_and_holder_reports_lost() {
     )
     .expect("lock");
     let guard = lock.try_acquire().await.expect("acquire");
-    let other = ClusterLock::new(&client, &unique_name("other"), options(1_000).op_timeout(op_timeout))
-        .expect("lock");
+    let other = ClusterLock::new(
+        &client,
+        &unique_name("other"),
+        options(1_000).op_timeout(op_timeout),
+    )
+    .expect("lock");
 
     proxy.black_hole();
     let start = Instant::now();
-    assert!(matches!(other.try_acquire().await, Err(Error::Unavailable(_))));
-    assert!(start.elapsed() < op_timeout + Duration::from_millis(200), "{:?}", start.elapsed());
+    assert!(matches!(
+        other.try_acquire().await,
+        Err(Error::Unavailable(_))
+    ));
+    assert!(
+        start.elapsed() < op_timeout + Duration::from_millis(200),
+        "{:?}",
+        start.elapsed()
+    );
     let start = Instant::now();
-    assert!(matches!(other.acquire(Duration::from_secs(5)).await, Err(Error::Unavailable(_))));
+    assert!(matches!(
+        other.acquire(Duration::from_secs(5)).await,
+        Err(Error::Unavailable(_))
+    ));
     assert!(start.elapsed() < op_timeout + Duration::from_millis(200));
     tokio::time::sleep(Duration::from_millis(2)).await;
     let start = Instant::now();
     assert!(matches!(guard.refresh().await, Err(Error::Unavailable(_))));
     assert!(start.elapsed() < op_timeout + Duration::from_millis(200));
-    assert!(guard.is_held(), "the holder keeps its lock until its local deadline");
+    assert!(
+        guard.is_held(),
+        "the holder keeps its lock until its local deadline"
+    );
 
     tokio::time::timeout(ttl + Duration::from_millis(500), guard.lost())
         .await
@@ -291,17 +358,26 @@ async fn unreachable_redis_fails_fast_and_holder_reports_lost() {
     // Healed: the lock is taken again once Redis has expired it.
     proxy.heal();
     drop(guard);
-    let fresh = lock.acquire(Duration::from_secs(5)).await.expect("acquire after heal");
+    let fresh = lock
+        .acquire(Duration::from_secs(5))
+        .await
+        .expect("acquire after heal");
     fresh.release().await.expect("release");
 }
 
 #[tokio::test]
 async fn killed_server_gives_unavailable_within_op_timeout() {
     let mut server = RedisServer::start().expect("redis-server");
-    let client = flotilla_testkit::client(&server.url()).await.expect("client");
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
     let op_timeout = Duration::from_millis(300);
-    let lock = ClusterLock::new(&client, &unique_name("killed"), options(1_000).op_timeout(op_timeout))
-        .expect("lock");
+    let lock = ClusterLock::new(
+        &client,
+        &unique_name("killed"),
+        options(1_000).op_timeout(op_timeout),
+    )
+    .expect("lock");
     server.kill();
     let start = Instant::now();
     let result = lock.try_acquire().await;
@@ -312,17 +388,23 @@ async fn killed_server_gives_unavailable_within_op_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_restart_with_persistence_keeps_one_holder() {
-    let mut server =
-        RedisServer::start_with(ServerOptions::default().aof(true).arg("appendfsync", "always"))
-            .expect("redis-server");
+    let mut server = RedisServer::start_with(
+        ServerOptions::default()
+            .aof(true)
+            .arg("appendfsync", "always"),
+    )
+    .expect("redis-server");
     let name = unique_name("restart");
     let ledger = Arc::new(Mutex::new(Vec::<Entry>::new()));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let stop = tokio_util::sync::CancellationToken::new();
     let mut tasks = Vec::new();
     for i in 0..4 {
-        let client = flotilla_testkit::client(&server.url()).await.expect("client");
-        let lock = ClusterLock::new(&client, &name, options(1_000).owner_id(format!("t{i}"))).expect("lock");
+        let client = flotilla_testkit::client(&server.url())
+            .await
+            .expect("client");
+        let lock = ClusterLock::new(&client, &name, options(1_000).owner_id(format!("t{i}")))
+            .expect("lock");
         let (ledger, errors, stop) = (Arc::clone(&ledger), Arc::clone(&errors), stop.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.is_cancelled() {
@@ -341,7 +423,11 @@ async fn redis_restart_with_persistence_keeps_one_holder() {
                 if guard.is_held() {
                     // Only count a section if the holder still held it when
                     // it left (a lost holder must stop; that is the contract).
-                    ledger.lock().unwrap().push(Entry { token: guard.token(), enter, exit });
+                    ledger.lock().unwrap().push(Entry {
+                        token: guard.token(),
+                        enter,
+                        exit,
+                    });
                 }
                 let _ = guard.release().await;
             }
@@ -366,5 +452,8 @@ async fn redis_restart_with_persistence_keeps_one_holder() {
     );
     check_ledger(&mut ledger);
     let entered_after_restart = ledger.iter().filter(|e| e.enter > restarted).count();
-    assert!(entered_after_restart > 0, "nobody acquired after the restart");
+    assert!(
+        entered_after_restart > 0,
+        "nobody acquired after the restart"
+    );
 }

@@ -23,7 +23,9 @@ async fn one_tick_per_interval_pool_wide() {
     let mut stops = Vec::new();
     let mut tasks = Vec::new();
     for i in 0..3 {
-        let client = flotilla_testkit::client(&server.url()).await.expect("client");
+        let client = flotilla_testkit::client(&server.url())
+            .await
+            .expect("client");
         let mut ticker = Ticker::start(&client, &name, interval, TickerOptions::default())
             .await
             .expect("ticker");
@@ -58,16 +60,27 @@ async fn one_tick_per_interval_pool_wide() {
     let ledger = ledger.lock().unwrap().clone();
     let slots: Vec<u64> = ledger.iter().map(|(_, t, _)| t.slot).collect();
     let unique: HashSet<u64> = slots.iter().copied().collect();
-    assert_eq!(unique.len(), slots.len(), "a slot was ticked twice: {slots:?}");
+    assert_eq!(
+        unique.len(),
+        slots.len(),
+        "a slot was ticked twice: {slots:?}"
+    );
     let expected = elapsed.as_millis() as f64 / interval.as_millis() as f64;
     assert!(
         (slots.len() as f64 - expected).abs() <= 2.0,
         "{} ticks in {elapsed:?}, expected about {expected:.1}",
         slots.len()
     );
-    let after_close: Vec<&(usize, Tick, Instant)> = ledger.iter().filter(|(_, _, at)| *at > closed_at).collect();
-    assert!(after_close.len() >= 4, "the others stopped ticking: {after_close:?}");
-    assert!(after_close.iter().all(|(i, _, _)| *i != 0), "a closed ticker ticked");
+    let after_close: Vec<&(usize, Tick, Instant)> =
+        ledger.iter().filter(|(_, _, at)| *at > closed_at).collect();
+    assert!(
+        after_close.len() >= 4,
+        "the others stopped ticking: {after_close:?}"
+    );
+    assert!(
+        after_close.iter().all(|(i, _, _)| *i != 0),
+        "a closed ticker ticked"
+    );
     let mut sorted = slots.clone();
     sorted.sort_unstable();
     let gaps = sorted.windows(2).filter(|w| w[1] != w[0] + 1).count();
@@ -82,9 +95,29 @@ async fn one_tick_per_interval_pool_wide() {
 #[tokio::test]
 async fn ticker_refuses_bad_input() {
     let server = RedisServer::start().expect("redis-server");
-    let client = flotilla_testkit::client(&server.url()).await.expect("client");
-    let bad_name = Ticker::start(&client, "a{b}", Duration::from_secs(1), TickerOptions::default()).await;
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
+    let bad_name = Ticker::start(
+        &client,
+        "a{b}",
+        Duration::from_secs(1),
+        TickerOptions::default(),
+    )
+    .await;
     assert!(matches!(bad_name, Err(Error::InvalidName { .. })));
-    let bad_interval = Ticker::start(&client, "ok", Duration::from_millis(1), TickerOptions::default()).await;
-    assert!(matches!(bad_interval, Err(Error::InvalidOptions { option: "interval", .. })));
+    let bad_interval = Ticker::start(
+        &client,
+        "ok",
+        Duration::from_millis(1),
+        TickerOptions::default(),
+    )
+    .await;
+    assert!(matches!(
+        bad_interval,
+        Err(Error::InvalidOptions {
+            option: "interval",
+            ..
+        })
+    ));
 }

@@ -250,7 +250,8 @@ impl ClusterLock {
     /// One acquisition attempt.
     async fn attempt(&self) -> Result<Attempt> {
         let s = &self.shared;
-        let span = tracing::debug_span!("lock_acquire", lock = %s.name, owner = %s.options.owner_id);
+        let span =
+            tracing::debug_span!("lock_acquire", lock = %s.name, owner = %s.options.owner_id);
         async {
             let mut pending = PendingAcquire {
                 shared: s,
@@ -286,7 +287,8 @@ impl ClusterLock {
             const WHAT: &str = "lock acquire reply";
             if u64_at(&reply, 0, WHAT)? == 1 {
                 let token = u64_at(&reply, 1, WHAT)?;
-                metrics::counter!("flotilla_lock_acquired_total", "lock" => s.name.clone()).increment(1);
+                metrics::counter!("flotilla_lock_acquired_total", "lock" => s.name.clone())
+                    .increment(1);
                 tracing::debug!(token, "lock acquired");
                 let lease = std::mem::take(&mut pending.lease);
                 return Ok(Attempt::Acquired(LockGuard::new(
@@ -296,7 +298,8 @@ impl ClusterLock {
                     sent,
                 )));
             }
-            metrics::counter!("flotilla_lock_contended_total", "lock" => s.name.clone()).increment(1);
+            metrics::counter!("flotilla_lock_contended_total", "lock" => s.name.clone())
+                .increment(1);
             let ttl_ms = reply.get(5).and_then(Value::as_i64).unwrap_or(0).max(0);
             let ttl = Duration::from_millis(ttl_ms.unsigned_abs());
             let holder = format!(
@@ -313,6 +316,11 @@ impl ClusterLock {
         .await
     }
 }
+
+/// Compiles the examples of `pool/LOCKS.md` as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../LOCKS.md")]
+pub struct LocksReadme;
 
 impl Shared {
     /// Queues a release of `lease` (fire and forget). Used by dropped guards

@@ -56,7 +56,14 @@ impl NodeInner {
     pub(crate) async fn server_time_ms(&self) -> Result<u64> {
         let (secs, micros): (String, String) = self
             .client
-            .custom(fred::types::CustomCommand::new_static("TIME", fred::types::ClusterHash::FirstKey, false), Vec::<String>::new())
+            .custom(
+                fred::types::CustomCommand::new_static(
+                    "TIME",
+                    fred::types::ClusterHash::FirstKey,
+                    false,
+                ),
+                Vec::<String>::new(),
+            )
             .await
             .map_err(crate::error::from_redis)?;
         let secs: u64 = secs.parse().unwrap_or_default();
@@ -84,7 +91,11 @@ impl NodeInner {
             }
             match self.claim_cleanup(worker, now).await {
                 Ok(true) => {
-                    tracing::warn!(worker, silent_ms = now.saturating_sub(last), "worker dead: cleaning up");
+                    tracing::warn!(
+                        worker,
+                        silent_ms = now.saturating_sub(last),
+                        "worker dead: cleaning up"
+                    );
                     metrics::counter!("flotilla_pool_dead_workers_total").increment(1);
                     self.refresh_ring();
                     if let Err(e) = self.clean_worker(worker).await {
@@ -125,7 +136,11 @@ impl NodeInner {
             .unwrap_or(0);
         if now.saturating_sub(since) > self.options.worker_ttl.as_millis() as u64 {
             tracing::info!(worker, previous = %current, "taking over a stale cleanup claim");
-            return Ok(self.maps.cleanup.test_and_set(worker, &current, &claim).await?);
+            return Ok(self
+                .maps
+                .cleanup
+                .test_and_set(worker, &current, &claim)
+                .await?);
         }
         Ok(false)
     }
@@ -187,7 +202,9 @@ impl NodeInner {
                 let _ = self.release_job(key, from).await;
             }
             Ok(_) => {}
-            Err(e) => tracing::warn!(key, from, error = %e, "requeue failed; the next sweep retries"),
+            Err(e) => {
+                tracing::warn!(key, from, error = %e, "requeue failed; the next sweep retries")
+            }
         }
     }
 
@@ -223,7 +240,12 @@ impl NodeInner {
         }
     }
 
-    async fn requeue_entry(&self, worker: &str, id: &str, fields: &HashMap<String, Bytes>) -> Result<()> {
+    async fn requeue_entry(
+        &self,
+        worker: &str,
+        id: &str,
+        fields: &HashMap<String, Bytes>,
+    ) -> Result<()> {
         let name = fields
             .get("n")
             .map(|n| String::from_utf8_lossy(n).into_owned())
@@ -307,7 +329,11 @@ impl NodeInner {
                 Value::from(cl.channel.clone()),
                 Value::from(worker),
             ]);
-            let status: String = self.scripts.remove_worker.run(&self.client, keys, args).await?;
+            let status: String = self
+                .scripts
+                .remove_worker
+                .run(&self.client, keys, args)
+                .await?;
             if status == "ok" {
                 self.inboxes.remove(worker);
                 return Ok(());

@@ -141,13 +141,14 @@ impl Reply {
     pub(crate) fn parse(bytes: &[u8]) -> Result<Reply> {
         let text = String::from_utf8_lossy(bytes);
         let mut parts = text.splitn(3, ' ');
-        let request = parts
-            .next()
-            .and_then(|r| r.parse().ok())
-            .ok_or_else(|| Error::Malformed {
-                what: "reply",
-                reason: format!("bad request id in {text:?}"),
-            })?;
+        let request =
+            parts
+                .next()
+                .and_then(|r| r.parse().ok())
+                .ok_or_else(|| Error::Malformed {
+                    what: "reply",
+                    reason: format!("bad request id in {text:?}"),
+                })?;
         let status = parts.next().unwrap_or_default().to_string();
         let message = parts.next().unwrap_or_default().to_string();
         Ok(Reply {
@@ -245,6 +246,9 @@ mod tests {
     #[test]
     fn reply_keeps_message_spaces() {
         let r = Reply::parse(b"5 failed boom: it broke").unwrap();
-        assert_eq!((r.request, r.status.as_str(), r.message.as_str()), (5, "failed", "boom: it broke"));
+        assert_eq!(
+            (r.request, r.status.as_str(), r.message.as_str()),
+            (5, "failed", "boom: it broke")
+        );
     }
 }

@@ -41,7 +41,8 @@ impl Node {
             Err(_) => "error",
         };
         metrics::counter!("flotilla_pool_dispatch_total", "outcome" => outcome).increment(1);
-        metrics::histogram!("flotilla_pool_dispatch_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("flotilla_pool_dispatch_seconds")
+            .record(started.elapsed().as_secs_f64());
         result
     }
 
@@ -170,7 +171,8 @@ impl NodeInner {
             key: key.to_string(),
             payload: payload.to_vec(),
         });
-        let pending_ttl = (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
+        let pending_ttl =
+            (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
         loop {
             let owner = self.wait_for_owner(key, deadline).await?;
             let inbox = self.inbox(&owner)?;
@@ -232,7 +234,8 @@ impl NodeInner {
                     if Instant::now() >= deadline {
                         return Err(Error::NoActiveWorker(self.pool.clone()));
                     }
-                    let _ = tokio::time::timeout(Duration::from_millis(50), version.changed()).await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_millis(50), version.changed()).await;
                 }
                 other => {
                     self.waiters.remove(&request);
@@ -252,7 +255,10 @@ impl NodeInner {
             if let Some(owner) = self.ring.load().owner(key) {
                 return Ok(owner.to_string());
             }
-            if tokio::time::timeout_at(deadline, version.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, version.changed())
+                .await
+                .is_err()
+            {
                 return Err(Error::NoActiveWorker(self.pool.clone()));
             }
         }

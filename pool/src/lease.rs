@@ -85,7 +85,11 @@ impl NodeInner {
         ]);
         args.extend(self.workers.iter().map(|w| Value::from(w.key().as_str())));
         let reply: Vec<Value> = self.scripts.keepalive.run(&self.client, keys, args).await?;
-        Ok(reply.into_iter().skip(1).filter_map(|v| v.as_string()).collect())
+        Ok(reply
+            .into_iter()
+            .skip(1)
+            .filter_map(|v| v.as_string())
+            .collect())
     }
 
     /// Registers a worker Redis forgot and re-asserts its jobs: those nobody
@@ -104,7 +108,11 @@ impl NodeInner {
             .collect();
         for (key, job) in running {
             if self.reassert(&worker, &key, &job).await? != "ok" {
-                tracing::info!(key, worker = id, "job moved while we were away; stopping it here");
+                tracing::info!(
+                    key,
+                    worker = id,
+                    "job moved while we were away; stopping it here"
+                );
                 let _ = guarded("stop", worker.handler.stop(&key)).await;
                 worker.jobs.remove(&key);
             }
@@ -135,7 +143,8 @@ impl NodeInner {
 
     /// Stops every local job, remembering them to resume later.
     async fn suspend_all(&self) {
-        let workers: Vec<Arc<WorkerInner>> = self.workers.iter().map(|w| w.value().clone()).collect();
+        let workers: Vec<Arc<WorkerInner>> =
+            self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
             let _guard = worker.ops.lock().await;
             let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
@@ -152,10 +161,12 @@ impl NodeInner {
 
     /// Restarts suspended jobs that are still ours, with new tokens.
     async fn resume_all(&self) {
-        let workers: Vec<Arc<WorkerInner>> = self.workers.iter().map(|w| w.value().clone()).collect();
+        let workers: Vec<Arc<WorkerInner>> =
+            self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
             let _guard = worker.ops.lock().await;
-            let suspended: Vec<(String, LocalJob)> = worker.suspended.lock().await.drain().collect();
+            let suspended: Vec<(String, LocalJob)> =
+                worker.suspended.lock().await.drain().collect();
             for (key, job) in suspended {
                 let mut args = self.maps.base_args();
                 args.extend([Value::from(key.as_str()), Value::from(worker.id.as_str())]);

@@ -25,10 +25,10 @@ pub use error::{Error, Result};
 pub use handler::{Handler, HandlerError, Job, TaskHandler};
 pub use leader::{LeaderLease, LeaderOptions};
 pub use lock::{ClusterLock, LockGuard, LockInfo, LockOptions};
-pub use ticker::{Tick, Ticker, TickerOptions};
 pub use node::{Node, WorkerInfo};
 pub use options::{LeasePolicy, NodeOptions};
 pub use routing::Ring;
+pub use ticker::{Tick, Ticker, TickerOptions};
 pub use worker::Worker;
 
 /// Validates a name or key with the rule shared by every Flotilla crate.

@@ -1,9 +1,9 @@
 //! The pool's replicated maps and the shared key/argument head every pool
 //! script expects (see `scripts/base.lua`).
 
+use flotilla_rmap::{Map, MapOptions};
 use fred::prelude::*;
 use fred::types::Value;
-use flotilla_rmap::{Map, MapOptions};
 
 use crate::error::Result;
 use crate::keys;
@@ -101,8 +101,9 @@ pub(crate) fn job_owner(value: &str) -> Option<(&str, u64)> {
     Some((worker, token.parse().ok()?))
 }
 
-/// Token and deadline of a `pending` map value (`"<token> <deadline_ms>"`).
+/// Token and deadline of a `pending` map value
+/// (`"<token> <deadline_ms>[ <node>/<request>]"`).
 pub(crate) fn pending_guard(value: &str) -> Option<(u64, u64)> {
-    let (token, deadline) = value.split_once(' ')?;
-    Some((token.parse().ok()?, deadline.parse().ok()?))
+    let mut parts = value.split(' ');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }

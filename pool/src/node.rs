@@ -277,8 +277,12 @@ impl Node {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let workers: Vec<Arc<WorkerInner>> =
-            self.inner.workers.iter().map(|w| w.value().clone()).collect();
+        let workers: Vec<Arc<WorkerInner>> = self
+            .inner
+            .workers
+            .iter()
+            .map(|w| w.value().clone())
+            .collect();
         let mut first_error = None;
         for worker in workers {
             if let Err(e) = self.inner.retire_worker(&worker, true).await {
@@ -309,20 +313,13 @@ impl Node {
     /// Redis errors.
     pub async fn shutdown(&self) -> Result<()> {
         let inner = &self.inner;
-        inner
-            .maps
-            .shutdown
-            .set(SHUTDOWN_FLAG, &inner.id)
-            .await?;
+        inner.maps.shutdown.set(SHUTDOWN_FLAG, &inner.id).await?;
         tracing::info!(pool = %inner.pool, node = %inner.id, "pool shutdown requested");
         // Our own workers stop here; other nodes react to the flag.
         inner.stop_for_shutdown().await;
         let deadline = inner.options.worker_shutdown_ttl;
         let maps = inner.maps.clone();
-        let gone = maps
-            .workers
-            .wait_for(deadline, |m| m.is_empty())
-            .await;
+        let gone = maps.workers.wait_for(deadline, |m| m.is_empty()).await;
         if gone.is_err() {
             tracing::warn!(pool = %inner.pool, "workers still registered at the shutdown deadline; deleting anyway");
         }
@@ -456,7 +453,10 @@ impl NodeInner {
             let worker = self.workers.get(worker_id).map(|w| w.value().clone());
             match worker {
                 Some(worker) => worker.deliver(event).await,
-                None => tracing::debug!(worker = worker_id, "event for a removed worker left in its inbox"),
+                None => tracing::debug!(
+                    worker = worker_id,
+                    "event for a removed worker left in its inbox"
+                ),
             }
         }
     }

@@ -186,7 +186,10 @@ impl NodeOptions {
             return bad("worker_ttl", "must be at least 300 ms");
         }
         if self.lease_stop_after.is_zero() || self.lease_stop_after >= self.worker_ttl {
-            return bad("lease_stop_after", "must be above zero and below worker_ttl");
+            return bad(
+                "lease_stop_after",
+                "must be above zero and below worker_ttl",
+            );
         }
         if self.dispatch_timeout.is_zero() {
             return bad("dispatch_timeout", "must be above zero");

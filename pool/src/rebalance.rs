@@ -41,7 +41,8 @@ impl NodeInner {
 
     /// Hands off every local job whose ring owner is another worker.
     pub(crate) async fn rebalance(&self) {
-        let workers: Vec<Arc<WorkerInner>> = self.workers.iter().map(|w| w.value().clone()).collect();
+        let workers: Vec<Arc<WorkerInner>> =
+            self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
             let ring = self.ring.load_full();
             if !ring.contains(&worker.id) {
@@ -110,11 +111,14 @@ impl NodeInner {
             let run = Job {
                 key: key.to_string(),
                 payload: job.payload.clone(),
-                created_at: std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(job.created_at_ms),
+                created_at: std::time::SystemTime::UNIX_EPOCH
+                    + Duration::from_millis(job.created_at_ms),
                 fencing_token: token,
             };
             if guarded("start", worker.handler.start(run)).await.is_ok() {
-                worker.jobs.insert(key.to_string(), crate::worker::LocalJob { token, ..job });
+                worker
+                    .jobs
+                    .insert(key.to_string(), crate::worker::LocalJob { token, ..job });
             }
         }
     }

@@ -155,7 +155,12 @@ impl Node {
     /// Redis errors while handing over (the cleanup of the worker after its
     /// TTL then finishes the job; nothing is lost).
     pub async fn remove_worker(&self, worker: &Worker) -> Result<()> {
-        let Some(inner) = self.inner.workers.get(&worker.inner.id).map(|w| w.value().clone()) else {
+        let Some(inner) = self
+            .inner
+            .workers
+            .get(&worker.inner.id)
+            .map(|w| w.value().clone())
+        else {
             return Ok(());
         };
         self.inner.retire_worker(&inner, true).await
@@ -263,7 +268,10 @@ impl WorkerInner {
         keys.push(node.inbox(&self.id)?.key().to_string());
         keys.push(reply_key);
         let mut args = node.maps.base_args();
-        args.extend([Value::from(key.as_str()), Value::from(entry.token.to_string())]);
+        args.extend([
+            Value::from(key.as_str()),
+            Value::from(entry.token.to_string()),
+        ]);
         match guarded("start", self.handler.start(job.clone())).await {
             Err(message) => {
                 tracing::info!(key, error = %message, "handler refused to start job");
@@ -273,7 +281,11 @@ impl WorkerInner {
                     Value::from(request.to_string()),
                     Value::from(message),
                 ]);
-                let _: Value = node.scripts.start_failed.run(&node.client, keys, args).await?;
+                let _: Value = node
+                    .scripts
+                    .start_failed
+                    .run(&node.client, keys, args)
+                    .await?;
                 Ok(())
             }
             Ok(()) => {
@@ -291,7 +303,8 @@ impl WorkerInner {
                     Value::from(event.id.as_str()),
                     Value::from(request.to_string()),
                 ]);
-                let status: String = match node.scripts.started.run(&node.client, keys, args).await {
+                let status: String = match node.scripts.started.run(&node.client, keys, args).await
+                {
                     Ok(s) => s,
                     Err(e) => {
                         // Not recorded: stop it so that a retry cannot run it twice.
@@ -368,7 +381,9 @@ impl WorkerInner {
                         hops: req.hops + 1,
                         ..req.clone()
                     });
-                    let moved = node.move_entry(&self.id, &owner, &event.id, EV_NOTIFY, fwd).await?;
+                    let moved = node
+                        .move_entry(&self.id, &owner, &event.id, EV_NOTIFY, fwd)
+                        .await?;
                     if moved == "ok" || moved == "gone" {
                         return Ok(());
                     }
@@ -381,7 +396,9 @@ impl WorkerInner {
                     hops: req.hops + 1,
                     ..req.clone()
                 });
-                let moved = node.move_entry(&self.id, &target, &event.id, EV_MESSAGE, fwd).await?;
+                let moved = node
+                    .move_entry(&self.id, &target, &event.id, EV_MESSAGE, fwd)
+                    .await?;
                 if moved == "ok" || moved == "gone" {
                     return Ok(());
                 }
@@ -447,7 +464,8 @@ impl NodeInner {
         keys.push(self.inbox(to)?.key().to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         let mut args = self.maps.base_args();
-        let pending_ttl = (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
+        let pending_ttl =
+            (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
         args.extend([
             Value::from(key),
             Value::from(from),
@@ -467,7 +485,11 @@ impl NodeInner {
     /// Removes a local worker. With `handover`, its jobs and queued events
     /// move to other workers first; without, its jobs are only stopped
     /// (pool shutdown).
-    pub(crate) async fn retire_worker(&self, worker: &Arc<WorkerInner>, handover: bool) -> Result<()> {
+    pub(crate) async fn retire_worker(
+        &self,
+        worker: &Arc<WorkerInner>,
+        handover: bool,
+    ) -> Result<()> {
         let _guard = worker.ops.lock().await;
         worker.cancel.cancel();
         let inbox = self.inbox(&worker.id)?;

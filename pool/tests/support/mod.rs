@@ -49,7 +49,13 @@ impl Ledger {
     }
 
     pub fn total_starts(&self) -> usize {
-        self.inner.lock().unwrap().entries.iter().filter(|e| e.start).count()
+        self.inner
+            .lock()
+            .unwrap()
+            .entries
+            .iter()
+            .filter(|e| e.start)
+            .count()
     }
 
     pub fn running(&self) -> HashMap<String, String> {
@@ -106,7 +112,10 @@ impl Handler for RecordingHandler {
         }
         let mut s = self.ledger.inner.lock().unwrap();
         if let Some(other) = s.running.get(&job.key) {
-            let v = format!("{} started on {} while running on {}", job.key, self.worker, other);
+            let v = format!(
+                "{} started on {} while running on {}",
+                job.key, self.worker, other
+            );
             s.violations.push(v);
         }
         s.running.insert(job.key.clone(), self.worker.clone());
@@ -134,12 +143,22 @@ impl Handler for RecordingHandler {
     }
 
     async fn notify(&self, key: &str, payload: Bytes) -> Result<(), HandlerError> {
-        self.ledger.inner.lock().unwrap().notes.push((key.to_string(), payload));
+        self.ledger
+            .inner
+            .lock()
+            .unwrap()
+            .notes
+            .push((key.to_string(), payload));
         Ok(())
     }
 
     async fn message(&self, key: &str, payload: Bytes) -> Result<(), HandlerError> {
-        self.ledger.inner.lock().unwrap().messages.push((key.to_string(), payload));
+        self.ledger
+            .inner
+            .lock()
+            .unwrap()
+            .messages
+            .push((key.to_string(), payload));
         Ok(())
     }
 }
@@ -150,10 +169,20 @@ pub struct Env {
     pub pool: String,
 }
 
+/// Logs to the test output when RUST_LOG is set.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
 impl Env {
     pub fn new(prefix: &str) -> Env {
+        init_tracing();
         Env {
-            server: RedisServer::start().expect("redis-server must be installed (apt-get install redis-server)"),
+            server: RedisServer::start()
+                .expect("redis-server must be installed (apt-get install redis-server)"),
             pool: flotilla_testkit::unique_name(prefix),
         }
     }

@@ -144,6 +144,13 @@ macro_rules! setter {
             self
         }
     };
+    ($(#[$doc:meta])* some $field:ident : $ty:ty) => {
+        $(#[$doc])*
+        pub fn $field(mut self, value: $ty) -> Self {
+            self.$field = Some(value);
+            self
+        }
+    };
     ($(#[$doc:meta])* opt $field:ident : $ty:ty) => {
         $(#[$doc])*
         pub fn $field(mut self, value: impl Into<$ty>) -> Self {
@@ -157,9 +164,9 @@ impl StreamOptions {
     setter!(/// Sets [`StreamOptions::hash_tag`].
         opt hash_tag: String);
     setter!(/// Sets [`StreamOptions::max_len`].
-        opt max_len: u64);
+        some max_len: u64);
     setter!(/// Sets [`StreamOptions::ttl`].
-        opt ttl: StreamTtl);
+        some ttl: StreamTtl);
 
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if let Some(tag) = &self.hash_tag {
@@ -183,7 +190,7 @@ impl AddOptions {
     setter!(/// Sets [`AddOptions::only_if_exists`].
         only_if_exists: bool);
     setter!(/// Sets [`AddOptions::max_len`].
-        opt max_len: u64);
+        some max_len: u64);
 }
 
 impl ReaderOptions {

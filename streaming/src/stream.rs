@@ -22,7 +22,7 @@ static ADD_TTL: LazyLock<Script> = LazyLock::new(|| Script::from_lua(crate::lua:
 /// ```no_run
 /// # async fn demo(client: fred::prelude::Client) -> Result<(), flotilla_streaming::Error> {
 /// use flotilla_streaming::{AddOptions, Stream, StreamOptions};
-/// let stream = Stream::new(&client, "orders", StreamOptions::default().max_len(10_000u64))?;
+/// let stream = Stream::new(&client, "orders", StreamOptions::default().max_len(10_000))?;
 /// let id = stream.add("created", &b"\x01\x02"[..]).await?;
 /// stream.add_with("paid", "42", AddOptions::default().topic("eu")).await?;
 /// # let _ = id; Ok(()) }

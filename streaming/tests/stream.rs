@@ -56,7 +56,7 @@ async fn key_layout_and_names() {
 async fn max_len_trims_approximately() {
     let (_server, client) = support::redis().await;
     let name = flotilla_testkit::unique_name("trim");
-    let s = Stream::new(&client, &name, StreamOptions::default().max_len(100u64)).unwrap();
+    let s = Stream::new(&client, &name, StreamOptions::default().max_len(100)).unwrap();
     for i in 0..1000 {
         s.add("e", i.to_string()).await.unwrap();
     }
@@ -64,7 +64,7 @@ async fn max_len_trims_approximately() {
     assert!((100..300).contains(&len), "len {len}");
     // per-add override
     for i in 0..1000 {
-        s.add_with("e", i.to_string(), AddOptions::default().max_len(10u64))
+        s.add_with("e", i.to_string(), AddOptions::default().max_len(10))
             .await
             .unwrap();
     }

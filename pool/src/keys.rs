@@ -64,16 +64,6 @@ pub(crate) fn ticker(hash_tag: Option<&str>, name: &str) -> String {
     }
 }
 
-/// Key of a scheduler's record of the jobs it started.
-pub(crate) fn schedule(pool: &str, name: &str) -> String {
-    format!("fl:{{{pool}}}:schedule:{name}")
-}
-
-/// Key of the idempotency window record of a job key.
-pub(crate) fn idempotency(pool: &str) -> String {
-    format!("fl:{{{pool}}}:recent")
-}
-
 /// Pattern matching every key of a pool (for `SCAN` during shutdown and by
 /// inspectors).
 pub(crate) fn pool_pattern(pool: &str) -> String {

@@ -14,21 +14,28 @@ async fn dispatch_stop_notify_message_happy_paths() {
     let node = env.node(fast()).await;
     let worker = Worker::new(&node, ledger.handler("w1")).await.unwrap();
 
-    node.dispatch_job("job-1", &b"\x00\xffpayload"[..]).await.unwrap();
+    node.dispatch_job("job-1", &b"\x00\xffpayload"[..])
+        .await
+        .unwrap();
     assert_eq!(ledger.starts("job-1"), 1);
     assert_eq!(worker.job_keys(), vec!["job-1".to_string()]);
     let payload = node.job_payload("job-1").await.unwrap().unwrap();
     assert_eq!(&payload[..], b"\x00\xffpayload");
-    eventually("job in replica", Duration::from_secs(5), || node.job_keys() == vec!["job-1".to_string()]).await;
+    eventually("job in replica", Duration::from_secs(5), || {
+        node.job_keys() == vec!["job-1".to_string()]
+    })
+    .await;
     let (owner, token) = node.job_owner("job-1").unwrap();
     assert_eq!(owner, worker.id());
     assert!(token >= 1);
 
     node.notify_worker("job-1", &b"hello"[..]).await.unwrap();
     node.dispatch_message("any-key", &b"msg"[..]).await.unwrap();
-    eventually("notify and message delivered", Duration::from_secs(5), || {
-        ledger.notes().len() == 1 && ledger.messages().len() == 1
-    })
+    eventually(
+        "notify and message delivered",
+        Duration::from_secs(5),
+        || ledger.notes().len() == 1 && ledger.messages().len() == 1,
+    )
     .await;
     assert_eq!(&ledger.notes()[0].1[..], b"hello");
 
@@ -53,7 +60,11 @@ async fn every_typed_error() {
 
     // No worker yet: NoActiveWorker after the dispatch timeout.
     let client_only = env
-        .node(fast().client_only(true).dispatch_timeout(Duration::from_millis(300)))
+        .node(
+            fast()
+                .client_only(true)
+                .dispatch_timeout(Duration::from_millis(300)),
+        )
         .await;
     assert!(matches!(
         client_only.dispatch_job("k", &b""[..]).await,
@@ -71,17 +82,29 @@ async fn every_typed_error() {
         client_only.dispatch_job("k", &b""[..]).await,
         Err(Error::JobExists(_))
     ));
-    assert!(matches!(node.stop_job("missing").await, Err(Error::JobNotFound(_))));
-    assert!(matches!(node.notify_worker("missing", &b""[..]).await, Err(Error::JobNotFound(_))));
+    assert!(matches!(
+        node.stop_job("missing").await,
+        Err(Error::JobNotFound(_))
+    ));
+    assert!(matches!(
+        node.notify_worker("missing", &b""[..]).await,
+        Err(Error::JobNotFound(_))
+    ));
     for bad in ["", "a{b", "a}b", "tab\there", &"x".repeat(300)] {
         assert!(
-            matches!(node.dispatch_job(bad, &b""[..]).await, Err(Error::InvalidName { .. })),
+            matches!(
+                node.dispatch_job(bad, &b""[..]).await,
+                Err(Error::InvalidName { .. })
+            ),
             "{bad:?} accepted"
         );
     }
     assert!(matches!(
         node.dispatch_job("big", vec![0u8; 2048]).await,
-        Err(Error::PayloadTooLarge { size: 2048, limit: 1024 })
+        Err(Error::PayloadTooLarge {
+            size: 2048,
+            limit: 1024
+        })
     ));
     match node.dispatch_job("fail-1", &b""[..]).await {
         Err(Error::StartFailed { key, message }) => {
@@ -91,22 +114,35 @@ async fn every_typed_error() {
         other => panic!("expected StartFailed, got {other:?}"),
     }
     match node.dispatch_job("panic-1", &b""[..]).await {
-        Err(Error::StartFailed { message, .. }) => assert!(message.contains("panicked"), "{message}"),
+        Err(Error::StartFailed { message, .. }) => {
+            assert!(message.contains("panicked"), "{message}")
+        }
         other => panic!("expected StartFailed, got {other:?}"),
     }
     // A failed start leaves nothing behind: the key can be dispatched again
     // (and fails again, cleanly).
-    assert!(matches!(node.dispatch_job("fail-1", &b""[..]).await, Err(Error::StartFailed { .. })));
+    assert!(matches!(
+        node.dispatch_job("fail-1", &b""[..]).await,
+        Err(Error::StartFailed { .. })
+    ));
     // The worker survived the panic.
     node.dispatch_job("after-panic", &b""[..]).await.unwrap();
 
     assert!(matches!(
-        flotilla_pool::NodeOptions::default().worker_ttl(Duration::from_millis(10)).validate(),
-        Err(Error::InvalidOptions { option: "worker_ttl", .. })
+        flotilla_pool::NodeOptions::default()
+            .worker_ttl(Duration::from_millis(10))
+            .validate(),
+        Err(Error::InvalidOptions {
+            option: "worker_ttl",
+            ..
+        })
     ));
     client_only.close().await.unwrap();
     node.close().await.unwrap();
-    assert!(matches!(node.dispatch_job("z", &b""[..]).await, Err(Error::Closed)));
+    assert!(matches!(
+        node.dispatch_job("z", &b""[..]).await,
+        Err(Error::Closed)
+    ));
 }
 
 #[tokio::test]
@@ -125,7 +161,9 @@ async fn full_inbox_is_pool_full() {
     let mut handles = Vec::new();
     for i in 0..50 {
         let node = node.clone();
-        handles.push(tokio::spawn(async move { node.dispatch_job(&format!("j{i}"), &b""[..]).await }));
+        handles.push(tokio::spawn(async move {
+            node.dispatch_job(&format!("j{i}"), &b""[..]).await
+        }));
     }
     for h in handles {
         match h.await.unwrap() {
@@ -135,7 +173,10 @@ async fn full_inbox_is_pool_full() {
         }
     }
     assert_eq!(ok + full, 50);
-    assert!(full > 0, "50 concurrent dispatches into an inbox of 1 must overflow");
+    assert!(
+        full > 0,
+        "50 concurrent dispatches into an inbox of 1 must overflow"
+    );
     node.close().await.unwrap();
 }
 
@@ -151,7 +192,10 @@ async fn shutdown_stops_everything_and_refuses_joins() {
         a.dispatch_job(&format!("s{i}"), &b""[..]).await.unwrap();
     }
     a.shutdown().await.unwrap();
-    eventually("every job stopped", Duration::from_secs(10), || ledger.running().is_empty()).await;
+    eventually("every job stopped", Duration::from_secs(10), || {
+        ledger.running().is_empty()
+    })
+    .await;
     let client = flotilla_testkit::client(&env.server.url()).await.unwrap();
     let _ = b.close().await;
     let keys: Vec<String> = fred::prelude::ClientLike::custom(

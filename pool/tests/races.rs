@@ -14,7 +14,11 @@ use support::{Env, Ledger, eventually, fast};
 async fn concurrent_dispatch_of_one_key_admits_once() {
     let env = Env::new("race-admit");
     let ledger = Ledger::default();
-    let nodes = vec![env.node(fast()).await, env.node(fast()).await, env.node(fast()).await];
+    let nodes = vec![
+        env.node(fast()).await,
+        env.node(fast()).await,
+        env.node(fast()).await,
+    ];
     let _w = Worker::new(&nodes[0], ledger.handler("w0")).await.unwrap();
     let _w2 = Worker::new(&nodes[1], ledger.handler("w1")).await.unwrap();
     for round in 0..5 {
@@ -23,7 +27,9 @@ async fn concurrent_dispatch_of_one_key_admits_once() {
         for i in 0..32 {
             let node = nodes[i % 3].clone();
             let key = key.clone();
-            handles.push(tokio::spawn(async move { node.dispatch_job(&key, &b"x"[..]).await }));
+            handles.push(tokio::spawn(async move {
+                node.dispatch_job(&key, &b"x"[..]).await
+            }));
         }
         let mut ok = 0;
         for h in handles {
@@ -46,10 +52,18 @@ async fn concurrent_dispatch_of_one_key_admits_once() {
 async fn thousand_jobs_balance_and_adding_a_worker_moves_about_a_seventh() {
     let env = Env::new("race-balance");
     let ledger = Ledger::default();
-    let nodes = vec![env.node(fast()).await, env.node(fast()).await, env.node(fast()).await];
+    let nodes = vec![
+        env.node(fast()).await,
+        env.node(fast()).await,
+        env.node(fast()).await,
+    ];
     let mut workers = Vec::new();
     for i in 0..6 {
-        workers.push(Worker::new(&nodes[i % 3], ledger.handler(&format!("w{i}"))).await.unwrap());
+        workers.push(
+            Worker::new(&nodes[i % 3], ledger.handler(&format!("w{i}")))
+                .await
+                .unwrap(),
+        );
     }
     eventually("all nodes see 6 workers", Duration::from_secs(5), || {
         nodes.iter().all(|n| n.pool_workers().len() == 6)
@@ -58,7 +72,9 @@ async fn thousand_jobs_balance_and_adding_a_worker_moves_about_a_seventh() {
     let mut handles = Vec::new();
     for i in 0..1000 {
         let node = nodes[i % 3].clone();
-        handles.push(tokio::spawn(async move { node.dispatch_job(&format!("job-{i}"), &b"p"[..]).await }));
+        handles.push(tokio::spawn(async move {
+            node.dispatch_job(&format!("job-{i}"), &b"p"[..]).await
+        }));
     }
     for h in handles {
         h.await.unwrap().unwrap();
@@ -66,8 +82,14 @@ async fn thousand_jobs_balance_and_adding_a_worker_moves_about_a_seventh() {
     assert_eq!(ledger.total_starts(), 1000, "each job started exactly once");
     let before = ledger.running();
     assert_eq!(before.len(), 1000);
-    let per_worker = workers.iter().map(|w| w.job_keys().len()).collect::<Vec<_>>();
-    assert!(per_worker.iter().all(|c| *c > 100 && *c < 250), "balance: {per_worker:?}");
+    let per_worker = workers
+        .iter()
+        .map(|w| w.job_keys().len())
+        .collect::<Vec<_>>();
+    assert!(
+        per_worker.iter().all(|c| *c > 100 && *c < 250),
+        "balance: {per_worker:?}"
+    );
 
     let added = Worker::new(&nodes[0], ledger.handler("w6")).await.unwrap();
     eventually("rebalance done", Duration::from_secs(10), || {
@@ -81,13 +103,20 @@ async fn thousand_jobs_balance_and_adding_a_worker_moves_about_a_seventh() {
                 let k = format!("job-{i}");
                 let w = running.get(&k).cloned().unwrap_or_default();
                 nodes[1].placement(&k).as_deref()
-                    == Some(if w == "w6" { added.id() } else { workers[w[1..].parse::<usize>().unwrap()].id() })
+                    == Some(if w == "w6" {
+                        added.id()
+                    } else {
+                        workers[w[1..].parse::<usize>().unwrap()].id()
+                    })
             })
     })
     .await;
     let after = ledger.running();
     let moved: Vec<&String> = before.keys().filter(|k| before[*k] != after[*k]).collect();
-    assert!(moved.iter().all(|k| after[*k] == "w6"), "jobs moved only to the new worker");
+    assert!(
+        moved.iter().all(|k| after[*k] == "w6"),
+        "jobs moved only to the new worker"
+    );
     let ideal = 1000.0 / 7.0;
     assert!(
         (moved.len() as f64) <= ideal * 1.3 && (moved.len() as f64) >= ideal * 0.7,
@@ -95,7 +124,10 @@ async fn thousand_jobs_balance_and_adding_a_worker_moves_about_a_seventh() {
         moved.len()
     );
     assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
-    println!("rebalance: added 1 worker to 6, moved {} of 1000 jobs (ideal {ideal:.0})", moved.len());
+    println!(
+        "rebalance: added 1 worker to 6, moved {} of 1000 jobs (ideal {ideal:.0})",
+        moved.len()
+    );
     for n in nodes {
         n.close().await.unwrap();
     }
@@ -114,14 +146,27 @@ async fn racing_cleaners_requeue_a_dead_workers_jobs_once() {
     let ledger = Ledger::default();
     let proxy = FaultProxy::start(env.server.addr()).await.unwrap();
     let doomed = proxied_node(&env, &proxy, fast()).await;
-    let victim = Worker::new(&doomed, ledger.handler("victim")).await.unwrap();
-    let cleaners = vec![env.node(fast()).await, env.node(fast()).await, env.node(fast()).await];
+    let victim = Worker::new(&doomed, ledger.handler("victim"))
+        .await
+        .unwrap();
+    let cleaners = vec![
+        env.node(fast()).await,
+        env.node(fast()).await,
+        env.node(fast()).await,
+    ];
     let mut survivors = Vec::new();
     for (i, n) in cleaners.iter().enumerate() {
-        survivors.push(Worker::new(n, ledger.handler(&format!("s{i}"))).await.unwrap());
+        survivors.push(
+            Worker::new(n, ledger.handler(&format!("s{i}")))
+                .await
+                .unwrap(),
+        );
     }
     for i in 0..300 {
-        cleaners[i % 3].dispatch_job(&format!("j{i}"), &b"p"[..]).await.unwrap();
+        cleaners[i % 3]
+            .dispatch_job(&format!("j{i}"), &b"p"[..])
+            .await
+            .unwrap();
     }
     let victims: Vec<String> = victim.job_keys();
     assert!(!victims.is_empty());
@@ -129,10 +174,16 @@ async fn racing_cleaners_requeue_a_dead_workers_jobs_once() {
     proxy.cut();
     // The victim stops its own jobs when its lease lapses (before anyone
     // may take them); the cleaners then requeue them once.
-    eventually("victim jobs running elsewhere", Duration::from_secs(10), || {
-        let running = ledger.running();
-        victims.iter().all(|k| running.get(k).is_some_and(|w| w != "victim"))
-    })
+    eventually(
+        "victim jobs running elsewhere",
+        Duration::from_secs(10),
+        || {
+            let running = ledger.running();
+            victims
+                .iter()
+                .all(|k| running.get(k).is_some_and(|w| w != "victim"))
+        },
+    )
     .await;
     let failover = cut_at.elapsed();
     for k in &victims {
@@ -140,9 +191,15 @@ async fn racing_cleaners_requeue_a_dead_workers_jobs_once() {
     }
     assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
     println!("failover after cut: {failover:?} (ttl 1.5 s)");
-    assert!(failover < Duration::from_millis(1500 * 3 / 2 + 1000), "failover took {failover:?}");
+    assert!(
+        failover < Duration::from_millis(1500 * 3 / 2 + 1000),
+        "failover took {failover:?}"
+    );
     eventually("dead worker removed", Duration::from_secs(10), || {
-        cleaners[0].pool_workers().iter().all(|w| w.id != victim.id())
+        cleaners[0]
+            .pool_workers()
+            .iter()
+            .all(|w| w.id != victim.id())
     })
     .await;
     for n in cleaners {
@@ -161,14 +218,18 @@ async fn partitioned_worker_stops_before_others_start_and_rejoins() {
     let near = env.node(fast()).await;
     let _near_worker = Worker::new(&near, ledger.handler("near")).await.unwrap();
     for i in 0..60 {
-        near.dispatch_job(&format!("p{i}"), &b"p"[..]).await.unwrap();
+        near.dispatch_job(&format!("p{i}"), &b"p"[..])
+            .await
+            .unwrap();
     }
     let far_jobs = far_worker.job_keys();
     assert!(!far_jobs.is_empty());
     proxy.black_hole();
     eventually("far jobs moved to near", Duration::from_secs(10), || {
         let running = ledger.running();
-        far_jobs.iter().all(|k| running.get(k).map(String::as_str) == Some("near"))
+        far_jobs
+            .iter()
+            .all(|k| running.get(k).map(String::as_str) == Some("near"))
     })
     .await;
     // The ledger records a violation if "near" started a key while "far"
@@ -177,11 +238,20 @@ async fn partitioned_worker_stops_before_others_start_and_rejoins() {
     proxy.heal();
     // Healed: the far worker re-registers; jobs rebalance back to it, each
     // stopped on "near" before starting on "far".
-    eventually("far worker back in the pool", Duration::from_secs(15), || {
-        near.pool_workers().iter().any(|w| w.node == far.id() && !w.cleaning)
+    eventually(
+        "far worker back in the pool",
+        Duration::from_secs(15),
+        || {
+            near.pool_workers()
+                .iter()
+                .any(|w| w.node == far.id() && !w.cleaning)
+        },
+    )
+    .await;
+    eventually("every job running once", Duration::from_secs(15), || {
+        ledger.running().len() == 60
     })
     .await;
-    eventually("every job running once", Duration::from_secs(15), || ledger.running().len() == 60).await;
     assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
     let per: HashMap<String, usize> = ledger.running().values().fold(HashMap::new(), |mut m, w| {
         *m.entry(w.clone()).or_default() += 1;

@@ -127,7 +127,9 @@ where
 /// # Errors
 /// [`Error::Redis`] when the server does not answer.
 pub async fn command_stats(client: &Client) -> Result<Vec<(String, u64)>, Error> {
-    let info: String = client.info(Some(fred::types::InfoKind::CommandStats)).await?;
+    let info: String = client
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await?;
     let mut out = Vec::new();
     for line in info.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else {

@@ -219,8 +219,8 @@ impl RedisServer {
         let deadline = Instant::now() + STARTUP_DEADLINE;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(self.dir.path().join("redis.log"))
-                    .unwrap_or_default();
+                let log =
+                    std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
                 return Err(Error::Startup(format!(
                     "redis-server on port {} exited with {status}: {}",
                     self.port,

@@ -31,6 +31,9 @@ use crate::replica::{Message, Op, Shared, State, apply, parse_message};
 const MAX_BATCH: usize = 1024;
 /// Pause between failed resync attempts.
 const RETRY_DELAY: Duration = Duration::from_millis(250);
+/// Tick used to re-check a missing snapshot marker when the revision check
+/// is off.
+const MARKER_CHECK: Duration = Duration::from_secs(5);
 /// Bound on the unsubscribe/quit at close, so a dead server cannot hang it.
 const QUIT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -161,7 +164,9 @@ pub(crate) struct SyncTask {
 impl SyncTask {
     /// Runs until the map is closed.
     pub(crate) async fn run(mut self) {
-        let period = self.revision_check.unwrap_or(Duration::from_secs(3600));
+        // The ticker also bounds the wait for a snapshot marker, so it runs
+        // even when the revision check is off.
+        let period = self.revision_check.unwrap_or(MARKER_CHECK);
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -198,7 +203,7 @@ impl SyncTask {
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
-                _ = ticker.tick(), if self.revision_check.is_some() => self.check_revision().await,
+                _ = ticker.tick() => self.check_revision().await,
             }
         }
         self.shutdown().await;
@@ -329,6 +334,9 @@ impl SyncTask {
                 tracing::warn!(map = %self.keys.hash, "snapshot marker never arrived: resyncing");
                 self.mark_dirty(Instant::now());
             }
+            return;
+        }
+        if self.revision_check.is_none() {
             return;
         }
         let local = self.shared.load().rev;

@@ -44,7 +44,11 @@ impl NodeInner {
                 _ = tokio::time::sleep_until(next) => {
                     next = Instant::now() + period;
                     let sent = Instant::now();
-                    match tokio::time::timeout(period, self.renew()).await {
+                    // Never wait on a renewal past the lease deadline.
+                    let budget = period
+                        .min((last_ok + self.options.lease_stop_after).saturating_duration_since(sent))
+                        .max(Duration::from_millis(1));
+                    match tokio::time::timeout(budget, self.renew()).await {
                         Ok(Ok(unknown)) => {
                             last_ok = sent;
                             for worker in unknown {
@@ -146,7 +150,11 @@ impl NodeInner {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
-            let _guard = worker.ops.lock().await;
+            // No ops lock here: the worker's loop may be blocked on the very
+            // Redis that is unreachable, and the jobs must stop now.
+            worker
+                .lease_lost
+                .store(true, std::sync::atomic::Ordering::Release);
             let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
             for key in keys {
                 if let Some((_, job)) = worker.jobs.remove(&key) {
@@ -165,6 +173,9 @@ impl NodeInner {
             self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
             let _guard = worker.ops.lock().await;
+            worker
+                .lease_lost
+                .store(false, std::sync::atomic::Ordering::Release);
             let suspended: Vec<(String, LocalJob)> =
                 worker.suspended.lock().await.drain().collect();
             for (key, job) in suspended {

@@ -54,6 +54,9 @@ pub(crate) struct WorkerInner {
     /// Serialises job operations (start, stop, handoff, suspend) so that a
     /// key is never started and handed off at the same time.
     pub(crate) ops: Mutex<()>,
+    /// Set while the node's lease is lost: no job may start, and one that
+    /// started meanwhile is stopped at once.
+    pub(crate) lease_lost: std::sync::atomic::AtomicBool,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -92,6 +95,7 @@ impl Worker {
             jobs: DashMap::new(),
             suspended: Mutex::new(HashMap::new()),
             ops: Mutex::new(()),
+            lease_lost: std::sync::atomic::AtomicBool::new(false),
             cancel: inner.cancel.child_token(),
         });
         inner.workers.insert(id.clone(), worker.clone());
@@ -254,6 +258,14 @@ impl WorkerInner {
             let _ = guarded("stop", self.handler.stop(&key)).await;
             self.jobs.remove(&key);
         }
+        if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) {
+            // Without a lease nothing starts; the entry stays in the inbox
+            // and is read again once the lease is back (or moved by cleanup).
+            return Err(Error::Unavailable(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                "lease lost",
+            )));
+        }
         let job = Job {
             key: key.clone(),
             payload: Bytes::from(entry.body.payload.clone()),
@@ -317,6 +329,12 @@ impl WorkerInner {
                     tracing::info!(key, status, "start not recorded; stopping the local run");
                     let _ = guarded("stop", self.handler.stop(&key)).await;
                     self.jobs.remove(&key);
+                } else if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) {
+                    // The lease lapsed while recording: stop now, resume later.
+                    let _ = guarded("stop", self.handler.stop(&key)).await;
+                    if let Some((k, job)) = self.jobs.remove(&key) {
+                        self.suspended.lock().await.insert(k, job);
+                    }
                 } else {
                     tracing::debug!(key, token = entry.token, "job started");
                     metrics::counter!("flotilla_pool_jobs_started_total").increment(1);

@@ -100,14 +100,18 @@ pub enum Error {
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Classifies a fred error: connection trouble becomes
+/// Classifies a fred error: connection trouble (I/O, timeout, cancelled,
+/// routing, client backpressure, a server still loading its data) becomes
 /// [`Error::Unavailable`], anything else [`Error::Redis`].
 pub(crate) fn from_redis(e: fred::error::Error) -> Error {
     use fred::error::ErrorKind;
     match e.kind() {
-        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Routing => {
-            Error::Unavailable(e)
-        }
+        ErrorKind::IO
+        | ErrorKind::Timeout
+        | ErrorKind::Canceled
+        | ErrorKind::Routing
+        | ErrorKind::Backpressure => Error::Unavailable(e),
+        _ if e.details().starts_with("LOADING") => Error::Unavailable(e),
         _ => Error::Redis(e),
     }
 }

@@ -179,44 +179,70 @@ impl NodeInner {
             let suspended: Vec<(String, LocalJob)> =
                 worker.suspended.lock().await.drain().collect();
             for (key, job) in suspended {
-                let mut args = self.maps.base_args();
-                args.extend([Value::from(key.as_str()), Value::from(worker.id.as_str())]);
-                let token: Option<u64> = match self
-                    .scripts
-                    .resume
-                    .run(&self.client, self.maps.base_keys(), args)
-                    .await
-                {
-                    Ok(t) => t,
+                match self.restart_owned(&worker, &key, job.clone()).await {
+                    Ok(Restart::Started) => {}
+                    Ok(Restart::Moved) => {
+                        tracing::info!(key, "job moved during lease loss; forgetting it");
+                    }
+                    Ok(Restart::StartFailed(e)) => {
+                        // Still recorded as ours but not running: hand it to
+                        // another worker for a fresh start.
+                        tracing::warn!(key, error = %e, "restart after lease loss failed; requeueing");
+                        self.requeue_job(&key, &worker.id).await;
+                    }
                     Err(e) => {
                         tracing::warn!(key, error = %e, "resuming job failed; will retry");
                         worker.suspended.lock().await.insert(key, job);
-                        continue;
-                    }
-                };
-                let Some(token) = token else {
-                    tracing::info!(key, "job moved during lease loss; forgetting it");
-                    continue;
-                };
-                let run = Job {
-                    key: key.clone(),
-                    payload: job.payload.clone(),
-                    created_at: std::time::SystemTime::UNIX_EPOCH
-                        + Duration::from_millis(job.created_at_ms),
-                    fencing_token: token,
-                };
-                match guarded("start", worker.handler.start(run)).await {
-                    Ok(()) => {
-                        worker.jobs.insert(key, LocalJob { token, ..job });
-                    }
-                    Err(e) => {
-                        // Ownership stays recorded; the job is requeued to a
-                        // fresh start by handing it to ourselves again.
-                        tracing::warn!(key, error = %e, "restart after lease loss failed; requeueing");
-                        self.requeue_job(&key, &worker.id).await;
                     }
                 }
             }
         }
     }
+
+    /// Restarts `key` on `worker`, with a new fencing token, when the jobs
+    /// map still says the worker owns it (after lease loss, or when a
+    /// handoff could not be done). The caller holds the worker's ops lock.
+    pub(crate) async fn restart_owned(
+        &self,
+        worker: &WorkerInner,
+        key: &str,
+        job: LocalJob,
+    ) -> Result<Restart> {
+        let mut args = self.maps.base_args();
+        args.extend([Value::from(key), Value::from(worker.id.as_str())]);
+        let token: Option<u64> = self
+            .scripts
+            .resume
+            .run(&self.client, self.maps.base_keys(), args)
+            .await?;
+        let Some(token) = token else {
+            return Ok(Restart::Moved);
+        };
+        let run = Job {
+            key: key.to_string(),
+            payload: job.payload.clone(),
+            created_at: std::time::SystemTime::UNIX_EPOCH
+                + Duration::from_millis(job.created_at_ms),
+            fencing_token: token,
+        };
+        match guarded("start", worker.handler.start(run)).await {
+            Ok(()) => {
+                worker
+                    .jobs
+                    .insert(key.to_string(), LocalJob { token, ..job });
+                Ok(Restart::Started)
+            }
+            Err(e) => Ok(Restart::StartFailed(e)),
+        }
+    }
+}
+
+/// Outcome of [`NodeInner::restart_owned`].
+pub(crate) enum Restart {
+    /// Running again here with a new token.
+    Started,
+    /// The job belongs to another worker now; nothing to do here.
+    Moved,
+    /// The handler refused; the job is still recorded as ours.
+    StartFailed(String),
 }

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::Value;
-
-use crate::handler::{Job, guarded};
+use crate::handler::guarded;
+use crate::lease::Restart;
 use crate::node::NodeInner;
 use crate::worker::WorkerInner;
 
@@ -93,32 +92,14 @@ impl NodeInner {
             }
         }
         // Could not move it: run it here again, with a new token.
-        let mut args = self.maps.base_args();
-        args.extend([Value::from(key), Value::from(worker.id.as_str())]);
-        let token: Option<u64> = match self
-            .scripts
-            .resume
-            .run(&self.client, self.maps.base_keys(), args)
-            .await
-        {
-            Ok(t) => t,
+        match self.restart_owned(worker, key, job).await {
+            Ok(Restart::Started) | Ok(Restart::Moved) => {}
+            Ok(Restart::StartFailed(e)) => {
+                tracing::warn!(key, error = %e, "restart after failed handoff refused; requeueing");
+                self.requeue_job(key, &worker.id).await;
+            }
             Err(e) => {
                 tracing::warn!(key, error = %e, "restart after failed handoff failed; cleanup will requeue");
-                return;
-            }
-        };
-        if let Some(token) = token {
-            let run = Job {
-                key: key.to_string(),
-                payload: job.payload.clone(),
-                created_at: std::time::SystemTime::UNIX_EPOCH
-                    + Duration::from_millis(job.created_at_ms),
-                fencing_token: token,
-            };
-            if guarded("start", worker.handler.start(run)).await.is_ok() {
-                worker
-                    .jobs
-                    .insert(key.to_string(), crate::worker::LocalJob { token, ..job });
             }
         }
     }

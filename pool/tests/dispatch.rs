@@ -151,11 +151,8 @@ async fn full_inbox_is_pool_full() {
     let ledger = Ledger::default();
     let node = env.node(fast().max_queued_jobs(1)).await;
     let _worker = Worker::new(&node, ledger.handler("w1")).await.unwrap();
-    // Fill the inbox with a message the worker cannot read yet: pause by
-    // dispatching many concurrently; at least one must see PoolFull or all
-    // succeed one by one. Deterministic variant: write an entry the reader
-    // has not consumed by using a second, client-only node whose view sends
-    // to the same inbox while the worker is busy.
+    // 50 dispatches in flight at once into an inbox limited to one queued
+    // event: the worker cannot drain it as fast as they arrive.
     let mut full = 0;
     let mut ok = 0;
     let mut handles = Vec::new();

@@ -45,24 +45,11 @@ where
     V::Error: Into<RedisError> + Send,
 {
     match tokio::time::timeout(timeout, script.evalsha_with_reload(client, keys, args)).await {
-        Ok(result) => result.map_err(classify),
+        Ok(result) => result.map_err(crate::error::from_redis),
         Err(_) => Err(Error::Unavailable(RedisError::new(
             ErrorKind::Timeout,
             format!("no answer from redis within {timeout:?}"),
         ))),
-    }
-}
-
-/// Connection trouble, and a server still loading its data after a
-/// restart, are [`Error::Unavailable`]; anything else Redis answered is
-/// [`Error::Redis`].
-pub(crate) fn classify(error: RedisError) -> Error {
-    match error.kind() {
-        ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Timeout | ErrorKind::Backpressure => {
-            Error::Unavailable(error)
-        }
-        _ if error.details().starts_with("LOADING") => Error::Unavailable(error),
-        _ => Error::Redis(error),
     }
 }
 

@@ -1,0 +1,1 @@
+//! Process-level tests and the chaos suite of Flotilla.

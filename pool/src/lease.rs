@@ -104,7 +104,7 @@ impl NodeInner {
         };
         tracing::warn!(worker = id, "worker unknown to redis: registering again");
         self.register_worker(id).await?;
-        let _guard = worker.ops.lock().await;
+        let _guard = worker.ops.write().await;
         let running: Vec<(String, LocalJob)> = worker
             .jobs
             .iter()
@@ -168,11 +168,11 @@ impl NodeInner {
     }
 
     /// Restarts suspended jobs that are still ours, with new tokens.
-    async fn resume_all(&self) {
+    pub(crate) async fn resume_all(&self) {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
-            let _guard = worker.ops.lock().await;
+            let _guard = worker.ops.write().await;
             worker
                 .lease_lost
                 .store(false, std::sync::atomic::Ordering::Release);
@@ -196,12 +196,15 @@ impl NodeInner {
                     }
                 }
             }
+            // Starts refused while the lease was lost are still in the inbox.
+            worker.rewind_soon(self);
         }
     }
 
     /// Restarts `key` on `worker`, with a new fencing token, when the jobs
     /// map still says the worker owns it (after lease loss, or when a
-    /// handoff could not be done). The caller holds the worker's ops lock.
+    /// handoff could not be done). The caller holds the worker's `ops` lock
+    /// exclusively, or shared together with the key's stripe lock.
     pub(crate) async fn restart_owned(
         &self,
         worker: &WorkerInner,

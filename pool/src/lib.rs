@@ -8,13 +8,17 @@ mod dispatch;
 mod error;
 mod handler;
 mod keys;
+mod lanes;
 mod lease;
 mod maps;
+mod membership;
 mod node;
 mod options;
 mod rebalance;
 mod routing;
 mod scripts;
+#[cfg(test)]
+mod tests;
 mod worker;
 
 pub mod leader;

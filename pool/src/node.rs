@@ -306,8 +306,10 @@ impl Node {
 
     /// Stops every job on every node of the pool and deletes the pool's
     /// keys. Nodes see the shutdown flag, stop their jobs (without handing
-    /// them over) and close; this call waits for their workers to go (up to
-    /// the worker shutdown TTL) and then deletes every `fl:{pool}:*` key.
+    /// them over) and close (their handles then answer
+    /// [`Error::Closed`](crate::Error::Closed)); this call waits for their
+    /// workers and then the nodes to go (each up to the worker shutdown TTL)
+    /// and then deletes every `fl:{pool}:*` key.
     ///
     /// # Errors
     /// Redis errors.
@@ -322,6 +324,16 @@ impl Node {
         let gone = maps.workers.wait_for(deadline, |m| m.is_empty()).await;
         if gone.is_err() {
             tracing::warn!(pool = %inner.pool, "workers still registered at the shutdown deadline; deleting anyway");
+        }
+        // Other nodes close on the flag; one still open could write again
+        // after the keys are gone.
+        let me = inner.id.clone();
+        let closed = maps
+            .nodes
+            .wait_for(deadline, |m| m.keys().iter().all(|n| *n == me))
+            .await;
+        if closed.is_err() {
+            tracing::warn!(pool = %inner.pool, "nodes still open at the shutdown deadline; deleting anyway");
         }
         self.close().await?;
         delete_pool_keys(&inner.client, &inner.pool).await
@@ -506,8 +518,17 @@ impl NodeInner {
                 Err(_) => return,
             }
         }
-        tracing::info!(node = %self.id, "pool is shutting down: stopping local jobs");
+        tracing::info!(node = %self.id, "pool is shutting down: stopping local jobs and closing");
         self.stop_for_shutdown().await;
+        // Close the node so that it writes nothing after the keys are
+        // deleted. Not a tracked task: closing waits for the tracked tasks,
+        // this one among them.
+        let node = Node { inner: self };
+        tokio::spawn(async move {
+            if let Err(e) = node.close().await {
+                tracing::warn!(node = %node.inner.id, error = %e, "closing on pool shutdown failed");
+            }
+        });
     }
 
     /// Stops every local job without handing it over and removes the local

@@ -67,7 +67,8 @@ impl NodeInner {
     }
 
     async fn hand_off_local(&self, worker: &Arc<WorkerInner>, key: &str) {
-        let _guard = worker.ops.lock().await;
+        let _ops = worker.ops.read().await;
+        let _key = worker.lock_key(key).await;
         let Some((_, job)) = worker.jobs.remove(key) else {
             return;
         };

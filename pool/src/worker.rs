@@ -8,12 +8,13 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use flotilla_streaming::{Event, StartPosition};
 use fred::types::Value;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, RwLock, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_START, EV_STOP, KeyedRequest, StartEntry};
+use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_START, KeyedRequest, StartEntry};
 use crate::error::{Error, Result};
 use crate::handler::{Handler, Job, guarded};
+use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, LANES, SeenEntries, lane_of};
 use crate::node::{Node, NodeInner};
 
 /// A request is forwarded at most this many times when views of the ring
@@ -27,7 +28,7 @@ const MAX_HOPS: u8 = 3;
 /// node closes.
 #[derive(Clone)]
 pub struct Worker {
-    inner: Arc<WorkerInner>,
+    pub(crate) inner: Arc<WorkerInner>,
     node: Node,
 }
 
@@ -46,14 +47,23 @@ pub(crate) struct WorkerInner {
     pub(crate) id: String,
     node: Weak<NodeInner>,
     pub(crate) handler: Arc<dyn Handler>,
-    tx: mpsc::Sender<Event>,
+    /// One queue per lane (see [`crate::lanes`]).
+    lanes: Vec<mpsc::Sender<Delivery>>,
     /// Jobs running here.
     pub(crate) jobs: DashMap<String, LocalJob>,
     /// Jobs stopped on lease loss, to resume once the lease is back.
     pub(crate) suspended: Mutex<HashMap<String, LocalJob>>,
-    /// Serialises job operations (start, stop, handoff, suspend) so that a
+    /// Job operations on single keys (start, stop, handoff) share it;
+    /// operations on every job of the worker (re-assert, resume, retire)
+    /// hold it exclusively.
+    pub(crate) ops: RwLock<()>,
+    /// Per-stripe locks: a key's operations hold its stripe's lock, so a
     /// key is never started and handed off at the same time.
-    pub(crate) ops: Mutex<()>,
+    key_locks: Vec<Mutex<()>>,
+    /// Inbox entries in flight or just handled (see [`WorkerInner::rewind`]).
+    seen: SeenEntries,
+    /// Pacing of inbox rewinds after failed events.
+    rewind: RewindState,
     /// Set while the node's lease is lost: no job may start, and one that
     /// started meanwhile is stopped at once.
     pub(crate) lease_lost: std::sync::atomic::AtomicBool,
@@ -86,15 +96,19 @@ impl Worker {
         }
         inner.check_open()?;
         let id = format!("w-{}", uuid::Uuid::new_v4().simple());
-        let (tx, rx) = mpsc::channel(4096);
+        let (lanes, lane_queues): (Vec<_>, Vec<_>) =
+            (0..LANES).map(|_| mpsc::channel(LANE_QUEUE)).unzip();
         let worker = Arc::new(WorkerInner {
             id: id.clone(),
             node: Arc::downgrade(inner),
             handler: Arc::new(handler),
-            tx,
+            lanes,
             jobs: DashMap::new(),
             suspended: Mutex::new(HashMap::new()),
-            ops: Mutex::new(()),
+            ops: RwLock::new(()),
+            key_locks: (0..LANES).map(|_| Mutex::new(())).collect(),
+            seen: SeenEntries::default(),
+            rewind: RewindState::default(),
             lease_lost: std::sync::atomic::AtomicBool::new(false),
             cancel: inner.cancel.child_token(),
         });
@@ -120,8 +134,9 @@ impl Worker {
             return Err(e);
         }
         inner.refresh_ring();
-        let task_worker = worker.clone();
-        inner.tasks.spawn(task_worker.run(rx));
+        for (lane, queue) in lane_queues.into_iter().enumerate() {
+            inner.tasks.spawn(worker.clone().run_lane(lane, queue));
+        }
         tracing::info!(pool = %inner.pool, node = %inner.id, worker = %id, "worker joined");
         metrics::counter!("flotilla_pool_workers_joined_total").increment(1);
         Ok(Worker {
@@ -171,47 +186,151 @@ impl Node {
     }
 }
 
+/// Pacing of inbox rewinds: at most one scheduled at a time, with a delay
+/// that doubles while events keep failing.
+#[derive(Debug, Default)]
+struct RewindState {
+    scheduled: std::sync::atomic::AtomicBool,
+    failures: std::sync::atomic::AtomicU32,
+}
+
+impl RewindState {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(5);
+
+    /// The delay before the next rewind, or `None` if one is scheduled.
+    fn schedule(&self) -> Option<Duration> {
+        use std::sync::atomic::Ordering::AcqRel;
+        if self.scheduled.swap(true, AcqRel) {
+            return None;
+        }
+        let n = self.failures.fetch_add(1, AcqRel).min(6);
+        Some((Self::FIRST * 2u32.pow(n)).min(Self::MAX))
+    }
+
+    fn started(&self) {
+        self.scheduled
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    fn succeeded(&self) {
+        self.failures.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
 impl WorkerInner {
     pub(crate) fn node(&self) -> Option<Arc<NodeInner>> {
         self.node.upgrade()
     }
 
-    /// Hands an inbox event to the worker's task (backpressure when full).
+    /// Hands an inbox event to the lane of its key (backpressure when the
+    /// lane is full).
     pub(crate) async fn deliver(&self, event: Event) {
-        if self.tx.send(event).await.is_err() {
+        if !self.seen.admit(&event.id) {
+            return; // read again by a rewind while still queued or just done
+        }
+        let delivery = Delivery::parse(event);
+        if self.lanes[delivery.lane()].send(delivery).await.is_err() {
             tracing::debug!(worker = %self.id, "worker task gone; event left in inbox");
         }
     }
 
-    async fn run(self: Arc<Self>, mut rx: mpsc::Receiver<Event>) {
+    /// Locks the stripe of `key` for a single-key job operation; the caller
+    /// holds `ops` shared.
+    pub(crate) async fn lock_key(&self, key: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        self.key_locks[lane_of(key)].lock().await
+    }
+
+    async fn run_lane(self: Arc<Self>, lane: usize, mut queue: mpsc::Receiver<Delivery>) {
         loop {
-            let event = tokio::select! {
+            let Delivery { event, parsed } = tokio::select! {
                 _ = self.cancel.cancelled() => return,
-                e = rx.recv() => match e {
-                    Some(e) => e,
+                d = queue.recv() => match d {
+                    Some(d) => d,
                     None => return,
                 },
             };
             let Some(node) = self.node() else { return };
-            let _guard = self.ops.lock().await;
+            let _ops = self.ops.read().await;
+            let _key = self.key_locks[lane].lock().await;
             if self.cancel.is_cancelled() {
                 return;
             }
-            let result = match event.name.as_str() {
-                EV_START => self.on_start(&node, &event).await,
-                EV_STOP => self.on_stop(&node, &event).await,
-                EV_NOTIFY | EV_MESSAGE => self.on_keyed(&node, &event).await,
-                other => {
-                    tracing::warn!(worker = %self.id, id = %event.id, event = other, "unknown inbox event dead-lettered");
+            let id = event.id.clone();
+            let result = match parsed {
+                InboxEvent::Start(entry) => self.on_start(&node, &event, entry).await,
+                InboxEvent::Stop(req) => self.on_stop(&node, &event, req).await,
+                InboxEvent::Keyed(req) => self.on_keyed(&node, &event, req).await,
+                InboxEvent::Malformed(e) => {
+                    tracing::warn!(worker = %self.id, id = %event.id, event = %event.name, error = %e, "malformed inbox event dead-lettered");
+                    metrics::counter!("flotilla_pool_dead_letters_total").increment(1);
                     self.drop_entry(&node, &event.id).await
                 }
             };
-            if let Err(e) = result {
-                // The entry stays in the inbox; it is retried when the worker
-                // re-reads it or moved by the cleanup if the worker dies.
-                tracing::warn!(worker = %self.id, id = %event.id, error = %e, "inbox event failed");
+            match result {
+                Ok(()) => {
+                    self.seen.finished(&id);
+                    self.rewind.succeeded();
+                }
+                Err(e) => {
+                    // The entry stays in the inbox: read it again later (or
+                    // the cleanup moves it if this worker dies).
+                    tracing::warn!(worker = %self.id, id, error = %e, "inbox event failed; will read it again");
+                    self.seen.failed(&id);
+                    self.clone().rewind(&node);
+                }
             }
         }
+    }
+
+    /// Events that failed since the last one that succeeded, and whether a
+    /// rewind is waiting to run.
+    #[cfg(test)]
+    pub(crate) fn rewind_state(&self) -> (u32, bool) {
+        use std::sync::atomic::Ordering::Acquire;
+        (
+            self.rewind.failures.load(Acquire),
+            self.rewind.scheduled.load(Acquire),
+        )
+    }
+
+    /// Reads the inbox again after the shortest delay (the lease is back).
+    pub(crate) fn rewind_soon(self: &Arc<Self>, node: &NodeInner) {
+        self.rewind.succeeded();
+        self.clone().rewind(node);
+    }
+
+    /// Reads the inbox again from its oldest entry, after a delay that grows
+    /// while events keep failing (100 ms doubling up to 5 s). Entries still
+    /// there are the ones not handled yet; those queued or just finished
+    /// are skipped by `seen`. Without a lease nothing is re-read: resuming
+    /// after the lease is back rewinds every worker.
+    pub(crate) fn rewind(self: Arc<Self>, node: &NodeInner) {
+        let Some(delay) = self.rewind.schedule() else {
+            return; // one is already on its way
+        };
+        node.tasks.spawn(async move {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+            self.rewind.started();
+            let Some(node) = self.node() else { return };
+            if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+            let result = match node.inbox(&self.id) {
+                Ok(inbox) => node
+                    .reader
+                    .add_stream(&inbox, Some(StartPosition::Oldest))
+                    .await
+                    .map_err(Error::from),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::warn!(worker = %self.id, error = %e, "re-reading the inbox failed");
+            }
+        });
     }
 
     async fn drop_entry(&self, node: &NodeInner, id: &str) -> Result<()> {
@@ -232,14 +351,7 @@ impl WorkerInner {
     }
 
     #[tracing::instrument(name = "start", skip_all, fields(worker = %self.id))]
-    async fn on_start(&self, node: &NodeInner, event: &Event) -> Result<()> {
-        let entry = match StartEntry::parse(&event.payload) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!(id = %event.id, error = %e, "malformed start entry dead-lettered");
-                return self.drop_entry(node, &event.id).await;
-            }
-        };
+    async fn on_start(&self, node: &NodeInner, event: &Event, entry: StartEntry) -> Result<()> {
         let key = entry.body.key.clone();
         tracing::Span::current().record("key", key.as_str());
         if let Some(target) = self.forward_target(node, &key, entry.hops) {
@@ -251,6 +363,10 @@ impl WorkerInner {
                 "ok" | "gone" => return Ok(()),
                 _ => node.refresh_ring(), // target left: run it here
             }
+        }
+        if self.jobs.get(&key).is_some_and(|j| j.token == entry.token) {
+            // This very start, read again by a rewind: it runs already.
+            return self.drop_entry(node, &event.id).await;
         }
         if self.jobs.contains_key(&key) {
             // Started again while running here: stop the old run first so
@@ -345,14 +461,7 @@ impl WorkerInner {
     }
 
     #[tracing::instrument(name = "stop", skip_all, fields(worker = %self.id))]
-    async fn on_stop(&self, node: &NodeInner, event: &Event) -> Result<()> {
-        let req: KeyedRequest = match codec::decode("stop request", &event.payload) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(id = %event.id, error = %e, "malformed stop request dead-lettered");
-                return self.drop_entry(node, &event.id).await;
-            }
-        };
+    async fn on_stop(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
         if self.jobs.remove(&req.key).is_some()
             && let Err(e) = guarded("stop", self.handler.stop(&req.key)).await
         {
@@ -378,14 +487,7 @@ impl WorkerInner {
         Ok(())
     }
 
-    async fn on_keyed(&self, node: &NodeInner, event: &Event) -> Result<()> {
-        let req: KeyedRequest = match codec::decode("keyed request", &event.payload) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(id = %event.id, error = %e, "malformed request dead-lettered");
-                return self.drop_entry(node, &event.id).await;
-            }
-        };
+    async fn on_keyed(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
         let payload = Bytes::from(req.payload.clone());
         let result = if event.name == EV_NOTIFY {
             if !self.jobs.contains_key(&req.key) && req.hops < MAX_HOPS {
@@ -427,116 +529,5 @@ impl WorkerInner {
             tracing::warn!(key = %req.key, event = %event.name, error = %e, "handler failed; message dropped");
         }
         self.drop_entry(node, &event.id).await
-    }
-}
-
-impl NodeInner {
-    /// Registers (or re-registers) a worker on Redis.
-    pub(crate) async fn register_worker(&self, id: &str) -> Result<()> {
-        let info = serde_json::json!({
-            "node": self.id,
-            "host": self.host,
-            "pid": self.pid,
-        })
-        .to_string();
-        let mut keys = self.maps.base_keys();
-        keys.push(self.maps.keepalive.keys_info().hash.clone());
-        keys.push(self.maps.keepalive.keys_info().revision.clone());
-        let mut args = self.maps.base_args();
-        args.extend([
-            Value::from(id),
-            Value::from(info),
-            Value::from(self.maps.keepalive.keys_info().channel.clone()),
-        ]);
-        let _: Value = self.scripts.register.run(&self.client, keys, args).await?;
-        Ok(())
-    }
-
-    /// Moves one inbox entry from `from`'s inbox to `to`'s.
-    pub(crate) async fn move_entry(
-        &self,
-        from: &str,
-        to: &str,
-        id: &str,
-        name: &str,
-        payload: Bytes,
-    ) -> Result<String> {
-        let mut keys = self.maps.base_keys();
-        keys.push(self.inbox(from)?.key().to_string());
-        keys.push(self.inbox(to)?.key().to_string());
-        keys.push(self.maps.cleanup.keys_info().hash.clone());
-        let mut args = self.maps.base_args();
-        args.extend([
-            Value::from(id),
-            Value::from(name),
-            Value::Bytes(payload),
-            Value::from(to),
-            Value::from(crate::dispatch::INBOX_MAXLEN.to_string()),
-        ]);
-        self.scripts.move_entry.run(&self.client, keys, args).await
-    }
-
-    /// Hands job `key`, owned by `from`, to `to`.
-    pub(crate) async fn handoff(&self, key: &str, from: &str, to: &str) -> Result<String> {
-        let mut keys = self.maps.base_keys();
-        keys.push(self.inbox(to)?.key().to_string());
-        keys.push(self.maps.cleanup.keys_info().hash.clone());
-        let mut args = self.maps.base_args();
-        let pending_ttl =
-            (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
-        args.extend([
-            Value::from(key),
-            Value::from(from),
-            Value::from(to),
-            Value::from(pending_ttl.to_string()),
-            Value::from(crate::dispatch::INBOX_MAXLEN.to_string()),
-        ]);
-        let reply: Value = self.scripts.handoff.run(&self.client, keys, args).await?;
-        let (status, _) = crate::scripts::status_reply(reply)?;
-        if status == "ok" {
-            tracing::info!(key, from, to, "job handed off");
-            metrics::counter!("flotilla_pool_handoffs_total").increment(1);
-        }
-        Ok(status)
-    }
-
-    /// Removes a local worker. With `handover`, its jobs and queued events
-    /// move to other workers first; without, its jobs are only stopped
-    /// (pool shutdown).
-    pub(crate) async fn retire_worker(
-        &self,
-        worker: &Arc<WorkerInner>,
-        handover: bool,
-    ) -> Result<()> {
-        let _guard = worker.ops.lock().await;
-        worker.cancel.cancel();
-        let inbox = self.inbox(&worker.id)?;
-        let _ = self.reader.remove_stream(inbox.name()).await;
-        if handover {
-            // Leave the ring first so that dispatchers stop sending here.
-            let claim = format!("{} closing", self.id);
-            let _ = self.maps.cleanup.set(&worker.id, &claim).await?;
-            self.refresh_ring();
-        }
-        let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
-        for key in keys {
-            if let Err(e) = guarded("stop", worker.handler.stop(&key)).await {
-                tracing::warn!(key, error = %e, "handler stop failed during close");
-            }
-            worker.jobs.remove(&key);
-            if handover {
-                self.requeue_job(&key, &worker.id).await;
-            }
-        }
-        worker.suspended.lock().await.clear();
-        if handover {
-            self.requeue_owned_by(&worker.id).await;
-            self.requeue_worker_inbox(&worker.id).await?;
-        }
-        self.remove_worker_entry(&worker.id).await?;
-        self.workers.remove(&worker.id);
-        self.refresh_ring();
-        tracing::info!(worker = %worker.id, handover, "worker removed");
-        Ok(())
     }
 }

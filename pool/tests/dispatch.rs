@@ -194,7 +194,9 @@ async fn shutdown_stops_everything_and_refuses_joins() {
     })
     .await;
     let client = flotilla_testkit::client(&env.server.url()).await.unwrap();
-    let _ = b.close().await;
+    // The other node closes itself on the flag (writing nothing after the
+    // keys are gone); no close call needed.
+    eventually("node b closed", Duration::from_secs(10), || b.is_closed()).await;
     let keys: Vec<String> = fred::prelude::ClientLike::custom(
         &client,
         fred::types::CustomCommand::new_static("KEYS", fred::types::ClusterHash::FirstKey, false),

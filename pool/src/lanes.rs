@@ -1,0 +1,180 @@
+//! Inbox lanes: a worker handles the events of one key in inbox order and
+//! the events of different keys concurrently.
+//!
+//! Each event is parsed once when the node's reader hands it over and sent
+//! to the lane its key hashes to; one task per lane handles its events one
+//! at a time. A lane holds its key stripe's lock while it handles an event,
+//! so that a handoff of a key (which takes the same stripe) never runs
+//! during a start or stop of that key.
+
+use std::collections::{HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+
+use flotilla_streaming::Event;
+
+use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_START, EV_STOP, KeyedRequest, StartEntry};
+use crate::error::Error;
+
+/// Lanes per worker: how many keys one worker handles at the same time.
+pub(crate) const LANES: usize = 16;
+
+/// Events queued per lane before the node's reader waits (backpressure).
+pub(crate) const LANE_QUEUE: usize = 512;
+
+/// An inbox event, parsed.
+#[derive(Debug)]
+pub(crate) enum InboxEvent {
+    /// Start a job.
+    Start(StartEntry),
+    /// Stop a job.
+    Stop(KeyedRequest),
+    /// A notification or message for a job's key.
+    Keyed(KeyedRequest),
+    /// An entry that cannot be handled; it is dead-lettered.
+    Malformed(Error),
+}
+
+/// An event and its parsed form, on its way to a lane.
+#[derive(Debug)]
+pub(crate) struct Delivery {
+    pub(crate) event: Event,
+    pub(crate) parsed: InboxEvent,
+}
+
+impl Delivery {
+    /// Parses `event`.
+    pub(crate) fn parse(event: Event) -> Delivery {
+        let parsed = match event.name.as_str() {
+            EV_START => StartEntry::parse(&event.payload)
+                .map(InboxEvent::Start)
+                .unwrap_or_else(InboxEvent::Malformed),
+            EV_STOP => codec::decode("stop request", &event.payload)
+                .map(InboxEvent::Stop)
+                .unwrap_or_else(InboxEvent::Malformed),
+            EV_NOTIFY | EV_MESSAGE => codec::decode("keyed request", &event.payload)
+                .map(InboxEvent::Keyed)
+                .unwrap_or_else(InboxEvent::Malformed),
+            other => InboxEvent::Malformed(Error::Malformed {
+                what: "inbox event",
+                reason: format!("unknown event name {other:?}"),
+            }),
+        };
+        Delivery { event, parsed }
+    }
+
+    /// The lane this event goes to: its key's lane (malformed events go to
+    /// lane 0).
+    pub(crate) fn lane(&self) -> usize {
+        match &self.parsed {
+            InboxEvent::Start(entry) => lane_of(&entry.body.key),
+            InboxEvent::Stop(req) | InboxEvent::Keyed(req) => lane_of(&req.key),
+            InboxEvent::Malformed(_) => 0,
+        }
+    }
+}
+
+/// The lane (and key stripe) of `key`.
+pub(crate) fn lane_of(key: &str) -> usize {
+    // Stable within a process, which is all a lane needs.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    (hasher.finish() % LANES as u64) as usize
+}
+
+/// Inbox entry ids being handled or handled recently, so that an entry
+/// read again when a worker rewinds its inbox is not handled twice.
+#[derive(Debug, Default)]
+pub(crate) struct SeenEntries {
+    state: Mutex<SeenState>,
+}
+
+#[derive(Debug, Default)]
+struct SeenState {
+    in_flight: HashSet<String>,
+    recent: HashSet<String>,
+    recent_order: VecDeque<String>,
+}
+
+/// How many finished entry ids a worker remembers. A rewind re-reads only
+/// entries still in the inbox; an entry finished just before the rewind's
+/// read can come back once, and is recognised here.
+const RECENT_ENTRIES: usize = 4096;
+
+impl SeenEntries {
+    /// Marks `id` in flight; false when it is in flight or finished recently.
+    pub(crate) fn admit(&self, id: &str) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.recent.contains(id) {
+            return false;
+        }
+        s.in_flight.insert(id.to_string())
+    }
+
+    /// `id` was handled and removed from the inbox.
+    pub(crate) fn finished(&self, id: &str) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.in_flight.remove(id);
+        if s.recent.insert(id.to_string()) {
+            s.recent_order.push_back(id.to_string());
+            if s.recent_order.len() > RECENT_ENTRIES
+                && let Some(old) = s.recent_order.pop_front()
+            {
+                s.recent.remove(&old);
+            }
+        }
+    }
+
+    /// `id` failed and stays in the inbox: a rewind may deliver it again.
+    pub(crate) fn failed(&self, id: &str) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.in_flight.remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_key_always_maps_to_one_lane() {
+        for i in 0..1000 {
+            let key = format!("job-{i}");
+            assert_eq!(lane_of(&key), lane_of(&key));
+            assert!(lane_of(&key) < LANES);
+        }
+    }
+
+    #[test]
+    fn an_entry_is_admitted_again_only_after_it_failed() {
+        let seen = SeenEntries::default();
+        assert!(seen.admit("1-0"));
+        assert!(!seen.admit("1-0"), "in flight");
+        seen.failed("1-0");
+        assert!(seen.admit("1-0"), "failed entries come back on a rewind");
+        seen.finished("1-0");
+        assert!(!seen.admit("1-0"), "finished recently");
+    }
+
+    #[test]
+    fn finished_entries_are_forgotten_after_a_while() {
+        let seen = SeenEntries::default();
+        for i in 0..=RECENT_ENTRIES {
+            assert!(seen.admit(&format!("{i}-0")));
+            seen.finished(&format!("{i}-0"));
+        }
+        assert!(seen.admit("0-0"), "the oldest id was forgotten");
+        assert!(!seen.admit(&format!("{RECENT_ENTRIES}-0")));
+    }
+
+    #[test]
+    fn keys_spread_over_all_lanes() {
+        let mut seen = [0usize; LANES];
+        for i in 0..4000 {
+            seen[lane_of(&format!("job-{i}"))] += 1;
+        }
+        // 250 expected per lane; a lane with under half of that would mean
+        // a badly skewed hash.
+        assert!(seen.iter().all(|n| *n > 125), "{seen:?}");
+    }
+}

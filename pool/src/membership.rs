@@ -1,0 +1,123 @@
+//! Membership: registering and retiring workers, and moving their jobs
+//! and inbox entries to other workers.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fred::types::Value;
+
+use crate::error::Result;
+use crate::handler::guarded;
+use crate::node::NodeInner;
+use crate::worker::WorkerInner;
+
+impl NodeInner {
+    /// Registers (or re-registers) a worker on Redis.
+    pub(crate) async fn register_worker(&self, id: &str) -> Result<()> {
+        let info = serde_json::json!({
+            "node": self.id,
+            "host": self.host,
+            "pid": self.pid,
+        })
+        .to_string();
+        let mut keys = self.maps.base_keys();
+        keys.push(self.maps.keepalive.keys_info().hash.clone());
+        keys.push(self.maps.keepalive.keys_info().revision.clone());
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(id),
+            Value::from(info),
+            Value::from(self.maps.keepalive.keys_info().channel.clone()),
+        ]);
+        let _: Value = self.scripts.register.run(&self.client, keys, args).await?;
+        Ok(())
+    }
+
+    /// Moves one inbox entry from `from`'s inbox to `to`'s.
+    pub(crate) async fn move_entry(
+        &self,
+        from: &str,
+        to: &str,
+        id: &str,
+        name: &str,
+        payload: Bytes,
+    ) -> Result<String> {
+        let mut keys = self.maps.base_keys();
+        keys.push(self.inbox(from)?.key().to_string());
+        keys.push(self.inbox(to)?.key().to_string());
+        keys.push(self.maps.cleanup.keys_info().hash.clone());
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(id),
+            Value::from(name),
+            Value::Bytes(payload),
+            Value::from(to),
+            Value::from(crate::dispatch::INBOX_MAXLEN.to_string()),
+        ]);
+        self.scripts.move_entry.run(&self.client, keys, args).await
+    }
+
+    /// Hands job `key`, owned by `from`, to `to`.
+    pub(crate) async fn handoff(&self, key: &str, from: &str, to: &str) -> Result<String> {
+        let mut keys = self.maps.base_keys();
+        keys.push(self.inbox(to)?.key().to_string());
+        keys.push(self.maps.cleanup.keys_info().hash.clone());
+        let mut args = self.maps.base_args();
+        let pending_ttl =
+            (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
+        args.extend([
+            Value::from(key),
+            Value::from(from),
+            Value::from(to),
+            Value::from(pending_ttl.to_string()),
+            Value::from(crate::dispatch::INBOX_MAXLEN.to_string()),
+        ]);
+        let reply: Value = self.scripts.handoff.run(&self.client, keys, args).await?;
+        let (status, _) = crate::scripts::status_reply(reply)?;
+        if status == "ok" {
+            tracing::info!(key, from, to, "job handed off");
+            metrics::counter!("flotilla_pool_handoffs_total").increment(1);
+        }
+        Ok(status)
+    }
+
+    /// Removes a local worker. With `handover`, its jobs and queued events
+    /// move to other workers first; without, its jobs are only stopped
+    /// (pool shutdown).
+    pub(crate) async fn retire_worker(
+        &self,
+        worker: &Arc<WorkerInner>,
+        handover: bool,
+    ) -> Result<()> {
+        let _guard = worker.ops.write().await;
+        worker.cancel.cancel();
+        let inbox = self.inbox(&worker.id)?;
+        let _ = self.reader.remove_stream(inbox.name()).await;
+        if handover {
+            // Leave the ring first so that dispatchers stop sending here.
+            let claim = format!("{} closing", self.id);
+            let _ = self.maps.cleanup.set(&worker.id, &claim).await?;
+            self.refresh_ring();
+        }
+        let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
+        for key in keys {
+            if let Err(e) = guarded("stop", worker.handler.stop(&key)).await {
+                tracing::warn!(key, error = %e, "handler stop failed during close");
+            }
+            worker.jobs.remove(&key);
+            if handover {
+                self.requeue_job(&key, &worker.id).await;
+            }
+        }
+        worker.suspended.lock().await.clear();
+        if handover {
+            self.requeue_owned_by(&worker.id).await;
+            self.requeue_worker_inbox(&worker.id).await?;
+        }
+        self.remove_worker_entry(&worker.id).await?;
+        self.workers.remove(&worker.id);
+        self.refresh_ring();
+        tracing::info!(worker = %worker.id, handover, "worker removed");
+        Ok(())
+    }
+}

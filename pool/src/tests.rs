@@ -1,0 +1,159 @@
+//! In-crate tests that need a real Redis and a look inside a worker.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flotilla_testkit::{RedisServer, wait_until};
+
+use crate::handler::{Handler, HandlerError, Job};
+use crate::{Node, NodeOptions, Worker};
+
+/// Counts starts and stops.
+#[derive(Clone, Default)]
+struct Counting {
+    starts: Arc<AtomicUsize>,
+    stops: Arc<AtomicUsize>,
+    messages: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Handler for Counting {
+    async fn start(&self, _job: Job) -> Result<(), HandlerError> {
+        self.starts.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
+        self.stops.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn message(&self, _key: &str, _payload: bytes::Bytes) -> Result<(), HandlerError> {
+        self.messages.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+async fn pool(server: &RedisServer, name: &str) -> (Node, Worker, Counting) {
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(10))
+        .dispatch_timeout(Duration::from_secs(8));
+    let node = Node::join(&client, name, options).await.unwrap();
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    (node, worker, handler)
+}
+
+/// A start refused while the lease is lost stays in the inbox and runs as
+/// soon as the lease is back, within the dispatcher's timeout (not after
+/// the pending guard expires and the orphan sweep requeues it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_refused_without_lease_runs_when_the_lease_is_back() {
+    let server = RedisServer::start().unwrap();
+    let (node, worker, handler) = pool(&server, &flotilla_testkit::unique_name("rewind")).await;
+    worker.inner.lease_lost.store(true, Ordering::Release);
+    let dispatcher = node.clone();
+    let dispatch = tokio::spawn(async move { dispatcher.dispatch_job("k1", &b"p"[..]).await });
+    // The start reached the worker and was refused: it failed, is still in
+    // the inbox, and the rewind after the failure found no lease and gave up.
+    let inbox = node.inner.inbox(worker.id()).unwrap();
+    wait_until(Duration::from_secs(5), "start refused", || async {
+        let (failures, scheduled) = worker.inner.rewind_state();
+        failures > 0 && !scheduled && inbox.len().await.unwrap() == 1
+    })
+    .await
+    .unwrap();
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 0);
+    node.inner.resume_all().await;
+    tokio::time::timeout(Duration::from_secs(5), dispatch)
+        .await
+        .expect("dispatch answered within 5 s of the lease coming back")
+        .unwrap()
+        .unwrap();
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 1);
+    assert_eq!(inbox.len().await.unwrap(), 0, "entry removed once handled");
+    node.close().await.unwrap();
+}
+
+/// Reading the inbox again (a rewind) while entries are queued or just
+/// handled never handles one twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewinds_never_handle_an_entry_twice() {
+    let server = RedisServer::start().unwrap();
+    let (node, worker, handler) = pool(&server, &flotilla_testkit::unique_name("rewind2")).await;
+    let mut dispatches = Vec::new();
+    for i in 0..200 {
+        let n = node.clone();
+        dispatches.push(tokio::spawn(async move {
+            n.dispatch_job(&format!("k{i}"), &b"p"[..]).await
+        }));
+        if i % 20 == 0 {
+            worker.inner.rewind_soon(&node.inner);
+        }
+    }
+    for d in dispatches {
+        d.await.unwrap().unwrap();
+    }
+    // Messages are not answered: many queue up while rewinds re-read them.
+    for i in 0..2000 {
+        node.dispatch_message(&format!("m{i}"), &b"x"[..])
+            .await
+            .unwrap();
+        if i % 50 == 0 {
+            worker.inner.rewind_soon(&node.inner);
+            tokio::task::yield_now().await;
+        }
+    }
+    worker.inner.rewind_soon(&node.inner);
+    let inbox = node.inner.inbox(worker.id()).unwrap();
+    wait_until(Duration::from_secs(10), "inbox drained", || async {
+        inbox.len().await.unwrap() == 0 && handler.messages.load(Ordering::SeqCst) >= 2000
+    })
+    .await
+    .unwrap();
+    // Give a duplicate the time to show up before counting.
+    wait_until(Duration::from_secs(1), "rewinds done", || async {
+        !worker.inner.rewind_state().1
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        handler.messages.load(Ordering::SeqCst),
+        2000,
+        "each message handled once"
+    );
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 200);
+    assert_eq!(handler.stops.load(Ordering::SeqCst), 0, "no restarts");
+    node.close().await.unwrap();
+}
+
+/// Garbage in a worker's inbox is dead-lettered (removed and logged); the
+/// worker keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_inbox_entries_are_dead_lettered() {
+    let server = RedisServer::start().unwrap();
+    let (node, worker, handler) = pool(&server, &flotilla_testkit::unique_name("garbage")).await;
+    let inbox = node.inner.inbox(worker.id()).unwrap();
+    for (name, payload) in [
+        ("start", &b"no header"[..]),
+        ("start", &b"1 2 3\n\xff\xfe"[..]),
+        ("start", &b"x y z w v\n"[..]),
+        ("stop", &b"\xc1"[..]),
+        ("notify", &b""[..]),
+        ("message", &b"\x92\x01"[..]),
+        ("bogus", &b"anything"[..]),
+    ] {
+        inbox.add(name, payload).await.unwrap();
+    }
+    wait_until(Duration::from_secs(5), "garbage removed", || async {
+        inbox.len().await.unwrap() == 0
+    })
+    .await
+    .unwrap();
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 0);
+    node.dispatch_job("after-garbage", &b"p"[..]).await.unwrap();
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 1);
+    assert_eq!(worker.job_keys(), vec!["after-garbage".to_string()]);
+    node.close().await.unwrap();
+}

@@ -89,20 +89,18 @@ impl NodeInner {
             if now.saturating_sub(last) <= ttl {
                 continue;
             }
-            match self.claim_cleanup(worker, now).await {
-                Ok(true) => {
-                    tracing::warn!(
-                        worker,
-                        silent_ms = now.saturating_sub(last),
-                        "worker dead: cleaning up"
-                    );
+            // The replica only picks candidates: the script decides on the
+            // keep-alive in Redis, so a stale replica judges nobody dead.
+            match self.claim_cleanup(worker).await {
+                Ok(Some(silent_ms)) => {
+                    tracing::warn!(worker, silent_ms, "worker dead: cleaning up");
                     metrics::counter!("flotilla_pool_dead_workers_total").increment(1);
                     self.refresh_ring();
                     if let Err(e) = self.clean_worker(worker).await {
                         tracing::warn!(worker, error = %e, "cleanup incomplete; will retry");
                     }
                 }
-                Ok(false) => {}
+                Ok(None) => {}
                 Err(e) => tracing::warn!(worker, error = %e, "claiming cleanup failed"),
             }
         }
@@ -120,29 +118,48 @@ impl NodeInner {
         }
     }
 
-    /// Takes the cleanup claim on `worker`; a claim older than a TTL (its
-    /// cleaner died) is taken over.
-    async fn claim_cleanup(&self, worker: &str, now: u64) -> Result<bool> {
-        let claim = format!("{} {now}", self.id);
-        if self.maps.cleanup.set_if_not_exists(worker, &claim).await? {
-            return Ok(true);
+    /// Takes the cleanup claim on `worker` if Redis says it is dead (its
+    /// keep-alive older than a TTL on server time); a claim older than a TTL
+    /// (its cleaner died) is taken over. Returns how long the worker was
+    /// silent when the claim is ours.
+    async fn claim_cleanup(&self, worker: &str) -> Result<Option<u64>> {
+        let cleanup = self.maps.cleanup.keys_info();
+        let mut keys = self.maps.base_keys();
+        keys.extend([
+            self.maps.keepalive.keys_info().hash.clone(),
+            cleanup.hash.clone(),
+            cleanup.revision.clone(),
+        ]);
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(cleanup.channel.as_str()),
+            Value::from(worker),
+            Value::from(self.id.as_str()),
+            Value::from(self.options.worker_ttl.as_millis().to_string()),
+        ]);
+        let reply: Value = self
+            .scripts
+            .claim_cleanup
+            .run(&self.client, keys, args)
+            .await?;
+        let (status, rest) = crate::scripts::status_reply(reply)?;
+        let silent_ms = rest.first().and_then(Value::as_u64).unwrap_or(0);
+        match status.as_str() {
+            "claimed" => Ok(Some(silent_ms)),
+            "taken_over" => {
+                tracing::info!(worker, "took over a stale cleanup claim");
+                Ok(Some(silent_ms))
+            }
+            "alive" => {
+                tracing::debug!(
+                    worker,
+                    silent_ms,
+                    "replica was stale: worker alive in Redis"
+                );
+                Ok(None)
+            }
+            _ => Ok(None),
         }
-        let Some(current) = self.maps.cleanup.get(worker) else {
-            return Ok(false);
-        };
-        let since: u64 = current
-            .rsplit_once(' ')
-            .and_then(|(_, t)| t.parse().ok())
-            .unwrap_or(0);
-        if now.saturating_sub(since) > self.options.worker_ttl.as_millis() as u64 {
-            tracing::info!(worker, previous = %current, "taking over a stale cleanup claim");
-            return Ok(self
-                .maps
-                .cleanup
-                .test_and_set(worker, &current, &claim)
-                .await?);
-        }
-        Ok(false)
     }
 
     /// Requeues a dead worker's jobs and inbox, then removes it.

@@ -64,6 +64,7 @@ pub(crate) struct Scripts {
     pub(crate) reassert: PoolScript,
     pub(crate) resume: PoolScript,
     pub(crate) remove_worker: PoolScript,
+    pub(crate) claim_cleanup: PoolScript,
 }
 
 impl Scripts {
@@ -83,6 +84,10 @@ impl Scripts {
             remove_worker: PoolScript::new(
                 "remove_worker",
                 include_str!("scripts/remove_worker.lua"),
+            ),
+            claim_cleanup: PoolScript::new(
+                "claim_cleanup",
+                include_str!("scripts/claim_cleanup.lua"),
             ),
         }
     }

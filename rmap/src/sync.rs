@@ -291,7 +291,11 @@ impl SyncTask {
     /// Reloads the snapshot and installs it.
     pub(crate) async fn resync(&mut self) -> Result<(), Error> {
         if self.resubscribe {
-            self.subscriber.resubscribe_all().await?;
+            // Only the map's sharded channel: `resubscribe_all` would also
+            // send a SUBSCRIBE with no channels, which Redis refuses.
+            self.subscriber
+                .ssubscribe(self.keys.channel.as_str())
+                .await?;
             self.resubscribe = false;
         }
         // What is buffered now predates the snapshot: drop it.

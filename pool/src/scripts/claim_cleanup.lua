@@ -1,0 +1,33 @@
+-- Claims the cleanup of a worker that Redis says is dead: its keep-alive
+-- (or, if never renewed, its registration time) is older than the TTL on
+-- server time. A claim older than a TTL (its cleaner died) is taken over.
+-- Deciding here rather than from a node's replica means that a node with a
+-- stale replica (a paused process, pub/sub lagging after a reconnect)
+-- never judges a live worker dead.
+-- KEYS: base, 9 keepalive hash, 10 cleanup hash, 11 cleanup revision
+-- ARGV: base, 4 cleanup channel, 5 worker id, 6 node id, 7 ttl ms
+-- Returns {status, silent_ms}; status is 'claimed' | 'taken_over' |
+-- 'alive' | 'claimed_by_other' | 'gone'.
+local worker, node, ttl = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local registration = mget(WORKERS, worker)
+if not registration then return {'gone', 0} end
+local now = now_ms()
+local last = tonumber(redis.call('HGET', KEYS[9], worker) or '')
+if not last then
+  local ok, info = pcall(cjson.decode, registration)
+  last = (ok and type(info) == 'table' and tonumber(info['created_at_ms'])) or 0
+end
+local silent = now - last
+if silent <= ttl then return {'alive', silent} end
+local claim = string.format('%s %d', node, now)
+local current = redis.call('HGET', KEYS[10], worker)
+if not current then
+  rmap_set(KEYS[10], KEYS[11], ARGV[4], worker, claim)
+  return {'claimed', silent}
+end
+local since = tonumber(string.match(current, ' (%d+)$') or '0') or 0
+if now - since > ttl then
+  rmap_set(KEYS[10], KEYS[11], ARGV[4], worker, claim)
+  return {'taken_over', silent}
+end
+return {'claimed_by_other', silent}

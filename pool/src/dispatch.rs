@@ -13,6 +13,43 @@ use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_STOP, JobBody, KeyedRequest, 
 use crate::error::{Error, Result};
 use crate::node::{Node, NodeInner, SHUTDOWN_FLAG};
 
+/// Where a stop or notify request went.
+enum Routed {
+    /// Queued in the owner's inbox.
+    Queued,
+    /// The job is admitted or being moved but not started: nowhere to go yet.
+    Pending,
+}
+
+/// Paces retries of a request for a job that is between owners: 5 ms,
+/// doubling up to 200 ms, until the request's deadline.
+struct SettlePause {
+    attempts: u32,
+    timeout: Duration,
+    deadline: Instant,
+}
+
+impl SettlePause {
+    fn new(timeout: Duration) -> Self {
+        SettlePause {
+            attempts: 0,
+            timeout,
+            deadline: Instant::now() + timeout,
+        }
+    }
+
+    async fn wait(&mut self) -> Result<()> {
+        let delay =
+            Duration::from_millis(5 << self.attempts.min(5)).min(Duration::from_millis(200));
+        self.attempts += 1;
+        if Instant::now() + delay >= self.deadline {
+            return Err(Error::Timeout(self.timeout));
+        }
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+}
+
 /// Bound of the reply streams (approximate MAXLEN).
 pub(crate) const INBOX_MAXLEN: u64 = 0;
 
@@ -47,46 +84,68 @@ impl Node {
     }
 
     /// Stops job `key` and returns once its owner's handler `stop` returned.
+    /// A job admitted but not started yet, or being moved to another worker,
+    /// is stopped as soon as it runs (the request is sent again meanwhile).
     ///
     /// # Errors
-    /// [`Error::JobNotFound`] when no job with this key runs;
-    /// [`Error::Timeout`], [`Error::Closed`], Redis errors.
+    /// [`Error::JobNotFound`] when no job with this key runs or waits to;
+    /// [`Error::Timeout`] when it did not start (or its owner did not
+    /// answer) within the dispatch timeout; [`Error::Closed`], Redis errors.
     #[tracing::instrument(name = "stop_job", skip(self), fields(pool = %self.inner.pool))]
     pub async fn stop_job(&self, key: &str) -> Result<()> {
         self.inner.check_open()?;
         crate::check_name("job key", key)?;
-        let deadline = Instant::now() + self.inner.options.dispatch_timeout;
-        let (request, rx) = self.inner.register_waiter();
-        let body = codec::encode(&KeyedRequest {
-            key: key.to_string(),
-            payload: Vec::new(),
-            reply: Some(ReplyTo {
-                node: self.inner.id.clone(),
-                request,
-            }),
-            hops: 0,
-        });
-        if let Err(e) = self.inner.to_owner(key, EV_STOP, body).await {
-            self.inner.waiters.remove(&request);
-            return Err(e);
-        }
-        let reply = self.inner.await_reply(request, rx, deadline).await?;
-        match reply.status.as_str() {
-            "ok" => Ok(()),
-            "not_found" => Err(Error::JobNotFound(key.to_string())),
-            other => Err(Error::Malformed {
-                what: "stop reply",
-                reason: format!("unknown status {other:?}"),
-            }),
+        let mut pause = SettlePause::new(self.inner.options.dispatch_timeout);
+        loop {
+            let (request, rx) = self.inner.register_waiter();
+            let body = codec::encode(&KeyedRequest {
+                key: key.to_string(),
+                payload: Vec::new(),
+                reply: Some(ReplyTo {
+                    node: self.inner.id.clone(),
+                    request,
+                }),
+                hops: 0,
+            });
+            match self.inner.to_owner(key, EV_STOP, body).await {
+                Ok(Routed::Queued) => {}
+                Ok(Routed::Pending) => {
+                    // Admitted or being moved, not started yet: stop it once
+                    // it runs rather than report it missing.
+                    self.inner.waiters.remove(&request);
+                    pause.wait().await?;
+                    continue;
+                }
+                Err(e) => {
+                    self.inner.waiters.remove(&request);
+                    return Err(e);
+                }
+            }
+            let reply = self.inner.await_reply(request, rx, pause.deadline).await?;
+            match reply.status.as_str() {
+                "ok" => return Ok(()),
+                "not_found" => return Err(Error::JobNotFound(key.to_string())),
+                // The job moved on before the request got there: again.
+                "retry" => pause.wait().await?,
+                other => {
+                    return Err(Error::Malformed {
+                        what: "stop reply",
+                        reason: format!("unknown status {other:?}"),
+                    });
+                }
+            }
         }
     }
 
     /// Sends `payload` to the handler's `notify` on the worker running job
-    /// `key`. Returns once the message is queued at that worker.
+    /// `key`. Returns once the message is queued at that worker; for a job
+    /// admitted but not started yet, once it started and the message is
+    /// queued.
     ///
     /// # Errors
-    /// [`Error::JobNotFound`], [`Error::PayloadTooLarge`], [`Error::Closed`],
-    /// Redis errors.
+    /// [`Error::JobNotFound`], [`Error::Timeout`] (the job did not start
+    /// within the dispatch timeout), [`Error::PayloadTooLarge`],
+    /// [`Error::Closed`], Redis errors.
     pub async fn notify_worker(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
         self.inner.check_open()?;
         crate::check_name("job key", key)?;
@@ -97,7 +156,11 @@ impl Node {
             reply: None,
             hops: 0,
         });
-        self.inner.to_owner(key, EV_NOTIFY, body).await
+        let mut pause = SettlePause::new(self.inner.options.dispatch_timeout);
+        while let Routed::Pending = self.inner.to_owner(key, EV_NOTIFY, body.clone()).await? {
+            pause.wait().await?;
+        }
+        Ok(())
     }
 
     /// Sends `payload` to the handler's `message` on the worker that owns
@@ -265,7 +328,7 @@ impl NodeInner {
     }
 
     /// Queues `event` at the owner of job `key` (stop, notify).
-    async fn to_owner(&self, key: &str, event: &str, body: Bytes) -> Result<()> {
+    async fn to_owner(&self, key: &str, event: &str, body: Bytes) -> Result<Routed> {
         let mut owner = self
             .maps
             .jobs
@@ -286,7 +349,8 @@ impl NodeInner {
             let reply: Value = self.scripts.to_owner.run(&self.client, keys, args).await?;
             let (status, rest) = crate::scripts::status_reply(reply)?;
             match status.as_str() {
-                "ok" => return Ok(()),
+                "ok" => return Ok(Routed::Queued),
+                "pending" => return Ok(Routed::Pending),
                 "not_found" => return Err(Error::JobNotFound(key.to_string())),
                 "moved" => {
                     owner = rest

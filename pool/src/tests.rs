@@ -157,3 +157,45 @@ async fn malformed_inbox_entries_are_dead_lettered() {
     assert_eq!(worker.job_keys(), vec!["after-garbage".to_string()]);
     node.close().await.unwrap();
 }
+
+/// `stop_job` of a job admitted but not started yet is not lost: the job is
+/// stopped as soon as it runs, and `stop_job` returns once it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_of_a_pending_job_stops_it_once_started() {
+    let server = RedisServer::start().unwrap();
+    let (node, worker, handler) =
+        pool(&server, &flotilla_testkit::unique_name("stop-pending")).await;
+    worker.inner.lease_lost.store(true, Ordering::Release);
+    let dispatcher = node.clone();
+    let dispatch = tokio::spawn(async move { dispatcher.dispatch_job("k1", &b"p"[..]).await });
+    let inbox = node.inner.inbox(worker.id()).unwrap();
+    wait_until(Duration::from_secs(5), "start refused", || async {
+        let (failures, scheduled) = worker.inner.rewind_state();
+        failures > 0 && !scheduled && inbox.len().await.unwrap() == 1
+    })
+    .await
+    .unwrap();
+    let stopper = node.clone();
+    let stop = tokio::spawn(async move { stopper.stop_job("k1").await });
+    // The stop waits for the start; let the lease come back.
+    node.inner.resume_all().await;
+    dispatch.await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), stop)
+        .await
+        .expect("stop answered")
+        .unwrap()
+        .unwrap();
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 1);
+    assert_eq!(handler.stops.load(Ordering::SeqCst), 1);
+    assert!(worker.job_keys().is_empty());
+    wait_until(Duration::from_secs(2), "jobs map cleared", || async {
+        node.job_owner("k1").is_none()
+    })
+    .await
+    .unwrap();
+    assert!(matches!(
+        node.stop_job("k1").await,
+        Err(crate::Error::JobNotFound(_))
+    ));
+    node.close().await.unwrap();
+}

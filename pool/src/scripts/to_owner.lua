@@ -1,9 +1,13 @@
 -- Sends a stop or notify request to the current owner of a job.
 -- KEYS: base, 9 owner inbox
 -- ARGV: base, 4 job key, 5 expected owner, 6 event name, 7 body, 8 maxlen
--- Returns {'ok'} | {'not_found'} | {'moved', owner}
+-- Returns {'ok'} | {'pending'} (admitted or being moved, not started yet)
+--       | {'not_found'} | {'moved', owner}
 local j = mget(JOBS, ARGV[4])
-if not j then return {'not_found'} end
+if not j then
+  if mget(PENDING, ARGV[4]) then return {'pending'} end
+  return {'not_found'}
+end
 local owner = owner_of(j)
 if owner ~= ARGV[5] then return {'moved', owner} end
 stream_add(KEYS[9], ARGV[6], ARGV[7], tonumber(ARGV[8]))

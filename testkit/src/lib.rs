@@ -20,6 +20,7 @@
 
 mod proxy;
 mod server;
+mod tls;
 
 use std::future::Future;
 use std::time::Duration;
@@ -63,12 +64,21 @@ pub async fn client(url: &str) -> Result<Client, Error> {
     Ok(client)
 }
 
-/// A fred builder with the test settings of [`client`], not yet built.
+/// A fred builder with the test settings of [`client`], not yet built. For
+/// the `rediss://` URL of a private TLS server ([`ServerOptions::tls`]) it
+/// trusts that server's self-signed certificate.
 ///
 /// # Errors
 /// [`Error::Redis`] when the URL is bad.
 pub fn builder(url: &str) -> Result<Builder, Error> {
-    let config = Config::from_url(url)?;
+    let mut config = Config::from_url(url)?;
+    if let ServerConfig::Centralized { server } = &config.server
+        && (url.starts_with("rediss://") || url.starts_with("valkeys://"))
+        && let Some(tls) = tls::config_for_port(server.port)?
+    {
+        // A private TLS server: trust its self-signed certificate.
+        config.tls = Some(tls);
+    }
     let mut builder = Builder::from_config(config);
     builder
         .set_policy(ReconnectPolicy::new_exponential(0, 10, 1_000, 2))

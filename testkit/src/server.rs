@@ -22,6 +22,10 @@ pub struct ServerOptions {
     pub extra_args: Vec<(String, String)>,
     /// Fixed port; `None` picks a free loopback port. Default: `None`.
     pub port: Option<u16>,
+    /// Also listen for TLS on a second free port, with a self-signed
+    /// certificate made by `openssl` for `127.0.0.1`/`localhost` (see
+    /// [`RedisServer::tls_url`]). Default: `false`.
+    pub tls: bool,
 }
 
 impl ServerOptions {
@@ -42,6 +46,12 @@ impl ServerOptions {
         self.port = Some(port);
         self
     }
+
+    /// Turns the TLS port on or off.
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
 }
 
 /// A private `redis-server` process, killed when dropped.
@@ -54,6 +64,7 @@ impl ServerOptions {
 pub struct RedisServer {
     options: ServerOptions,
     port: u16,
+    tls_port: Option<u16>,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -79,9 +90,16 @@ impl RedisServer {
             .prefix("flotilla-redis-")
             .tempdir()
             .map_err(|e| Error::Startup(format!("cannot create a temp dir: {e}")))?;
+        let tls_port = if options.tls {
+            crate::tls::make_certificate(dir.path())?;
+            Some(free_port()?)
+        } else {
+            None
+        };
         let mut server = RedisServer {
             options,
             port: 0,
+            tls_port,
             dir,
             child: None,
         };
@@ -93,7 +111,12 @@ impl RedisServer {
                 None => free_port()?,
             };
             match server.spawn(&binary) {
-                Ok(()) => return Ok(server),
+                Ok(()) => {
+                    if let Some(tls_port) = server.tls_port {
+                        crate::tls::register(tls_port, server.dir.path());
+                    }
+                    return Ok(server);
+                }
                 Err(e) => {
                     last_error = e.to_string();
                     if server.options.port.is_some() {
@@ -118,6 +141,13 @@ impl RedisServer {
     /// A `redis://` URL for the server.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// A `rediss://` URL for the server's TLS port, when started with
+    /// [`ServerOptions::tls`]. [`crate::client`] and [`crate::builder`]
+    /// trust the server's certificate for this URL.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port.map(|p| format!("rediss://127.0.0.1:{p}"))
     }
 
     /// The server's data directory.
@@ -199,6 +229,19 @@ impl RedisServer {
             .arg("warning")
             .arg("--logfile")
             .arg(self.dir.path().join("redis.log"));
+        if let Some(tls_port) = self.tls_port {
+            let dir = self.dir.path();
+            cmd.arg("--tls-port")
+                .arg(tls_port.to_string())
+                .arg("--tls-cert-file")
+                .arg(dir.join(crate::tls::CERT_FILE))
+                .arg("--tls-key-file")
+                .arg(dir.join(crate::tls::KEY_FILE))
+                .arg("--tls-ca-cert-file")
+                .arg(dir.join(crate::tls::CA_FILE))
+                .arg("--tls-auth-clients")
+                .arg("no");
+        }
         if self.options.aof {
             cmd.arg("--appendonly")
                 .arg("yes")

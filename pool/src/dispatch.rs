@@ -268,10 +268,7 @@ impl NodeInner {
                     let reply = self.await_reply(request, rx, deadline).await?;
                     return match reply.status.as_str() {
                         "ok" => Ok(()),
-                        "failed" => Err(Error::StartFailed {
-                            key: key.to_string(),
-                            message: reply.message,
-                        }),
+                        "failed" => Err(crate::error::start_refused(key, reply.message)),
                         "superseded" => Err(Error::JobExists(key.to_string())),
                         other => Err(Error::Malformed {
                             what: "dispatch reply",

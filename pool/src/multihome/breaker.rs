@@ -100,7 +100,9 @@ impl Breaker {
     /// is not open).
     pub(crate) fn wait(&self, now: Instant) -> Duration {
         match (self.state, self.opened_at) {
-            (BreakerState::Open, Some(at)) => (at + self.reset_after).saturating_duration_since(now),
+            (BreakerState::Open, Some(at)) => {
+                (at + self.reset_after).saturating_duration_since(now)
+            }
             _ => Duration::ZERO,
         }
     }
@@ -192,11 +194,17 @@ mod tests {
         b.try_begin(t + RESET);
         // A failed probe re-opens at once (no three strikes) for a new period.
         let tr = b.on_failure(t + RESET).unwrap();
-        assert_eq!((tr.from, tr.to), (BreakerState::HalfOpen, BreakerState::Open));
-        assert_eq!(b.try_begin(t + RESET + Duration::from_secs(1)).0, false);
+        assert_eq!(
+            (tr.from, tr.to),
+            (BreakerState::HalfOpen, BreakerState::Open)
+        );
+        assert!(!b.try_begin(t + RESET + Duration::from_secs(1)).0);
         b.try_begin(t + RESET * 2);
         let tr = b.on_success(t + RESET * 2).unwrap();
-        assert_eq!((tr.from, tr.to), (BreakerState::HalfOpen, BreakerState::Closed));
+        assert_eq!(
+            (tr.from, tr.to),
+            (BreakerState::HalfOpen, BreakerState::Closed)
+        );
         assert_eq!(b.consecutive_failures(), 0);
         assert_eq!(b.opens(), 2);
     }

@@ -180,7 +180,9 @@ impl MultiHomeConfig {
     /// [`from_lists`](Self::from_lists).
     pub fn from_env(default_pool: &str) -> Result<Self, ConfigError> {
         let urls = std::env::var(REDIS_URLS_VAR).unwrap_or_default();
-        let pools = std::env::var(POOLS_VAR).ok().filter(|p| !p.trim().is_empty());
+        let pools = std::env::var(POOLS_VAR)
+            .ok()
+            .filter(|p| !p.trim().is_empty());
         Self::from_lists(&urls, pools.as_deref(), default_pool)
     }
 
@@ -315,8 +317,8 @@ mod tests {
 
     #[test]
     fn lists_pair_up_in_order() {
-        let c = MultiHomeConfig::from_lists(" redis://a:1 ,redis://b:2", Some("p1, p2"), "x")
-            .unwrap();
+        let c =
+            MultiHomeConfig::from_lists(" redis://a:1 ,redis://b:2", Some("p1, p2"), "x").unwrap();
         let pairs: Vec<_> = c
             .homes()
             .iter()
@@ -333,17 +335,23 @@ mod tests {
 
     #[test]
     fn mismatched_lengths_are_refused() {
-        let e = MultiHomeConfig::from_lists("redis://a:1,redis://b:2", Some("p1"), "x")
-            .unwrap_err();
-        assert!(matches!(e, ConfigError::LengthMismatch { urls: 2, pools: 1 }), "{e}");
+        let e =
+            MultiHomeConfig::from_lists("redis://a:1,redis://b:2", Some("p1"), "x").unwrap_err();
+        assert!(
+            matches!(e, ConfigError::LengthMismatch { urls: 2, pools: 1 }),
+            "{e}"
+        );
         let e = MultiHomeConfig::from_lists("redis://a:1", Some("p1,p2,p3"), "x").unwrap_err();
-        assert!(matches!(e, ConfigError::LengthMismatch { urls: 1, pools: 3 }), "{e}");
+        assert!(
+            matches!(e, ConfigError::LengthMismatch { urls: 1, pools: 3 }),
+            "{e}"
+        );
     }
 
     #[test]
     fn bad_url_names_its_position() {
-        let e = MultiHomeConfig::from_lists("redis://a:1,redis://b:2,http://c", None, "x")
-            .unwrap_err();
+        let e =
+            MultiHomeConfig::from_lists("redis://a:1,redis://b:2,http://c", None, "x").unwrap_err();
         assert!(matches!(e, ConfigError::BadUrl { position: 3, .. }), "{e}");
         assert!(e.to_string().contains("URL 3"), "{e}");
         let e = MultiHomeConfig::from_lists("redis://a:notaport", None, "x").unwrap_err();
@@ -352,10 +360,13 @@ mod tests {
 
     #[test]
     fn errors_never_show_passwords() {
-        let e = MultiHomeConfig::from_lists("redis://a:1,http://u:hunter2@c", None, "x")
-            .unwrap_err();
+        let e =
+            MultiHomeConfig::from_lists("redis://a:1,http://u:hunter2@c", None, "x").unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("u:***@c") && !text.contains("hunter2"), "{text}");
+        assert!(
+            text.contains("u:***@c") && !text.contains("hunter2"),
+            "{text}"
+        );
         let c = MultiHomeConfig::from_lists("redis://u:hunter2@a:1", None, "x").unwrap();
         assert!(!format!("{c:?}").contains("hunter2"));
     }
@@ -364,20 +375,37 @@ mod tests {
     fn tls_without_tls_support_is_refused() {
         // The workspace builds fred without a TLS feature: a rediss:// URL
         // would quietly connect in plain text, so it must be refused.
-        let e = MultiHomeConfig::from_lists("redis://a:1,rediss://u:p@b:2", None, "x")
-            .unwrap_err();
-        assert!(matches!(e, ConfigError::TlsUnavailable { position: 2, .. }), "{e}");
+        let e = MultiHomeConfig::from_lists("redis://a:1,rediss://u:p@b:2", None, "x").unwrap_err();
+        assert!(
+            matches!(e, ConfigError::TlsUnavailable { position: 2, .. }),
+            "{e}"
+        );
     }
 
     #[test]
     fn empty_entries_and_lists_are_refused() {
         let e = MultiHomeConfig::from_lists("redis://a:1,,redis://b:2", None, "x").unwrap_err();
         assert!(
-            matches!(e, ConfigError::EmptyEntry { position: 2, list: REDIS_URLS_VAR }),
+            matches!(
+                e,
+                ConfigError::EmptyEntry {
+                    position: 2,
+                    list: REDIS_URLS_VAR
+                }
+            ),
             "{e}"
         );
         let e = MultiHomeConfig::from_lists("redis://a:1", Some(" "), "x").unwrap_err();
-        assert!(matches!(e, ConfigError::EmptyEntry { position: 1, list: POOLS_VAR }), "{e}");
+        assert!(
+            matches!(
+                e,
+                ConfigError::EmptyEntry {
+                    position: 1,
+                    list: POOLS_VAR
+                }
+            ),
+            "{e}"
+        );
         let e = MultiHomeConfig::from_lists("  ", None, "x").unwrap_err();
         assert!(matches!(e, ConfigError::NoHomes(_)), "{e}");
     }
@@ -386,16 +414,38 @@ mod tests {
     fn bad_pool_names_and_duplicates_are_refused() {
         let e = MultiHomeConfig::from_lists("redis://a:1,redis://b:2", Some("ok,b{ad}"), "x")
             .unwrap_err();
-        assert!(matches!(e, ConfigError::BadName { position: 2, what: "pool name", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                ConfigError::BadName {
+                    position: 2,
+                    what: "pool name",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let e = MultiHomeConfig::new(vec![
             HomeConfig::new("redis://a:1", "p").name("eu"),
             HomeConfig::new("redis://b:1", "p").name("eu"),
         ])
         .unwrap_err();
-        assert!(matches!(e, ConfigError::DuplicateName { position: 2, .. }), "{e}");
+        assert!(
+            matches!(e, ConfigError::DuplicateName { position: 2, .. }),
+            "{e}"
+        );
         let e = MultiHomeConfig::new(vec![HomeConfig::new("redis://a:1", "p").name("a/b")])
             .unwrap_err();
-        assert!(matches!(e, ConfigError::BadName { what: "home name", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                ConfigError::BadName {
+                    what: "home name",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -60,10 +60,7 @@ impl Home {
             pool,
             url,
             config,
-            breaker: Mutex::new(Breaker::new(
-                options.failure_threshold,
-                options.reset_after,
-            )),
+            breaker: Mutex::new(Breaker::new(options.failure_threshold, options.reset_after)),
             joined: ArcSwapOption::empty(),
             state,
         }

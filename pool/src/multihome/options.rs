@@ -139,10 +139,22 @@ mod tests {
     #[test]
     fn bad_values_are_named() {
         let e = MultiHomeOptions::default().failure_threshold(0).validate();
-        assert!(matches!(e, Err(Error::InvalidOptions { option: "failure_threshold", .. })));
+        assert!(matches!(
+            e,
+            Err(Error::InvalidOptions {
+                option: "failure_threshold",
+                ..
+            })
+        ));
         let e = MultiHomeOptions::default()
             .max_concurrent_jobs(Some(0))
             .validate();
-        assert!(matches!(e, Err(Error::InvalidOptions { option: "max_concurrent_jobs", .. })));
+        assert!(matches!(
+            e,
+            Err(Error::InvalidOptions {
+                option: "max_concurrent_jobs",
+                ..
+            })
+        ));
     }
 }

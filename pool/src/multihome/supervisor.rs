@@ -107,7 +107,9 @@ impl Shared {
                 home = %home.name(), url = %home.url, from = %t.from, failures,
                 retry_in = ?self.options.reset_after, "home breaker opened: home skipped"
             ),
-            _ => tracing::info!(home = %home.name(), url = %home.url, from = %t.from, to = %t.to, "home breaker state changed"),
+            _ => {
+                tracing::info!(home = %home.name(), url = %home.url, from = %t.from, to = %t.to, "home breaker state changed")
+            }
         }
         metrics::counter!("flotilla_multihome_breaker_transitions_total",
             "home" => home.name().to_string(), "to" => t.to.as_str())

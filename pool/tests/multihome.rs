@@ -15,9 +15,11 @@ use flotilla_pool::{Error, Node};
 use flotilla_testkit::{FaultProxy, RedisServer};
 use support::{Ledger, eventually, fast};
 
-/// Held by the two tests that compare latencies before and during an
-/// outage, so that one's outage is not the other's noise.
-static LATENCY_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Held by every test that runs Redis servers: two of them compare
+/// latencies before and during an outage, and another test's outage (or
+/// start-up) on this 2-core budget would be their noise. Serial, the file
+/// takes about 25 s.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const RESET: Duration = Duration::from_millis(1000);
 const POLL_TIMEOUT: Duration = Duration::from_millis(500);
@@ -90,6 +92,7 @@ fn state_of(worker: &MultiHomeWorker, home: &str) -> BreakerState {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_of_both_homes_run_on_one_worker_and_stay_apart() {
+    let _serial = SERIAL.lock().await;
     support::init_tracing();
     let (a, b) = (start_server(), start_server());
     let pool = flotilla_testkit::unique_name("mh-both");
@@ -148,6 +151,7 @@ async fn jobs_of_both_homes_run_on_one_worker_and_stay_apart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_home_takes_the_plain_path_and_refuses_beyond_capacity() {
+    let _serial = SERIAL.lock().await;
     support::init_tracing();
     let server = start_server();
     let pool = flotilla_testkit::unique_name("mh-single");
@@ -179,7 +183,7 @@ async fn single_home_takes_the_plain_path_and_refuses_beyond_capacity() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_home_never_slows_the_other_and_resumes_after_restart() {
-    let _serial = LATENCY_TESTS.lock().await;
+    let _serial = SERIAL.lock().await;
     support::init_tracing();
     let (mut a, b) = (start_server(), start_server());
     let pool = flotilla_testkit::unique_name("mh-kill");
@@ -281,7 +285,7 @@ async fn killed_home_never_slows_the_other_and_resumes_after_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn black_holed_home_is_bounded_by_the_poll_timeout() {
-    let _serial = LATENCY_TESTS.lock().await;
+    let _serial = SERIAL.lock().await;
     support::init_tracing();
     let (a, b) = (start_server(), start_server());
     let proxy = FaultProxy::start(a.addr()).await.unwrap();
@@ -342,6 +346,7 @@ async fn black_holed_home_is_bounded_by_the_poll_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capacity_is_split_and_resplit_as_homes_open_and_close() {
+    let _serial = SERIAL.lock().await;
     support::init_tracing();
     let (mut a, b) = (start_server(), start_server());
     let pool = flotilla_testkit::unique_name("mh-cap");
@@ -441,6 +446,7 @@ fn configuration_errors_name_the_position() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_home_down_at_start_joins_later() {
+    let _serial = SERIAL.lock().await;
     support::init_tracing();
     let (mut a, b) = (start_server(), start_server());
     let url_a = a.url();

@@ -125,7 +125,7 @@ impl HomeConfig {
 /// use flotilla_pool::multihome::MultiHomeConfig;
 ///
 /// let config = MultiHomeConfig::from_lists(
-///     "redis://a:6379, rediss://user:secret@b:6380/0",
+///     "redis://a:6379, redis://user:secret@b:6380/0",
 ///     Some("billing,billing-eu"),
 ///     "billing",
 /// ).unwrap();
@@ -373,13 +373,19 @@ mod tests {
 
     #[test]
     fn tls_without_tls_support_is_refused() {
-        // The workspace builds fred without a TLS feature: a rediss:// URL
-        // would quietly connect in plain text, so it must be refused.
-        let e = MultiHomeConfig::from_lists("redis://a:1,rediss://u:p@b:2", None, "x").unwrap_err();
-        assert!(
-            matches!(e, ConfigError::TlsUnavailable { position: 2, .. }),
-            "{e}"
-        );
+        // Without a TLS feature in fred a rediss:// URL would quietly
+        // connect in plain text, so it must be refused; with one, accepted.
+        let tls_built_in = Config::from_url("rediss://h:1").unwrap().uses_tls();
+        match MultiHomeConfig::from_lists("redis://a:1,rediss://u:p@b:2", None, "x") {
+            Ok(_) => assert!(tls_built_in),
+            Err(e) => {
+                assert!(!tls_built_in);
+                assert!(
+                    matches!(e, ConfigError::TlsUnavailable { position: 2, .. }),
+                    "{e}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,50 +1,4 @@
-//! Multi-homed workers: one handler serving pools on several independent
-//! Redis deployments ("homes") at once.
-//!
-//! Each home gets its own client, [`Node`] and [`Worker`]; the handler is
-//! shared. Around them, per home (see `MULTIHOME.md` for the flows):
-//!
-//! * a **circuit breaker**: after [`failure_threshold`] consecutive failed
-//!   Redis operations (default 3) the home is *open* and skipped for
-//!   [`reset_after`] (default 30 s), then *half-open*: one probe closes or
-//!   re-opens it. Changes are logged, counted
-//!   (`flotilla_multihome_breaker_*` metrics) and published into each
-//!   reachable home's pool for inspectors ([`read_published`]);
-//! * a hard **poll timeout** (default 5 s) on every Redis call of the home,
-//!   so a slow or hung home never delays the others;
-//! * a share of **capacity**: [`max_concurrent_jobs`] split evenly over the
-//!   healthy homes and re-split when one opens or closes; a start beyond a
-//!   home's share is refused and the dispatcher gets
-//!   [`Error::WorkerAtCapacity`].
-//!
-//! The handler sees job keys prefixed with the home's name,
-//! `<home>/<key>` ([`split_home_job_key`]), so the same key in two homes is
-//! two jobs. With a single home there is no supervisor task and no
-//! re-splitting: the home's node and worker run as on the plain path.
-//!
-//! ```no_run
-//! use flotilla_pool::TaskHandler;
-//! use flotilla_pool::multihome::{MultiHomeConfig, MultiHomeOptions, MultiHomeWorker};
-//!
-//! # async fn demo() -> Result<(), flotilla_pool::Error> {
-//! // FLOTILLA_REDIS_URLS=redis://a:6379,rediss://user:pw@b:6380  FLOTILLA_POOLS=orders,orders
-//! let config = MultiHomeConfig::from_env("orders")?;
-//! let options = MultiHomeOptions::default().max_concurrent_jobs(Some(64));
-//! let worker = MultiHomeWorker::start(config, options, TaskHandler::new(|job, cancel| async move {
-//!     let _ = job.key; // "home1/<key>" or "home2/<key>"
-//!     cancel.cancelled().await;
-//!     Ok(())
-//! })).await?;
-//! for home in worker.homes() {
-//!     println!("{} {} capacity {:?}", home.name, home.state, home.allotted);
-//! }
-//! worker.close().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! [`failure_threshold`]: MultiHomeOptions::failure_threshold
-//! [`reset_after`]: MultiHomeOptions::reset_after
-//! [`max_concurrent_jobs`]: MultiHomeOptions::max_concurrent_jobs
+#![doc = include_str!("../../MULTIHOME.md")]
 
 mod breaker;
 mod capacity;
@@ -148,6 +102,17 @@ impl MultiHomeWorker {
                 &options,
             ));
         }
+        if let Some(total) = options.max_concurrent_jobs {
+            // Until the first re-split: as if every home were healthy.
+            let shares = capacity::split(total, &vec![true; homes.len()]);
+            for (home, share) in homes.iter().zip(shares) {
+                home.shared.slots.set_allotted(Some(share));
+            }
+        }
+        for home in &homes {
+            metrics::gauge!("flotilla_multihome_breaker_state", "home" => home.name().to_string())
+                .set(BreakerState::Closed.gauge());
+        }
         let id = format!("mh-{}", uuid::Uuid::new_v4().simple());
         let handler: Arc<dyn Handler> = Arc::new(handler);
         let shared = Arc::new(Shared::new(id, options, homes, handler));
@@ -245,6 +210,15 @@ impl MultiHomeWorker {
 
     fn find(&self, name: &str) -> Option<&Home> {
         self.shared.homes.iter().find(|h| h.name() == name)
+    }
+}
+
+impl Drop for MultiHomeWorker {
+    /// Stops the supervisors. The homes' nodes are closed only by
+    /// [`close`](MultiHomeWorker::close); without it their jobs move after
+    /// the worker TTL, as with a dropped [`Node`].
+    fn drop(&mut self) {
+        self.cancel.cancel();
     }
 }
 

@@ -341,6 +341,26 @@ async fn black_holed_home_is_bounded_by_the_poll_timeout() {
         || state_of(&worker, "home1") == BreakerState::Closed,
     )
     .await;
+    // Home 1's node (its blocking inbox read, its map subscribers) works
+    // again: a dispatch there starts on this worker.
+    let healed_at = Instant::now();
+    let mut n = 0;
+    loop {
+        n += 1;
+        match da.dispatch_job(&format!("a-healed-{n}"), &b""[..]).await {
+            Ok(()) => break,
+            Err(e) if healed_at.elapsed() < Duration::from_secs(20) => {
+                tracing::debug!(error = %e, "home1 not serving yet");
+            }
+            Err(e) => panic!("home1 did not serve again after the heal: {e}"),
+        }
+    }
+    assert!(
+        ledger
+            .running_keys()
+            .contains(&format!("home1/a-healed-{n}"))
+    );
+    assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
     worker.close().await.unwrap();
 }
 

@@ -125,11 +125,21 @@ async fn jobs_of_both_homes_run_on_one_worker_and_stay_apart() {
     assert!(!running.contains("home1/order-1") && running.contains("home2/order-1"));
     assert_eq!(worker.home("home1").unwrap().running, 0);
     assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
-    // Each home's pool only knows its own jobs.
-    assert_eq!(da.job_keys(), Vec::<String>::new());
-    let mut keys_b = db.job_keys();
-    keys_b.sort();
-    assert_eq!(keys_b, ["order-1", "order-2"]);
+    // Each home's pool only knows its own jobs (replicas catch up).
+    eventually("home1 pool empty", Duration::from_secs(5), || {
+        da.job_keys().is_empty()
+    })
+    .await;
+    eventually(
+        "home2 pool has its two jobs",
+        Duration::from_secs(5),
+        || {
+            let mut keys = db.job_keys();
+            keys.sort();
+            keys == ["order-1", "order-2"]
+        },
+    )
+    .await;
     // An inspector of either home reads the breaker states.
     let probe = flotilla_testkit::client(&b.url()).await.unwrap();
     flotilla_testkit::wait_until(Duration::from_secs(5), "published state", || {

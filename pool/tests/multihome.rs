@@ -259,6 +259,14 @@ async fn killed_home_never_slows_the_other_and_resumes_after_restart() {
         killed_at.elapsed() >= RESET,
         "re-probed before the reset period"
     );
+    // Skipped while open: beyond the three that opened it, one failure per
+    // half-open probe, none in between.
+    let status = worker.home("home1").unwrap();
+    assert_eq!(
+        u64::from(status.consecutive_failures),
+        3 + (status.opens - 1),
+        "{status:?}"
+    );
 
     let restarted_at = Instant::now();
     let closed_after = time_to_state(&worker, "home1", BreakerState::Closed, restarted_at);

@@ -34,7 +34,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .reset_after(Duration::from_secs(2))
         .poll_timeout(Duration::from_secs(1))
         .probe_interval(Duration::from_millis(200))
-        .max_concurrent_jobs(Some(1000))
+        .max_concurrent_jobs(Some(2000))
         .node(node.clone());
     let worker = MultiHomeWorker::start(
         config,

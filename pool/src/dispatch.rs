@@ -62,7 +62,9 @@ impl Node {
     ///
     /// # Errors
     /// [`Error::JobExists`] when the key runs or is being dispatched;
-    /// [`Error::StartFailed`] with the handler's error; [`Error::NoActiveWorker`]
+    /// [`Error::StartFailed`] with the handler's error;
+    /// [`Error::WorkerAtCapacity`] when the owner refused for capacity;
+    /// [`Error::NoActiveWorker`]
     /// when no worker joined within the dispatch timeout; [`Error::PoolFull`];
     /// [`Error::Timeout`] when the worker did not answer within the dispatch
     /// timeout (the job may still start); [`Error::Closed`];

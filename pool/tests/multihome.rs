@@ -462,6 +462,14 @@ async fn capacity_is_split_and_resplit_as_homes_open_and_close() {
 }
 
 #[test]
+fn handles_are_send_and_sync() {
+    fn check<T: Send + Sync + 'static>() {}
+    check::<MultiHomeWorker>();
+    check::<MultiHomeConfig>();
+    check::<Error>();
+}
+
+#[test]
 fn configuration_errors_name_the_position() {
     let e = MultiHomeConfig::from_lists("redis://a:1,redis://b:2,redis://c:3", Some("p,q"), "x")
         .unwrap_err();

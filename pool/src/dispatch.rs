@@ -62,7 +62,9 @@ impl Node {
     ///
     /// # Errors
     /// [`Error::JobExists`] when the key runs or is being dispatched;
-    /// [`Error::StartFailed`] with the handler's error; [`Error::NoActiveWorker`]
+    /// [`Error::StartFailed`] with the handler's error;
+    /// [`Error::WorkerAtCapacity`] when the owner refused for capacity;
+    /// [`Error::NoActiveWorker`]
     /// when no worker joined within the dispatch timeout; [`Error::PoolFull`];
     /// [`Error::Timeout`] when the worker did not answer within the dispatch
     /// timeout (the job may still start); [`Error::Closed`];
@@ -268,10 +270,7 @@ impl NodeInner {
                     let reply = self.await_reply(request, rx, deadline).await?;
                     return match reply.status.as_str() {
                         "ok" => Ok(()),
-                        "failed" => Err(Error::StartFailed {
-                            key: key.to_string(),
-                            message: reply.message,
-                        }),
+                        "failed" => Err(crate::error::start_refused(key, reply.message)),
                         "superseded" => Err(Error::JobExists(key.to_string())),
                         other => Err(Error::Malformed {
                             what: "dispatch reply",

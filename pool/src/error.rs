@@ -38,6 +38,20 @@ pub enum Error {
         /// The handler's error, as text (it crossed process boundaries).
         message: String,
     },
+    /// The worker that owns the job refused to start it because it runs
+    /// as many jobs as it may (a multi-home worker's share of capacity, or
+    /// a handler returning [`AtCapacity`](crate::AtCapacity)). The job was
+    /// not recorded; dispatch it again later.
+    #[error("the worker refused job {key:?}: {message}")]
+    WorkerAtCapacity {
+        /// The job key.
+        key: String,
+        /// The worker's message (running and allowed jobs).
+        message: String,
+    },
+    /// A multi-home configuration is unusable.
+    #[error(transparent)]
+    HomeConfig(#[from] crate::multihome::ConfigError),
     /// A job key, pool, worker or lock name is invalid.
     #[error("invalid {what} {value:?}: {reason}")]
     InvalidName {
@@ -99,6 +113,22 @@ pub enum Error {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The error of a start the handler refused: [`Error::WorkerAtCapacity`]
+/// for a capacity refusal, [`Error::StartFailed`] otherwise.
+pub(crate) fn start_refused(key: &str, message: String) -> Error {
+    if message.starts_with(crate::handler::AT_CAPACITY_PREFIX) {
+        Error::WorkerAtCapacity {
+            key: key.to_string(),
+            message,
+        }
+    } else {
+        Error::StartFailed {
+            key: key.to_string(),
+            message,
+        }
+    }
+}
 
 /// Classifies a fred error: connection trouble (I/O, timeout, cancelled,
 /// routing, client backpressure, a server still loading its data) becomes

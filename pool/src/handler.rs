@@ -74,6 +74,45 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
+/// Text that starts the message of a start refused for capacity; the
+/// dispatcher turns such a refusal into
+/// [`Error::WorkerAtCapacity`](crate::Error::WorkerAtCapacity).
+pub(crate) const AT_CAPACITY_PREFIX: &str = "worker at capacity: ";
+
+/// A handler's refusal to start a job because the worker already runs as
+/// many jobs as it may. Return it (boxed) from [`Handler::start`]: the
+/// dispatcher's `dispatch_job` then fails with
+/// [`Error::WorkerAtCapacity`](crate::Error::WorkerAtCapacity) rather than
+/// [`Error::StartFailed`](crate::Error::StartFailed). The multi-home worker
+/// returns it when a home's share of capacity is used up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AtCapacity {
+    /// Jobs running when the start was refused.
+    pub running: usize,
+    /// The limit that applied.
+    pub limit: usize,
+}
+
+impl AtCapacity {
+    /// A refusal with `running` jobs of `limit` allowed.
+    pub fn new(running: usize, limit: usize) -> Self {
+        AtCapacity { running, limit }
+    }
+}
+
+impl fmt::Display for AtCapacity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{AT_CAPACITY_PREFIX}{} of {} jobs running",
+            self.running, self.limit
+        )
+    }
+}
+
+impl std::error::Error for AtCapacity {}
+
 /// Runs a handler future, turning a panic into an error.
 pub(crate) async fn guarded<F>(what: &'static str, fut: F) -> Result<(), String>
 where

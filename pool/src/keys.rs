@@ -69,3 +69,14 @@ pub(crate) fn ticker(hash_tag: Option<&str>, name: &str) -> String {
 pub(crate) fn pool_pattern(pool: &str) -> String {
     format!("fl:{{{pool}}}:*")
 }
+
+/// Key (in the pool's slot) where a multi-home worker publishes the breaker
+/// state of its homes, for inspectors. Expires unless refreshed.
+pub(crate) fn multihome_state(pool: &str, worker_id: &str) -> String {
+    format!("fl:{{{pool}}}:multihome:{worker_id}")
+}
+
+/// Pattern matching every multi-home state key of a pool.
+pub(crate) fn multihome_state_pattern(pool: &str) -> String {
+    format!("fl:{{{pool}}}:multihome:*")
+}

@@ -23,10 +23,11 @@ mod worker;
 
 pub mod leader;
 pub mod lock;
+pub mod multihome;
 pub mod ticker;
 
 pub use error::{Error, Result};
-pub use handler::{Handler, HandlerError, Job, TaskHandler};
+pub use handler::{AtCapacity, Handler, HandlerError, Job, TaskHandler};
 pub use leader::{LeaderLease, LeaderOptions};
 pub use lock::{ClusterLock, LockGuard, LockInfo, LockOptions};
 pub use node::{Node, WorkerInfo};

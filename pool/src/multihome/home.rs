@@ -1,0 +1,182 @@
+//! One home at run time: its client (built with the poll timeout), its node
+//! and worker once joined, its breaker and its share of capacity.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use fred::prelude::*;
+use fred::socket2::TcpKeepalive;
+use fred::types::config::{Config, UnresponsiveConfig};
+use tokio::sync::watch;
+
+use super::breaker::{Breaker, BreakerState};
+use super::capacity::HomeSlots;
+use super::home_handler::{HomeHandler, HomeShared};
+use super::options::MultiHomeOptions;
+use crate::error::{Error, Result, from_redis};
+use crate::handler::Handler;
+use crate::node::Node;
+use crate::worker::Worker;
+
+/// Block time of a node's inbox and reply reads (`XREAD BLOCK`), set in
+/// `Node::join`. A connection is judged unresponsive only after this plus
+/// the poll timeout, so that a healthy blocked read is never cut.
+const NODE_READ_BLOCK: Duration = Duration::from_secs(5);
+
+/// A joined home: its client, node and worker.
+pub(crate) struct Joined {
+    pub(crate) client: Client,
+    pub(crate) node: Node,
+    pub(crate) worker: Worker,
+}
+
+/// A home of a multi-home worker.
+pub(crate) struct Home {
+    pub(crate) shared: Arc<HomeShared>,
+    pub(crate) pool: String,
+    /// The URL with its password masked.
+    pub(crate) url: String,
+    config: Config,
+    breaker: Mutex<Breaker>,
+    pub(crate) joined: ArcSwapOption<Joined>,
+    pub(crate) state: watch::Sender<BreakerState>,
+}
+
+impl Home {
+    pub(crate) fn new(
+        name: String,
+        pool: String,
+        url: String,
+        config: Config,
+        options: &MultiHomeOptions,
+    ) -> Self {
+        let (state, _) = watch::channel(BreakerState::Closed);
+        Home {
+            shared: Arc::new(HomeShared {
+                name,
+                slots: HomeSlots::new(options.max_concurrent_jobs),
+            }),
+            pool,
+            url,
+            config,
+            breaker: Mutex::new(Breaker::new(options.failure_threshold, options.reset_after)),
+            joined: ArcSwapOption::empty(),
+            state,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    pub(crate) fn breaker(&self) -> MutexGuard<'_, Breaker> {
+        // Breaker updates are single assignments: a panic elsewhere cannot
+        // leave it half-changed, so recover from poisoning.
+        self.breaker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the home should get capacity: joined and closed.
+    pub(crate) fn is_healthy(&self) -> bool {
+        self.joined.load().is_some() && self.breaker().state() == BreakerState::Closed
+    }
+
+    /// Connects, joins the pool and starts this home's worker, within
+    /// `3 × poll_timeout` (each call is bounded by the poll timeout too).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`], Redis and pool errors.
+    pub(crate) async fn join(
+        &self,
+        handler: &Arc<dyn Handler>,
+        options: &MultiHomeOptions,
+    ) -> Result<()> {
+        let client = build_client(self.config.clone(), options.poll_timeout)?;
+        let bound = options.poll_timeout * 3;
+        let joined = tokio::time::timeout(bound, async {
+            client.init().await.map_err(from_redis)?;
+            let node = Node::join(&client, &self.pool, options.node.clone()).await?;
+            let handler = HomeHandler {
+                home: self.shared.clone(),
+                inner: handler.clone(),
+            };
+            match Worker::new(&node, handler).await {
+                Ok(worker) => Ok((node, worker)),
+                Err(e) => {
+                    let _ = tokio::time::timeout(options.poll_timeout, node.close()).await;
+                    Err(e)
+                }
+            }
+        })
+        .await;
+        let result = match joined {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout(bound)),
+        };
+        match result {
+            Ok((node, worker)) => {
+                tracing::info!(home = %self.name(), pool = %self.pool, url = %self.url, node = %node.id(), "home joined");
+                self.joined.store(Some(Arc::new(Joined {
+                    client,
+                    node,
+                    worker,
+                })));
+                Ok(())
+            }
+            Err(e) => {
+                let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes the node (its jobs move to other workers of the pool) and
+    /// the client, within the node's shutdown TTL plus the poll timeout.
+    pub(crate) async fn close(&self, options: &MultiHomeOptions, state_key: &str) -> Result<()> {
+        let Some(joined) = self.joined.swap(None) else {
+            return Ok(());
+        };
+        let bound = options.node.worker_shutdown_ttl + options.poll_timeout;
+        let result = match tokio::time::timeout(bound, joined.node.close()).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Timeout(bound)),
+        };
+        let _ = tokio::time::timeout(options.poll_timeout, async {
+            let _: std::result::Result<i64, _> = joined.client.del(state_key).await;
+            let _ = joined.client.quit().await;
+        })
+        .await;
+        result
+    }
+}
+
+/// A fred client for a home: every command, connection and internal call
+/// bounded by the poll timeout; a connection silent for longer than a
+/// blocked read plus the poll timeout is closed and reopened; TCP
+/// keep-alive detects dead peers of idle (pub/sub) connections;
+/// exponential reconnect 10 ms … 1 s, forever.
+pub(crate) fn build_client(config: Config, poll_timeout: Duration) -> Result<Client> {
+    let unresponsive_after = NODE_READ_BLOCK + poll_timeout;
+    let mut builder = Builder::from_config(config);
+    builder
+        .set_policy(ReconnectPolicy::new_exponential(0, 10, 1_000, 2))
+        .with_connection_config(|c| {
+            c.connection_timeout = poll_timeout;
+            c.internal_command_timeout = poll_timeout;
+            c.max_command_attempts = 3;
+            c.unresponsive = UnresponsiveConfig {
+                max_timeout: Some(unresponsive_after),
+                interval: (unresponsive_after / 4).max(Duration::from_millis(100)),
+            };
+            c.tcp.keepalive = Some(
+                TcpKeepalive::new()
+                    .with_time(poll_timeout.max(Duration::from_secs(1)))
+                    .with_interval(Duration::from_secs(1)),
+            );
+        })
+        .with_performance_config(|p| {
+            p.default_command_timeout = poll_timeout;
+            p.broadcast_channel_capacity = 4096;
+        });
+    builder.build().map_err(Error::Redis)
+}

@@ -46,7 +46,7 @@ pub enum ConfigError {
     /// A `rediss://` URL, but this build's Redis client has no TLS support:
     /// connecting would silently fall back to plain text, so it is refused.
     #[error(
-        "Redis URL {position} ({url}) asks for TLS but the Redis client was built without a TLS feature"
+        "Redis URL {position} ({url}) asks for TLS but the Redis client was built without a TLS feature (enable the `tls` feature of flotilla-pool)"
     )]
     TlsUnavailable {
         /// 1-based position.

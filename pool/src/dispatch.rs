@@ -193,12 +193,12 @@ impl Node {
     /// [`Error::InvalidName`], Redis errors, [`Error::Malformed`].
     pub async fn job_payload(&self, key: &str) -> Result<Option<Bytes>> {
         crate::check_name("job key", key)?;
-        let stored: Option<Bytes> = self
-            .inner
-            .client
-            .hget(self.inner.maps.payloads_key(), key)
-            .await
-            .map_err(crate::error::from_redis)?;
+        let stored: Option<Bytes> = crate::scripts::bounded(
+            self.inner.options.redis_timeout,
+            "read payload",
+            self.inner.client.hget(self.inner.maps.payloads_key(), key),
+        )
+        .await?;
         match stored {
             None => Ok(None),
             Some(raw) => Ok(Some(Bytes::from(codec::parse_stored(&raw)?.1.payload))),

@@ -159,13 +159,14 @@ impl Node {
         )
         .await?;
         let (ring_version, _) = watch::channel(0);
+        let redis_timeout = options.redis_timeout;
         let inner = Arc::new(NodeInner {
             pool: pool.to_string(),
             id,
             client: client.clone(),
             options,
             maps,
-            scripts: Scripts::new(),
+            scripts: Scripts::new(redis_timeout),
             host: hostname::get()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_else(|_| "unknown".into()),

@@ -71,6 +71,12 @@ pub struct NodeOptions {
     pub cleanup_interval: Duration,
     /// Fixed node id; `None` generates a unique one. Default: `None`.
     pub node_id: Option<String>,
+    /// Longest wait for Redis to answer one of the pool's calls (scripts,
+    /// payload reads); past it the call fails with
+    /// [`Error::Unavailable`](crate::Error::Unavailable), so callers fail fast
+    /// while Redis is unreachable whatever the client's own timeouts.
+    /// Default: 5 s.
+    pub redis_timeout: Duration,
 }
 
 impl Default for NodeOptions {
@@ -89,6 +95,7 @@ impl Default for NodeOptions {
             orphan_grace: ttl * 2,
             cleanup_interval: ttl / 2,
             node_id: None,
+            redis_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -171,6 +178,12 @@ impl NodeOptions {
         self
     }
 
+    /// Sets the longest wait for one Redis call.
+    pub fn redis_timeout(mut self, timeout: Duration) -> Self {
+        self.redis_timeout = timeout;
+        self
+    }
+
     /// Checks the options.
     ///
     /// # Errors
@@ -193,6 +206,9 @@ impl NodeOptions {
         }
         if self.dispatch_timeout.is_zero() {
             return bad("dispatch_timeout", "must be above zero");
+        }
+        if self.redis_timeout.is_zero() {
+            return bad("redis_timeout", "must be above zero");
         }
         if self.cleanup_interval.is_zero() {
             return bad("cleanup_interval", "must be above zero");

@@ -14,10 +14,11 @@ use crate::error::{Error, Result};
 pub(crate) struct PoolScript {
     name: &'static str,
     script: Script,
+    timeout: std::time::Duration,
 }
 
 impl PoolScript {
-    fn new(name: &'static str, body: &str) -> Self {
+    fn new(name: &'static str, body: &str, timeout: std::time::Duration) -> Self {
         let src = format!(
             "{}\n{}\n{}\n{}",
             flotilla_rmap::lua::PRELUDE,
@@ -28,10 +29,12 @@ impl PoolScript {
         PoolScript {
             name,
             script: Script::from_lua(src),
+            timeout,
         }
     }
 
-    /// Runs the script (EVALSHA, reloading on NOSCRIPT).
+    /// Runs the script (EVALSHA, reloading on NOSCRIPT), waiting at most
+    /// the node's `redis_timeout` for the answer.
     pub(crate) async fn run<R: FromValue>(
         &self,
         client: &Client,
@@ -39,13 +42,31 @@ impl PoolScript {
         args: Vec<Value>,
     ) -> Result<R> {
         let keys: MultipleKeys = keys.into();
-        self.script
-            .evalsha_with_reload(client, keys, args)
-            .await
-            .map_err(|e| {
-                tracing::debug!(script = self.name, error = %e, "script failed");
-                crate::error::from_redis(e)
-            })
+        bounded(
+            self.timeout,
+            self.name,
+            self.script.evalsha_with_reload(client, keys, args),
+        )
+        .await
+    }
+}
+
+/// Waits at most `timeout` for a Redis call; a late answer is an
+/// [`Error::Unavailable`] (the call may still take effect).
+pub(crate) async fn bounded<T>(
+    timeout: std::time::Duration,
+    what: &'static str,
+    call: impl std::future::Future<Output = std::result::Result<T, fred::error::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result.map_err(|e| {
+            tracing::debug!(call = what, error = %e, "redis call failed");
+            crate::error::from_redis(e)
+        }),
+        Err(_) => Err(Error::Unavailable(fred::error::Error::new(
+            fred::error::ErrorKind::Timeout,
+            format!("no answer from Redis within {timeout:?} ({what})"),
+        ))),
     }
 }
 
@@ -68,26 +89,33 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(timeout: std::time::Duration) -> Self {
+        let t = timeout;
         Scripts {
-            admit: PoolScript::new("admit", include_str!("scripts/admit.lua")),
-            started: PoolScript::new("started", include_str!("scripts/started.lua")),
-            start_failed: PoolScript::new("start_failed", include_str!("scripts/start_failed.lua")),
-            to_owner: PoolScript::new("to_owner", include_str!("scripts/to_owner.lua")),
-            stopped: PoolScript::new("stopped", include_str!("scripts/stopped.lua")),
-            handoff: PoolScript::new("handoff", include_str!("scripts/handoff.lua")),
-            move_entry: PoolScript::new("move_entry", include_str!("scripts/move_entry.lua")),
-            register: PoolScript::new("register", include_str!("scripts/register.lua")),
-            keepalive: PoolScript::new("keepalive", include_str!("scripts/keepalive.lua")),
-            reassert: PoolScript::new("reassert", include_str!("scripts/reassert.lua")),
-            resume: PoolScript::new("resume", include_str!("scripts/resume.lua")),
+            admit: PoolScript::new("admit", include_str!("scripts/admit.lua"), t),
+            started: PoolScript::new("started", include_str!("scripts/started.lua"), t),
+            start_failed: PoolScript::new(
+                "start_failed",
+                include_str!("scripts/start_failed.lua"),
+                t,
+            ),
+            to_owner: PoolScript::new("to_owner", include_str!("scripts/to_owner.lua"), t),
+            stopped: PoolScript::new("stopped", include_str!("scripts/stopped.lua"), t),
+            handoff: PoolScript::new("handoff", include_str!("scripts/handoff.lua"), t),
+            move_entry: PoolScript::new("move_entry", include_str!("scripts/move_entry.lua"), t),
+            register: PoolScript::new("register", include_str!("scripts/register.lua"), t),
+            keepalive: PoolScript::new("keepalive", include_str!("scripts/keepalive.lua"), t),
+            reassert: PoolScript::new("reassert", include_str!("scripts/reassert.lua"), t),
+            resume: PoolScript::new("resume", include_str!("scripts/resume.lua"), t),
             remove_worker: PoolScript::new(
                 "remove_worker",
                 include_str!("scripts/remove_worker.lua"),
+                t,
             ),
             claim_cleanup: PoolScript::new(
                 "claim_cleanup",
                 include_str!("scripts/claim_cleanup.lua"),
+                t,
             ),
         }
     }

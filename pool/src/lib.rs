@@ -21,6 +21,7 @@ mod scripts;
 mod tests;
 mod worker;
 
+pub mod inspect;
 pub mod leader;
 pub mod lock;
 pub mod multihome;

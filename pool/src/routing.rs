@@ -88,7 +88,7 @@ impl PartialEq for Ring {
 }
 
 /// FNV-1a, then a final mix: stable across processes and versions.
-fn hash64(bytes: &[u8]) -> u64 {
+pub(crate) fn hash64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in bytes {
         h ^= u64::from(*b);
@@ -98,7 +98,7 @@ fn hash64(bytes: &[u8]) -> u64 {
 }
 
 /// splitmix64's finaliser: a bijective, well-avalanching 64-bit mix.
-fn mix(mut z: u64) -> u64 {
+pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

@@ -75,14 +75,16 @@ impl WorkerRecord {
     }
 }
 
-/// A node's keep-alive (`nodes` map).
+/// A node: an entry of the `nodes` map (its keep-alive) or a node named by
+/// a worker's registration (a node renews its first keep-alive one renewal
+/// period after joining).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NodeRecord {
     /// Node id.
     pub id: String,
-    /// Last keep-alive (Redis server time, ms).
-    pub keepalive_ms: u64,
+    /// Last keep-alive (Redis server time, ms), when one was recorded.
+    pub keepalive_ms: Option<u64>,
 }
 
 /// A running job (`jobs` map).
@@ -193,7 +195,7 @@ impl Decoded {
             match value.parse() {
                 Ok(keepalive_ms) => out.nodes.push(NodeRecord {
                     id: id.clone(),
-                    keepalive_ms,
+                    keepalive_ms: Some(keepalive_ms),
                 }),
                 Err(_) => out.bad("nodes", id, value),
             }
@@ -212,6 +214,14 @@ impl Decoded {
             w.cleanup = out.cleanups.iter().find(|c| &c.worker == id).cloned();
             w.jobs = out.jobs.iter().filter(|j| &j.owner == id).count();
             out.workers.push(w);
+        }
+        for w in &out.workers {
+            if !out.nodes.iter().any(|n| n.id == w.node) {
+                out.nodes.push(NodeRecord {
+                    id: w.node.clone(),
+                    keepalive_ms: None,
+                });
+            }
         }
         out.workers
             .sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
@@ -312,7 +322,7 @@ mod tests {
             cleanup: raw(&[("w-b", "n2 closing")]),
             jobs: raw(&[("k1", "w-a 3"), ("k2", "w-a 4"), ("k3", "w-b")]),
             pending: raw(&[("k9", "5 2000 n1/17"), ("k8", "6 3000")]),
-            nodes: raw(&[("n1", "1000")]),
+            nodes: raw(&[("n0", "1000")]),
         };
         let d = Decoded::from_raw(&maps);
         assert_eq!(d.workers.len(), 2);
@@ -333,6 +343,12 @@ mod tests {
         assert_eq!(d.pending[1].dispatcher_node.as_deref(), Some("n1"));
         assert_eq!(d.pending[1].request, Some(17));
         assert_eq!(d.pending[0].dispatcher_node, None);
+        let nodes: Vec<_> = d
+            .nodes
+            .iter()
+            .map(|n| (n.id.as_str(), n.keepalive_ms))
+            .collect();
+        assert_eq!(nodes, vec![("n0", Some(1000)), ("n1", None)]);
         let bad: Vec<_> = d
             .malformed
             .iter()

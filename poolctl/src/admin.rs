@@ -1,0 +1,94 @@
+//! Admin commands: they act on the pool through a client-only node, and
+//! refuse to run without `--yes`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use flotilla_pool::{Node, NodeOptions};
+use fred::prelude::Client;
+
+use crate::cli::{Cli, Command};
+use crate::commands::need_pool;
+use crate::error::{CtlError, CtlResult};
+
+/// Refuses an admin command that lacks `--yes`.
+pub(crate) fn confirm(what: &str, yes: bool) -> CtlResult {
+    if yes {
+        Ok(())
+    } else {
+        Err(CtlError::Usage(format!(
+            "refusing to {what} without --yes (admin commands change the pool)"
+        )))
+    }
+}
+
+/// Runs an admin command (after `confirm`).
+pub(crate) async fn run(cli: &Cli, client: &Client) -> CtlResult {
+    let pool = need_pool(cli)?;
+    let (options, what) = match &cli.command {
+        Command::Dispatch { timeout, .. } => (
+            NodeOptions::default().dispatch_timeout(*timeout),
+            "dispatch",
+        ),
+        Command::Shutdown { timeout, .. } => (
+            NodeOptions::default().worker_shutdown_ttl(*timeout),
+            "shutdown",
+        ),
+        _ => (NodeOptions::default(), "admin"),
+    };
+    // Read the payload before joining, so a bad file changes nothing.
+    let payload = match &cli.command {
+        Command::Dispatch { payload_file, .. } | Command::Notify { payload_file, .. } => {
+            read_payload(payload_file.as_deref())?
+        }
+        _ => Bytes::new(),
+    };
+    let node = Node::join(client, pool, options.client_only(true)).await?;
+    let result = match &cli.command {
+        Command::Dispatch { key, .. } => node
+            .dispatch_job(key, payload)
+            .await
+            .map(|()| format!("dispatched {key:?}: running on {}", owner_text(&node, key))),
+        Command::Stop { key, .. } => node
+            .stop_job(key)
+            .await
+            .map(|()| format!("stopped {key:?}")),
+        Command::Notify { key, .. } => node
+            .notify_worker(key, payload)
+            .await
+            .map(|()| format!("notified the owner of {key:?}")),
+        Command::Shutdown { .. } => node
+            .shutdown()
+            .await
+            .map(|()| format!("pool {pool:?} shut down and its keys deleted")),
+        _ => Ok(format!("nothing to do for {what}")),
+    };
+    // `shutdown` closed the node already; closing again is a no-op.
+    let closed = tokio::time::timeout(Duration::from_secs(10), node.close()).await;
+    let message = result?;
+    if let Ok(Err(e)) = closed {
+        eprintln!("warning: leaving the pool failed: {e}");
+    }
+    println!("{message}");
+    Ok(())
+}
+
+fn owner_text(node: &Node, key: &str) -> String {
+    node.job_owner(key).map_or_else(
+        || "its worker".to_string(),
+        |(w, t)| format!("{w} (fencing token {t})"),
+    )
+}
+
+fn read_payload(path: Option<&Path>) -> CtlResult<Bytes> {
+    match path {
+        None => Ok(Bytes::new()),
+        Some(p) => std::fs::read(p)
+            .map(Bytes::from)
+            .map_err(|source| CtlError::File {
+                path: p.to_path_buf(),
+                source,
+            }),
+    }
+}

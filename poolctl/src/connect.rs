@@ -1,0 +1,99 @@
+//! Connecting to Redis: fail fast, never print a password.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+
+use crate::error::{CtlError, CtlResult};
+
+/// How long to wait for the TCP connection and the handshake.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long one command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connects to `url` once (no reconnect loop: a CLI should fail fast).
+///
+/// # Errors
+/// [`CtlError::Usage`] for a URL that cannot be parsed or asks for TLS
+/// (this build has none), [`CtlError::Connect`] when Redis does not answer.
+pub(crate) async fn connect(url: &str) -> CtlResult<Client> {
+    let shown = redact(url);
+    let config = Config::from_url(url)
+        .map_err(|e| CtlError::Usage(format!("invalid --redis URL {shown}: {e}")))?;
+    if config.uses_tls() {
+        return Err(CtlError::Usage(format!(
+            "{shown} asks for TLS, which this build of poolctl does not support"
+        )));
+    }
+    let client = Builder::from_config(config)
+        .with_connection_config(|c| {
+            c.connection_timeout = CONNECT_TIMEOUT;
+            c.internal_command_timeout = CONNECT_TIMEOUT;
+            c.max_command_attempts = 1;
+        })
+        .with_performance_config(|p| p.default_command_timeout = COMMAND_TIMEOUT)
+        .build()
+        .map_err(|e| CtlError::Usage(format!("invalid --redis URL {shown}: {e}")))?;
+    match tokio::time::timeout(CONNECT_TIMEOUT + Duration::from_secs(1), client.init()).await {
+        Ok(Ok(_)) => Ok(client),
+        Ok(Err(source)) => Err(CtlError::Connect {
+            url: shown,
+            reason: reason(&source),
+            source,
+        }),
+        Err(_) => Err(CtlError::Connect {
+            url: shown,
+            reason: "connection timed out".into(),
+            source: fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                "connection timed out",
+            ),
+        }),
+    }
+}
+
+/// A short reason for a failed connection: the OS message of an I/O error
+/// (fred's text for it is a debug dump), else fred's text.
+fn reason(e: &fred::error::Error) -> String {
+    let details = e.details();
+    if let Some(start) = details.find("message: \"") {
+        let rest = &details[start + 10..];
+        if let Some(end) = rest.find('"') {
+            return rest[..end].to_string();
+        }
+    }
+    e.to_string()
+}
+
+/// `url` with any password replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_shown() {
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact("redis://alice:s3cret@h:1/0"),
+            "redis://alice:***@h:1/0"
+        );
+        assert_eq!(redact("redis://:s3cret@h:1"), "redis://:***@h:1");
+    }
+}

@@ -8,7 +8,15 @@ use clap::{Parser, Subcommand};
 /// Inspect and operate a Flotilla pool. Read commands never join the pool
 /// and never write to Redis; admin commands require `--yes`.
 #[derive(Debug, Parser)]
-#[command(name = "poolctl", version, about, term_width = 80)]
+#[command(
+    name = "poolctl",
+    version,
+    about,
+    term_width = 80,
+    after_help = "Exit codes: 0 ok; 1 error (Redis unreachable, job not found, \
+                  operation refused by the pool); 2 usage (bad arguments, \
+                  missing --pool, admin command without --yes)."
+)]
 pub(crate) struct Cli {
     /// Redis URL (`redis://[user:pass@]host:port[/db]`).
     #[arg(
@@ -60,8 +68,9 @@ pub(crate) enum Command {
     },
     /// Dispatches admitted but not yet started.
     Pending,
-    /// Locks and leader leases with their holders (the pool's with --pool,
-    /// else all).
+    /// Locks and leader leases with their holders.
+    ///
+    /// With --pool, the locks under the pool's hash tag; else every lock.
     Locks,
     /// The pool's streams: length, consumer groups, consumers, pending.
     Streams,
@@ -146,7 +155,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         "h" => value * 3600.0,
         _ => return Err(format!("unknown unit {unit:?} (use ms, s, m or h)")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("{text:?} is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))

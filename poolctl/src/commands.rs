@@ -23,7 +23,9 @@ pub(crate) async fn run(cli: &Cli, client: &Client) -> CtlResult {
                 server_time_ms: inspect::server_time_ms(client).await?,
                 locks: lock_views(&locks),
             };
-            emit(cli.json, &view, |v| render::locks(&v.locks))
+            emit(cli.json, &view, |v| {
+                render::locks(&v.locks, v.pool.as_deref())
+            })
         }
         Command::Status => {
             let pool = need_pool(cli)?;

@@ -20,7 +20,9 @@ pub(crate) async fn connect(url: &str) -> CtlResult<Client> {
     let shown = redact(url);
     let config = Config::from_url(url)
         .map_err(|e| CtlError::Usage(format!("invalid --redis URL {shown}: {e}")))?;
-    if config.uses_tls() {
+    // Without a TLS feature fred would quietly connect in plain text.
+    let scheme = url.split("://").next().unwrap_or_default();
+    if config.uses_tls() || scheme.starts_with("rediss") {
         return Err(CtlError::Usage(format!(
             "{shown} asks for TLS, which this build of poolctl does not support"
         )));

@@ -64,6 +64,10 @@ async fn run(cli: &Cli) -> CtlResult {
         Command::Notify { yes, .. } => admin::confirm("notify a job's owner", *yes)?,
         Command::Shutdown { yes, .. } => admin::confirm("shut the pool down", *yes)?,
         Command::Pools | Command::Locks => {}
+        Command::Watch { frames: None, .. } => {
+            commands::need_pool(cli)?;
+            watch::need_terminal()?;
+        }
         _ => {
             commands::need_pool(cli)?;
         }

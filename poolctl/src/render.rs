@@ -105,7 +105,11 @@ pub(crate) fn job(v: &JobDetailView, payload: &[u8]) -> String {
     }
     match (&v.payload_hex, v.payload_size) {
         (Some(_), Some(size)) => {
-            let _ = writeln!(out, "payload  {} ({size} bytes)", bytes(size));
+            if size < 1024 {
+                let _ = writeln!(out, "payload  {size} bytes");
+            } else {
+                let _ = writeln!(out, "payload  {} ({size} bytes)", bytes(size));
+            }
             if let Some(text) = &v.payload_utf8 {
                 let note = if v.payload_is_utf8 == Some(true) {
                     ""
@@ -153,19 +157,21 @@ pub(crate) fn pending(v: &[PendingView]) -> String {
     t.render()
 }
 
-pub(crate) fn locks(v: &[LockView]) -> String {
+/// Locks; a lock under `pool`'s tag shows by name alone, others as
+/// `tag/name`.
+pub(crate) fn locks(v: &[LockView], pool: Option<&str>) -> String {
     let mut t = Table::new(&[
-        ("LOCK", 18),
-        ("HOLDER", 14),
-        ("HOST", 10),
+        ("LOCK", 16),
+        ("HOLDER", 12),
+        ("HOST", 8),
         ("PID", 7),
-        ("TOKEN", 8),
-        ("HEARTBEAT", 10),
+        ("TOKEN", 16),
+        ("HEARTBEAT", 9),
     ]);
     for l in v {
         let name = match &l.hash_tag {
-            Some(tag) => format!("{tag}/{}", l.name),
-            None => l.name.clone(),
+            Some(tag) if Some(tag.as_str()) != pool => format!("{tag}/{}", l.name),
+            _ => l.name.clone(),
         };
         t.row(vec![
             name,
@@ -321,7 +327,7 @@ pub(crate) fn status(v: &StatusView) -> String {
     }
     if !v.locks.is_empty() {
         out.push('\n');
-        out.push_str(&locks(&v.locks));
+        out.push_str(&locks(&v.locks, Some(&v.pool)));
     }
     for m in &v.malformed {
         let _ = writeln!(out, "malformed {}[{}]: {}", m.map, m.field, m.reason);

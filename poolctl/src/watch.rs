@@ -22,7 +22,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Row, Table};
 use ratatui::{Frame, Terminal};
 use tokio::sync::mpsc;
 
-use crate::commands::{need_pool, read};
+use crate::commands::need_pool;
 use crate::error::{CtlError, CtlResult};
 use crate::format::{ago, duration_ms, fit};
 use crate::views::{StatusView, status_view};
@@ -51,22 +51,29 @@ pub(crate) async fn run(cli: &crate::cli::Cli, client: &Client, opts: WatchOptio
     match opts.frames {
         Some(n) => frames(client, pool, n, opts).await,
         None => {
-            if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-                return Err(CtlError::Usage(
-                    "watch needs a terminal; use --frames N for plain-text output".into(),
-                ));
-            }
+            need_terminal()?;
             interactive(client, pool, opts).await
         }
     }
 }
 
+/// Refuses the live view when stdout is not a terminal.
+pub(crate) fn need_terminal() -> CtlResult {
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        Ok(())
+    } else {
+        Err(CtlError::Usage(
+            "watch needs a terminal; use --frames N for plain-text output".into(),
+        ))
+    }
+}
+
 async fn snapshot(client: &Client, pool: &str, ttl: Duration) -> CtlResult<StatusView> {
-    let (snap, locks) = tokio::try_join!(read(client, pool), async {
+    // No stderr notes here: they would land on the drawn screen.
+    let (snap, locks) = tokio::try_join!(
+        inspect::PoolSnapshot::read(client, pool),
         inspect::locks(client, Some(pool))
-            .await
-            .map_err(CtlError::from)
-    })?;
+    )?;
     Ok(status_view(&snap, &locks, ttl))
 }
 

@@ -134,7 +134,8 @@ async fn json_reports_match_the_live_pool() {
         assert!(lock["ttl_remaining_ms"].as_u64().unwrap() > 60_000);
     }
 
-    // streams: one inbox per worker, one reply stream per node
+    // streams: an inbox per worker that was sent a job (a stream exists
+    // once an entry was added), a reply stream for the dispatching node
     let s = live.json(&["streams"]).await;
     let rows = s["streams"].as_array().unwrap();
     let inboxes: BTreeSet<String> = rows
@@ -142,8 +143,15 @@ async fn json_reports_match_the_live_pool() {
         .filter(|r| r["kind"] == "inbox")
         .map(|r| r["owner"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(inboxes, worker_ids);
-    assert!(rows.iter().any(|r| r["kind"] == "replies"));
+    let owners: BTreeSet<String> = jobs_per_worker.keys().cloned().collect();
+    assert!(inboxes.is_subset(&worker_ids), "{inboxes:?}");
+    assert!(owners.is_subset(&inboxes), "{owners:?} vs {inboxes:?}");
+    let replies: Vec<&Value> = rows.iter().filter(|r| r["kind"] == "replies").collect();
+    assert_eq!(replies.len(), 1, "{s}");
+    assert_eq!(replies[0]["owner"], node.id());
+    let key = replies[0]["key"].as_str().unwrap();
+    let xlen: u64 = live.direct.xlen(key).await.unwrap();
+    assert_eq!(replies[0]["length"], xlen);
 
     // pending: a start held in the handler shows as a pending dispatch
     let slow = {

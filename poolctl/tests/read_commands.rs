@@ -364,6 +364,55 @@ async fn read_commands_never_write() {
         "unexpected commands {others:?} in {delta:?}"
     );
     assert!(delta.get("hgetall").copied().unwrap_or(0) > 0, "{delta:?}");
-    // The pool's state is untouched: its keys are the same as before.
-    live.proxy.heal();
+
+    // With the pool cut off nobody renews: under a 1 ms TTL every worker
+    // reads as stale (the state is judged on Redis server time).
+    let mut args = vec![
+        "--redis".to_string(),
+        live.server.url(),
+        "--pool".into(),
+        live.pool.clone(),
+    ];
+    args.extend(["--worker-ttl", "1ms", "workers", "--json"].map(String::from));
+    let out = support::poolctl(&args).await;
+    let workers: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let states: BTreeSet<&str> = workers["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["stale"].into());
+
+    // Undecodable entries are reported, never fatal.
+    let map_hash = |map| {
+        flotilla_rmap::MapKeys::new(map, Some(&live.pool))
+            .unwrap()
+            .hash
+    };
+    let (jobs_hash, cleanup_hash) = (map_hash("jobs"), map_hash("cleanup"));
+    let worker = workers["workers"][0]["id"].as_str().unwrap().to_string();
+    let _: () = live
+        .direct
+        .hset(&jobs_hash, ("garbage-job", "no token here"))
+        .await
+        .unwrap();
+    let _: () = live
+        .direct
+        .hset(&cleanup_hash, (worker.as_str(), "some-node 12345"))
+        .await
+        .unwrap();
+    let status = live.json(&["status"]).await;
+    let malformed = &status["malformed"];
+    assert_eq!(malformed.as_array().unwrap().len(), 1, "{malformed}");
+    assert_eq!(malformed[0]["map"], "jobs");
+    assert_eq!(malformed[0]["field"], "garbage-job");
+    assert_eq!(status["counts"]["cleaning_workers"], 1);
+    assert_eq!(status["cleanups"][0]["node"], "some-node");
+    assert_eq!(status["cleanups"][0]["claimed_at_ms"], 12345);
+    // A worker being cleaned up leaves the ring.
+    let p = live.json(&["placement", "job-a"]).await;
+    assert_eq!(p["ranking"].as_array().unwrap().len(), 2);
+    assert_eq!(p["excluded"][0]["worker"], worker.as_str());
+    assert!(live.run(&["status"]).await.status.success());
 }

@@ -3,8 +3,8 @@
 //!
 //! The pool owns its Redis formats; this module is the one public way to
 //! decode them without joining the pool. Everything here uses read
-//! commands only (`HGETALL`, `HMGET`, `HLEN`, `SCAN`, `XLEN`, `XINFO`,
-//! `TIME`, `PTTL`): inspecting a pool never writes to Redis, never
+//! commands only (`HGETALL`, `HGET`, `HMGET`, `HLEN`, `SCAN`, `XLEN`,
+//! `XINFO`, `TIME`, `PTTL`): inspecting a pool never writes to Redis, never
 //! subscribes and never disturbs its nodes.
 //!
 //! * [`PoolSnapshot::read`]: workers (with keep-alive, cleanup claim and job

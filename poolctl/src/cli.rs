@@ -18,7 +18,7 @@ use clap::{Parser, Subcommand};
                   missing --pool, admin command without --yes)."
 )]
 pub(crate) struct Cli {
-    /// Redis URL (`redis://[user:pass@]host:port[/db]`).
+    /// Redis URL (`redis://[user:pass@]host:port[/db]`, `rediss://` for TLS).
     #[arg(
         long,
         global = true,
@@ -26,6 +26,10 @@ pub(crate) struct Cli {
         default_value = "redis://127.0.0.1:6379"
     )]
     pub(crate) redis: String,
+    /// PEM file of the CA that signed the server's TLS certificate (for a
+    /// `rediss://` URL); default: the system's trusted roots.
+    #[arg(long, global = true, env = "REDIS_TLS_CA")]
+    pub(crate) tls_ca: Option<PathBuf>,
     /// The pool to inspect or operate on.
     #[arg(long, global = true)]
     pub(crate) pool: Option<String>,

@@ -1,5 +1,6 @@
 //! Connecting to Redis: fail fast, never print a password.
 
+use std::path::Path;
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -15,17 +16,26 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// # Errors
 /// [`CtlError::Usage`] for a URL that cannot be parsed or asks for TLS
-/// (this build has none), [`CtlError::Connect`] when Redis does not answer.
-pub(crate) async fn connect(url: &str) -> CtlResult<Client> {
+/// that the client cannot give, [`CtlError::Connect`] when Redis does not
+/// answer.
+pub(crate) async fn connect(url: &str, tls_ca: Option<&Path>) -> CtlResult<Client> {
     let shown = redact(url);
-    let config = Config::from_url(url)
+    let mut config = Config::from_url(url)
         .map_err(|e| CtlError::Usage(format!("invalid --redis URL {shown}: {e}")))?;
     // Without a TLS feature fred would quietly connect in plain text.
     let scheme = url.split("://").next().unwrap_or_default();
-    if config.uses_tls() || scheme.starts_with("rediss") {
+    if (scheme.starts_with("rediss") || scheme.starts_with("valkeys")) && !config.uses_tls() {
         return Err(CtlError::Usage(format!(
             "{shown} asks for TLS, which this build of poolctl does not support"
         )));
+    }
+    if let Some(ca) = tls_ca {
+        if !config.uses_tls() {
+            return Err(CtlError::Usage(format!(
+                "--tls-ca is for rediss:// URLs, not {shown}"
+            )));
+        }
+        config.tls = Some(trusting(ca)?.into());
     }
     let client = Builder::from_config(config)
         .with_connection_config(|c| {
@@ -52,6 +62,26 @@ pub(crate) async fn connect(url: &str) -> CtlResult<Client> {
             ),
         }),
     }
+}
+
+/// A TLS connector that trusts the CA certificates in the PEM file `ca`.
+fn trusting(ca: &Path) -> CtlResult<fred::types::config::TlsConnector> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let bad = |reason: String| CtlError::Usage(format!("--tls-ca {}: {reason}", ca.display()));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(e.to_string()))? {
+        roots
+            .add(cert.map_err(|e| bad(e.to_string()))?)
+            .map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("no certificate in the file".into()));
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config.into())
 }
 
 /// A short reason for a failed connection: the OS message of an I/O error

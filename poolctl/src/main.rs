@@ -72,7 +72,7 @@ async fn run(cli: &Cli) -> CtlResult {
             commands::need_pool(cli)?;
         }
     }
-    let client = connect::connect(&cli.redis).await?;
+    let client = connect::connect(&cli.redis, cli.tls_ca.as_deref()).await?;
     match &cli.command {
         Command::Dispatch { .. }
         | Command::Stop { .. }

@@ -17,7 +17,13 @@ async fn usage_errors_exit_2() {
         &["job"],
         &["--pool", "p", "watch"],
         &["--pool", "p", "dispatch", "k"],
-        &["--redis", "rediss://127.0.0.1:1", "--pool", "p", "status"],
+        &[
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--tls-ca",
+            "ca.pem",
+            "pools",
+        ],
         &["--redis", "not a url", "pools"],
     ] {
         let out = poolctl(args).await;
@@ -54,6 +60,25 @@ async fn unreachable_redis_exits_1_with_a_clear_message() {
     assert!(started.elapsed() < Duration::from_secs(10));
     let out = poolctl(&["--redis", &url, "--pool", "p", "dispatch", "k", "--yes"]).await;
     assert_eq!(out.status.code(), Some(1));
+}
+
+/// `rediss://` with `--tls-ca` reads a pool over TLS; without the CA the
+/// server's certificate is not trusted and poolctl says so (exit 1).
+#[tokio::test]
+async fn reads_over_tls_with_the_servers_ca() {
+    let server = flotilla_testkit::RedisServer::start_with(
+        flotilla_testkit::ServerOptions::default().tls(true),
+    )
+    .unwrap();
+    let url = server.tls_url().unwrap();
+    let ca = server.tls_ca_file().unwrap();
+    let ca = ca.to_str().unwrap();
+    let out = poolctl(&["--redis", &url, "--tls-ca", ca, "pools", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pools: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(pools.is_array() || pools.is_object(), "{pools}");
+    let out = poolctl(&["--redis", &url, "pools"]).await;
+    assert_eq!(out.status.code(), Some(1), "untrusted certificate accepted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -150,6 +150,14 @@ impl RedisServer {
         self.tls_port.map(|p| format!("rediss://127.0.0.1:{p}"))
     }
 
+    /// The PEM file of the test CA that signed the TLS certificate, when
+    /// started with [`ServerOptions::tls`] (for clients other than
+    /// [`crate::client`], e.g. a command-line tool's `--tls-ca`).
+    pub fn tls_ca_file(&self) -> Option<PathBuf> {
+        self.tls_port
+            .map(|_| self.dir.path().join(crate::tls::CA_FILE))
+    }
+
     /// The server's data directory.
     pub fn data_dir(&self) -> &Path {
         self.dir.path()

@@ -1,0 +1,257 @@
+//! A worker process for Flotilla's process-level tests.
+//!
+//! Joins a pool, runs `--workers` workers whose handler records every start
+//! and stop in an append-only JSON-lines ledger (one write per event), also
+//! records its view of the ring when it changes and each lease loss, prints
+//! `READY ["<worker id>", ...]` once its workers are registered, and runs
+//! until killed. On `SIGTERM` or `SIGINT` it closes its node (handing its
+//! jobs to other workers) and exits.
+//!
+//! ```text
+//! flotilla-test-worker --redis redis://127.0.0.1:6379 --pool p --ttl-ms 2000 --workers 2 --ledger w1.jsonl
+//! ```
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use clap::Parser;
+use flotilla_integration_tests::clock::ServerClock;
+use flotilla_integration_tests::ledger::{LedgerWriter, Record};
+use flotilla_integration_tests::process::READY_PREFIX;
+use flotilla_pool::{Handler, HandlerError, Job, Node, NodeOptions, Worker};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(about = "A Flotilla worker process that records its jobs in a ledger")]
+struct Args {
+    /// Redis URL.
+    #[arg(long)]
+    redis: String,
+    /// Pool name.
+    #[arg(long)]
+    pool: String,
+    /// Worker TTL in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    ttl_ms: u64,
+    /// Number of workers in this process.
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// Ledger file (appended to).
+    #[arg(long)]
+    ledger: PathBuf,
+}
+
+/// Records starts and stops; runs nothing else (a job "runs" between them).
+#[derive(Debug)]
+struct LedgerHandler {
+    /// The worker's id, known once `Worker::new` returned; the worker may
+    /// get its first job just before, so handlers wait for it.
+    worker: watch::Receiver<Option<String>>,
+    ledger: LedgerWriter,
+}
+
+impl LedgerHandler {
+    async fn worker_id(&self) -> String {
+        let mut rx = self.worker.clone();
+        match rx.wait_for(Option::is_some).await {
+            Ok(id) => id.clone().unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl Handler for LedgerHandler {
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        self.ledger.record(Record::Start {
+            key: job.key,
+            token: job.fencing_token,
+            worker: self.worker_id().await,
+        });
+        Ok(())
+    }
+
+    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        self.ledger.record(Record::Stop {
+            key: key.to_string(),
+            worker: self.worker_id().await,
+        });
+        Ok(())
+    }
+
+    async fn notify(&self, _key: &str, _payload: Bytes) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// A metrics recorder that turns the pool's lease-loss counter into ledger
+/// lines, so the checker knows when this process stopped its jobs on its
+/// own.
+#[derive(Debug)]
+struct LeaseLossRecorder {
+    ledger: LedgerWriter,
+}
+
+#[derive(Debug)]
+struct LeaseLossCounter {
+    ledger: LedgerWriter,
+}
+
+impl metrics::CounterFn for LeaseLossCounter {
+    fn increment(&self, _value: u64) {
+        self.ledger.record(Record::LeaseLost);
+    }
+    fn absolute(&self, _value: u64) {}
+}
+
+impl metrics::Recorder for LeaseLossRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        if key.name() == "flotilla_pool_lease_lost_total" {
+            metrics::Counter::from_arc(Arc::new(LeaseLossCounter {
+                ledger: self.ledger.clone(),
+            }))
+        } else {
+            metrics::Counter::noop()
+        }
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flotilla-test-worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let client = flotilla_testkit::client(&args.redis).await?;
+    let clock = ServerClock::new();
+    clock.sample(&client, true).await?;
+    let cancel = CancellationToken::new();
+    tokio::spawn(
+        clock
+            .clone()
+            .run(client.clone(), Duration::from_millis(500), cancel.clone()),
+    );
+    let ledger = LedgerWriter::open(&args.ledger, clock)?;
+    let _ = metrics::set_global_recorder(LeaseLossRecorder {
+        ledger: ledger.clone(),
+    });
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let options = NodeOptions::default()
+        .worker_ttl(ttl)
+        .ack_grace(ttl)
+        .dispatch_timeout(Duration::from_secs(5));
+    let node = Node::join(&client, &args.pool, options).await?;
+    let mut workers = Vec::new();
+    let mut id_senders = Vec::new();
+    for _ in 0..args.workers {
+        let (id_tx, id_rx) = watch::channel(None);
+        let worker = Worker::new(
+            &node,
+            LedgerHandler {
+                worker: id_rx,
+                ledger: ledger.clone(),
+            },
+        )
+        .await?;
+        id_tx.send_replace(Some(worker.id().to_string()));
+        id_senders.push(id_tx);
+        workers.push(worker);
+    }
+    let ids: Vec<String> = workers.iter().map(|w| w.id().to_string()).collect();
+    ledger.record(Record::Ready {
+        workers: ids.clone(),
+    });
+    tokio::spawn(watch_ring(node.clone(), ledger.clone(), cancel.clone()));
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{READY_PREFIX}{}", serde_json::to_string(&ids)?)?;
+        out.flush()?;
+    }
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    cancel.cancel();
+    node.close().await?;
+    Ok(())
+}
+
+/// Records the pool's active workers (the ring) as this process sees them,
+/// whenever that view changes.
+async fn watch_ring(node: Node, ledger: LedgerWriter, cancel: CancellationToken) {
+    let mut last: Option<Vec<String>> = None;
+    loop {
+        let mut active: Vec<String> = node
+            .pool_workers()
+            .into_iter()
+            .filter(|w| !w.cleaning)
+            .map(|w| w.id)
+            .collect();
+        active.sort();
+        if last.as_ref() != Some(&active) {
+            ledger.record(Record::Ring {
+                workers: active.clone(),
+            });
+            last = Some(active);
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}

@@ -1,0 +1,623 @@
+//! Checks invariants I1–I4 over the ledgers of a run.
+//!
+//! Evidence and how it is read:
+//! * **Intervals.** Each worker ledger gives, per (worker, key), intervals
+//!   from a `start` to the next `stop`. A process killed by `SIGKILL` (a
+//!   driver `fault kill` line) runs nothing after the kill: its open
+//!   intervals end at the kill time. A process that exited after a graceful
+//!   removal (`fault remove_worker` end) likewise.
+//! * **Pauses.** A `SIGSTOP`ped process runs nothing while stopped, but its
+//!   ledger only shows a `stop` once it runs again, after `SIGCONT`. For a
+//!   pause longer than the lease (`lease_stop_after`), its lease watchdog
+//!   must stop every job as soon as it resumes; so an interval open at the
+//!   pause and closed within `pause_stop_grace` after the resume is taken
+//!   to end at the pause (a *stale window*), on one condition: every other
+//!   interval of that key overlapping the stale window has a higher fencing
+//!   token (downstream fencing rejects the stale owner). An interval still
+//!   open later than that is a violation.
+//! * **Time base.** On one host every process shares `CLOCK_MONOTONIC`
+//!   ([`TimeBase::Monotonic`], exact). Across hosts use the Redis server
+//!   time estimates ([`TimeBase::Server`]), where two events closer than
+//!   the sum of their error bounds cannot be ordered; the tolerance option
+//!   absorbs that.
+//!
+//! Invariants:
+//! * **I1**: intervals of one key never overlap (beyond `tolerance`).
+//! * **I2**: at the check instant, a key whose last outcome at the
+//!   dispatcher was "admitted" (`Ok` or `JobExists`) runs on a live,
+//!   unpaused process; a key whose last outcome was "stopped" runs nowhere.
+//! * **I3**: no two admissions (`Ok`) of one key without a stop request
+//!   between them.
+//! * **I4**: a worker stops a key on its own (no stop request, no fault or
+//!   lease loss on its process nearby) only when, in its process's view of
+//!   the ring around that moment, the key's owner is another worker
+//!   ([`flotilla_pool::Ring`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::time::Duration;
+
+use flotilla_pool::Ring;
+use serde::Serialize;
+
+use crate::ledger::{FaultKind, Line, Record};
+
+/// Which timestamps to compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeBase {
+    /// Host `CLOCK_MONOTONIC` (every ledger written on one host).
+    Monotonic,
+    /// Estimated Redis server time (ledgers from several hosts).
+    Server,
+}
+
+/// Options of [`check`].
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Default: [`TimeBase::Monotonic`].
+    pub time_base: TimeBase,
+    /// Overlap below this is not reported (clock uncertainty). Default: 0.
+    pub tolerance: Duration,
+    /// The pool's `lease_stop_after`: pauses at least this long must end
+    /// in the watchdog stopping the paused jobs. Default: 1333 ms.
+    pub lease_stop_after: Duration,
+    /// How soon after `SIGCONT` the watchdog must have stopped a paused
+    /// process's jobs. Default: 1 s.
+    pub pause_stop_grace: Duration,
+    /// How long after a fault (or lease loss) a process's own stops are
+    /// not judged by I4. Default: 6 s.
+    pub settle: Duration,
+    /// Ring views this close to a stop may justify it (I4). Default: 1 s.
+    pub ring_window: Duration,
+    /// The I2 check instant (in the chosen time base, ns); `None` skips I2.
+    pub end_ns: Option<u64>,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            time_base: TimeBase::Monotonic,
+            tolerance: Duration::ZERO,
+            lease_stop_after: Duration::from_millis(1333),
+            pause_stop_grace: Duration::from_secs(1),
+            settle: Duration::from_secs(6),
+            ring_window: Duration::from_secs(1),
+            end_ns: None,
+        }
+    }
+}
+
+/// One run of a key on a worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Interval {
+    /// Job key.
+    pub key: String,
+    /// Worker id.
+    pub worker: String,
+    /// Worker process id.
+    pub pid: u32,
+    /// Fencing token of the start.
+    pub token: u64,
+    /// Start time, ns.
+    pub start: u64,
+    /// End time, ns; `None` while running.
+    pub end: Option<u64>,
+}
+
+/// An invariant broken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Violation {
+    /// I1: two workers ran `key` at once.
+    Overlap {
+        /// The earlier interval.
+        first: Interval,
+        /// The interval that started before the first ended.
+        second: Interval,
+    },
+    /// I1: a paused process kept a job after resuming, or its stale
+    /// window overlaps a run with a lower or equal fencing token.
+    PausedOwnerNotFenced {
+        /// The interval of the paused process (as recorded).
+        stale: Interval,
+        /// What was wrong.
+        reason: String,
+    },
+    /// I2: an admitted, not stopped key runs nowhere at the check instant.
+    NotRunning {
+        /// Job key.
+        key: String,
+    },
+    /// I2: a key whose stop was confirmed still runs at the check instant.
+    StoppedStillRunning {
+        /// The interval still open.
+        interval: Interval,
+    },
+    /// I3: two admissions of a key without a stop request between them.
+    DoubleAdmission {
+        /// Job key.
+        key: String,
+        /// Times of the two `Ok`s, ns.
+        at: (u64, u64),
+    },
+    /// I4: a worker gave up a key it still owned in every ring view nearby.
+    NeedlessMove {
+        /// Job key.
+        key: String,
+        /// The worker that stopped it.
+        worker: String,
+        /// When, ns.
+        at: u64,
+    },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let iv = |i: &Interval| {
+            format!(
+                "{}@{} (pid {}, token {}) [{:.1} ms, {}]",
+                i.key,
+                i.worker,
+                i.pid,
+                i.token,
+                ms(i.start),
+                i.end
+                    .map_or("open".to_string(), |e| format!("{:.1} ms", ms(e)))
+            )
+        };
+        match self {
+            Violation::Overlap { first, second } => {
+                write!(f, "I1 overlap: {} and {}", iv(first), iv(second))
+            }
+            Violation::PausedOwnerNotFenced { stale, reason } => {
+                write!(f, "I1 paused owner: {}: {reason}", iv(stale))
+            }
+            Violation::NotRunning { key } => write!(f, "I2 lost: {key} runs nowhere"),
+            Violation::StoppedStillRunning { interval } => {
+                write!(f, "I2 stopped but running: {}", iv(interval))
+            }
+            Violation::DoubleAdmission { key, at } => write!(
+                f,
+                "I3 double admission of {key} at {:.1} ms and {:.1} ms",
+                ms(at.0),
+                ms(at.1)
+            ),
+            Violation::NeedlessMove { key, worker, at } => write!(
+                f,
+                "I4 needless move: {key} left {worker} at {:.1} ms though it still owned it",
+                ms(*at)
+            ),
+        }
+    }
+}
+
+/// What the checker found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// Every violation.
+    pub violations: Vec<Violation>,
+    /// Intervals built from the ledgers.
+    pub intervals: usize,
+    /// Admissions (`Ok`) seen.
+    pub admissions: usize,
+    /// Paused owners accepted as fenced stale windows.
+    pub stale_windows: usize,
+    /// Longest stale window (resume → watchdog stop), ns.
+    pub worst_stale_window_ns: u64,
+    /// Unrequested stops checked against the ring (I4).
+    pub moves_checked: usize,
+}
+
+impl Report {
+    /// Whether no invariant was broken.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// A span of a fault on one process (or on all, `target: None`).
+#[derive(Debug, Clone, Copy)]
+struct FaultSpan {
+    kind: FaultKind,
+    target: Option<u32>,
+    from: u64,
+    to: Option<u64>,
+}
+
+/// Checks I1–I4 over `ledgers` (one `Vec<Line>` per ledger file, in file
+/// order; worker and driver ledgers alike).
+pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
+    let time = |l: &Line| match options.time_base {
+        TimeBase::Monotonic => l.mono_ns,
+        TimeBase::Server => l.server_us * 1_000,
+    };
+    let mut report = Report::default();
+    let faults = fault_spans(ledgers, &time);
+    let mut intervals = build_intervals(ledgers, &time, &faults);
+    check_pauses(&mut intervals, &faults, options, &mut report);
+    report.intervals = intervals.len();
+    check_overlaps(&intervals, options, &mut report);
+    let driver: Vec<(u64, &Record)> = {
+        let mut v: Vec<(u64, &Record)> = ledgers
+            .iter()
+            .flatten()
+            .filter(|l| {
+                matches!(
+                    l.record,
+                    Record::Admit { .. }
+                        | Record::Exists { .. }
+                        | Record::DispatchUnknown { .. }
+                        | Record::StopSent { .. }
+                        | Record::StopDone { .. }
+                )
+            })
+            .map(|l| (time(l), &l.record))
+            .collect();
+        v.sort_by_key(|(t, _)| *t);
+        v
+    };
+    check_admissions(&driver, &mut report);
+    if let Some(end) = options.end_ns {
+        check_running_at(end, &driver, &intervals, &faults, &mut report);
+    }
+    check_moves(ledgers, &time, &driver, &faults, options, &mut report);
+    report
+}
+
+fn fault_spans(ledgers: &[Vec<Line>], time: &impl Fn(&Line) -> u64) -> Vec<FaultSpan> {
+    let mut spans: Vec<FaultSpan> = Vec::new();
+    let mut lines: Vec<&Line> = ledgers
+        .iter()
+        .flatten()
+        .filter(|l| matches!(l.record, Record::Fault { .. }))
+        .collect();
+    lines.sort_by_key(|l| time(l));
+    for l in lines {
+        let Record::Fault { kind, target, end } = l.record else {
+            continue;
+        };
+        if end {
+            if let Some(open) = spans
+                .iter_mut()
+                .rev()
+                .find(|s| s.kind == kind && s.target == target && s.to.is_none())
+            {
+                open.to = Some(time(l));
+            }
+        } else {
+            spans.push(FaultSpan {
+                kind,
+                target,
+                from: time(l),
+                to: None,
+            });
+        }
+    }
+    spans
+}
+
+/// When a process stopped running anything for good: killed, or exited
+/// after a graceful removal.
+fn gone_at(faults: &[FaultSpan], pid: u32) -> Option<u64> {
+    faults
+        .iter()
+        .filter(|f| f.target == Some(pid))
+        .filter_map(|f| match f.kind {
+            FaultKind::Kill => Some(f.from),
+            FaultKind::RemoveWorker => f.to,
+            _ => None,
+        })
+        .min()
+}
+
+fn build_intervals(
+    ledgers: &[Vec<Line>],
+    time: &impl Fn(&Line) -> u64,
+    faults: &[FaultSpan],
+) -> Vec<Interval> {
+    let mut out = Vec::new();
+    for ledger in ledgers {
+        let mut open: HashMap<(String, String), Interval> = HashMap::new();
+        for line in ledger {
+            let t = time(line);
+            match &line.record {
+                Record::Start { key, token, worker } => {
+                    let id = (worker.clone(), key.clone());
+                    if let Some(mut prev) = open.remove(&id) {
+                        prev.end = Some(t);
+                        out.push(prev);
+                    }
+                    open.insert(
+                        id,
+                        Interval {
+                            key: key.clone(),
+                            worker: worker.clone(),
+                            pid: line.pid,
+                            token: *token,
+                            start: t,
+                            end: None,
+                        },
+                    );
+                }
+                Record::Stop { key, worker } => {
+                    if let Some(mut prev) = open.remove(&(worker.clone(), key.clone())) {
+                        prev.end = Some(t);
+                        out.push(prev);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (_, mut iv) in open {
+            if let Some(gone) = gone_at(faults, iv.pid) {
+                iv.end = Some(gone.max(iv.start));
+            }
+            out.push(iv);
+        }
+    }
+    out.sort_by(|a, b| (&a.key, a.start).cmp(&(&b.key, b.start)));
+    out
+}
+
+fn check_pauses(
+    intervals: &mut [Interval],
+    faults: &[FaultSpan],
+    options: &CheckOptions,
+    report: &mut Report,
+) {
+    let lease = options.lease_stop_after.as_nanos() as u64;
+    let grace = options.pause_stop_grace.as_nanos() as u64;
+    let mut stale: Vec<(usize, u64, u64)> = Vec::new(); // (index, pause start, recorded end)
+    for (i, iv) in intervals.iter_mut().enumerate() {
+        for p in faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::Pause && f.target == Some(iv.pid))
+        {
+            let Some(resumed) = p.to else { continue };
+            if resumed.saturating_sub(p.from) < lease
+                || iv.start >= p.from
+                || iv.end.is_some_and(|e| e <= p.from)
+            {
+                continue;
+            }
+            match iv.end {
+                Some(end) if end <= resumed + grace => {
+                    report.stale_windows += 1;
+                    report.worst_stale_window_ns = report
+                        .worst_stale_window_ns
+                        .max(end.saturating_sub(resumed));
+                    stale.push((i, p.from, end));
+                    iv.end = Some(p.from);
+                }
+                _ => report.violations.push(Violation::PausedOwnerNotFenced {
+                    stale: iv.clone(),
+                    reason: format!(
+                        "still running {} ms after SIGCONT (lease watchdog should have stopped it)",
+                        grace / 1_000_000
+                    ),
+                }),
+            }
+        }
+    }
+    for (i, from, end) in stale {
+        let s = &intervals[i];
+        for other in intervals.iter() {
+            let overlaps = other.start < end && other.end.is_none_or(|e| e > from);
+            if other.key == s.key && other.worker != s.worker && overlaps && other.token <= s.token
+            {
+                report.violations.push(Violation::PausedOwnerNotFenced {
+                    stale: Interval {
+                        end: Some(end),
+                        ..s.clone()
+                    },
+                    reason: format!(
+                        "overlaps {} (token {}) without a higher fencing token",
+                        other.worker, other.token
+                    ),
+                });
+            }
+        }
+    }
+}
+
+fn check_overlaps(intervals: &[Interval], options: &CheckOptions, report: &mut Report) {
+    let tol = options.tolerance.as_nanos() as u64;
+    let mut i = 0;
+    while i < intervals.len() {
+        let key = &intervals[i].key;
+        let mut latest: Option<&Interval> = None; // the one ending last so far
+        while i < intervals.len() && &intervals[i].key == key {
+            let iv = &intervals[i];
+            if let Some(prev) = latest {
+                let prev_end = prev.end.unwrap_or(u64::MAX);
+                if iv.start.saturating_add(tol) < prev_end {
+                    report.violations.push(Violation::Overlap {
+                        first: prev.clone(),
+                        second: iv.clone(),
+                    });
+                }
+                if iv.end.unwrap_or(u64::MAX) > prev_end {
+                    latest = Some(iv);
+                }
+            } else {
+                latest = Some(iv);
+            }
+            i += 1;
+        }
+    }
+}
+
+fn check_admissions(driver: &[(u64, &Record)], report: &mut Report) {
+    let mut last_admit: HashMap<&str, u64> = HashMap::new();
+    for (t, r) in driver {
+        match r {
+            Record::Admit { key, .. } => {
+                report.admissions += 1;
+                if let Some(prev) = last_admit.insert(key, *t) {
+                    report.violations.push(Violation::DoubleAdmission {
+                        key: key.clone(),
+                        at: (prev, *t),
+                    });
+                }
+            }
+            Record::StopSent { key } => {
+                last_admit.remove(key.as_str());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What the dispatcher last learnt about a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Running,
+    Stopped,
+    Unknown,
+}
+
+fn check_running_at(
+    end: u64,
+    driver: &[(u64, &Record)],
+    intervals: &[Interval],
+    faults: &[FaultSpan],
+    report: &mut Report,
+) {
+    let mut expect: BTreeMap<&str, Expect> = BTreeMap::new();
+    for (t, r) in driver {
+        if *t > end {
+            break;
+        }
+        let (key, e) = match r {
+            Record::Admit { key, .. } | Record::Exists { key } => (key, Expect::Running),
+            Record::DispatchUnknown { key } | Record::StopSent { key } => (key, Expect::Unknown),
+            Record::StopDone { key, outcome } if outcome == "ok" || outcome == "not_found" => {
+                (key, Expect::Stopped)
+            }
+            Record::StopDone { key, .. } => (key, Expect::Unknown),
+            _ => continue,
+        };
+        expect.insert(key.as_str(), e);
+    }
+    let paused_at_end = |pid: u32| {
+        faults.iter().any(|f| {
+            f.kind == FaultKind::Pause
+                && f.target == Some(pid)
+                && f.from <= end
+                && f.to.is_none_or(|t| t > end)
+        })
+    };
+    let mut running: HashMap<&str, Vec<&Interval>> = HashMap::new();
+    for iv in intervals {
+        if iv.start <= end && iv.end.is_none_or(|e| e > end) && !paused_at_end(iv.pid) {
+            running.entry(iv.key.as_str()).or_default().push(iv);
+        }
+    }
+    for (key, e) in expect {
+        match e {
+            Expect::Running if !running.contains_key(key) => {
+                report.violations.push(Violation::NotRunning {
+                    key: key.to_string(),
+                })
+            }
+            Expect::Stopped => {
+                for iv in running.get(key).into_iter().flatten() {
+                    report.violations.push(Violation::StoppedStillRunning {
+                        interval: (*iv).clone(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn check_moves(
+    ledgers: &[Vec<Line>],
+    time: &impl Fn(&Line) -> u64,
+    driver: &[(u64, &Record)],
+    faults: &[FaultSpan],
+    options: &CheckOptions,
+    report: &mut Report,
+) {
+    let settle = options.settle.as_nanos() as u64;
+    let window = options.ring_window.as_nanos() as u64;
+    const SLACK: u64 = 100_000_000;
+    // Stop requests per key: [sent, done] spans.
+    let mut requests: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for (t, r) in driver {
+        match r {
+            Record::StopSent { key } => requests.entry(key).or_default().push((*t, u64::MAX)),
+            Record::StopDone { key, .. } => {
+                if let Some(last) = requests.get_mut(key.as_str()).and_then(|v| v.last_mut()) {
+                    if last.1 == u64::MAX {
+                        last.1 = *t;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for ledger in ledgers {
+        let Some(pid) = ledger.first().map(|l| l.pid) else {
+            continue;
+        };
+        let lease_losses: Vec<u64> = ledger
+            .iter()
+            .filter(|l| l.record == Record::LeaseLost)
+            .map(time)
+            .collect();
+        let rings: Vec<(u64, Ring)> = ledger
+            .iter()
+            .filter_map(|l| match &l.record {
+                Record::Ring { workers } => Some((time(l), Ring::new(workers.iter().cloned()))),
+                _ => None,
+            })
+            .collect();
+        if rings.is_empty() {
+            continue;
+        }
+        for line in ledger {
+            let Record::Stop { key, worker } = &line.record else {
+                continue;
+            };
+            let t = time(line);
+            let requested = requests.get(key.as_str()).is_some_and(|spans| {
+                spans
+                    .iter()
+                    .any(|(a, d)| t + SLACK >= *a && t <= d.saturating_add(SLACK))
+            });
+            let disturbed = faults.iter().any(|f| {
+                (f.target.is_none() || f.target == Some(pid))
+                    && t + SLACK >= f.from
+                    && t <= f.to.unwrap_or(u64::MAX).saturating_add(settle)
+            }) || lease_losses
+                .iter()
+                .any(|l| t + SLACK >= *l && t <= l + settle);
+            if requested || disturbed {
+                continue;
+            }
+            report.moves_checked += 1;
+            // The view in force at t - window, and every view until t + window.
+            let first = rings
+                .iter()
+                .rposition(|(rt, _)| *rt <= t.saturating_sub(window))
+                .unwrap_or(0);
+            let justified = rings[first..]
+                .iter()
+                .take_while(|(rt, _)| *rt <= t + window)
+                .any(|(_, ring)| ring.owner(key).is_some_and(|o| o != worker));
+            if !justified {
+                report.violations.push(Violation::NeedlessMove {
+                    key: key.clone(),
+                    worker: worker.clone(),
+                    at: t,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "checker_tests.rs"]
+mod tests;

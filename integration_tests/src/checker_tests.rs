@@ -1,0 +1,323 @@
+//! Unit tests of the checker on synthetic ledgers (times in ms).
+
+use super::*;
+
+const MS: u64 = 1_000_000;
+
+fn line(pid: u32, at_ms: u64, record: Record) -> Line {
+    Line {
+        pid,
+        mono_ns: at_ms * MS,
+        server_us: at_ms * 1_000,
+        record,
+    }
+}
+fn start(pid: u32, at: u64, key: &str, worker: &str, token: u64) -> Line {
+    line(
+        pid,
+        at,
+        Record::Start {
+            key: key.into(),
+            token,
+            worker: worker.into(),
+        },
+    )
+}
+fn stop(pid: u32, at: u64, key: &str, worker: &str) -> Line {
+    line(
+        pid,
+        at,
+        Record::Stop {
+            key: key.into(),
+            worker: worker.into(),
+        },
+    )
+}
+fn fault(at: u64, kind: FaultKind, target: u32, end: bool) -> Line {
+    line(
+        1,
+        at,
+        Record::Fault {
+            kind,
+            target: Some(target),
+            end,
+        },
+    )
+}
+fn admit(at: u64, key: &str) -> Line {
+    line(
+        1,
+        at,
+        Record::Admit {
+            key: key.into(),
+            node: "d".into(),
+        },
+    )
+}
+fn ring(pid: u32, at: u64, workers: &[&str]) -> Line {
+    line(
+        pid,
+        at,
+        Record::Ring {
+            workers: workers.iter().map(|w| w.to_string()).collect(),
+        },
+    )
+}
+
+fn kinds(report: &Report) -> Vec<&'static str> {
+    report
+        .violations
+        .iter()
+        .map(|v| match v {
+            Violation::Overlap { .. } => "overlap",
+            Violation::PausedOwnerNotFenced { .. } => "paused",
+            Violation::NotRunning { .. } => "not_running",
+            Violation::StoppedStillRunning { .. } => "stopped_running",
+            Violation::DoubleAdmission { .. } => "double",
+            Violation::NeedlessMove { .. } => "needless",
+        })
+        .collect()
+}
+
+#[test]
+fn clean_handoff_passes() {
+    let a = vec![start(10, 100, "k", "a", 1), stop(10, 200, "k", "a")];
+    let b = vec![start(20, 201, "k", "b", 2)];
+    let d = vec![admit(101, "k")];
+    let r = check(
+        &[a, b, d],
+        &CheckOptions {
+            end_ns: Some(300 * MS),
+            ..CheckOptions::default()
+        },
+    );
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!((r.intervals, r.admissions), (2, 1));
+}
+
+#[test]
+fn overlap_is_reported_in_both_time_bases() {
+    let a = vec![start(10, 100, "k", "a", 1), stop(10, 250, "k", "a")];
+    let b = vec![start(20, 200, "k", "b", 2)];
+    for time_base in [TimeBase::Monotonic, TimeBase::Server] {
+        let r = check(
+            &[a.clone(), b.clone()],
+            &CheckOptions {
+                time_base,
+                ..CheckOptions::default()
+            },
+        );
+        assert_eq!(kinds(&r), vec!["overlap"]);
+    }
+    // Within the tolerance it is not.
+    let r = check(
+        &[a, b],
+        &CheckOptions {
+            tolerance: Duration::from_millis(60),
+            ..CheckOptions::default()
+        },
+    );
+    assert!(r.ok());
+}
+
+#[test]
+fn open_interval_of_a_killed_process_ends_at_the_kill() {
+    let a = vec![start(10, 100, "k", "a", 1)]; // never stopped: SIGKILLed
+    let b = vec![start(20, 2500, "k", "b", 2)];
+    let killed = vec![fault(2000, FaultKind::Kill, 10, false)];
+    assert!(check(&[a.clone(), b.clone(), killed], &CheckOptions::default()).ok());
+    // Killed after the other start: overlap.
+    let late = vec![fault(3000, FaultKind::Kill, 10, false)];
+    assert_eq!(
+        kinds(&check(
+            &[a.clone(), b.clone(), late],
+            &CheckOptions::default()
+        )),
+        vec!["overlap"]
+    );
+    // Not killed at all: overlap (open forever).
+    assert_eq!(
+        kinds(&check(&[a, b], &CheckOptions::default())),
+        vec!["overlap"]
+    );
+}
+
+#[test]
+fn paused_owner_stopped_by_the_watchdog_on_resume_is_accepted_when_fenced() {
+    // Paused at 1000 for 3 s; another worker took the job at 3000 with a
+    // higher token; the watchdog stopped it 5 ms after SIGCONT.
+    let a = vec![start(10, 100, "k", "a", 1), stop(10, 4005, "k", "a")];
+    let b = vec![start(20, 3000, "k", "b", 2)];
+    let f = vec![
+        fault(1000, FaultKind::Pause, 10, false),
+        fault(4000, FaultKind::Pause, 10, true),
+    ];
+    let r = check(&[a, b.clone(), f.clone()], &CheckOptions::default());
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.stale_windows, 1);
+    assert_eq!(r.worst_stale_window_ns, 5 * MS);
+
+    // Still running 2 s after SIGCONT: the watchdog did not act.
+    let slow = vec![start(10, 100, "k", "a", 1), stop(10, 6000, "k", "a")];
+    let r = check(&[slow, b, f.clone()], &CheckOptions::default());
+    assert!(kinds(&r).contains(&"paused"), "{:?}", r.violations);
+
+    // The newer run has a lower token: no fencing could reject the stale owner.
+    let a = vec![start(10, 100, "k", "a", 5), stop(10, 4005, "k", "a")];
+    let b = vec![start(20, 3000, "k", "b", 2)];
+    let r = check(&[a, b, f], &CheckOptions::default());
+    assert_eq!(kinds(&r), vec!["paused"]);
+}
+
+#[test]
+fn short_pause_is_not_excused() {
+    // A pause shorter than the lease: the job legitimately stays, so a
+    // concurrent start elsewhere is a plain overlap.
+    let a = vec![start(10, 100, "k", "a", 1), stop(10, 1600, "k", "a")];
+    let b = vec![start(20, 1200, "k", "b", 2)];
+    let f = vec![
+        fault(1000, FaultKind::Pause, 10, false),
+        fault(1500, FaultKind::Pause, 10, true),
+    ];
+    assert_eq!(
+        kinds(&check(&[a, b, f], &CheckOptions::default())),
+        vec!["overlap"]
+    );
+}
+
+#[test]
+fn lost_and_leaked_jobs_are_reported_at_the_end() {
+    let d = vec![
+        admit(10, "lost"),
+        admit(10, "ok"),
+        admit(10, "stopped"),
+        line(
+            1,
+            20,
+            Record::StopSent {
+                key: "stopped".into(),
+            },
+        ),
+        line(
+            1,
+            30,
+            Record::StopDone {
+                key: "stopped".into(),
+                outcome: "ok".into(),
+            },
+        ),
+        admit(10, "unknown"),
+        line(
+            1,
+            20,
+            Record::StopSent {
+                key: "unknown".into(),
+            },
+        ),
+        line(
+            1,
+            30,
+            Record::StopDone {
+                key: "unknown".into(),
+                outcome: "unknown".into(),
+            },
+        ),
+    ];
+    let w = vec![
+        start(10, 5, "lost", "a", 1),
+        stop(10, 50, "lost", "a"),
+        start(10, 5, "ok", "a", 1),
+        start(10, 5, "stopped", "a", 1),
+    ];
+    let r = check(
+        &[w, d],
+        &CheckOptions {
+            end_ns: Some(100 * MS),
+            ..CheckOptions::default()
+        },
+    );
+    let mut k = kinds(&r);
+    k.sort();
+    assert_eq!(k, vec!["not_running", "stopped_running"]);
+}
+
+#[test]
+fn jobs_on_a_paused_process_do_not_count_as_running() {
+    let d = vec![admit(10, "k")];
+    let w = vec![start(10, 5, "k", "a", 1)];
+    let f = vec![fault(50, FaultKind::Pause, 10, false)];
+    let r = check(
+        &[w, d, f],
+        &CheckOptions {
+            end_ns: Some(100 * MS),
+            ..CheckOptions::default()
+        },
+    );
+    assert_eq!(kinds(&r), vec!["not_running"]);
+}
+
+#[test]
+fn double_admission_needs_a_stop_between() {
+    let ok = vec![
+        admit(10, "k"),
+        line(1, 20, Record::StopSent { key: "k".into() }),
+        admit(30, "k"),
+    ];
+    assert!(check(&[ok], &CheckOptions::default()).ok());
+    let bad = vec![admit(10, "k"), admit(11, "k")];
+    assert_eq!(
+        kinds(&check(&[bad], &CheckOptions::default())),
+        vec!["double"]
+    );
+}
+
+#[test]
+fn moves_must_follow_the_ring() {
+    // Find a key that "a" owns among {a, b} and keeps when c joins, and one
+    // that moves to c.
+    let before = Ring::new(["a", "b"]);
+    let after = Ring::new(["a", "b", "c"]);
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+    let stays = keys
+        .iter()
+        .find(|k| before.owner(k) == Some("a") && after.owner(k) == Some("a"))
+        .unwrap();
+    let moves = keys
+        .iter()
+        .find(|k| before.owner(k) == Some("a") && after.owner(k) == Some("c"))
+        .unwrap();
+    let w = vec![
+        ring(10, 0, &["a", "b"]),
+        start(10, 10, stays, "a", 1),
+        start(10, 10, moves, "a", 1),
+        ring(10, 5000, &["a", "b", "c"]),
+        stop(10, 5010, moves, "a"),
+    ];
+    let r = check(std::slice::from_ref(&w), &CheckOptions::default());
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.moves_checked, 1);
+
+    let mut bad = w.clone();
+    bad.push(stop(10, 5020, stays, "a"));
+    assert_eq!(
+        kinds(&check(&[bad.clone()], &CheckOptions::default())),
+        vec!["needless"]
+    );
+
+    // The same stop is excused by a requested stop or by lease loss.
+    let d = vec![
+        line(1, 5015, Record::StopSent { key: stays.clone() }),
+        line(
+            1,
+            5030,
+            Record::StopDone {
+                key: stays.clone(),
+                outcome: "ok".into(),
+            },
+        ),
+    ];
+    assert!(check(&[bad.clone(), d], &CheckOptions::default()).ok());
+    let mut lease = bad;
+    lease.insert(4, line(10, 5001, Record::LeaseLost));
+    assert!(check(&[lease], &CheckOptions::default()).ok());
+}

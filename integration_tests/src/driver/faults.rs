@@ -1,0 +1,209 @@
+//! The fault schedule: each round injects every kind once, in an order
+//! shuffled by the seed; one fault at a time, each followed by a wait for
+//! recovery (every key believed running runs again on a member that is up).
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use rand::Rng;
+use rand::seq::SliceRandom;
+use tokio::time::Instant;
+
+use super::fleet::Health;
+use super::{ChaosError, Run};
+use crate::ledger::{FaultKind, Record};
+
+impl Run {
+    /// Injects faults until `end`.
+    pub(crate) async fn inject_until(&mut self, end: Instant) -> Result<(), ChaosError> {
+        let mut round: Vec<FaultKind> = Vec::new();
+        // Let the load fill the pool first.
+        tokio::time::sleep(self.options.fault_gap * 2).await;
+        while Instant::now() < end {
+            if round.is_empty() {
+                round = FaultKind::ALL.to_vec();
+                round.shuffle(&mut self.rng);
+            }
+            let Some(kind) = round.pop() else { continue };
+            let kind = self.adjust(kind);
+            self.inject(kind).await?;
+            tokio::time::sleep(self.options.fault_gap).await;
+        }
+        Ok(())
+    }
+
+    /// Keeps the fleet between `n - 1` and `n + 1` processes (and never
+    /// below two up).
+    fn adjust(&self, kind: FaultKind) -> FaultKind {
+        let n = self.fleet.members.len();
+        let target = self.options.worker_processes;
+        match kind {
+            FaultKind::Kill | FaultKind::RemoveWorker if n < target || n <= 2 => {
+                FaultKind::AddWorker
+            }
+            FaultKind::Pause | FaultKind::Cut if self.fleet.up().len() <= 2 => FaultKind::AddWorker,
+            FaultKind::AddWorker if n > target => FaultKind::RemoveWorker,
+            k => k,
+        }
+    }
+
+    fn record(&self, kind: FaultKind, target: Option<u32>, end: bool) {
+        self.ledger.record(Record::Fault { kind, target, end });
+    }
+
+    fn pick_up(&mut self) -> Option<u32> {
+        let up = self.fleet.up();
+        if up.is_empty() {
+            return None;
+        }
+        Some(up[self.rng.random_range(0..up.len())])
+    }
+
+    async fn inject(&mut self, kind: FaultKind) -> Result<(), ChaosError> {
+        let since = Instant::now();
+        let ttl = self.options.ttl;
+        let mut recovered = None;
+        let mut target = None;
+        match kind {
+            FaultKind::Kill => {
+                let Some(pid) = self.pick_up() else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                if let Some(m) = self.fleet.member(pid) {
+                    m.process.signal(Signal::SIGKILL)?;
+                }
+                // Recorded once the signal is sent: the process runs no
+                // more user code after that.
+                self.record(kind, Some(pid), false);
+                if let Some(mut m) = self.fleet.forget(pid) {
+                    let _ = m.process.sigkill().await;
+                }
+            }
+            FaultKind::Pause => {
+                let Some(pid) = self.pick_up() else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                if let Some(m) = self.fleet.member(pid) {
+                    m.process.signal(Signal::SIGSTOP)?;
+                    m.health = Health::Paused;
+                }
+                self.record(kind, Some(pid), false);
+                // Longer than the TTL: the pool must move its jobs, and the
+                // process must stop them itself when it resumes.
+                self.observe(since, since + ttl * 2, false, &mut recovered)
+                    .await;
+                self.record(kind, Some(pid), true);
+                if let Some(m) = self.fleet.member(pid) {
+                    m.process.signal(Signal::SIGCONT)?;
+                    m.health = Health::Up;
+                }
+            }
+            FaultKind::Cut => {
+                let Some(pid) = self.pick_up() else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                if let Some(m) = self.fleet.member(pid) {
+                    m.proxy.cut();
+                    m.health = Health::Cut;
+                }
+                self.record(kind, Some(pid), false);
+                self.observe(since, since + ttl * 2, false, &mut recovered)
+                    .await;
+                if let Some(m) = self.fleet.member(pid) {
+                    m.proxy.heal();
+                    m.health = Health::Up;
+                }
+                self.record(kind, Some(pid), true);
+            }
+            FaultKind::RestartAof | FaultKind::RestartEmpty => {
+                self.record(kind, None, false);
+                let server = self.server.clone();
+                let empty = kind == FaultKind::RestartEmpty;
+                let restarted = tokio::task::spawn_blocking(move || {
+                    let mut s = server.lock().map_err(|_| {
+                        flotilla_testkit::Error::Startup("server lock poisoned".into())
+                    })?;
+                    s.kill();
+                    if empty {
+                        let dir = s.data_dir().to_path_buf();
+                        let _ = std::fs::remove_dir_all(dir.join("appendonlydir"));
+                        let _ = std::fs::remove_file(dir.join("dump.rdb"));
+                    }
+                    s.start_again()
+                })
+                .await
+                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))?;
+                restarted?;
+                self.record(kind, None, true);
+            }
+            FaultKind::AddWorker => {
+                let addr =
+                    self.server.lock().map(|s| s.addr()).map_err(|_| {
+                        flotilla_testkit::Error::Startup("server lock poisoned".into())
+                    })?;
+                let pid = self.fleet.add(addr).await?;
+                target = Some(pid);
+                self.record(kind, Some(pid), false);
+                self.record(kind, Some(pid), true);
+            }
+            FaultKind::RemoveWorker => {
+                let Some(pid) = self.pick_up() else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                self.record(kind, Some(pid), false);
+                let mut clean = false;
+                if let Some(m) = self.fleet.member(pid) {
+                    clean = m.process.terminate(Duration::from_secs(15)).await?;
+                }
+                self.record(kind, Some(pid), true);
+                self.fleet.forget(pid);
+                if !clean {
+                    self.unrecovered.push(format!(
+                        "worker process {pid} did not exit on SIGTERM within 15 s"
+                    ));
+                }
+            }
+        }
+        *self.faults.entry(kind).or_default() += 1;
+        let limit = since + self.options.recovery_limit;
+        self.observe(since, limit, true, &mut recovered).await;
+        match recovered {
+            Some(d) => {
+                let worst = self.recovery.entry(kind).or_default();
+                *worst = (*worst).max(d);
+            }
+            None => self.unrecovered.push(format!(
+                "{} (pid {:?}) at {:.1} s: not recovered within {:?}",
+                kind.name(),
+                target,
+                since.elapsed().as_secs_f64(),
+                self.options.recovery_limit
+            )),
+        }
+        Ok(())
+    }
+
+    /// Polls for recovery until `until` (or, with `stop_early`, until
+    /// recovered), noting the first time it is.
+    async fn observe(
+        &mut self,
+        since: Instant,
+        until: Instant,
+        stop_early: bool,
+        recovered: &mut Option<Duration>,
+    ) {
+        loop {
+            if recovered.is_none() && self.recovered() {
+                *recovered = Some(since.elapsed());
+            }
+            if (stop_early && recovered.is_some()) || Instant::now() >= until {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}

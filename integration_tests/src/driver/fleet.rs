@@ -1,0 +1,169 @@
+//! The worker processes of a chaos run, each behind its own fault proxy, and
+//! a live view of which keys run where (from their ledgers).
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flotilla_testkit::FaultProxy;
+
+use crate::ledger::{LedgerTail, Record};
+use crate::process::{ProcessError, WorkerProcess, WorkerSpec};
+
+/// What a worker process is going through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Health {
+    Up,
+    Paused,
+    Cut,
+}
+
+/// One worker process and its proxy.
+#[derive(Debug)]
+pub(crate) struct Member {
+    pub(crate) process: WorkerProcess,
+    pub(crate) proxy: FaultProxy,
+    pub(crate) health: Health,
+}
+
+/// Every worker process of the run.
+#[derive(Debug)]
+pub(crate) struct Fleet {
+    pub(crate) members: Vec<Member>,
+    binary: PathBuf,
+    pool: String,
+    ttl: Duration,
+    workers_per_process: usize,
+    dir: PathBuf,
+    next: usize,
+    /// Every ledger file ever used (also of processes gone).
+    pub(crate) ledgers: Vec<PathBuf>,
+    tails: Vec<LedgerTail>,
+    /// key → pid → workers running it, from the ledgers.
+    running: HashMap<String, HashMap<u32, HashSet<String>>>,
+}
+
+impl Fleet {
+    pub(crate) fn new(
+        binary: PathBuf,
+        pool: String,
+        ttl: Duration,
+        workers_per_process: usize,
+        dir: PathBuf,
+    ) -> Fleet {
+        Fleet {
+            members: Vec::new(),
+            binary,
+            pool,
+            ttl,
+            workers_per_process,
+            dir,
+            next: 0,
+            ledgers: Vec::new(),
+            tails: Vec::new(),
+            running: HashMap::new(),
+        }
+    }
+
+    /// Starts one more worker process behind a new proxy to `redis`.
+    pub(crate) async fn add(&mut self, redis: SocketAddr) -> Result<u32, ProcessError> {
+        let proxy = FaultProxy::start(redis)
+            .await
+            .map_err(|e| ProcessError::NotReady(format!("proxy: {e}")))?;
+        self.next += 1;
+        let ledger = self.dir.join(format!("worker-{}.jsonl", self.next));
+        self.ledgers.push(ledger.clone());
+        self.tails.push(LedgerTail::new(ledger.clone()));
+        let spec = WorkerSpec {
+            binary: self.binary.clone(),
+            redis_url: proxy.url(),
+            pool: self.pool.clone(),
+            ttl: self.ttl,
+            workers: self.workers_per_process,
+            ledger,
+        };
+        let process = WorkerProcess::spawn(&spec, Duration::from_secs(30)).await?;
+        let pid = process.pid();
+        self.members.push(Member {
+            process,
+            proxy,
+            health: Health::Up,
+        });
+        Ok(pid)
+    }
+
+    /// Removes a member from the fleet (after it was killed or exited).
+    pub(crate) fn forget(&mut self, pid: u32) -> Option<Member> {
+        let i = self.members.iter().position(|m| m.process.pid() == pid)?;
+        for pids in self.running.values_mut() {
+            pids.remove(&pid);
+        }
+        Some(self.members.remove(i))
+    }
+
+    /// Members that are up (not paused, not cut off).
+    pub(crate) fn up(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .filter(|m| m.health == Health::Up)
+            .map(|m| m.process.pid())
+            .collect()
+    }
+
+    pub(crate) fn member(&mut self, pid: u32) -> Option<&mut Member> {
+        self.members.iter_mut().find(|m| m.process.pid() == pid)
+    }
+
+    /// Reads new ledger lines into the live view (lines of processes no
+    /// longer in the fleet are ignored: they run nothing).
+    pub(crate) fn refresh(&mut self) {
+        let alive: HashSet<u32> = self.members.iter().map(|m| m.process.pid()).collect();
+        for tail in &mut self.tails {
+            let Ok(lines) = tail.read_new() else { continue };
+            for l in lines.into_iter().filter(|l| alive.contains(&l.pid)) {
+                match l.record {
+                    Record::Start { key, worker, .. } => {
+                        self.running
+                            .entry(key)
+                            .or_default()
+                            .entry(l.pid)
+                            .or_default()
+                            .insert(worker);
+                    }
+                    Record::Stop { key, worker } => {
+                        if let Some(pids) = self.running.get_mut(&key) {
+                            if let Some(workers) = pids.get_mut(&l.pid) {
+                                workers.remove(&worker);
+                                if workers.is_empty() {
+                                    pids.remove(&l.pid);
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Whether `key` runs on a member that is up.
+    pub(crate) fn runs_on_up_member(&self, key: &str, up: &HashSet<u32>) -> bool {
+        self.running
+            .get(key)
+            .is_some_and(|pids| pids.keys().any(|p| up.contains(p)))
+    }
+
+    /// Whether `key` runs anywhere (per the ledgers of live processes).
+    pub(crate) fn runs_anywhere(&self, key: &str) -> bool {
+        self.running.get(key).is_some_and(|p| !p.is_empty())
+    }
+
+    /// Kills every process (reaping them) and drops the proxies.
+    pub(crate) async fn kill_all(&mut self) {
+        for mut m in self.members.drain(..) {
+            let _ = m.process.signal(nix::sys::signal::Signal::SIGCONT);
+            let _ = m.process.sigkill().await;
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The dispatch load of a chaos run: two client-only nodes dispatch, stop
+//! and re-dispatch keys continuously, sometimes racing each other on one
+//! key, and record every outcome in the driver's ledger.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flotilla_pool::{Error, Node};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio_util::sync::CancellationToken;
+
+use crate::ledger::{LedgerWriter, Record};
+
+/// What the dispatchers last learnt about a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyState {
+    /// Never dispatched, or its stop was confirmed.
+    Stopped,
+    /// Admitted (`Ok`) or reported existing (`JobExists`).
+    Running,
+    /// An error left it open.
+    Unknown,
+}
+
+/// Counters of the load.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LoadStats {
+    pub(crate) dispatch_ok: u64,
+    pub(crate) dispatch_exists: u64,
+    pub(crate) dispatch_errors: BTreeMap<String, u64>,
+    pub(crate) stop_ok: u64,
+    pub(crate) stop_not_found: u64,
+    pub(crate) stop_errors: u64,
+    pub(crate) races: u64,
+}
+
+/// Key states and counters shared by the load tasks and the driver.
+#[derive(Debug, Clone)]
+pub(crate) struct Load {
+    pub(crate) keys: Arc<Mutex<BTreeMap<String, KeyState>>>,
+    busy: Arc<Mutex<HashSet<String>>>,
+    pub(crate) stats: Arc<Mutex<LoadStats>>,
+    nodes: Arc<Vec<Node>>,
+    ledger: LedgerWriter,
+}
+
+impl Load {
+    pub(crate) fn new(nodes: Vec<Node>, keys: usize, ledger: LedgerWriter) -> Load {
+        let keys = (0..keys)
+            .map(|i| (format!("job-{i:04}"), KeyState::Stopped))
+            .collect();
+        Load {
+            keys: Arc::new(Mutex::new(keys)),
+            busy: Arc::new(Mutex::new(HashSet::new())),
+            stats: Arc::new(Mutex::new(LoadStats::default())),
+            nodes: Arc::new(nodes),
+            ledger,
+        }
+    }
+
+    pub(crate) fn state(&self, key: &str) -> KeyState {
+        self.keys
+            .lock()
+            .map(|k| k.get(key).copied().unwrap_or(KeyState::Stopped))
+            .unwrap_or(KeyState::Unknown)
+    }
+
+    fn set(&self, key: &str, state: KeyState) {
+        if let Ok(mut k) = self.keys.lock() {
+            k.insert(key.to_string(), state);
+        }
+    }
+
+    pub(crate) fn keys_in(&self, state: KeyState) -> Vec<String> {
+        self.keys
+            .lock()
+            .map(|k| {
+                k.iter()
+                    .filter(|(_, s)| **s == state)
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Runs one load task until `cancel`: picks a free key, acts on it.
+    pub(crate) async fn run(self, seed: u64, pace: Duration, cancel: CancellationToken) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let all: Vec<String> = self
+            .keys
+            .lock()
+            .map(|k| k.keys().cloned().collect())
+            .unwrap_or_default();
+        while !cancel.is_cancelled() {
+            let key = &all[rng.random_range(0..all.len())];
+            let claimed = self
+                .busy
+                .lock()
+                .map(|mut b| b.insert(key.clone()))
+                .unwrap_or(false);
+            if claimed {
+                let roll: f64 = rng.random();
+                let node = rng.random_range(0..self.nodes.len());
+                match self.state(key) {
+                    KeyState::Stopped | KeyState::Unknown if roll < 0.15 => self.race(key).await,
+                    KeyState::Stopped | KeyState::Unknown => self.dispatch(node, key).await,
+                    KeyState::Running if roll < 0.35 => self.stop(node, key).await,
+                    KeyState::Running if roll < 0.45 => self.dispatch(node, key).await,
+                    KeyState::Running => {}
+                }
+                if let Ok(mut b) = self.busy.lock() {
+                    b.remove(key);
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(pace) => {}
+            }
+        }
+    }
+
+    /// Dispatches `key` from every node at once (I3).
+    async fn race(&self, key: &str) {
+        self.count(|s| s.races += 1);
+        futures::future::join_all((0..self.nodes.len()).map(|n| self.dispatch(n, key))).await;
+    }
+
+    /// Dispatches `key` from node `n` and records the outcome.
+    pub(crate) async fn dispatch(&self, n: usize, key: &str) {
+        let node = &self.nodes[n];
+        let result = node.dispatch_job(key, &b"chaos"[..]).await;
+        match result {
+            Ok(()) => {
+                self.ledger.record(Record::Admit {
+                    key: key.to_string(),
+                    node: node.id().to_string(),
+                });
+                self.set(key, KeyState::Running);
+                self.count(|s| s.dispatch_ok += 1);
+            }
+            Err(Error::JobExists(_)) => {
+                self.ledger.record(Record::Exists {
+                    key: key.to_string(),
+                });
+                self.set(key, KeyState::Running);
+                self.count(|s| s.dispatch_exists += 1);
+            }
+            Err(e) => {
+                // The job may or may not start.
+                self.ledger.record(Record::DispatchUnknown {
+                    key: key.to_string(),
+                });
+                if self.state(key) != KeyState::Running {
+                    self.set(key, KeyState::Unknown);
+                }
+                self.count(|s| *s.dispatch_errors.entry(error_kind(&e)).or_default() += 1);
+            }
+        }
+    }
+
+    /// Stops `key` from node `n` and records the outcome.
+    async fn stop(&self, n: usize, key: &str) {
+        self.ledger.record(Record::StopSent {
+            key: key.to_string(),
+        });
+        let result = self.nodes[n].stop_job(key).await;
+        let outcome = match result {
+            Ok(()) => {
+                self.count(|s| s.stop_ok += 1);
+                self.set(key, KeyState::Stopped);
+                "ok"
+            }
+            Err(Error::JobNotFound(_)) => {
+                self.count(|s| s.stop_not_found += 1);
+                self.set(key, KeyState::Stopped);
+                "not_found"
+            }
+            Err(_) => {
+                self.count(|s| s.stop_errors += 1);
+                self.set(key, KeyState::Unknown);
+                "unknown"
+            }
+        };
+        self.ledger.record(Record::StopDone {
+            key: key.to_string(),
+            outcome: outcome.into(),
+        });
+    }
+
+    fn count(&self, f: impl FnOnce(&mut LoadStats)) {
+        if let Ok(mut s) = self.stats.lock() {
+            f(&mut s);
+        }
+    }
+
+    /// Settles keys left `Unknown`: dispatching again tells whether the
+    /// pool has them (`Ok` or `JobExists` → running).
+    pub(crate) async fn settle_unknown(&self) {
+        for key in self.keys_in(KeyState::Unknown) {
+            self.dispatch(0, &key).await;
+        }
+    }
+}
+
+fn error_kind(e: &Error) -> String {
+    match e {
+        Error::Timeout(_) => "timeout".into(),
+        Error::Unavailable(_) => "unavailable".into(),
+        Error::NoActiveWorker(_) => "no active worker".into(),
+        Error::PoolFull(_) => "pool full".into(),
+        Error::StartFailed { .. } => "start failed".into(),
+        other => format!("other: {other}").chars().take(60).collect(),
+    }
+}

@@ -1,0 +1,323 @@
+//! The chaos driver: a private Redis (AOF on), worker processes behind
+//! per-process fault proxies, two client-only dispatcher nodes in this
+//! process, a fault schedule, a recovery window, then the checker.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use flotilla_integration_tests::driver::{ChaosOptions, run};
+//! let summary = run(ChaosOptions::default().duration(std::time::Duration::from_secs(60))).await?;
+//! println!("{}", summary.table());
+//! assert!(summary.violations.is_empty());
+//! # Ok(()) }
+//! ```
+
+mod faults;
+mod fleet;
+mod load;
+mod summary;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use flotilla_pool::{Node, NodeOptions};
+use flotilla_testkit::{RedisServer, ServerOptions};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::checker::{CheckOptions, TimeBase, check};
+use crate::clock::{ServerClock, mono_ns};
+use crate::ledger::{FaultKind, LedgerWriter, read_ledger};
+use fleet::Fleet;
+use load::{KeyState, Load};
+pub use summary::ChaosSummary;
+
+/// Options of a chaos run. Defaults in `impl Default`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ChaosOptions {
+    /// How long faults are injected. Default: 60 s.
+    pub duration: Duration,
+    /// Worker processes at the start (the count moves by ±1 with
+    /// add/remove faults). Default: 4.
+    pub worker_processes: usize,
+    /// Workers in each process. Default: 2.
+    pub workers_per_process: usize,
+    /// Seed of the fault schedule and the load. Default: 1.
+    pub seed: u64,
+    /// Worker TTL of every node. Default: 2 s.
+    pub ttl: Duration,
+    /// Distinct job keys the load uses. Default: 48.
+    pub keys: usize,
+    /// Concurrent load tasks. Default: 4.
+    pub load_tasks: usize,
+    /// Pause between two operations of one load task. Default: 40 ms.
+    pub load_pace: Duration,
+    /// Quiet time between a fault's recovery and the next fault.
+    /// Default: 1 s.
+    pub fault_gap: Duration,
+    /// How long a fault may take to recover before it is counted as not
+    /// recovered. Default: 5 × TTL.
+    pub recovery_limit: Duration,
+    /// Recovery window after the last fault, before the final check.
+    /// Default: 4 × TTL.
+    pub recovery_window: Duration,
+    /// The `flotilla-test-worker` binary. Default: next to this
+    /// executable.
+    pub worker_binary: Option<PathBuf>,
+    /// Where ledgers go; `None` uses a temp dir removed at the end.
+    /// Default: `None`.
+    pub ledger_dir: Option<PathBuf>,
+}
+
+impl Default for ChaosOptions {
+    fn default() -> Self {
+        let ttl = Duration::from_secs(2);
+        ChaosOptions {
+            duration: Duration::from_secs(60),
+            worker_processes: 4,
+            workers_per_process: 2,
+            seed: 1,
+            ttl,
+            keys: 48,
+            load_tasks: 4,
+            load_pace: Duration::from_millis(40),
+            fault_gap: Duration::from_secs(1),
+            recovery_limit: ttl * 5,
+            recovery_window: ttl * 4,
+            worker_binary: None,
+            ledger_dir: None,
+        }
+    }
+}
+
+impl ChaosOptions {
+    /// Sets the fault-injection duration.
+    pub fn duration(mut self, d: Duration) -> Self {
+        self.duration = d;
+        self
+    }
+    /// Sets the starting number of worker processes.
+    pub fn worker_processes(mut self, n: usize) -> Self {
+        self.worker_processes = n;
+        self
+    }
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+    /// Sets the worker binary.
+    pub fn worker_binary(mut self, path: PathBuf) -> Self {
+        self.worker_binary = Some(path);
+        self
+    }
+    /// Keeps ledgers in `dir`.
+    pub fn ledger_dir(mut self, dir: PathBuf) -> Self {
+        self.ledger_dir = Some(dir);
+        self
+    }
+}
+
+/// Errors that stop a chaos run before it can be checked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChaosError {
+    /// Redis or a proxy could not be started.
+    #[error(transparent)]
+    Testkit(#[from] flotilla_testkit::Error),
+    /// A worker process could not be started or signalled.
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
+    /// The pool refused something the driver needs.
+    #[error(transparent)]
+    Pool(#[from] flotilla_pool::Error),
+    /// Ledger I/O.
+    #[error("ledger: {0}")]
+    Io(#[from] std::io::Error),
+    /// No worker binary was found.
+    #[error(
+        "flotilla-test-worker binary not found; build it (cargo build -p flotilla-integration-tests) or pass its path"
+    )]
+    NoWorkerBinary,
+}
+
+/// Shared state of a run.
+pub(crate) struct Run {
+    options: ChaosOptions,
+    server: Arc<Mutex<RedisServer>>,
+    fleet: Fleet,
+    load: Load,
+    ledger: LedgerWriter,
+    rng: StdRng,
+    faults: BTreeMap<FaultKind, u64>,
+    recovery: BTreeMap<FaultKind, Duration>,
+    unrecovered: Vec<String>,
+}
+
+/// Runs the chaos suite and checks the ledgers.
+///
+/// # Errors
+/// [`ChaosError`] when the harness itself cannot run; invariant
+/// violations are in the summary, not errors.
+pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
+    let binary = options
+        .worker_binary
+        .clone()
+        .or_else(crate::process::sibling_worker_binary)
+        .ok_or(ChaosError::NoWorkerBinary)?;
+    let temp = tempfile::Builder::new()
+        .prefix("flotilla-chaos-")
+        .tempdir()?;
+    let dir = options
+        .ledger_dir
+        .clone()
+        .unwrap_or_else(|| temp.path().to_path_buf());
+    std::fs::create_dir_all(&dir)?;
+    let server = RedisServer::start_with(ServerOptions::default().aof(true))?;
+    let url = server.url();
+    let addr = server.addr();
+    let pool = flotilla_testkit::unique_name("chaos");
+    let clock_client = flotilla_testkit::client(&url).await?;
+    let clock = ServerClock::new();
+    let _ = clock.sample(&clock_client, true).await;
+    let cancel = CancellationToken::new();
+    tokio::spawn(
+        clock
+            .clone()
+            .run(clock_client, Duration::from_millis(500), cancel.clone()),
+    );
+    let ledger = LedgerWriter::open(&dir.join("driver.jsonl"), clock)?;
+    let node_options = NodeOptions::default()
+        .client_only(true)
+        .worker_ttl(options.ttl)
+        .ack_grace(options.ttl)
+        .dispatch_timeout(Duration::from_secs(3));
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        let client = flotilla_testkit::client(&url).await?;
+        nodes.push(Node::join(&client, &pool, node_options.clone()).await?);
+    }
+    let mut fleet = Fleet::new(
+        binary,
+        pool.clone(),
+        options.ttl,
+        options.workers_per_process,
+        dir.clone(),
+    );
+    for _ in 0..options.worker_processes {
+        fleet.add(addr).await?;
+    }
+    let load = Load::new(nodes.clone(), options.keys, ledger.clone());
+    let mut run = Run {
+        rng: StdRng::seed_from_u64(options.seed),
+        options: options.clone(),
+        server: Arc::new(Mutex::new(server)),
+        fleet,
+        load: load.clone(),
+        ledger,
+        faults: BTreeMap::new(),
+        recovery: BTreeMap::new(),
+        unrecovered: Vec::new(),
+    };
+    let started = Instant::now();
+    let load_cancel = CancellationToken::new();
+    let mut load_tasks = Vec::new();
+    for i in 0..options.load_tasks {
+        load_tasks.push(tokio::spawn(load.clone().run(
+            options.seed.wrapping_mul(1000).wrapping_add(i as u64),
+            options.load_pace,
+            load_cancel.clone(),
+        )));
+    }
+    let outcome = run.inject_until(started + options.duration).await;
+    load_cancel.cancel();
+    for t in load_tasks {
+        let _ = t.await;
+    }
+    if let Err(e) = outcome {
+        run.fleet.kill_all().await;
+        cancel.cancel();
+        return Err(e);
+    }
+    // Recovery window: no faults, no load; keys left unknown are settled
+    // first, then the pool gets the window to converge.
+    load.settle_unknown().await;
+    let window_start = Instant::now();
+    let mut final_recovery = None;
+    while window_start.elapsed() < options.recovery_window {
+        if final_recovery.is_none() && run.converged() {
+            final_recovery = Some(window_start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let end_ns = mono_ns();
+    let mut ledgers = vec![read_ledger(&dir.join("driver.jsonl"))?];
+    for path in &run.fleet.ledgers {
+        ledgers.push(read_ledger(path)?);
+    }
+    let report = check(
+        &ledgers,
+        &CheckOptions {
+            time_base: TimeBase::Monotonic,
+            lease_stop_after: options.ttl * 2 / 3,
+            settle: options.ttl * 3,
+            end_ns: Some(end_ns),
+            ..CheckOptions::default()
+        },
+    );
+    run.fleet.kill_all().await;
+    for node in &nodes {
+        let _ = node.close().await;
+    }
+    cancel.cancel();
+    let stats = load.stats.lock().map(|s| s.clone()).unwrap_or_default();
+    let summary = ChaosSummary {
+        duration: started.elapsed(),
+        seed: options.seed,
+        faults: run.faults,
+        worst_recovery_by_kind: run.recovery,
+        unrecovered: run.unrecovered,
+        final_convergence: final_recovery,
+        dispatch_ok: stats.dispatch_ok,
+        dispatch_exists: stats.dispatch_exists,
+        dispatch_errors: stats.dispatch_errors,
+        stop_ok: stats.stop_ok,
+        stop_not_found: stats.stop_not_found,
+        stop_errors: stats.stop_errors,
+        races: stats.races,
+        running_at_end: load.keys_in(KeyState::Running).len(),
+        violations: report.violations.iter().map(ToString::to_string).collect(),
+        report,
+        ledger_dir: options.ledger_dir.clone(),
+    };
+    drop(temp);
+    Ok(summary)
+}
+
+impl Run {
+    /// Whether every key the dispatchers believe running runs on a member
+    /// that is up, and no key believed stopped runs anywhere.
+    fn converged(&mut self) -> bool {
+        self.recovered()
+            && self
+                .load
+                .keys_in(KeyState::Stopped)
+                .iter()
+                .all(|k| !self.fleet.runs_anywhere(k))
+    }
+
+    /// Whether every key the dispatchers believe running runs on a member
+    /// that is up.
+    fn recovered(&mut self) -> bool {
+        self.fleet.refresh();
+        let up: HashSet<u32> = self.fleet.up().into_iter().collect();
+        self.load
+            .keys_in(KeyState::Running)
+            .iter()
+            .all(|k| self.fleet.runs_on_up_member(k, &up))
+    }
+}

@@ -1,0 +1,194 @@
+//! The result of a chaos run: what was injected, what was dispatched, what
+//! the checker found.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::checker::Report;
+use crate::ledger::FaultKind;
+
+/// What a chaos run did and found.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ChaosSummary {
+    /// Wall-clock length of the run (faults, then recovery window).
+    pub duration: Duration,
+    /// The seed used.
+    pub seed: u64,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<FaultKind, u64>,
+    /// Worst time from a fault to "every running key runs on a member
+    /// that is up", by kind.
+    pub worst_recovery_by_kind: BTreeMap<FaultKind, Duration>,
+    /// Faults that did not recover within the limit, and harness problems.
+    pub unrecovered: Vec<String>,
+    /// Time to converge in the final recovery window.
+    pub final_convergence: Option<Duration>,
+    /// `dispatch_job` returned `Ok`.
+    pub dispatch_ok: u64,
+    /// `dispatch_job` returned `JobExists`.
+    pub dispatch_exists: u64,
+    /// Other dispatch errors, by kind.
+    pub dispatch_errors: BTreeMap<String, u64>,
+    /// `stop_job` returned `Ok`.
+    pub stop_ok: u64,
+    /// `stop_job` returned `JobNotFound`.
+    pub stop_not_found: u64,
+    /// `stop_job` failed otherwise.
+    pub stop_errors: u64,
+    /// Concurrent dispatches of one key from both nodes.
+    pub races: u64,
+    /// Keys believed running at the end.
+    pub running_at_end: usize,
+    /// Every violation, as text.
+    pub violations: Vec<String>,
+    /// The checker's report.
+    pub report: Report,
+    /// Where the ledgers were kept, if asked.
+    pub ledger_dir: Option<PathBuf>,
+}
+
+impl ChaosSummary {
+    /// The worst recovery time over all faults.
+    pub fn worst_recovery(&self) -> Duration {
+        self.worst_recovery_by_kind
+            .values()
+            .copied()
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// Whether the run found nothing wrong.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.unrecovered.is_empty()
+    }
+
+    /// A plain-text summary table.
+    pub fn table(&self) -> String {
+        let mut t = String::new();
+        let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
+        let _ = writeln!(
+            t,
+            "chaos run: {:.1} s, seed {}",
+            self.duration.as_secs_f64(),
+            self.seed
+        );
+        let _ = writeln!(t, "| fault | injected | worst recovery |");
+        let _ = writeln!(t, "|---|---:|---:|");
+        for kind in FaultKind::ALL {
+            let n = self.faults.get(&kind).copied().unwrap_or(0);
+            let r = self
+                .worst_recovery_by_kind
+                .get(&kind)
+                .map_or("-".to_string(), |d| ms(*d));
+            let _ = writeln!(t, "| {} | {n} | {r} |", kind.name());
+        }
+        let total: u64 = self.faults.values().sum();
+        let _ = writeln!(
+            t,
+            "| **all faults** | {total} | {} |",
+            ms(self.worst_recovery())
+        );
+        let _ = writeln!(t);
+        let errors: u64 = self.dispatch_errors.values().sum();
+        let _ = writeln!(t, "| measure | value |");
+        let _ = writeln!(t, "|---|---:|");
+        let rows = [
+            ("jobs dispatched (Ok)", self.dispatch_ok.to_string()),
+            ("dispatch → JobExists", self.dispatch_exists.to_string()),
+            (
+                "dispatch errors (timeout/unavailable/...)",
+                errors.to_string(),
+            ),
+            ("concurrent dispatch races", self.races.to_string()),
+            (
+                "stops Ok / not found / failed",
+                format!(
+                    "{} / {} / {}",
+                    self.stop_ok, self.stop_not_found, self.stop_errors
+                ),
+            ),
+            (
+                "job runs checked (intervals)",
+                self.report.intervals.to_string(),
+            ),
+            (
+                "paused owners fenced (stale windows)",
+                format!(
+                    "{} (worst {:.1} ms after SIGCONT)",
+                    self.report.stale_windows,
+                    self.report.worst_stale_window_ns as f64 / 1e6
+                ),
+            ),
+            (
+                "unrequested moves checked against the ring",
+                self.report.moves_checked.to_string(),
+            ),
+            ("keys running at the end", self.running_at_end.to_string()),
+            (
+                "final convergence",
+                self.final_convergence.map_or("not reached".into(), ms),
+            ),
+            (
+                "faults not recovered in time",
+                self.unrecovered.len().to_string(),
+            ),
+            ("violations (I1–I4)", self.violations.len().to_string()),
+            ("worst recovery time", ms(self.worst_recovery())),
+        ];
+        for (k, v) in rows {
+            let _ = writeln!(t, "| {k} | {v} |");
+        }
+        for (k, v) in &self.dispatch_errors {
+            let _ = writeln!(t, "dispatch error {k}: {v}");
+        }
+        for u in &self.unrecovered {
+            let _ = writeln!(t, "NOT RECOVERED: {u}");
+        }
+        for v in self.violations.iter().take(50) {
+            let _ = writeln!(t, "VIOLATION: {v}");
+        }
+        if let Some(dir) = &self.ledger_dir {
+            let _ = writeln!(t, "ledgers kept in {}", dir.display());
+        }
+        t
+    }
+
+    /// The summary as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let faults: BTreeMap<String, u64> = self
+            .faults
+            .iter()
+            .map(|(k, v)| (format!("{k:?}"), *v))
+            .collect();
+        let recovery: BTreeMap<String, u128> = self
+            .worst_recovery_by_kind
+            .iter()
+            .map(|(k, v)| (format!("{k:?}"), v.as_millis()))
+            .collect();
+        serde_json::json!({
+            "duration_ms": self.duration.as_millis(),
+            "seed": self.seed,
+            "faults": faults,
+            "worst_recovery_ms_by_fault": recovery,
+            "worst_recovery_ms": self.worst_recovery().as_millis(),
+            "unrecovered": self.unrecovered,
+            "final_convergence_ms": self.final_convergence.map(|d| d.as_millis()),
+            "dispatch_ok": self.dispatch_ok,
+            "dispatch_exists": self.dispatch_exists,
+            "dispatch_errors": self.dispatch_errors,
+            "stop_ok": self.stop_ok,
+            "stop_not_found": self.stop_not_found,
+            "stop_errors": self.stop_errors,
+            "races": self.races,
+            "running_at_end": self.running_at_end,
+            "intervals": self.report.intervals,
+            "stale_windows": self.report.stale_windows,
+            "moves_checked": self.report.moves_checked,
+            "violations": self.violations,
+            "passed": self.passed(),
+        })
+    }
+}

@@ -1,0 +1,173 @@
+//! Worker processes for tests: spawn `flotilla-test-worker`, wait for its
+//! ready line, signal it. The child is killed when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The line a worker process prints once its workers are registered,
+/// followed by their ids as a JSON array.
+pub const READY_PREFIX: &str = "READY ";
+
+/// How to start a worker process.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    /// Path of the `flotilla-test-worker` binary.
+    pub binary: PathBuf,
+    /// Redis URL (possibly a fault proxy's).
+    pub redis_url: String,
+    /// Pool name.
+    pub pool: String,
+    /// Worker TTL.
+    pub ttl: Duration,
+    /// Workers in the process.
+    pub workers: usize,
+    /// Ledger file.
+    pub ledger: PathBuf,
+}
+
+/// A running worker process.
+#[derive(Debug)]
+pub struct WorkerProcess {
+    child: Child,
+    pid: u32,
+    /// Worker ids it registered.
+    pub workers: Vec<String>,
+    /// Its ledger file.
+    pub ledger: PathBuf,
+}
+
+/// Errors of spawning or signalling a worker process.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProcessError {
+    /// The binary could not be run.
+    #[error("cannot run {0}: {1}")]
+    Spawn(PathBuf, #[source] std::io::Error),
+    /// The process exited or printed no ready line in time.
+    #[error("worker process not ready: {0}")]
+    NotReady(String),
+    /// A signal could not be sent.
+    #[error("signal {0:?} to {1}: {2}")]
+    Signal(Signal, u32, #[source] nix::Error),
+}
+
+impl WorkerProcess {
+    /// Spawns a worker process and waits (up to `ready_timeout`) for its
+    /// ready line.
+    ///
+    /// # Errors
+    /// [`ProcessError::Spawn`], [`ProcessError::NotReady`].
+    pub async fn spawn(spec: &WorkerSpec, ready_timeout: Duration) -> Result<Self, ProcessError> {
+        let mut child = Command::new(&spec.binary)
+            .arg("--redis")
+            .arg(&spec.redis_url)
+            .arg("--pool")
+            .arg(&spec.pool)
+            .arg("--ttl-ms")
+            .arg(spec.ttl.as_millis().to_string())
+            .arg("--workers")
+            .arg(spec.workers.to_string())
+            .arg("--ledger")
+            .arg(&spec.ledger)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| ProcessError::Spawn(spec.binary.clone(), e))?;
+        let pid = child.id().unwrap_or(0);
+        let Some(stdout) = child.stdout.take() else {
+            return Err(ProcessError::NotReady("no stdout".into()));
+        };
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(ready_timeout, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(ids) = line.strip_prefix(READY_PREFIX) {
+                    return serde_json::from_str::<Vec<String>>(ids).ok();
+                }
+            }
+            None
+        })
+        .await;
+        let workers = match ready {
+            Ok(Some(w)) => w,
+            Ok(None) => return Err(ProcessError::NotReady(format!("pid {pid} exited"))),
+            Err(_) => {
+                return Err(ProcessError::NotReady(format!(
+                    "pid {pid}: no ready line within {ready_timeout:?}"
+                )));
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(WorkerProcess {
+            child,
+            pid,
+            workers,
+            ledger: spec.ledger.clone(),
+        })
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Sends `signal`.
+    ///
+    /// # Errors
+    /// [`ProcessError::Signal`].
+    pub fn signal(&self, signal: Signal) -> Result<(), ProcessError> {
+        kill(Pid::from_raw(self.pid as i32), signal)
+            .map_err(|e| ProcessError::Signal(signal, self.pid, e))
+    }
+
+    /// `SIGKILL`s the process and reaps it.
+    ///
+    /// # Errors
+    /// [`ProcessError::Signal`].
+    pub async fn sigkill(&mut self) -> Result<(), ProcessError> {
+        self.signal(Signal::SIGKILL)?;
+        let _ = self.child.wait().await;
+        Ok(())
+    }
+
+    /// `SIGTERM`s the process (it closes its node, handing its jobs over)
+    /// and waits up to `timeout` for it to exit, then kills it. Returns
+    /// whether it exited by itself.
+    ///
+    /// # Errors
+    /// [`ProcessError::Signal`].
+    pub async fn terminate(&mut self, timeout: Duration) -> Result<bool, ProcessError> {
+        self.signal(Signal::SIGTERM)?;
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(_) => Ok(true),
+            Err(_) => {
+                self.sigkill().await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Whether the process has exited.
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+/// The `flotilla-test-worker` binary next to the running executable (the
+/// same cargo target directory), or `None`.
+pub fn sibling_worker_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir, dir.parent().unwrap_or(Path::new("/nonexistent"))]
+        .iter()
+        .map(|d| d.join("flotilla-test-worker"))
+        .find(|p| p.is_file())
+}

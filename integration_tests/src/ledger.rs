@@ -137,6 +137,25 @@ impl FaultKind {
         FaultKind::RemoveWorker,
     ];
 
+    /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
+    /// `restart-empty`, `add`, `remove`).
+    pub fn cli_name(self) -> &'static str {
+        match self {
+            FaultKind::Kill => "kill",
+            FaultKind::Pause => "pause",
+            FaultKind::Cut => "cut",
+            FaultKind::RestartAof => "restart-aof",
+            FaultKind::RestartEmpty => "restart-empty",
+            FaultKind::AddWorker => "add",
+            FaultKind::RemoveWorker => "remove",
+        }
+    }
+
+    /// Parses a [`FaultKind::cli_name`].
+    pub fn from_cli_name(name: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.cli_name() == name)
+    }
+
     /// A short name for tables.
     pub fn name(self) -> &'static str {
         match self {

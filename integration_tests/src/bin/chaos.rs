@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use flotilla_integration_tests::checker::{CheckOptions, check};
 use flotilla_integration_tests::driver::{ChaosOptions, run};
+use flotilla_integration_tests::ledger::{FaultKind, read_ledger};
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -27,15 +29,33 @@ struct Args {
     /// Seed of the fault schedule and the load.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Fault kinds to inject, comma-separated: kill, pause, cut,
+    /// restart-aof, restart-empty, add, remove (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
+    faults: Vec<FaultKind>,
+    /// Worker TTL the run used, for `--recheck` (ms).
+    #[arg(long, default_value_t = 2000)]
+    ttl_ms: u64,
     /// Print the summary as JSON instead of a table.
     #[arg(long)]
     json: bool,
     /// Keep the ledgers in this directory.
     #[arg(long)]
     ledger_dir: Option<PathBuf>,
+    /// Only re-check the ledgers (`*.jsonl`) kept in this directory by an
+    /// earlier run (I1, I3, I4; I2 needs the run's end instant).
+    #[arg(long)]
+    recheck: Option<PathBuf>,
     /// Path of the flotilla-test-worker binary (default: next to this one).
     #[arg(long)]
     worker_binary: Option<PathBuf>,
+}
+
+fn parse_fault(s: &str) -> Result<FaultKind, String> {
+    FaultKind::from_cli_name(s).ok_or_else(|| {
+        let names: Vec<&str> = FaultKind::ALL.iter().map(|k| k.cli_name()).collect();
+        format!("unknown fault {s:?}; one of {}", names.join(", "))
+    })
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -61,10 +81,16 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Some(dir) = args.recheck {
+        return recheck(&dir, args.ttl_ms);
+    }
     let mut options = ChaosOptions::default()
         .duration(args.duration)
         .worker_processes(args.workers)
         .seed(args.seed);
+    if !args.faults.is_empty() {
+        options = options.faults(args.faults);
+    }
     if let Some(dir) = args.ledger_dir {
         options = options.ledger_dir(dir);
     }
@@ -88,5 +114,54 @@ async fn main() -> ExitCode {
             eprintln!("chaos: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+fn recheck(dir: &std::path::Path, ttl_ms: u64) -> ExitCode {
+    let mut ledgers = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("chaos: {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "jsonl") {
+            match read_ledger(&path) {
+                Ok(l) => ledgers.push(l),
+                Err(e) => {
+                    eprintln!("chaos: {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    }
+    let ttl = Duration::from_millis(ttl_ms);
+    let report = check(
+        &ledgers,
+        &CheckOptions {
+            lease_stop_after: ttl * 2 / 3,
+            settle: ttl * 3,
+            ..CheckOptions::default()
+        },
+    );
+    for v in &report.violations {
+        println!("VIOLATION: {v}");
+    }
+    println!(
+        "{} ledgers, {} intervals, {} admissions, {} stale windows, {} moves checked, {} violations",
+        ledgers.len(),
+        report.intervals,
+        report.admissions,
+        report.stale_windows,
+        report.moves_checked,
+        report.violations.len()
+    );
+    if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }

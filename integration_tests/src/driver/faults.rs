@@ -21,12 +21,18 @@ impl Run {
         tokio::time::sleep(self.options.fault_gap * 2).await;
         while Instant::now() < end {
             if round.is_empty() {
-                round = FaultKind::ALL.to_vec();
+                round = self.options.faults.clone();
+                if round.is_empty() {
+                    tokio::time::sleep_until(end).await;
+                    break;
+                }
                 round.shuffle(&mut self.rng);
             }
             let Some(kind) = round.pop() else { continue };
             let kind = self.adjust(kind);
-            self.inject(kind).await?;
+            if self.options.faults.contains(&kind) {
+                self.inject(kind).await?;
+            }
             tokio::time::sleep(self.options.fault_gap).await;
         }
         Ok(())
@@ -60,7 +66,7 @@ impl Run {
     }
 
     async fn inject(&mut self, kind: FaultKind) -> Result<(), ChaosError> {
-        let since = Instant::now();
+        let mut since = Instant::now();
         let ttl = self.options.ttl;
         let mut recovered = None;
         let mut target = None;
@@ -145,6 +151,8 @@ impl Run {
                         flotilla_testkit::Error::Startup("server lock poisoned".into())
                     })?;
                 let pid = self.fleet.add(addr).await?;
+                // Recovery counts from the moment it is registered.
+                since = Instant::now();
                 target = Some(pid);
                 self.record(kind, Some(pid), false);
                 self.record(kind, Some(pid), true);

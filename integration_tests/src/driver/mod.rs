@@ -65,6 +65,9 @@ pub struct ChaosOptions {
     /// Recovery window after the last fault, before the final check.
     /// Default: 4 × TTL.
     pub recovery_window: Duration,
+    /// Fault kinds to inject, each round in a seeded order.
+    /// Default: all of [`FaultKind::ALL`].
+    pub faults: Vec<FaultKind>,
     /// The `flotilla-test-worker` binary. Default: next to this
     /// executable.
     pub worker_binary: Option<PathBuf>,
@@ -88,6 +91,7 @@ impl Default for ChaosOptions {
             fault_gap: Duration::from_secs(1),
             recovery_limit: ttl * 5,
             recovery_window: ttl * 4,
+            faults: FaultKind::ALL.to_vec(),
             worker_binary: None,
             ledger_dir: None,
         }
@@ -108,6 +112,11 @@ impl ChaosOptions {
     /// Sets the seed.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
+        self
+    }
+    /// Sets the fault kinds to inject.
+    pub fn faults(mut self, kinds: Vec<FaultKind>) -> Self {
+        self.faults = kinds;
         self
     }
     /// Sets the worker binary.

@@ -29,7 +29,17 @@ pub struct Harness {
 
 impl Harness {
     pub async fn start(prefix: &str, processes: usize, workers_each: usize) -> Harness {
-        let server = RedisServer::start()
+        Self::start_with(prefix, processes, workers_each, false).await
+    }
+
+    /// As [`Harness::start`], with Redis persistence (AOF) on or off.
+    pub async fn start_with(
+        prefix: &str,
+        processes: usize,
+        workers_each: usize,
+        aof: bool,
+    ) -> Harness {
+        let server = RedisServer::start_with(flotilla_testkit::ServerOptions::default().aof(aof))
             .expect("redis-server must be installed (apt-get install redis-server)");
         let dir = tempfile::tempdir().unwrap();
         let pool = unique_name(prefix);

@@ -1,0 +1,62 @@
+//! The short CI version of the chaos suite (the long soak is the `chaos`
+//! program: `cargo run --release -p flotilla-integration-tests --bin chaos -- --duration 30m`).
+
+use std::time::Duration;
+
+use flotilla_integration_tests::driver::{ChaosOptions, run};
+use flotilla_integration_tests::ledger::FaultKind;
+
+fn options(seconds: u64, faults: Vec<FaultKind>) -> ChaosOptions {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    ChaosOptions::default()
+        .duration(Duration::from_secs(seconds))
+        .worker_processes(4)
+        .seed(7)
+        .faults(faults)
+        .worker_binary(env!("CARGO_BIN_EXE_flotilla-test-worker").into())
+}
+
+/// Process crashes and membership changes: SIGKILL, add and remove worker
+/// processes, with two dispatchers racing and stopping jobs throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_kills_and_membership_changes() {
+    let summary = run(options(
+        40,
+        vec![
+            FaultKind::Kill,
+            FaultKind::AddWorker,
+            FaultKind::RemoveWorker,
+        ],
+    ))
+    .await
+    .expect("chaos harness");
+    println!("{}", summary.table());
+    assert!(
+        summary.faults.values().sum::<u64>() >= 6,
+        "{}",
+        summary.table()
+    );
+    assert!(summary.dispatch_ok > 50, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}
+
+/// Every fault kind, including pauses, partitions and Redis restarts.
+///
+/// Fails today on pool bugs this suite found (see `tests/pause.rs`,
+/// `tests/redis_restart.rs` and the README): a node whose replica is stale
+/// (resumed from SIGSTOP, or re-syncing after a Redis restart) judges live
+/// workers dead, so two workers run one key (I1); and after a partition
+/// heals, a worker can start nothing for ~10 s while `stop_job` of its
+/// pending jobs answers `JobNotFound` and is lost (I2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "pool bugs: stale-replica cleanup (I1) and lost stop of a pending job (I2); see README"]
+async fn chaos_short_all_faults() {
+    let summary = run(options(60, FaultKind::ALL.to_vec()))
+        .await
+        .expect("chaos harness");
+    println!("{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}

@@ -14,26 +14,15 @@ use flotilla_testkit::wait_until;
 use nix::sys::signal::Signal;
 use support::{Harness, TTL, starts_after};
 
-/// Pause/resume cycles per run: the bug below shows in about one cycle
-/// out of five on a loaded 2-core machine, so several cycles make it
-/// likely to show.
+/// Pause/resume cycles per run: a race with the replica's catch-up shows
+/// in a fraction of cycles only, so several cycles make it likely to show.
 const CYCLES: usize = 3;
 
-// POOL BUG (found by this test and by the chaos suite): a node that resumes
-// after a pause longer than the TTL judges LIVE workers of other processes
-// dead. `NodeInner::clean_dead_workers` (pool/src/cleanup.rs) compares a
-// fresh Redis `TIME` with the keep-alives in its *local replica*, which is
-// still the pre-pause snapshot (the buffered pub/sub updates are not applied
-// yet), then `claim_cleanup` takes the claim with `set_if_not_exists`
-// without re-checking the keep-alive in Redis. The live workers' jobs are
-// requeued while they still run: two workers run one key (I1), and the
-// ring flaps as the victims re-register. The same happens to any node whose
-// replica lags by more than TTL - TTL/3. Fix direction: decide death inside
-// the claim script (keep-alive from the hash vs `TIME`), and/or treat a
-// late cleanup tick (own monotonic clock) like a reconnect: resync, then
-// wait a TTL before judging anyone.
+// Guards against a node judging live workers dead from a stale replica:
+// after a pause its keep-alive replica is the pre-pause snapshot until the
+// buffered pub/sub updates are applied. (Before the cleanup claim checked
+// the keep-alive in Redis, this failed about one cycle in five.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "pool bug: a node resuming from a pause judges live workers dead from its stale replica (see comment)"]
 async fn paused_process_stands_down_on_resume_and_live_workers_stay() {
     let mut h = Harness::start("pause", 3, 2).await;
     let keys: Vec<String> = (0..24).map(|i| format!("job-{i}")).collect();

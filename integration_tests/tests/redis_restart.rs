@@ -82,19 +82,12 @@ async fn restart_keeps_every_job(aof: bool) {
     h.kill_all().await;
 }
 
-// POOL BUG (intermittent, about one run in four on a loaded 2-core
-// machine): about one TTL after the restart (when the reconnect grace
-// ends) a node judges live workers dead (`worker dead: cleaning up ...
-// silent_ms=2400`) although their keep-alives in Redis are fresh, and their
-// jobs are requeued while they run (I1). The rmap replicas re-sync after
-// the reconnect, and that re-sync fails repeatedly for 0.5–1 s with
-// `ERR wrong number of arguments for 'subscribe' command` from
-// `resubscribe_all()` (rmap/src/sync.rs); a keep-alive replica still stale
-// when the grace ends meets `clean_dead_workers`, which trusts the replica
-// and never re-checks the keep-alive in Redis. Same root cause as
-// `tests/pause.rs`.
+// Guards against a node judging live workers dead after the restart from a
+// keep-alive replica that is still re-syncing (the re-sync after a Redis
+// restart can fail for 0.5–1 s with "ERR wrong number of arguments for
+// 'subscribe' command" from `resubscribe_all()`). Before the cleanup claim
+// checked the keep-alive in Redis, this failed about one run in four.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "pool bug: after a Redis restart a node with a stale keep-alive replica judges live workers dead (see comment)"]
 async fn redis_restart_with_aof_keeps_every_job_running_once() {
     restart_keeps_every_job(true).await;
 }

@@ -51,6 +51,7 @@ impl NodeInner {
                     match tokio::time::timeout(budget, self.renew()).await {
                         Ok(Ok(unknown)) => {
                             last_ok = sent;
+                            *self.last_renewal.lock().unwrap_or_else(|e| e.into_inner()) = sent;
                             for worker in unknown {
                                 if let Err(e) = self.reregister(&worker).await {
                                     tracing::warn!(worker, error = %e, "re-registering worker failed");

@@ -83,6 +83,9 @@ pub(crate) struct NodeInner {
     /// When the node last (re)connected to Redis: it judges nobody dead for
     /// one TTL after that.
     pub(crate) connected_at: Mutex<Instant>,
+    /// When the last successful keep-alive renewal was sent (the start of
+    /// the node's lease), on this process's monotonic clock.
+    pub(crate) last_renewal: std::sync::Mutex<Instant>,
 }
 
 impl std::fmt::Debug for Node {
@@ -183,6 +186,7 @@ impl Node {
             cancel: CancellationToken::new(),
             closed: AtomicBool::new(false),
             connected_at: Mutex::new(Instant::now()),
+            last_renewal: std::sync::Mutex::new(Instant::now()),
         });
         inner.refresh_ring();
         inner.spawn_tasks();
@@ -550,6 +554,20 @@ impl NodeInner {
         let (tx, rx) = oneshot::channel();
         self.waiters.insert(id, tx);
         (id, rx)
+    }
+
+    /// Whether the node's lease on its jobs holds now, by its own monotonic
+    /// clock. Checked right before every start, so a process that resumes
+    /// after a pause longer than the lease starts nothing even before its
+    /// lease watchdog has run.
+    pub(crate) fn lease_valid(&self) -> bool {
+        self.options.lease_policy != crate::options::LeasePolicy::StopJobs
+            || self
+                .last_renewal
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .elapsed()
+                < self.options.lease_stop_after
     }
 
     /// Whether the node (re)connected less than one TTL ago.

@@ -374,9 +374,11 @@ impl WorkerInner {
             let _ = guarded("stop", self.handler.stop(&key)).await;
             self.jobs.remove(&key);
         }
-        if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) {
+        if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) || !node.lease_valid() {
             // Without a lease nothing starts; the entry stays in the inbox
             // and is read again once the lease is back (or moved by cleanup).
+            // The clock check catches a process resumed after a long pause
+            // before its lease watchdog could run.
             return Err(Error::Unavailable(fred::error::Error::new(
                 fred::error::ErrorKind::Timeout,
                 "lease lost",

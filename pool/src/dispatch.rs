@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_STOP, JobBody, KeyedRequest, Reply, ReplyTo};
 use crate::error::{Error, Result};
 use crate::node::{Node, NodeInner, SHUTDOWN_FLAG};
+use crate::options::DispatchOptions;
 
 /// Where a stop or notify request went.
 enum Routed {
@@ -70,13 +71,52 @@ impl Node {
     /// timeout (the job may still start); [`Error::Closed`];
     /// [`Error::ShuttingDown`]; [`Error::InvalidName`];
     /// [`Error::PayloadTooLarge`]; [`Error::Unavailable`] / [`Error::Redis`].
-    #[tracing::instrument(name = "dispatch", skip(self, payload), fields(pool = %self.inner.pool))]
     pub async fn dispatch_job(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
+        self.dispatch_job_with(key, payload, &DispatchOptions::default())
+            .await
+    }
+
+    /// Like [`dispatch_job`](Self::dispatch_job), with options.
+    ///
+    /// With [`DispatchOptions::idempotency_window`], a key admitted (by a
+    /// dispatch with a window) less than a window ago is refused with
+    /// [`Error::AlreadyDispatched`], even after that job finished: many
+    /// concurrent or late callers that each want "the successor" started
+    /// start it once. The check and the marker are part of the one
+    /// admission script, on Redis server time. A job that is still running
+    /// or pending gets [`Error::JobExists`] as usual. A start refused by
+    /// the handler ([`Error::StartFailed`]) removes its marker again.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use flotilla_pool::{DispatchOptions, Error, Node};
+    ///
+    /// # async fn demo(node: Node) -> flotilla_pool::Result<()> {
+    /// let once = DispatchOptions::default().idempotency_window(Duration::from_secs(600));
+    /// match node.dispatch_job_with("validate-run-7", &b""[..], &once).await {
+    ///     Ok(()) => println!("started the successor"),
+    ///     Err(Error::JobExists(_) | Error::AlreadyDispatched { .. }) => {} // someone else did
+    ///     Err(other) => return Err(other),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`dispatch_job`](Self::dispatch_job), plus
+    /// [`Error::AlreadyDispatched`] and [`Error::InvalidOptions`].
+    #[tracing::instrument(name = "dispatch", skip(self, payload, options), fields(pool = %self.inner.pool))]
+    pub async fn dispatch_job_with(
+        &self,
+        key: &str,
+        payload: impl Into<Bytes>,
+        options: &DispatchOptions,
+    ) -> Result<()> {
         let started = Instant::now();
-        let result = self.inner.dispatch(key, payload.into()).await;
+        let result = self.inner.dispatch(key, payload.into(), options).await;
         let outcome = match &result {
             Ok(()) => "ok",
             Err(Error::JobExists(_)) => "exists",
+            Err(Error::AlreadyDispatched { .. }) => "recent",
             Err(_) => "error",
         };
         metrics::counter!("flotilla_pool_dispatch_total", "outcome" => outcome).increment(1);
@@ -227,10 +267,25 @@ impl NodeInner {
         Ok(payload)
     }
 
-    async fn dispatch(&self, key: &str, payload: Bytes) -> Result<()> {
+    async fn dispatch(&self, key: &str, payload: Bytes, options: &DispatchOptions) -> Result<()> {
         self.check_open()?;
         crate::check_name("job key", key)?;
+        options.validate()?;
         let payload = self.check_payload(payload)?;
+        let marker = crate::keys::dispatched(&self.pool, key);
+        let window_ms = options
+            .idempotency_window
+            .map_or(0, |w| w.as_millis().max(1) as u64);
+        // A dispatch that is not a schedule's names any pool key for the
+        // schedule slots (unused by the script); all stay in the pool's slot.
+        let (record_key, lock_key, leader_token) = match &options.schedule {
+            Some(fence) => (
+                fence.record_key.clone(),
+                fence.lock_key.clone(),
+                fence.token,
+            ),
+            None => (marker.clone(), marker.clone(), 0),
+        };
         let deadline = Instant::now() + self.options.dispatch_timeout;
         let body = codec::encode(&JobBody {
             key: key.to_string(),
@@ -245,6 +300,7 @@ impl NodeInner {
             let mut keys = self.maps.base_keys();
             keys.push(inbox.key().to_string());
             keys.push(self.maps.cleanup.keys_info().hash.clone());
+            keys.extend([marker.clone(), record_key.clone(), lock_key.clone()]);
             let mut args = self.maps.base_args();
             args.extend([
                 Value::from(key),
@@ -255,6 +311,8 @@ impl NodeInner {
                 Value::from(self.options.max_queued_jobs.to_string()),
                 Value::from(pending_ttl.to_string()),
                 Value::from(INBOX_MAXLEN.to_string()),
+                Value::from(window_ms.to_string()),
+                Value::from(leader_token.to_string()),
             ]);
             let reply: Value = match self.scripts.admit.run(&self.client, keys, args).await {
                 Ok(v) => v,
@@ -270,7 +328,13 @@ impl NodeInner {
                     let reply = self.await_reply(request, rx, deadline).await?;
                     return match reply.status.as_str() {
                         "ok" => Ok(()),
-                        "failed" => Err(crate::error::start_refused(key, reply.message)),
+                        "failed" => {
+                            if window_ms > 0 {
+                                let token = rest.first().and_then(Value::as_u64).unwrap_or(0);
+                                self.unmark(&marker, token).await;
+                            }
+                            Err(crate::error::start_refused(key, reply.message))
+                        }
                         "superseded" => Err(Error::JobExists(key.to_string())),
                         other => Err(Error::Malformed {
                             what: "dispatch reply",
@@ -281,6 +345,19 @@ impl NodeInner {
                 "exists" => {
                     self.waiters.remove(&request);
                     return Err(Error::JobExists(key.to_string()));
+                }
+                "recent" => {
+                    self.waiters.remove(&request);
+                    let left = rest.first().and_then(Value::as_u64).unwrap_or_default();
+                    return Err(Error::AlreadyDispatched {
+                        key: key.to_string(),
+                        retry_after: Duration::from_millis(left),
+                    });
+                }
+                "not_leader" => {
+                    self.waiters.remove(&request);
+                    let name = options.schedule.as_ref().map(|f| f.name.clone());
+                    return Err(Error::NotLeader(name.unwrap_or_default()));
                 }
                 "full" => {
                     self.waiters.remove(&request);
@@ -307,6 +384,22 @@ impl NodeInner {
                     });
                 }
             }
+        }
+    }
+
+    /// Removes the idempotency marker of a refused start (best effort: a
+    /// marker left behind only delays a retry until the window ends).
+    async fn unmark(&self, marker: &str, token: u64) {
+        let result: Result<i64> = crate::lock::script::call(
+            &self.client,
+            &crate::scripts::UNMARK,
+            vec![marker.to_string()],
+            vec![token.to_string()],
+            self.options.dispatch_timeout,
+        )
+        .await;
+        if let Err(error) = result {
+            tracing::warn!(marker, %error, "could not remove the idempotency marker of a refused start");
         }
     }
 

@@ -12,6 +12,23 @@ pub enum Error {
     /// The job key is already running or being dispatched.
     #[error("job {0:?} already exists (running or being dispatched)")]
     JobExists(String),
+    /// The key was admitted within the idempotency window asked for with
+    /// [`DispatchOptions::idempotency_window`](crate::DispatchOptions::idempotency_window):
+    /// it is not started again, even if it has finished since.
+    #[error(
+        "job {key:?} was already dispatched within the idempotency window (retry after {retry_after:?})"
+    )]
+    AlreadyDispatched {
+        /// The job key.
+        key: String,
+        /// How long until the window of the earlier admission ends
+        /// (Redis server time).
+        retry_after: Duration,
+    },
+    /// A schedule's dispatch was refused because this node no longer holds
+    /// the schedule's leader lease (checked atomically with admission).
+    #[error("schedule {0:?} is led by another node now")]
+    NotLeader(String),
     /// No job with this key runs in the pool.
     #[error("job {0:?} not found")]
     JobNotFound(String),

@@ -64,6 +64,24 @@ pub(crate) fn ticker(hash_tag: Option<&str>, name: &str) -> String {
     }
 }
 
+/// Idempotency marker of a job key: written by an admission that asked for
+/// an idempotency window, expires with the window (`PX`).
+pub(crate) fn dispatched(pool: &str, key: &str) -> String {
+    format!("fl:{{{pool}}}:dispatched:{key}")
+}
+
+/// Hash of the jobs a schedule started (job key → fencing token), so that a
+/// new leader knows what the previous one started.
+pub(crate) fn schedule(pool: &str, name: &str) -> String {
+    format!("fl:{{{pool}}}:schedule:{name}")
+}
+
+/// Name of a schedule's leader lease and ticker (both given the pool as
+/// hash tag: `fl:{pool}:lock:schedule:<name>`, `fl:{pool}:ticker:schedule:<name>`).
+pub(crate) fn schedule_lease(name: &str) -> String {
+    format!("schedule:{name}")
+}
+
 /// Pattern matching every key of a pool (for `SCAN` during shutdown and by
 /// inspectors).
 pub(crate) fn pool_pattern(pool: &str) -> String {

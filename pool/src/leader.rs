@@ -36,6 +36,8 @@
 //! # Ok(()) }
 //! ```
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fred::prelude::Client;
@@ -244,6 +246,8 @@ fn invalid(option: &'static str, reason: &str) -> Error {
 pub struct LeaderLease {
     lock: ClusterLock,
     leader: watch::Receiver<bool>,
+    /// Fencing token of the latest acquisition (0: none yet).
+    token: Arc<AtomicU64>,
     requests: mpsc::Sender<oneshot::Sender<Result<()>>>,
     cancel: CancellationToken,
     task: Option<JoinHandle<Result<()>>>,
@@ -253,6 +257,7 @@ pub struct LeaderLease {
 struct Runner {
     lock: ClusterLock,
     leader: watch::Sender<bool>,
+    token: Arc<AtomicU64>,
     requests: mpsc::Receiver<oneshot::Sender<Result<()>>>,
     cancel: CancellationToken,
     heartbeat: Duration,
@@ -282,9 +287,11 @@ impl LeaderLease {
         let (leader_tx, leader_rx) = watch::channel(false);
         let (request_tx, request_rx) = mpsc::channel(8);
         let cancel = CancellationToken::new();
+        let token = Arc::new(AtomicU64::new(0));
         let mut runner = Runner {
             lock: lock.clone(),
             leader: leader_tx,
+            token: Arc::clone(&token),
             requests: request_rx,
             cancel: cancel.clone(),
             heartbeat: options.effective_heartbeat_interval(),
@@ -301,6 +308,7 @@ impl LeaderLease {
         Ok(Self {
             lock,
             leader: leader_rx,
+            token,
             requests: request_tx,
             cancel,
             task: Some(task),
@@ -320,6 +328,16 @@ impl LeaderLease {
     /// Whether this process leads right now.
     pub fn is_leader(&self) -> bool {
         *self.leader.borrow()
+    }
+
+    /// The fencing token of the current leadership while this process
+    /// leads, `None` otherwise. Tokens strictly increase with every
+    /// acquisition of the lease by anyone, so storage (or a script that
+    /// compares it with the lease's holder record) can refuse a deposed
+    /// leader.
+    pub fn fencing_token(&self) -> Option<u64> {
+        let token = self.token.load(Ordering::Acquire);
+        (self.is_leader() && token != 0).then_some(token)
     }
 
     /// A receiver of leadership changes: `true` while this process leads.
@@ -501,6 +519,7 @@ impl Runner {
         match self.lock.try_acquire().await {
             Ok(guard) => {
                 let token = guard.token();
+                self.token.store(token, Ordering::Release);
                 self.guard = Some(guard);
                 self.failing = false;
                 tracing::info!(lease = %self.lock.name(), token, "became leader");

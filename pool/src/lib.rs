@@ -25,6 +25,7 @@ pub mod inspect;
 pub mod leader;
 pub mod lock;
 pub mod multihome;
+pub mod scheduler;
 pub mod ticker;
 
 pub use error::{Error, Result};
@@ -32,8 +33,9 @@ pub use handler::{AtCapacity, Handler, HandlerError, Job, TaskHandler};
 pub use leader::{LeaderLease, LeaderOptions};
 pub use lock::{ClusterLock, LockGuard, LockInfo, LockOptions};
 pub use node::{Node, WorkerInfo};
-pub use options::{LeasePolicy, NodeOptions};
+pub use options::{DispatchOptions, LeasePolicy, NodeOptions, ScheduleOptions};
 pub use routing::Ring;
+pub use scheduler::{Schedule, ScheduleRun, ScheduledJobs};
 pub use ticker::{Tick, Ticker, TickerOptions};
 pub use worker::Worker;
 

@@ -224,3 +224,143 @@ impl NodeOptions {
         Ok(())
     }
 }
+
+/// Options of one dispatch ([`Node::dispatch_job_with`](crate::Node::dispatch_job_with)).
+///
+/// ```
+/// use std::time::Duration;
+/// use flotilla_pool::DispatchOptions;
+///
+/// let options = DispatchOptions::default().idempotency_window(Duration::from_secs(60));
+/// assert!(options.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct DispatchOptions {
+    /// When set, a dispatch of a key that was admitted less than this long
+    /// ago (Redis server time) by another dispatch with a window is refused
+    /// with [`Error::AlreadyDispatched`] — even if that job has finished
+    /// since. An admission with a window leaves a marker that expires after
+    /// the window. Use one window per key: the marker lives as long as the
+    /// window of the dispatch that wrote it. Dispatches without a window
+    /// neither check nor write markers. Default: `None`.
+    pub idempotency_window: Option<Duration>,
+    /// Set by a schedule: record the admission in the schedule's job set,
+    /// fenced by its leader token.
+    pub(crate) schedule: Option<ScheduleFence>,
+}
+
+/// What a schedule's dispatch carries so that admission records it and
+/// refuses a deposed leader, atomically.
+#[derive(Debug, Clone)]
+pub(crate) struct ScheduleFence {
+    /// The schedule's name.
+    pub(crate) name: String,
+    /// The schedule's job-set hash.
+    pub(crate) record_key: String,
+    /// The schedule's leader-lease lock key (its holder record).
+    pub(crate) lock_key: String,
+    /// The leader's fencing token; admission compares it with the record.
+    pub(crate) token: u64,
+}
+
+impl DispatchOptions {
+    /// Sets [`idempotency_window`](Self::idempotency_window).
+    #[must_use]
+    pub fn idempotency_window(mut self, window: Duration) -> Self {
+        self.idempotency_window = Some(window);
+        self
+    }
+
+    /// Checks the options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] when the window is under 1 ms or over
+    /// 30 days.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(window) = self.idempotency_window
+            && (window < Duration::from_millis(1) || window > Duration::from_secs(30 * 86_400))
+        {
+            return Err(Error::InvalidOptions {
+                option: "idempotency_window",
+                reason: "must be between 1 ms and 30 days".to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Options of a schedule ([`Node::schedule_with`](crate::Node::schedule_with)).
+///
+/// ```
+/// use std::time::Duration;
+/// use flotilla_pool::ScheduleOptions;
+///
+/// let options = ScheduleOptions::default().leader_ttl(Duration::from_secs(5));
+/// assert!(options.validate().is_ok());
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ScheduleOptions {
+    /// TTL of the schedule's leader lease: a leader that dies is replaced
+    /// within about this long (plus one follower poll). Default: 15 s.
+    pub leader_ttl: Duration,
+    /// How often a follower tries to become leader; a leader that closes
+    /// gracefully is replaced within about this long. Default: 250 ms.
+    pub follower_poll: Duration,
+    /// Most dispatches (or stops) of one run in flight at once.
+    /// Default: 16.
+    pub max_concurrent: usize,
+}
+
+impl Default for ScheduleOptions {
+    fn default() -> Self {
+        ScheduleOptions {
+            leader_ttl: Duration::from_secs(15),
+            follower_poll: Duration::from_millis(250),
+            max_concurrent: 16,
+        }
+    }
+}
+
+impl ScheduleOptions {
+    /// Sets [`leader_ttl`](Self::leader_ttl).
+    #[must_use]
+    pub fn leader_ttl(mut self, ttl: Duration) -> Self {
+        self.leader_ttl = ttl;
+        self
+    }
+
+    /// Sets [`follower_poll`](Self::follower_poll).
+    #[must_use]
+    pub fn follower_poll(mut self, poll: Duration) -> Self {
+        self.follower_poll = poll;
+        self
+    }
+
+    /// Sets [`max_concurrent`](Self::max_concurrent).
+    #[must_use]
+    pub fn max_concurrent(mut self, max: usize) -> Self {
+        self.max_concurrent = max;
+        self
+    }
+
+    /// Checks the options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] when `max_concurrent` is zero or the
+    /// leader lease options are invalid (see
+    /// [`LeaderOptions::validate`](crate::LeaderOptions::validate)).
+    pub fn validate(&self) -> Result<()> {
+        if self.max_concurrent == 0 {
+            return Err(Error::InvalidOptions {
+                option: "max_concurrent",
+                reason: "must be at least 1".to_string(),
+            });
+        }
+        crate::LeaderOptions::default()
+            .ttl(self.leader_ttl)
+            .follower_poll(self.follower_poll)
+            .validate()
+    }
+}

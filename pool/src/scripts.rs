@@ -121,6 +121,16 @@ impl Scripts {
     }
 }
 
+/// Removes the idempotency marker of an admission whose start was refused
+/// (`scripts/unmark.lua`; a plain script, no preludes).
+pub(crate) static UNMARK: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::from_lua(include_str!("scripts/unmark.lua")));
+
+/// Drops a job from a schedule's job set while the caller leads
+/// (`scripts/schedule_forget.lua`; a plain script, no preludes).
+pub(crate) static SCHEDULE_FORGET: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::from_lua(include_str!("scripts/schedule_forget.lua")));
+
 /// Decodes a script's `{status, ...}` reply into the status and the rest.
 pub(crate) fn status_reply(value: Value) -> Result<(String, Vec<Value>)> {
     let mut items: Vec<Value> = match value {

@@ -2,6 +2,8 @@
 //! fast hand-over on graceful close, never two leaders (ledger of watch
 //! transitions), and clear refusal naming the leader.
 
+mod child_process;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -236,4 +238,55 @@ async fn cut_off_leader_steps_down_before_its_ttl() {
         .expect("leads again")
         .expect("not closed");
     lease.close().await.expect("close");
+}
+
+/// Child process of `killed_leader_process_is_replaced_within_one_and_a_half_ttl`:
+/// leads, and never steps down (it is killed).
+#[tokio::test]
+#[ignore = "run as a child process by killed_leader_process_is_replaced_within_one_and_a_half_ttl"]
+async fn child_leads_until_killed() {
+    let Some((url, name)) = child_process::child_settings() else {
+        return;
+    };
+    let client = flotilla_testkit::client(&url).await.expect("client");
+    let lease = LeaderLease::start(
+        &client,
+        &name,
+        options("child-process", Duration::from_millis(1_000)),
+    )
+    .await
+    .expect("lease");
+    lease.wait_until_leader().await.expect("leads");
+    println!("LEADING");
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_leader_process_is_replaced_within_one_and_a_half_ttl() {
+    let server = RedisServer::start().expect("redis-server");
+    let name = unique_name("killed-leader");
+    let ttl = Duration::from_millis(1_000);
+    let (mut child, _) =
+        child_process::spawn("child_leads_until_killed", &server.url(), &name, "LEADING").await;
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
+    let follower = LeaderLease::start(&client, &name, options("follower", ttl))
+        .await
+        .expect("lease");
+    assert!(!follower.is_leader());
+    let holder = follower.holder().await.expect("holder").expect("a leader");
+    assert_eq!(holder.owner_id, "child-process");
+    assert_ne!(holder.pid, std::process::id());
+
+    child_process::kill(&mut child).await;
+    let killed = Instant::now();
+    tokio::time::timeout(ttl * 2, follower.wait_until_leader())
+        .await
+        .expect("a new leader")
+        .expect("not closed");
+    let failover = killed.elapsed();
+    assert!(failover <= ttl * 3 / 2, "failover took {failover:?}");
+    println!("killed leader process replaced after {failover:?} (ttl {ttl:?})");
+    follower.close().await.expect("close");
 }

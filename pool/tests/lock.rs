@@ -2,6 +2,8 @@
 //! fencing tokens, expiry of a crashed holder, owner-only refresh and
 //! release, the refresh rate limit, and the unreachable-Redis contract.
 
+mod child_process;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -456,4 +458,72 @@ async fn redis_restart_with_persistence_keeps_one_holder() {
         entered_after_restart > 0,
         "nobody acquired after the restart"
     );
+}
+
+/// Child process of `killed_process_holder_is_replaced_within_ttl_plus_one_retry`:
+/// takes the lock, keeps refreshing it, and never releases (it is killed).
+#[tokio::test]
+#[ignore = "run as a child process by killed_process_holder_is_replaced_within_ttl_plus_one_retry"]
+async fn child_holds_lock_until_killed() {
+    let Some((url, name)) = child_process::child_settings() else {
+        return;
+    };
+    let client = flotilla_testkit::client(&url).await.expect("client");
+    let lock =
+        ClusterLock::new(&client, &name, options(800).owner_id("child-process")).expect("lock");
+    let guard = lock.try_acquire().await.expect("child acquires");
+    println!("HOLDING {}", guard.token());
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = guard.refresh().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_process_holder_is_replaced_within_ttl_plus_one_retry() {
+    let server = RedisServer::start().expect("redis-server");
+    let name = unique_name("killed-process");
+    let retry = Duration::from_millis(50);
+    let (mut child, line) = child_process::spawn(
+        "child_holds_lock_until_killed",
+        &server.url(),
+        &name,
+        "HOLDING ",
+    )
+    .await;
+    let child_token: u64 = line["HOLDING ".len()..].trim().parse().expect("token");
+    let client = flotilla_testkit::client(&server.url())
+        .await
+        .expect("client");
+    let lock = ClusterLock::new(&client, &name, options(800).owner_id("survivor")).expect("lock");
+    let holder = lock.info().await.expect("info").expect("held by the child");
+    assert_eq!(holder.owner_id, "child-process");
+    assert_ne!(holder.pid, std::process::id(), "held by another process");
+    assert!(matches!(
+        lock.try_acquire().await,
+        Err(Error::LockHeld { .. })
+    ));
+
+    child_process::kill(&mut child).await;
+    let killed = Instant::now();
+    // The child refreshed until it died: its lock lives at most one TTL more.
+    let remaining = lock
+        .info()
+        .await
+        .expect("info")
+        .map_or(Duration::ZERO, |i| i.ttl_remaining);
+    let guard = lock
+        .acquire(Duration::from_secs(3))
+        .await
+        .expect("acquire after the holder was killed");
+    let took = killed.elapsed();
+    assert!(guard.token() > child_token);
+    assert!(
+        took <= remaining + retry + Duration::from_millis(150),
+        "took {took:?}, the killed holder's lock had {remaining:?} left"
+    );
+    println!(
+        "killed holder process replaced after {took:?} (its lock had {remaining:?} left, ttl 800 ms)"
+    );
+    guard.release().await.expect("release");
 }

@@ -68,7 +68,9 @@ impl Node {
     /// [`Error::NoActiveWorker`]
     /// when no worker joined within the dispatch timeout; [`Error::PoolFull`];
     /// [`Error::Timeout`] when the worker did not answer within the dispatch
-    /// timeout (the job may still start); [`Error::Closed`];
+    /// timeout (the job may still start), also while the pool recovers from
+    /// a loss of its Redis data (admission resumes one worker TTL after the
+    /// loss is noticed, once workers re-asserted their jobs); [`Error::Closed`];
     /// [`Error::ShuttingDown`]; [`Error::InvalidName`];
     /// [`Error::PayloadTooLarge`]; [`Error::Unavailable`] / [`Error::Redis`].
     pub async fn dispatch_job(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
@@ -313,6 +315,7 @@ impl NodeInner {
                 Value::from(INBOX_MAXLEN.to_string()),
                 Value::from(window_ms.to_string()),
                 Value::from(leader_token.to_string()),
+                Value::from(self.options.worker_ttl.as_millis().to_string()),
             ]);
             let reply: Value = match self.scripts.admit.run(&self.client, keys, args).await {
                 Ok(v) => v,
@@ -363,6 +366,16 @@ impl NodeInner {
                     self.waiters.remove(&request);
                     let len = rest.first().and_then(|v| v.as_u64()).unwrap_or_default();
                     return Err(Error::PoolFull(len));
+                }
+                "recovering" => {
+                    // Redis lost the pool's data: workers are re-asserting
+                    // their jobs. Admit nothing until they are done.
+                    self.waiters.remove(&request);
+                    tracing::debug!(key, "pool recovering from data loss; waiting");
+                    if Instant::now() + Duration::from_millis(100) >= deadline {
+                        return Err(Error::Timeout(self.options.dispatch_timeout));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 "no_worker" => {
                     // Our view of the ring is behind: the owner left or is

@@ -26,6 +26,10 @@ pub(crate) fn payloads(pool: &str) -> String {
     format!("fl:{{{pool}}}:payloads")
 }
 
+/// Field of the fencing hash holding the pool's epoch (no job key has a
+/// control character, so no job key can be this field).
+pub(crate) const EPOCH_FIELD: &str = "\nepoch";
+
 /// Plain hash of per-key fencing counters (job key → last token issued).
 pub(crate) fn fencing(pool: &str) -> String {
     format!("fl:{{{pool}}}:fencing")

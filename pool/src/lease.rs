@@ -87,6 +87,7 @@ impl NodeInner {
             Value::from(ka.channel.clone()),
             Value::from(nodes.channel.clone()),
             Value::from(self.id.as_str()),
+            Value::from(self.options.worker_ttl.as_millis().to_string()),
         ]);
         args.extend(self.workers.iter().map(|w| Value::from(w.key().as_str())));
         let reply: Vec<Value> = self.scripts.keepalive.run(&self.client, keys, args).await?;

@@ -144,6 +144,18 @@ impl Node {
             maps.close().await;
             return Err(Error::ShuttingDown(pool.to_string()));
         }
+        // The pool's epoch (see `recovering` in scripts/base.lua): created
+        // with the pool, gone when Redis loses its data.
+        let created: std::result::Result<bool, _> = crate::scripts::bounded(
+            options.redis_timeout,
+            "create epoch",
+            client.hsetnx(keys::fencing(pool), keys::EPOCH_FIELD, "0 0"),
+        )
+        .await;
+        if let Err(e) = created {
+            maps.close().await;
+            return Err(e);
+        }
         let reply_stream = Stream::new(
             client,
             &keys::node_replies(&id),

@@ -6,9 +6,10 @@
 --       7 reply request id, 8 reply node id, 9 max queued (0: no limit),
 --       10 pending ttl ms, 11 inbox maxlen (0: none),
 --       12 idempotency window ms (0: none),
---       13 schedule leader token (0: not a schedule's dispatch)
--- Returns {'ok', token} | {'exists'} | {'recent', ms left} | {'not_leader'}
---       | {'no_worker'} | {'full', len}.
+--       13 schedule leader token (0: not a schedule's dispatch),
+--       14 worker ttl ms (the recovery window after a data loss)
+-- Returns {'ok', token} | {'exists'} | {'recovering'} | {'recent', ms left}
+--       | {'not_leader'} | {'no_worker'} | {'full', len}.
 -- The pending guard is "<token> <deadline_ms> <node>/<request>", which makes
 -- a retry of the same admission (lost reply) answer 'ok' again.
 -- The marker is "<admitted_ms> <token>"; with a window, a key admitted less
@@ -25,6 +26,9 @@ if guard and string.sub(guard, -#mine) == mine then
 end
 if guard or redis.call('HEXISTS', JOBS[1], key) == 1 then
   return {'exists'}
+end
+if recovering(tonumber(ARGV[14])) then
+  return {'recovering'}
 end
 local now = now_ms()
 local window = tonumber(ARGV[12])
@@ -47,7 +51,7 @@ if max > 0 then
   local len = redis.call('XLEN', inbox)
   if len >= max then return {'full', len} end
 end
-local token = redis.call('HINCRBY', FENCING, key, 1)
+local token = next_token(key)
 mset(PENDING, key, string.format('%d %d', token, now + tonumber(ARGV[10])) .. mine)
 redis.call('HSET', PAYLOADS, key, string.format('%d ', now) .. body)
 if window > 0 then

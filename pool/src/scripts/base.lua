@@ -18,6 +18,39 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The pool's epoch: a field of the fencing hash that no job key can be (job
+-- keys have no control characters), "<since_ms> <recovering_until_ms>".
+-- Node::join creates it; when Redis loses its data it vanishes with the rest.
+local EPOCH = '\nepoch'
+
+-- Whether the pool is recovering from a loss of its Redis data. The first
+-- script that finds the epoch gone opens a recovery window of `ttl` ms:
+-- within it every live worker renews, registers again and re-asserts the
+-- jobs it runs, and nothing new is admitted (a key still running on a
+-- worker that has not re-asserted yet would otherwise start twice).
+local function recovering(ttl)
+  local now = now_ms()
+  local epoch = redis.call('HGET', FENCING, EPOCH)
+  if not epoch then
+    redis.call('HSET', FENCING, EPOCH, string.format('%d %d', now, now + ttl))
+    return true
+  end
+  local until_ms = tonumber(string.match(epoch, ' (%d+)$') or '0') or 0
+  return now < until_ms
+end
+
+-- The next fencing token of `key`. A key's first token is Redis server
+-- time in µs, so tokens keep increasing even after Redis lost the counters.
+local function next_token(key)
+  local token = redis.call('HINCRBY', FENCING, key, 1)
+  if token == 1 then
+    local t = redis.call('TIME')
+    token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('HSET', FENCING, key, string.format('%d', token))
+  end
+  return token
+end
+
 -- "<worker> <token>" → worker
 local function owner_of(v)
   if not v then return nil end
@@ -38,7 +71,7 @@ local function enqueue_stored(key, inbox, pending_ttl, maxlen)
   local created = tonumber(string.sub(stored, 1, sp - 1))
   local body = string.sub(stored, sp + 1)
   local now = now_ms()
-  local token = redis.call('HINCRBY', FENCING, key, 1)
+  local token = next_token(key)
   mset(PENDING, key, string.format('%d %d', token, now + pending_ttl))
   stream_add(inbox, 'start', start_header(token, created, 0, 0, '-') .. body, maxlen)
   return token

@@ -2,12 +2,14 @@
 -- KEYS: base, 9 keepalive hash, 10 keepalive revision, 11 nodes hash,
 --       12 nodes revision
 -- ARGV: base, 4 keepalive channel, 5 nodes channel, 6 node id,
---       7.. worker ids (bounded by the node's own worker count)
+--       7 worker ttl ms, 8.. worker ids (bounded by the node's worker count)
 -- Returns {now_ms, unknown worker ids...}: workers no longer registered
--- (cleaned up, or Redis lost its data) are not renewed.
+-- (cleaned up, or Redis lost its data) are not renewed. Finding the pool's
+-- epoch gone (data loss) opens the recovery window.
 local now = string.format('%d', now_ms())
 local unknown = {now}
-for i = 7, #ARGV do
+recovering(tonumber(ARGV[7]))
+for i = 8, #ARGV do
   local w = ARGV[i]
   if redis.call('HEXISTS', WORKERS[1], w) == 1 then
     rmap_set(KEYS[9], KEYS[10], ARGV[4], w, now)

@@ -5,6 +5,6 @@
 -- Returns the new token, or false when the job moved.
 local key, worker = ARGV[4], ARGV[5]
 if owner_of(mget(JOBS, key)) ~= worker then return false end
-local token = redis.call('HINCRBY', FENCING, key, 1)
+local token = next_token(key)
 mset(JOBS, key, worker .. ' ' .. token)
 return token

@@ -44,14 +44,8 @@ async fn chaos_short_kills_and_membership_changes() {
 }
 
 /// Every fault kind, including pauses, partitions and Redis restarts.
-///
-/// Fails today on pool bugs this suite found (README, Findings 1 and 2):
-/// right after a Redis restart without persistence a running key is
-/// admitted and started a second time, with a fencing token that starts
-/// again at 1 (I3, I1); a worker resuming from SIGSTOP can start a job
-/// from before the pause before its lease watchdog runs (I1).
+/// (It caught two pool bugs, since fixed: see the README's findings.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "pool bugs: duplicate admission after Redis data loss; start right after SIGCONT (README, Findings 1-2)"]
 async fn chaos_short_all_faults() {
     let summary = run(options(60, FaultKind::ALL.to_vec()))
         .await

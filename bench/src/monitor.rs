@@ -32,12 +32,13 @@ impl Counts {
         map.values().sum()
     }
 
-    /// `name per-unit, …` of one map, largest first.
+    /// `name per-unit, …` of one map, largest first, at most six entries.
     pub fn breakdown(map: &BTreeMap<String, u64>, per: f64) -> String {
         let mut entries: Vec<_> = map.iter().collect();
         entries.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         entries
             .into_iter()
+            .take(6)
             .map(|(name, calls)| format!("{name} {:.2}", *calls as f64 / per))
             .collect::<Vec<_>>()
             .join(", ")
@@ -199,9 +200,11 @@ mod tests {
         );
         let l = parse_line(r#"+1700000000.1 [0 lua] "hset" "fl:{p}:map:jobs" "k" "v""#).unwrap();
         assert!(l.in_script);
-        let l = parse_line(r#"+1.2 [0 127.0.0.1:1] "XREAD" "COUNT" "1000" "BLOCK" "5000""#).unwrap();
+        let l =
+            parse_line(r#"+1.2 [0 127.0.0.1:1] "XREAD" "COUNT" "1000" "BLOCK" "5000""#).unwrap();
         assert!(l.blocking);
-        let l = parse_line(r#"+1.2 [0 127.0.0.1:1] "XREAD" "COUNT" "10" "STREAMS" "s" "0""#).unwrap();
+        let l =
+            parse_line(r#"+1.2 [0 127.0.0.1:1] "XREAD" "COUNT" "10" "STREAMS" "s" "0""#).unwrap();
         assert!(!l.blocking);
         assert_eq!(parse_line("+OK"), None);
     }

@@ -44,7 +44,11 @@ pub fn default_dir() -> PathBuf {
     std::env::current_exe()
         .ok()
         .and_then(|exe| Some(exe.parent()?.parent()?.join("bench-peer").join("bullmq")))
-        .unwrap_or_else(|| std::env::temp_dir().join("flotilla-bench-peer").join("bullmq"))
+        .unwrap_or_else(|| {
+            std::env::temp_dir()
+                .join("flotilla-bench-peer")
+                .join("bullmq")
+        })
 }
 
 /// Runs the peer and adds its figures.
@@ -68,7 +72,10 @@ pub async fn run(ctx: &Ctx, report: &mut Report, dir: &Path) -> Result<(), BoxEr
     }
     std::fs::create_dir_all(dir)?;
     if !dir.join("node_modules/bullmq/package.json").exists() {
-        ctx.progress("peer", &format!("npm install {BULLMQ} into {}", dir.display()));
+        ctx.progress(
+            "peer",
+            &format!("npm install {BULLMQ} into {}", dir.display()),
+        );
         let status = Command::new("npm")
             .args(["install", "--no-audit", "--no-fund", "--prefix"])
             .arg(dir)
@@ -114,12 +121,16 @@ pub async fn run(ctx: &Ctx, report: &mut Report, dir: &Path) -> Result<(), BoxEr
 
 fn push_figures(report: &mut Report, peer: &PeerResult) {
     report.push(
-        Figure::new("peer", "bullmq_throughput", "BullMQ throughput (add + process)")
-            .value(peer.throughput, "jobs/s")
-            .detail(format!(
-                "{} jobs in {:.2} s, {} adds in flight, worker concurrency {}",
-                peer.jobs, peer.elapsed_s, peer.concurrency, peer.concurrency
-            )),
+        Figure::new(
+            "peer",
+            "bullmq_throughput",
+            "BullMQ throughput (add + process)",
+        )
+        .value(peer.throughput, "jobs/s")
+        .detail(format!(
+            "{} jobs in {:.2} s, {} adds in flight, worker concurrency {}",
+            peer.jobs, peer.elapsed_s, peer.concurrency, peer.concurrency
+        )),
     );
     if let Some(ours) = report.get("dispatch", "throughput") {
         report.push(
@@ -130,16 +141,24 @@ fn push_figures(report: &mut Report, peer: &PeerResult) {
         );
     }
     report.push(
-        Figure::new("peer", "bullmq_latency_p50", "BullMQ add → process start p50")
-            .value(peer.latency_p50_ms, "ms")
-            .detail(format!(
-                "p99 {:.3} ms; {} jobs one at a time",
-                peer.latency_p99_ms, peer.latency_samples
-            )),
+        Figure::new(
+            "peer",
+            "bullmq_latency_p50",
+            "BullMQ add → process start p50",
+        )
+        .value(peer.latency_p50_ms, "ms")
+        .detail(format!(
+            "p99 {:.3} ms; {} jobs one at a time",
+            peer.latency_p99_ms, peer.latency_samples
+        )),
     );
     report.push(
-        Figure::new("peer", "bullmq_latency_p99", "BullMQ add → process start p99")
-            .value(peer.latency_p99_ms, "ms"),
+        Figure::new(
+            "peer",
+            "bullmq_latency_p99",
+            "BullMQ add → process start p99",
+        )
+        .value(peer.latency_p99_ms, "ms"),
     );
     if let Some(ours) = report.get("dispatch", "latency_p50") {
         report.push(
@@ -155,17 +174,25 @@ fn push_figures(report: &mut Report, peer: &PeerResult) {
         );
     }
     report.push(
-        Figure::new("peer", "bullmq_commands_per_job", "BullMQ Redis commands per job")
-            .value(peer.commands_per_job, "commands")
-            .detail(format!(
-                "INFO commandstats incl. inside scripts, add to completion: {}",
-                peer.commands_breakdown
-            )),
+        Figure::new(
+            "peer",
+            "bullmq_commands_per_job",
+            "BullMQ Redis commands per job",
+        )
+        .value(peer.commands_per_job, "commands")
+        .detail(format!(
+            "INFO commandstats incl. inside scripts, add to completion: {}",
+            peer.commands_breakdown
+        )),
     );
     if let Some(ours) = report.get("commands", "total") {
         report.push(
-            Figure::new("peer", "commands_ratio", "commands per job Flotilla / BullMQ")
-                .value(ours / peer.commands_per_job, "x"),
+            Figure::new(
+                "peer",
+                "commands_ratio",
+                "commands per job Flotilla / BullMQ",
+            )
+            .value(ours / peer.commands_per_job, "x"),
         );
     }
 }

@@ -225,11 +225,17 @@ mod tests {
 
     #[test]
     fn targets_decide_met() {
-        let f = Figure::new("s", "x", "x").value(0.4, "ms").at_most(0.5, "<= 0.5 ms");
+        let f = Figure::new("s", "x", "x")
+            .value(0.4, "ms")
+            .at_most(0.5, "<= 0.5 ms");
         assert_eq!(f.met, Some(true));
-        let f = Figure::new("s", "x", "x").unit("ms").at_most(0.5, "<= 0.5 ms");
+        let f = Figure::new("s", "x", "x")
+            .unit("ms")
+            .at_most(0.5, "<= 0.5 ms");
         assert_eq!(f.met, None);
-        let f = Figure::new("s", "x", "x").value(2.0, "x").at_least(3.0, ">= 3x");
+        let f = Figure::new("s", "x", "x")
+            .value(2.0, "x")
+            .at_least(3.0, ">= 3x");
         assert_eq!(f.met, Some(false));
     }
 }

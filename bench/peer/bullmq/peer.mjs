@@ -129,7 +129,7 @@ await latQueue.close();
 
 const top = Object.entries(commands)
   .sort((a, b) => b[1] - a[1])
-  .slice(0, 8)
+  .slice(0, 6)
   .map(([name, calls]) => `${name} ${(calls / jobs).toFixed(2)}`)
   .join(', ');
 console.log(

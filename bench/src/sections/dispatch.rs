@@ -31,7 +31,10 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     for _ in 0..WORKERS {
         workers.push(Worker::new(&node, probe.clone()).await?);
     }
-    ctx.progress("dispatch", &format!("pool {pool}: {WORKERS} workers, warm-up"));
+    ctx.progress(
+        "dispatch",
+        &format!("pool {pool}: {WORKERS} workers, warm-up"),
+    );
     concurrent(&node, "warm", WARMUP, ctx.opts.concurrency, None).await?;
 
     // Latency: one dispatch at a time on an idle pool.
@@ -79,10 +82,14 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     match monitor_counts(ctx, &node).await {
         Ok((seq, conc)) => push_command_figures(report, &seq, &conc, ctx.opts.concurrency),
         Err(e) => report.push(
-            Figure::new("commands", "critical_path", "critical-path commands per dispatch")
-                .unit("commands")
-                .target_text("<= 3 + amortised blocking reads")
-                .detail(format!("MONITOR unavailable: {e}")),
+            Figure::new(
+                "commands",
+                "critical_path",
+                "critical-path commands per dispatch",
+            )
+            .unit("commands")
+            .target_text("<= 3 + amortised blocking reads")
+            .detail(format!("MONITOR unavailable: {e}")),
         ),
     }
 
@@ -118,19 +125,23 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
             )),
     );
     report.push(
-        Figure::new("dispatch", "loaded_latency_p50", "dispatch → started p50 under load")
-            .value(probe::quantile_ms(&loaded, 0.5), "ms")
-            .detail(format!(
-                "p99 {:.2} ms; during the throughput run",
-                probe::quantile_ms(&loaded, 0.99)
-            )),
+        Figure::new(
+            "dispatch",
+            "loaded_latency_p50",
+            "dispatch → started p50 under load",
+        )
+        .value(probe::quantile_ms(&loaded, 0.5), "ms")
+        .detail(format!(
+            "p99 {:.2} ms; during the throughput run",
+            probe::quantile_ms(&loaded, 0.99)
+        )),
     );
     report.push(
         Figure::new("commands", "total", "all Redis commands per dispatch")
             .value(delta.total() as f64 / jobs as f64, "commands")
             .detail(format!(
-                "INFO commandstats over the throughput run, incl. inside scripts and background: {}",
-                delta.breakdown(jobs as f64, 8)
+                "INFO commandstats, throughput run, incl. scripts and background: {}",
+                delta.breakdown(jobs as f64, 6)
             )),
     );
     drop(workers);
@@ -184,7 +195,14 @@ async fn monitor_counts(ctx: &Ctx, node: &Node) -> Result<(Counts, Counts), BoxE
     }
     let seq = monitor.finish(&ctx.client).await?;
     let monitor = Monitor::start(&ctx.url, &ctx.client).await?;
-    concurrent(node, "mon-conc", MONITOR_CONCURRENT, ctx.opts.concurrency, None).await?;
+    concurrent(
+        node,
+        "mon-conc",
+        MONITOR_CONCURRENT,
+        ctx.opts.concurrency,
+        None,
+    )
+    .await?;
     let conc = monitor.finish(&ctx.client).await?;
     Ok((seq, conc))
 }
@@ -193,35 +211,55 @@ fn push_command_figures(report: &mut Report, seq: &Counts, conc: &Counts, in_fli
     let n_seq = MONITOR_SEQUENTIAL as f64;
     let n_conc = MONITOR_CONCURRENT as f64;
     report.push(
-        Figure::new("commands", "critical_path", "critical-path commands per dispatch")
-            .value(Counts::sum(&seq.client) as f64 / n_seq, "commands")
-            .at_most(3.0, "<= 3 + amortised blocking reads")
-            .detail(format!(
-                "sent by clients, not blocking, {MONITOR_SEQUENTIAL} sequential dispatches (MONITOR): {}",
-                Counts::breakdown(&seq.client, n_seq)
-            )),
+        Figure::new(
+            "commands",
+            "critical_path",
+            "critical-path commands per dispatch",
+        )
+        .value(Counts::sum(&seq.client) as f64 / n_seq, "commands")
+        .at_most(3.0, "<= 3 + amortised blocking reads")
+        .detail(format!(
+            "MONITOR, {MONITOR_SEQUENTIAL} sequential dispatches: {}",
+            Counts::breakdown(&seq.client, n_seq)
+        )),
     );
     report.push(
-        Figure::new("commands", "blocking_sequential", "blocking reads per dispatch, sequential")
-            .value(Counts::sum(&seq.blocking) as f64 / n_seq, "reads")
-            .detail(Counts::breakdown(&seq.blocking, n_seq)),
+        Figure::new(
+            "commands",
+            "blocking_sequential",
+            "blocking reads per dispatch, sequential",
+        )
+        .value(Counts::sum(&seq.blocking) as f64 / n_seq, "reads")
+        .detail(Counts::breakdown(&seq.blocking, n_seq)),
     );
     report.push(
-        Figure::new("commands", "blocking_concurrent", "blocking reads per dispatch, concurrent")
-            .value(Counts::sum(&conc.blocking) as f64 / n_conc, "reads")
-            .detail(format!(
-                "amortised over {MONITOR_CONCURRENT} dispatches, {in_flight} in flight: {}",
-                Counts::breakdown(&conc.blocking, n_conc)
-            )),
+        Figure::new(
+            "commands",
+            "blocking_concurrent",
+            "blocking reads per dispatch, concurrent",
+        )
+        .value(Counts::sum(&conc.blocking) as f64 / n_conc, "reads")
+        .detail(format!(
+            "amortised over {MONITOR_CONCURRENT} dispatches, {in_flight} in flight: {}",
+            Counts::breakdown(&conc.blocking, n_conc)
+        )),
     );
     report.push(
-        Figure::new("commands", "client_concurrent", "client commands per dispatch, concurrent")
-            .value(Counts::sum(&conc.client) as f64 / n_conc, "commands")
-            .detail(Counts::breakdown(&conc.client, n_conc)),
+        Figure::new(
+            "commands",
+            "client_concurrent",
+            "client commands per dispatch, concurrent",
+        )
+        .value(Counts::sum(&conc.client) as f64 / n_conc, "commands")
+        .detail(Counts::breakdown(&conc.client, n_conc)),
     );
     report.push(
-        Figure::new("commands", "in_scripts", "commands inside scripts per dispatch")
-            .value(Counts::sum(&conc.script) as f64 / n_conc, "commands")
-            .detail(Counts::breakdown(&conc.script, n_conc)),
+        Figure::new(
+            "commands",
+            "in_scripts",
+            "commands inside scripts per dispatch",
+        )
+        .value(Counts::sum(&conc.script) as f64 / n_conc, "commands")
+        .detail(Counts::breakdown(&conc.script, n_conc)),
     );
 }

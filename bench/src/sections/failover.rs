@@ -35,7 +35,11 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
         flotilla_testkit::wait_until(Duration::from_secs(10), "victim in the ring", || {
             let node = node.clone();
             let id = victim_id.clone();
-            async move { node.pool_workers().iter().any(|w| w.id == id && !w.cleaning) }
+            async move {
+                node.pool_workers()
+                    .iter()
+                    .any(|w| w.id == id && !w.cleaning)
+            }
         })
         .await?;
         for i in 0..JOBS_PER_ROUND {
@@ -101,8 +105,14 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     report.push(
         Figure::new("failover", "p99", "failover after SIGKILL p99")
             .value(times.value_at_quantile(0.99) as f64 / 1000.0, "s")
-            .at_most(limit_ms / 1000.0, format!("<= 1.5 x TTL = {:.1} s", limit_ms / 1000.0))
-            .detail(format!("max {:.2} s; {detail}", times.max() as f64 / 1000.0)),
+            .at_most(
+                limit_ms / 1000.0,
+                format!("<= 1.5 x TTL = {:.1} s", limit_ms / 1000.0),
+            )
+            .detail(format!(
+                "max {:.2} s; {detail}",
+                times.max() as f64 / 1000.0
+            )),
     );
     drop(survivors);
     node.shutdown().await?;
@@ -114,10 +124,11 @@ pub async fn settle(node: &Node, keys: &[String]) -> Result<(), BoxError> {
     flotilla_testkit::wait_until(Duration::from_secs(60), "jobs at their placement", || {
         let node = node.clone();
         async move {
-            keys.iter().all(|k| match (node.job_owner(k), node.placement(k)) {
-                (Some((owner, _)), Some(placed)) => owner == placed,
-                _ => false,
-            })
+            keys.iter()
+                .all(|k| match (node.job_owner(k), node.placement(k)) {
+                    (Some((owner, _)), Some(placed)) => owner == placed,
+                    _ => false,
+                })
         }
     })
     .await?;

@@ -45,7 +45,10 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     flotilla_testkit::wait_until(Duration::from_secs(10), "new worker in the ring", || {
         let node = node.clone();
         let (keys, id) = (&keys, added.id());
-        async move { keys.iter().any(|k| node.placement(k).as_deref() == Some(id)) }
+        async move {
+            keys.iter()
+                .any(|k| node.placement(k).as_deref() == Some(id))
+        }
     })
     .await?;
     settle(&node, &keys).await?;

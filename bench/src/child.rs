@@ -142,3 +142,70 @@ impl WorkerProcess {
         Ok(())
     }
 }
+
+/// Arguments of the hidden `join-probe` subcommand.
+#[derive(Debug, clap::Args)]
+pub struct JoinProbeArgs {
+    /// Redis URL.
+    #[arg(long)]
+    pub url: String,
+    /// Pool to join.
+    #[arg(long)]
+    pub pool: String,
+}
+
+/// What `join-probe` measures: a node joining in a fresh process, so its
+/// RSS growth is the node's memory and nothing recycled from earlier work.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct JoinProbe {
+    /// `Node::join` duration in milliseconds.
+    pub join_ms: f64,
+    /// Jobs in the node's replica when `join` returned.
+    pub jobs: usize,
+    /// RSS just before `Node::join` (client connected), bytes.
+    pub rss_before: Option<u64>,
+    /// RSS right after `Node::join`, bytes.
+    pub rss_after: Option<u64>,
+}
+
+/// Runs the `join-probe` subcommand: joins `pool` once, prints one
+/// [`JoinProbe`] line, closes the node.
+pub async fn run_join_probe(args: JoinProbeArgs) -> Result<(), BoxError> {
+    let client = flotilla_testkit::client(&args.url).await?;
+    let rss_before = crate::redis_stats::rss_bytes(None);
+    let t0 = std::time::Instant::now();
+    let node = Node::join(&client, &args.pool, NodeOptions::default()).await?;
+    let join_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let rss_after = crate::redis_stats::rss_bytes(None);
+    let probe = JoinProbe {
+        join_ms,
+        jobs: node.job_keys().len(),
+        rss_before,
+        rss_after,
+    };
+    println!("{}", serde_json::to_string(&probe)?);
+    node.close().await?;
+    Ok(())
+}
+
+/// Runs `bench join-probe` in a new process and returns what it measured.
+pub async fn join_probe(url: &str, pool: &str) -> Result<JoinProbe, BoxError> {
+    let exe = std::env::current_exe()?;
+    let output = Command::new(exe)
+        .arg("join-probe")
+        .args(["--url", url, "--pool", pool])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    if !output.status.success() {
+        return Err(format!("join-probe failed ({})", output.status).into());
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .ok_or("join-probe printed nothing")?;
+    Ok(serde_json::from_str(line)?)
+}

@@ -76,6 +76,10 @@ enum Command {
     /// benchmark itself).
     #[command(hide = true)]
     Worker(child::WorkerArgs),
+    /// Joins a pool once in a fresh process and reports time and memory
+    /// (run by the benchmark itself).
+    #[command(hide = true)]
+    JoinProbe(child::JoinProbeArgs),
 }
 
 /// The sections, in running order.
@@ -156,6 +160,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Some(Command::Worker(args)) => child::run_worker(args).await.map(|()| true),
+            Some(Command::JoinProbe(args)) => child::run_join_probe(args).await.map(|()| true),
             None => bench(cli).await,
         }
     });

@@ -36,6 +36,8 @@ struct PeerResult {
     latency_p99_ms: f64,
     commands_per_job: f64,
     commands_breakdown: String,
+    redis_cpu_us_per_job: f64,
+    client_cpu_us_per_job: f64,
 }
 
 /// Where BullMQ is installed: `--peer-dir`, else `<target dir>/bench-peer/bullmq`
@@ -184,6 +186,24 @@ fn push_figures(report: &mut Report, peer: &PeerResult) {
             "INFO commandstats incl. inside scripts, add to completion: {}",
             peer.commands_breakdown
         )),
+    );
+    report.push(
+        Figure::new(
+            "peer",
+            "bullmq_redis_cpu_per_job",
+            "BullMQ Redis CPU per job",
+        )
+        .value(peer.redis_cpu_us_per_job, "µs")
+        .detail("INFO cpu, add to completion"),
+    );
+    report.push(
+        Figure::new(
+            "peer",
+            "bullmq_client_cpu_per_job",
+            "BullMQ client process CPU per job",
+        )
+        .value(peer.client_cpu_us_per_job, "µs")
+        .detail("process.cpuUsage() of the node process (queue and worker)"),
     );
     if let Some(ours) = report.get("commands", "total") {
         report.push(

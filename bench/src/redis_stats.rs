@@ -87,3 +87,28 @@ pub fn rss_bytes(pid: Option<u32>) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map(|kib| kib * 1024)
 }
+
+/// CPU seconds (user + system) Redis has used, from `INFO cpu`.
+pub async fn redis_cpu_seconds(client: &Client) -> Result<f64, BoxError> {
+    let user: f64 = info_field(client, InfoKind::Cpu, "used_cpu_user")
+        .await?
+        .parse()?;
+    let sys: f64 = info_field(client, InfoKind::Cpu, "used_cpu_sys")
+        .await?
+        .parse()?;
+    Ok(user + sys)
+}
+
+/// CPU seconds (user + system) this process has used, from
+/// `/proc/self/stat` (clock ticks of 10 ms, the Linux default); `None`
+/// where `/proc` is missing.
+pub fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line; `rest` starts at field 3.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}

@@ -8,7 +8,8 @@
 // add to the last processor start. Latency: one job at a time, add → the
 // processor starts it. Commands: INFO commandstats delta over the throughput
 // run (incl. commands inside BullMQ's scripts), per job, once every job has
-// completed.
+// completed. CPU: Redis's (INFO cpu) and this process's, per job, over the
+// same run.
 import { Queue, Worker } from 'bullmq';
 
 const [url, jobsArg, concurrencyArg, samplesArg] = process.argv.slice(2);
@@ -80,7 +81,19 @@ tpWorker.on('completed', () => {
 });
 tpWorker.run();
 await tpWorker.waitUntilReady();
+async function redisCpuSeconds(client) {
+  const info = await client.info('cpu');
+  let total = 0;
+  for (const line of info.split('\n')) {
+    const m = /^used_cpu_(user|sys):([0-9.]+)/.exec(line.trim());
+    if (m) total += Number(m[2]);
+  }
+  return total;
+}
+
 const before = await commandCalls(client);
+const redisCpuBefore = await redisCpuSeconds(client);
+const cpuBefore = process.cpuUsage();
 const t0 = process.hrtime.bigint();
 let next = 0;
 async function adder() {
@@ -93,6 +106,8 @@ await Promise.all(Array.from({ length: concurrency }, adder));
 await allStartedP;
 const elapsedS = Number(lastStart - t0) / 1e9;
 await allCompletedP;
+const cpu = process.cpuUsage(cpuBefore);
+const redisCpuS = (await redisCpuSeconds(client)) - redisCpuBefore;
 const commands = delta(before, await commandCalls(client));
 const totalCommands = Object.values(commands).reduce((a, b) => a + b, 0);
 await tpWorker.close();
@@ -142,6 +157,8 @@ console.log(
     latency_p50_ms: quantile(lat, 0.5),
     latency_p99_ms: quantile(lat, 0.99),
     commands_per_job: totalCommands / jobs,
+    redis_cpu_us_per_job: (redisCpuS * 1e6) / jobs,
+    client_cpu_us_per_job: (cpu.user + cpu.system) / jobs,
     commands_breakdown: top,
   }),
 );

@@ -11,7 +11,7 @@ use flotilla_pool::{Node, NodeOptions, Worker};
 
 use crate::monitor::{Counts, Monitor};
 use crate::probe::{self, Probe};
-use crate::redis_stats::CommandStats;
+use crate::redis_stats::{CommandStats, process_cpu_seconds, redis_cpu_seconds};
 use crate::report::{Figure, Report};
 use crate::{BoxError, Ctx};
 
@@ -103,10 +103,14 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
         ),
     );
     let before = CommandStats::read(&ctx.client).await?;
+    let redis_cpu_before = redis_cpu_seconds(&ctx.client).await?;
+    let cpu_before = process_cpu_seconds();
     let sent = Arc::new(DashMap::with_capacity(jobs));
     let t0 = Instant::now();
     concurrent(&node, "tp", jobs, ctx.opts.concurrency, Some(sent.clone())).await?;
     let elapsed = t0.elapsed();
+    let cpu_after = process_cpu_seconds();
+    let redis_cpu = redis_cpu_seconds(&ctx.client).await? - redis_cpu_before;
     let delta = CommandStats::read(&ctx.client).await?.since(&before);
     let mut loaded = probe::histogram()?;
     for entry in sent.iter() {
@@ -144,6 +148,28 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
                 delta.breakdown(jobs as f64, 6)
             )),
     );
+    report.push(
+        Figure::new("dispatch", "redis_cpu_per_job", "Redis CPU per dispatch")
+            .value(redis_cpu * 1e6 / jobs as f64, "µs")
+            .detail(format!(
+                "INFO cpu over the throughput run: Redis busy {:.0}% of one core",
+                100.0 * redis_cpu / elapsed.as_secs_f64()
+            )),
+    );
+    if let (Some(b), Some(a)) = (cpu_before, cpu_after) {
+        report.push(
+            Figure::new(
+                "dispatch",
+                "client_cpu_per_job",
+                "client process CPU per dispatch",
+            )
+            .value((a - b) * 1e6 / jobs as f64, "µs")
+            .detail(format!(
+                "this process (dispatcher and its 4 workers): {:.0}% of one core",
+                100.0 * (a - b) / elapsed.as_secs_f64()
+            )),
+        );
+    }
     drop(workers);
     node.shutdown().await?;
     Ok(())

@@ -45,6 +45,9 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let workers_ready = t0.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
 
+    // A node's fixed memory (runtime, connections, channel buffers), from a
+    // join into the pool before it has jobs.
+    let empty = join_probe(&ctx.url, &pool).await?;
     let redis_before = used_memory(&ctx.client).await?;
     let rss_before = rss_bytes(None);
     let children_before: Option<u64> = children.iter().map(|c| rss_bytes(Some(c.pid))).sum();
@@ -110,7 +113,10 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
         Figure::new("scale", "join_time", "scale: fresh node join")
             .value(fresh.join_ms / 1000.0, "s")
             .at_most(2.0, "< 2 s")
-            .detail(format!("{shape}; it saw {} jobs on return", fresh.jobs)),
+            .detail(format!(
+                "{shape}; it saw {} jobs on return; {:.0} ms into the pool without jobs",
+                fresh.jobs, empty.join_ms
+            )),
     );
     report.push(
         Figure::new(
@@ -124,14 +130,23 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
         )
         .detail(shape.clone()),
     );
+    let growth = |p: &crate::child::JoinProbe| Some(p.rss_after?.saturating_sub(p.rss_before?));
+    let marginal = match (growth(&fresh), growth(&empty)) {
+        (Some(full), Some(base)) => Some(full.saturating_sub(base) as f64 / jobs as f64),
+        _ => None,
+    };
     report.push(
         bytes_figure(
             "node_rss_per_job",
             "scale: node memory per job (fresh node)",
-            per_job(fresh.rss_before, fresh.rss_after),
+            marginal,
         )
         .at_most(1024.0, "< 1 KiB")
-        .detail("RSS growth of a new process across its Node::join (replicas of every pool map)"),
+        .detail(format!(
+            "RSS growth of a new process across Node::join, minus the same join into the pool without jobs ({:.1} MiB fixed); {:.0} bytes/job without that subtraction",
+            growth(&empty).unwrap_or(0) as f64 / (1024.0 * 1024.0),
+            per_job(fresh.rss_before, fresh.rss_after).unwrap_or(f64::NAN)
+        )),
     );
     report.push(
         bytes_figure(

@@ -1,1 +1,262 @@
-fn main() {}
+//! The Flotilla benchmark: dispatch throughput and latency, Redis commands
+//! per dispatch, failover, rebalance, scale, rmap and stream figures, and
+//! optionally the same dispatch workload on BullMQ. See `bench/README.md`.
+//!
+//! ```text
+//! cargo run --release -p flotilla-bench --bin bench
+//! cargo run --release -p flotilla-bench --bin bench -- --peer bullmq
+//! cargo run --release -p flotilla-bench --bin bench -- --only dispatch --json
+//! ```
+#![forbid(unsafe_code)]
+
+mod child;
+mod monitor;
+mod peer;
+mod probe;
+mod redis_stats;
+mod report;
+mod sections;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use fred::prelude::*;
+use fred::types::InfoKind;
+
+use crate::report::{Report, SectionError};
+
+/// Errors of the benchmark: anything, reported as text.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Flotilla benchmark. Starts a private redis-server unless REDIS_URL is set.
+#[derive(Debug, Parser)]
+#[command(name = "bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Jobs of the dispatch throughput run (and of the peer's run).
+    #[arg(long, default_value_t = 20_000)]
+    jobs: usize,
+    /// Dispatches in flight (and the peer's worker concurrency).
+    #[arg(long, default_value_t = 100)]
+    concurrency: usize,
+    /// Skip the 100,000-job / 500-worker scale section.
+    #[arg(long)]
+    skip_scale: bool,
+    /// Run only these sections (repeat or comma-separate).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Section>,
+    /// Print one JSON document (schema in bench/README.md) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also run the same dispatch workload on a peer job queue.
+    #[arg(long, value_enum)]
+    peer: Option<peer::Peer>,
+    /// Where the peer is installed with npm (default: <target dir>/bench-peer/bullmq).
+    #[arg(long)]
+    peer_dir: Option<PathBuf>,
+    /// Worker TTL of the failover and rebalance pools, in milliseconds.
+    #[arg(long, default_value_t = 2_000)]
+    ttl_ms: u64,
+    /// Worker processes killed in the failover section.
+    #[arg(long, default_value_t = 5)]
+    kills: usize,
+    /// Running jobs of the scale section.
+    #[arg(long, default_value_t = 100_000)]
+    scale_jobs: usize,
+    /// Workers of the scale section.
+    #[arg(long, default_value_t = 500)]
+    scale_workers: usize,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Hosts workers for the failover and scale sections (run by the
+    /// benchmark itself).
+    #[command(hide = true)]
+    Worker(child::WorkerArgs),
+    /// Joins a pool once in a fresh process and reports time and memory
+    /// (run by the benchmark itself).
+    #[command(hide = true)]
+    JoinProbe(child::JoinProbeArgs),
+}
+
+/// The sections, in running order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Section {
+    /// Throughput, latency, commands per dispatch.
+    Dispatch,
+    /// Failover after SIGKILL of a worker process.
+    Failover,
+    /// Adding a 9th worker to 8.
+    Rebalance,
+    /// 100,000 jobs on 500 workers: memory, node join.
+    Scale,
+    /// Replicated map figures.
+    Rmap,
+    /// Stream figures.
+    Stream,
+}
+
+/// Options the sections read.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Opts {
+    /// `--jobs`.
+    pub jobs: usize,
+    /// `--concurrency`.
+    pub concurrency: usize,
+    /// `--ttl-ms`.
+    pub ttl_ms: u64,
+    /// `--kills`.
+    pub kills: usize,
+    /// `--scale-jobs`.
+    pub scale_jobs: usize,
+    /// `--scale-workers`.
+    pub scale_workers: usize,
+}
+
+impl Opts {
+    /// Worker TTL of the failover and rebalance pools.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms)
+    }
+}
+
+/// What every section gets.
+#[derive(Debug)]
+pub struct Ctx {
+    /// Redis URL.
+    pub url: String,
+    /// A connected client.
+    pub client: Client,
+    /// Options.
+    pub opts: Opts,
+    started: Instant,
+}
+
+impl Ctx {
+    /// Progress on stderr (stdout carries the table or the JSON).
+    pub fn progress(&self, section: &str, what: &str) {
+        eprintln!(
+            "[{:>6.1}s] {section}: {what}",
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Some(Command::Worker(args)) => child::run_worker(args).await.map(|()| true),
+            Some(Command::JoinProbe(args)) => child::run_join_probe(args).await.map(|()| true),
+            None => bench(cli).await,
+        }
+    });
+    match result {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the selected sections; `Ok(false)` when one failed.
+async fn bench(cli: Cli) -> Result<bool, BoxError> {
+    let (url, server) = flotilla_testkit::redis_for_example()?;
+    let client = flotilla_testkit::client(&url).await?;
+    let redis_version = redis_stats::info_field(&client, InfoKind::Server, "redis_version")
+        .await
+        .unwrap_or_default();
+    let opts = Opts {
+        jobs: cli.jobs.max(1),
+        concurrency: cli.concurrency.max(1),
+        ttl_ms: cli.ttl_ms,
+        kills: cli.kills.max(1),
+        scale_jobs: cli.scale_jobs.max(1),
+        scale_workers: cli.scale_workers.max(1),
+    };
+    let ctx = Ctx {
+        url,
+        client,
+        opts: opts.clone(),
+        started: Instant::now(),
+    };
+    let mut report = Report {
+        schema: report::SCHEMA,
+        redis_version,
+        private_redis: server.is_some(),
+        options: serde_json::json!({
+            "opts": opts,
+            "skip_scale": cli.skip_scale,
+            "only": cli.only.iter().map(|s| format!("{s:?}").to_lowercase()).collect::<Vec<_>>(),
+            "peer": cli.peer.map(|p| format!("{p:?}").to_lowercase()),
+        }),
+        figures: Vec::new(),
+        errors: Vec::new(),
+    };
+    let selected = |s: Section| {
+        (cli.only.is_empty() || cli.only.contains(&s)) && !(s == Section::Scale && cli.skip_scale)
+    };
+    for section in Section::value_variants() {
+        if !selected(*section) {
+            continue;
+        }
+        let name = format!("{section:?}").to_lowercase();
+        let result = match section {
+            Section::Dispatch => sections::dispatch::run(&ctx, &mut report).await,
+            Section::Failover => sections::failover::run(&ctx, &mut report).await,
+            Section::Rebalance => sections::rebalance::run(&ctx, &mut report).await,
+            Section::Scale => sections::scale::run(&ctx, &mut report).await,
+            Section::Rmap => sections::rmap::run(&ctx, &mut report).await,
+            Section::Stream => sections::stream::run(&ctx, &mut report).await,
+        };
+        if let Err(e) = result {
+            ctx.progress(&name, &format!("FAILED: {e}"));
+            report.errors.push(SectionError {
+                section: name,
+                error: e.to_string(),
+            });
+        }
+    }
+    if let Some(peer::Peer::Bullmq) = cli.peer {
+        let dir = cli.peer_dir.clone().unwrap_or_else(peer::default_dir);
+        if let Err(e) = peer::run(&ctx, &mut report, &dir).await {
+            ctx.progress("peer", &format!("FAILED: {e}"));
+            report.errors.push(SectionError {
+                section: "peer".into(),
+                error: e.to_string(),
+            });
+        }
+    }
+    ctx.progress("done", "");
+    if cli.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "Flotilla benchmark (Redis {}, {})",
+            report.redis_version,
+            if report.private_redis {
+                "private server"
+            } else {
+                "REDIS_URL"
+            }
+        );
+        print!("{}", report.table());
+    }
+    drop(server);
+    Ok(report.errors.is_empty())
+}

@@ -1,0 +1,211 @@
+//! Worker processes: the hidden `worker` subcommand (the bench binary run
+//! again) and the parent's handle on such a process.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use flotilla_pool::{Handler, HandlerError, Job, Node, NodeOptions, Worker};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+use crate::BoxError;
+
+/// Arguments of the hidden `worker` subcommand.
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// Redis URL.
+    #[arg(long)]
+    pub url: String,
+    /// Pool to join.
+    #[arg(long)]
+    pub pool: String,
+    /// Worker TTL in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub ttl_ms: u64,
+    /// Workers to host.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+}
+
+/// What a worker process reports once its workers are registered.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Ready {
+    pid: u32,
+    workers: Vec<String>,
+}
+
+/// A handler that does nothing (so the process's memory is the pool's).
+struct Noop;
+
+#[async_trait]
+impl Handler for Noop {
+    async fn start(&self, _job: Job) -> Result<(), HandlerError> {
+        Ok(())
+    }
+    async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// Runs the `worker` subcommand: join, host the workers, print one
+/// [`Ready`] line, and run until stdin closes (the parent ended) or the
+/// process is killed. It exits without `close`: the parent decides what
+/// happens to the pool (kill, shutdown).
+pub async fn run_worker(args: WorkerArgs) -> Result<(), BoxError> {
+    let client = flotilla_testkit::client(&args.url).await?;
+    let options = NodeOptions::default().worker_ttl(Duration::from_millis(args.ttl_ms));
+    let node = Node::join(&client, &args.pool, options).await?;
+    let mut workers = Vec::with_capacity(args.workers);
+    for _ in 0..args.workers {
+        workers.push(Worker::new(&node, Noop).await?);
+    }
+    let ready = Ready {
+        pid: std::process::id(),
+        workers: workers.iter().map(|w| w.id().to_string()).collect(),
+    };
+    println!("{}", serde_json::to_string(&ready)?);
+    // Blocks until the parent closes our stdin (or ends).
+    tokio::task::spawn_blocking(|| {
+        use std::io::Read;
+        let mut buf = [0u8; 64];
+        while let Ok(n) = std::io::stdin().read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await?;
+    drop(workers);
+    std::process::exit(0)
+}
+
+/// A running worker process (killed when dropped).
+#[derive(Debug)]
+pub struct WorkerProcess {
+    child: Child,
+    _stdin: Option<ChildStdin>,
+    /// Its process id.
+    pub pid: u32,
+    /// Ids of the workers it hosts.
+    pub workers: Vec<String>,
+}
+
+impl WorkerProcess {
+    /// Starts `bench worker …` and waits (up to `ready_within`) until its
+    /// workers are registered.
+    pub async fn spawn(
+        url: &str,
+        pool: &str,
+        ttl: Duration,
+        workers: usize,
+        ready_within: Duration,
+    ) -> Result<WorkerProcess, BoxError> {
+        let exe = std::env::current_exe()?;
+        let mut child = Command::new(exe)
+            .arg("worker")
+            .args(["--url", url, "--pool", pool])
+            .args(["--ttl-ms", &ttl.as_millis().to_string()])
+            .args(["--workers", &workers.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().ok_or("worker process without stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(ready_within, lines.next_line())
+            .await
+            .map_err(|_| format!("worker process not ready within {ready_within:?}"))??
+            .ok_or("worker process exited before it was ready")?;
+        let ready: Ready = serde_json::from_str(&line)?;
+        Ok(WorkerProcess {
+            child,
+            _stdin: stdin,
+            pid: ready.pid,
+            workers: ready.workers,
+        })
+    }
+
+    /// Sends SIGKILL.
+    pub fn kill(&mut self) -> Result<(), BoxError> {
+        self.child.start_kill()?;
+        Ok(())
+    }
+
+    /// Waits for the process to end (after [`kill`](Self::kill) or once
+    /// stdin is closed by dropping this value's pipe).
+    pub async fn wait(mut self) -> Result<(), BoxError> {
+        self._stdin = None;
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??;
+        Ok(())
+    }
+}
+
+/// Arguments of the hidden `join-probe` subcommand.
+#[derive(Debug, clap::Args)]
+pub struct JoinProbeArgs {
+    /// Redis URL.
+    #[arg(long)]
+    pub url: String,
+    /// Pool to join.
+    #[arg(long)]
+    pub pool: String,
+}
+
+/// What `join-probe` measures: a node joining in a fresh process, so its
+/// RSS growth is the node's memory and nothing recycled from earlier work.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct JoinProbe {
+    /// `Node::join` duration in milliseconds.
+    pub join_ms: f64,
+    /// Jobs in the node's replica when `join` returned.
+    pub jobs: usize,
+    /// RSS just before `Node::join` (client connected), bytes.
+    pub rss_before: Option<u64>,
+    /// RSS right after `Node::join`, bytes.
+    pub rss_after: Option<u64>,
+}
+
+/// Runs the `join-probe` subcommand: joins `pool` once, prints one
+/// [`JoinProbe`] line, closes the node.
+pub async fn run_join_probe(args: JoinProbeArgs) -> Result<(), BoxError> {
+    let client = flotilla_testkit::client(&args.url).await?;
+    let rss_before = crate::redis_stats::rss_bytes(None);
+    let t0 = std::time::Instant::now();
+    let node = Node::join(&client, &args.pool, NodeOptions::default()).await?;
+    let join_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let rss_after = crate::redis_stats::rss_bytes(None);
+    let probe = JoinProbe {
+        join_ms,
+        jobs: node.job_keys().len(),
+        rss_before,
+        rss_after,
+    };
+    println!("{}", serde_json::to_string(&probe)?);
+    node.close().await?;
+    Ok(())
+}
+
+/// Runs `bench join-probe` in a new process and returns what it measured.
+pub async fn join_probe(url: &str, pool: &str) -> Result<JoinProbe, BoxError> {
+    let exe = std::env::current_exe()?;
+    let output = Command::new(exe)
+        .arg("join-probe")
+        .args(["--url", url, "--pool", pool])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    if !output.status.success() {
+        return Err(format!("join-probe failed ({})", output.status).into());
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .ok_or("join-probe printed nothing")?;
+    Ok(serde_json::from_str(line)?)
+}

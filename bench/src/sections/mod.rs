@@ -1,0 +1,8 @@
+//! One module per benchmark section.
+
+pub mod dispatch;
+pub mod failover;
+pub mod rebalance;
+pub mod rmap;
+pub mod scale;
+pub mod stream;

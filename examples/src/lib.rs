@@ -33,6 +33,27 @@ pub mod worker_process;
 /// The error type of the example programs.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// Refuses a `rediss://` URL: these programs are built without a fred TLS
+/// feature, and fred would then connect in plain text (logging only a
+/// warning).
+///
+/// # Errors
+/// A message saying so, for a `rediss://` URL.
+pub fn check_url(url: &str) -> Result<(), BoxError> {
+    if url.trim_start().to_ascii_lowercase().starts_with("rediss") {
+        return Err(format!(
+            "{url}: TLS URLs need a fred TLS feature (e.g. enable-rustls-ring), which the examples are built without"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The root README, so that its Rust code is compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct RootReadme;
+
 /// Logs warnings and errors to stderr (`RUST_LOG` overrides the level).
 pub fn init_tracing() {
     init_tracing_at("warn");

@@ -19,7 +19,7 @@ use crate::BoxError;
 /// Command-line arguments of a worker process.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
-    /// Redis URL (`redis://`, `rediss://`, `redis://user:pass@host:port`).
+    /// Redis URL (`redis://host:port`, `redis://user:pass@host:port/db`).
     #[arg(long = "redis", env = "REDIS_URL")]
     pub redis: String,
     /// Pool to join.
@@ -128,6 +128,7 @@ impl Handler for PrintingHandler {
 /// # Errors
 /// When Redis cannot be reached or the pool refuses the node.
 pub async fn run(args: WorkerArgs) -> Result<(), BoxError> {
+    crate::check_url(&args.redis)?;
     let client = flotilla_testkit::client(&args.redis).await?;
     let options = NodeOptions::default()
         .worker_ttl(Duration::from_millis(args.ttl_ms))

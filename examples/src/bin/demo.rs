@@ -91,6 +91,7 @@ async fn main() -> Result<(), BoxError> {
     }
     let started = Instant::now();
     let (url, server) = flotilla_testkit::redis_for_example()?;
+    flotilla_examples::check_url(&url)?;
     let pool = flotilla_testkit::unique_name("demo");
     let ttl = Duration::from_millis(cli.ttl_ms);
     println!("Flotilla demo");
@@ -105,7 +106,11 @@ async fn main() -> Result<(), BoxError> {
     // Declared after the server so that on any error the workers are
     // killed first, then the server.
     let mut children = Children::default();
-    let result = run(&cli, &url, &pool, ttl, &mut children).await;
+    let interruptible = cli.hold == 0 && !cli.linger; // else `hold` owns Ctrl-C
+    let result = tokio::select! {
+        result = run(&cli, &url, &pool, ttl, &mut children) => result,
+        _ = tokio::signal::ctrl_c(), if interruptible => Err("interrupted".into()),
+    };
     if result.is_err() {
         children.kill_all().await;
     }
@@ -256,13 +261,20 @@ async fn run(
     println!("\nadding {newcomer} (pid {pid})");
     wait_workers(&dispatcher, live).await?;
     let joined = t0.elapsed();
-    // Settled: every job runs on the worker the ring assigns it.
+    let new_id = worker_id_of(&dispatcher, pid).unwrap_or_default();
+    // Settled: every job runs on the worker the ring assigns it, and the
+    // ring already counts the newcomer (it wins some keys; with very few
+    // jobs it may win none, so that part gives up after one TTL).
     wait_until(ttl * 2 + Duration::from_secs(10), "rebalance", || {
         let settled = keys.iter().all(|k| {
             matches!((dispatcher.job_owner(k), dispatcher.placement(k)),
                 (Some((owner, _)), Some(placed)) if owner == placed)
         });
-        async move { settled }
+        let ring_has_newcomer = keys
+            .iter()
+            .any(|k| dispatcher.placement(k).as_deref() == Some(new_id.as_str()));
+        let ok = settled && (ring_has_newcomer || t0.elapsed() > joined + ttl);
+        async move { ok }
     })
     .await?;
     let rebalanced = t0.elapsed();
@@ -271,7 +283,6 @@ async fn run(
         .iter()
         .filter(|k| before.get(*k).map(|o| &o.0) != after.get(*k).map(|o| &o.0))
         .count();
-    let new_id = worker_id_of(&dispatcher, pid).unwrap_or_default();
     let to_newcomer = after.values().filter(|(w, _)| *w == new_id).count();
     let ideal = keys.len() as f64 / live as f64;
     let rebalance_line = format!(

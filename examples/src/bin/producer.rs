@@ -69,6 +69,7 @@ async fn main() -> Result<(), BoxError> {
         Some(url) => (url.clone(), None),
         None => flotilla_testkit::redis_for_example()?,
     };
+    flotilla_examples::check_url(&url)?;
     let spawn = cli.workers.unwrap_or(if server.is_some() { 2 } else { 0 });
     let mut children = Children::default();
     for i in 1..=spawn {

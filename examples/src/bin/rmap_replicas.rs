@@ -70,6 +70,7 @@ async fn main() -> Result<(), BoxError> {
         return replica(&redis, &map, index, replicas, writes).await;
     }
     let (url, _server) = flotilla_testkit::redis_for_example()?;
+    flotilla_examples::check_url(&url)?;
     let map = flotilla_testkit::unique_name("replicas");
     println!(
         "{} replica processes of map {map:?}, {} counter increments each",

@@ -12,7 +12,7 @@
 //! * [`fmt`]: small formatting helpers for the printed reports.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo() -> Result<(), flotilla_examples::BoxError> {
 //! use flotilla_examples::children::Children;
 //!
 //! let (url, _server) = flotilla_testkit::redis_for_example()?;

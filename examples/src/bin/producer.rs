@@ -87,7 +87,7 @@ async fn main() -> Result<(), BoxError> {
         .client_only(true)
         .dispatch_timeout(Duration::from_secs(30));
     let producer = Node::join(&client, &cli.pool, options).await?;
-    if spawn == 0 {
+    if spawn == 0 && producer.pool_workers().is_empty() {
         println!(
             "producer: waiting for a worker of pool {:?} (start one: cargo run -p flotilla-examples --bin worker -- --redis {url} --pool {})",
             cli.pool, cli.pool

@@ -33,16 +33,23 @@ pub mod worker_process;
 /// The error type of the example programs.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Refuses a `rediss://` URL: these programs are built without a fred TLS
-/// feature, and fred would then connect in plain text (logging only a
-/// warning).
+/// Refuses a TLS URL (`rediss://`, `valkeys://`) when this build has no
+/// TLS support: fred would then connect in plain text, logging only a
+/// warning. Build with `--features tls` to use one.
 ///
 /// # Errors
-/// A message saying so, for a `rediss://` URL.
+/// A message saying so, or fred's error for a malformed URL.
 pub fn check_url(url: &str) -> Result<(), BoxError> {
-    if url.trim_start().to_ascii_lowercase().starts_with("rediss") {
+    let scheme = url
+        .split("://")
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let wants_tls = scheme.starts_with("rediss") || scheme.starts_with("valkeys");
+    if wants_tls && !fred::prelude::Config::from_url(url)?.uses_tls() {
         return Err(format!(
-            "{url}: TLS URLs need a fred TLS feature (e.g. enable-rustls-ring), which the examples are built without"
+            "{scheme}:// asks for TLS but this build has none: run with `--features tls` \
+             (flotilla-pool's `tls` feature)"
         )
         .into());
     }

@@ -101,7 +101,10 @@ async fn main() -> Result<(), BoxError> {
     }
     println!("  pool:  {pool}, worker TTL {}", human(ttl));
     println!("  watch it from another terminal while it runs:");
-    println!("    poolctl watch --redis {url} --pool {pool}\n");
+    println!(
+        "    poolctl watch --redis {url} --pool {pool} --worker-ttl {}ms\n",
+        cli.ttl_ms
+    );
 
     // Declared after the server so that on any error the workers are
     // killed first, then the server.
@@ -448,7 +451,8 @@ async fn hold(cli: &Cli, url: &str, pool: &str) {
         return;
     }
     println!(
-        "\nthe pool keeps running; look at it with:\n  poolctl watch --redis {url} --pool {pool}"
+        "\nthe pool keeps running; look at it with:\n  poolctl watch --redis {url} --pool {pool} --worker-ttl {}ms",
+        cli.ttl_ms
     );
     if cli.linger {
         println!("  (Ctrl-C ends the demo)");

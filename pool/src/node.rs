@@ -86,6 +86,9 @@ pub(crate) struct NodeInner {
     /// When the last successful keep-alive renewal was sent (the start of
     /// the node's lease), on this process's monotonic clock.
     pub(crate) last_renewal: std::sync::Mutex<Instant>,
+    /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
+    /// then leaves the closing to that call.
+    shutting_down_here: AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
@@ -199,6 +202,7 @@ impl Node {
             closed: AtomicBool::new(false),
             connected_at: Mutex::new(Instant::now()),
             last_renewal: std::sync::Mutex::new(Instant::now()),
+            shutting_down_here: AtomicBool::new(false),
         });
         inner.refresh_ring();
         inner.spawn_tasks();
@@ -332,6 +336,7 @@ impl Node {
     /// Redis errors.
     pub async fn shutdown(&self) -> Result<()> {
         let inner = &self.inner;
+        inner.shutting_down_here.store(true, Ordering::Release);
         inner.maps.shutdown.set(SHUTDOWN_FLAG, &inner.id).await?;
         tracing::info!(pool = %inner.pool, node = %inner.id, "pool shutdown requested");
         // Our own workers stop here; other nodes react to the flag.
@@ -342,12 +347,26 @@ impl Node {
         if gone.is_err() {
             tracing::warn!(pool = %inner.pool, "workers still registered at the shutdown deadline; deleting anyway");
         }
-        // Other nodes close on the flag; one still open could write again
-        // after the keys are gone.
-        let me = inner.id.clone();
+        // Other live nodes close on the flag; one still open could write
+        // again after the keys are gone. Entries of nodes silent for a TTL
+        // (killed processes) are not waited for.
+        let now = inner.server_time_ms().await?;
+        let ttl = inner.options.worker_ttl.as_millis() as u64;
+        let live: Vec<String> = maps
+            .nodes
+            .snapshot()
+            .iter()
+            .filter(|(node, last)| {
+                **node != inner.id
+                    && last
+                        .parse::<u64>()
+                        .is_ok_and(|last| now.saturating_sub(last) <= ttl)
+            })
+            .map(|(node, _)| node.clone())
+            .collect();
         let closed = maps
             .nodes
-            .wait_for(deadline, |m| m.keys().iter().all(|n| *n == me))
+            .wait_for(deadline, |m| live.iter().all(|n| !m.contains_key(n)))
             .await;
         if closed.is_err() {
             tracing::warn!(pool = %inner.pool, "nodes still open at the shutdown deadline; deleting anyway");
@@ -534,6 +553,9 @@ impl NodeInner {
                 Err(flotilla_rmap::Error::Timeout(_)) => continue,
                 Err(_) => return,
             }
+        }
+        if self.shutting_down_here.load(Ordering::Acquire) {
+            return; // `Node::shutdown` on this node closes it
         }
         tracing::info!(node = %self.id, "pool is shutting down: stopping local jobs and closing");
         self.stop_for_shutdown().await;

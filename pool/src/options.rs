@@ -67,7 +67,8 @@ pub struct NodeOptions {
     /// when still orphaned after this long. Default: 2 × `worker_ttl`.
     pub orphan_grace: Duration,
     /// Period of the cleanup sweep (dead workers, stale pending guards,
-    /// orphans). Default: `worker_ttl` / 2.
+    /// orphans). A dead worker is found between one TTL and one TTL plus
+    /// this period after its last renewal. Default: `worker_ttl` / 4.
     pub cleanup_interval: Duration,
     /// Fixed node id; `None` generates a unique one. Default: `None`.
     pub node_id: Option<String>,
@@ -93,7 +94,7 @@ impl Default for NodeOptions {
             dispatch_timeout: Duration::from_secs(10),
             max_payload_size: 1024 * 1024,
             orphan_grace: ttl * 2,
-            cleanup_interval: ttl / 2,
+            cleanup_interval: ttl / 4,
             node_id: None,
             redis_timeout: Duration::from_secs(5),
         }
@@ -109,12 +110,12 @@ impl NodeOptions {
 
     /// Sets the worker TTL, and with it the derived defaults:
     /// `lease_stop_after` = 2/3 TTL, `orphan_grace` = 2 TTL,
-    /// `cleanup_interval` = TTL/2. Set those after this call to override.
+    /// `cleanup_interval` = TTL/4. Set those after this call to override.
     pub fn worker_ttl(mut self, ttl: Duration) -> Self {
         self.worker_ttl = ttl;
         self.lease_stop_after = ttl * 2 / 3;
         self.orphan_grace = ttl * 2;
-        self.cleanup_interval = ttl / 2;
+        self.cleanup_interval = ttl / 4;
         self
     }
 

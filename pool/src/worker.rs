@@ -19,7 +19,7 @@ use crate::node::{Node, NodeInner};
 
 /// A request is forwarded at most this many times when views of the ring
 /// disagree; then the receiving worker takes it.
-const MAX_HOPS: u8 = 3;
+pub(crate) const MAX_HOPS: u8 = 3;
 
 /// A worker: runs the jobs whose keys the ring assigns it.
 ///
@@ -364,8 +364,24 @@ impl WorkerInner {
                 _ => node.refresh_ring(), // target left: run it here
             }
         }
-        if self.jobs.get(&key).is_some_and(|j| j.token == entry.token) {
-            // This very start, read again by a rewind: it runs already.
+        if self.jobs.get(&key).is_some_and(|j| j.token >= entry.token) {
+            // This very start, read again by a rewind, or an older one that
+            // was moved on and came back: the key runs here already.
+            return self.drop_entry(node, &event.id).await;
+        }
+        let superseded = node.maps.jobs.get(&key).is_some_and(|v| {
+            crate::maps::job_owner(&v).is_some_and(|(w, t)| w != self.id && t >= entry.token)
+        });
+        if superseded {
+            // Another worker runs this key with a token at least as new (a
+            // start that was moved on while this process was cut off or
+            // paused): starting it here, even until the start script
+            // answers "superseded", would run the key twice.
+            tracing::info!(
+                key,
+                token = entry.token,
+                "stale start dropped: the key runs elsewhere"
+            );
             return self.drop_entry(node, &event.id).await;
         }
         if self.jobs.contains_key(&key) {

@@ -11,7 +11,7 @@ use fred::types::Value;
 use tokio::sync::{Mutex, RwLock, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_START, KeyedRequest, StartEntry};
+use crate::codec::{self, EV_NOTIFY, EV_START, KeyedRequest, StartEntry};
 use crate::error::{Error, Result};
 use crate::handler::{Handler, Job, guarded};
 use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, LANES, SeenEntries, lane_of};
@@ -507,40 +507,37 @@ impl WorkerInner {
 
     async fn on_keyed(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
         let payload = Bytes::from(req.payload.clone());
-        let result = if event.name == EV_NOTIFY {
-            if !self.jobs.contains_key(&req.key) && req.hops < MAX_HOPS {
-                let owner = node
-                    .maps
-                    .jobs
-                    .get(&req.key)
-                    .and_then(|v| crate::maps::job_owner(&v).map(|(w, _)| w.to_string()));
-                if let Some(owner) = owner.filter(|o| *o != self.id) {
-                    let fwd = codec::encode(&KeyedRequest {
-                        hops: req.hops + 1,
-                        ..req.clone()
-                    });
-                    let moved = node
-                        .move_entry(&self.id, &owner, &event.id, EV_NOTIFY, fwd)
-                        .await?;
-                    if moved == "ok" || moved == "gone" {
-                        return Ok(());
-                    }
-                }
+        let notify = event.name == EV_NOTIFY;
+        // A notification goes to the job's owner, a message to the key's
+        // owner under the ring.
+        let target = if notify {
+            (!self.jobs.contains_key(&req.key) && req.hops < MAX_HOPS)
+                .then(|| {
+                    node.maps
+                        .jobs
+                        .get(&req.key)
+                        .and_then(|v| crate::maps::job_owner(&v).map(|(w, _)| w.to_string()))
+                })
+                .flatten()
+                .filter(|owner| *owner != self.id)
+        } else {
+            self.forward_target(node, &req.key, req.hops)
+        };
+        if let Some(target) = target {
+            let fwd = codec::encode(&KeyedRequest {
+                hops: req.hops + 1,
+                ..req.clone()
+            });
+            let moved = node
+                .move_entry(&self.id, &target, &event.id, &event.name, fwd)
+                .await?;
+            if moved == "ok" || moved == "gone" {
+                return Ok(());
             }
+        }
+        let result = if notify {
             guarded("notify", self.handler.notify(&req.key, payload)).await
         } else {
-            if let Some(target) = self.forward_target(node, &req.key, req.hops) {
-                let fwd = codec::encode(&KeyedRequest {
-                    hops: req.hops + 1,
-                    ..req.clone()
-                });
-                let moved = node
-                    .move_entry(&self.id, &target, &event.id, EV_MESSAGE, fwd)
-                    .await?;
-                if moved == "ok" || moved == "gone" {
-                    return Ok(());
-                }
-            }
             guarded("message", self.handler.message(&req.key, payload)).await
         };
         if let Err(e) = result {

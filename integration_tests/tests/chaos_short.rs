@@ -44,10 +44,8 @@ async fn chaos_short_kills_and_membership_changes() {
 }
 
 /// Every fault kind, including pauses, partitions and Redis restarts.
-/// It caught four pool bugs, since fixed, and shows a fifth, reduced but
-/// still open (README, Finding 5): run it with `-- --ignored`.
+/// It caught five pool bugs, all fixed since (README, Findings).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open pool bug (README, Finding 5): after combined cut/pause and restart faults a key can start on a worker with a token not above the running one's"]
 async fn chaos_short_all_faults() {
     let summary = run(options(60, FaultKind::ALL.to_vec()))
         .await

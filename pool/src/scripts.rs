@@ -74,6 +74,7 @@ pub(crate) async fn bounded<T>(
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) admit: PoolScript,
+    pub(crate) claim_start: PoolScript,
     pub(crate) started: PoolScript,
     pub(crate) start_failed: PoolScript,
     pub(crate) to_owner: PoolScript,
@@ -93,6 +94,7 @@ impl Scripts {
         let t = timeout;
         Scripts {
             admit: PoolScript::new("admit", include_str!("scripts/admit.lua"), t),
+            claim_start: PoolScript::new("claim_start", include_str!("scripts/claim_start.lua"), t),
             started: PoolScript::new("started", include_str!("scripts/started.lua"), t),
             start_failed: PoolScript::new(
                 "start_failed",

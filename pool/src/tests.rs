@@ -259,3 +259,106 @@ async fn stale_start_for_a_key_running_elsewhere_is_dropped() {
     other.close().await.unwrap();
     node.close().await.unwrap();
 }
+
+/// Runs per key: how many handlers run it now, the most at once, and how
+/// many starts there were.
+#[derive(Clone, Default)]
+struct Overlap {
+    running: Arc<dashmap::DashMap<String, usize>>,
+    most: Arc<AtomicUsize>,
+    starts: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Handler for Overlap {
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        self.starts.fetch_add(1, Ordering::SeqCst);
+        let mut n = self.running.entry(job.key).or_default();
+        *n += 1;
+        self.most.fetch_max(*n, Ordering::SeqCst);
+        drop(n);
+        // Long enough for the other worker to get there too.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok(())
+    }
+    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        if let Some(mut n) = self.running.get_mut(key) {
+            *n = n.saturating_sub(1);
+        }
+        Ok(())
+    }
+    async fn message(&self, _key: &str, _payload: bytes::Bytes) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// The same admitted start in two workers' hands at once (as when one
+/// process kept an entry that was moved on while it was cut off, and its
+/// replica lags): the claim in Redis lets exactly one handler start the
+/// key; the other never calls `start`, not even briefly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_start_in_two_hands_is_started_once() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("claim");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
+    let a = Node::join(&client, &name, options.clone()).await.unwrap();
+    let b = Node::join(&client, &name, options).await.unwrap();
+    let handler = Overlap::default();
+    let wa = Worker::new(&a, handler.clone()).await.unwrap();
+    let wb = Worker::new(&b, handler.clone()).await.unwrap();
+    wait_until(Duration::from_secs(5), "both workers seen", || async {
+        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
+    })
+    .await
+    .unwrap();
+    let keys: Vec<String> = (0..20).map(|i| format!("twice-{i}")).collect();
+    let inboxes = [
+        a.inner.inbox(wa.id()).unwrap(),
+        b.inner.inbox(wb.id()).unwrap(),
+    ];
+    let deadline_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000;
+    for (i, key) in keys.iter().enumerate() {
+        let token = 1000 + i as u64;
+        // Admitted with this token, as `admit.lua` leaves it.
+        a.inner
+            .maps
+            .pending
+            .set(key, &format!("{token} {deadline_ms} -/0"))
+            .await
+            .unwrap();
+        let mut entry = format!("{token} 0 {} 0 -\n", super::worker::MAX_HOPS).into_bytes();
+        entry.extend_from_slice(&crate::codec::encode(&crate::codec::JobBody {
+            key: key.clone(),
+            payload: b"p".to_vec(),
+        }));
+        let (x, y) = tokio::join!(
+            inboxes[0].add("start", entry.clone()),
+            inboxes[1].add("start", entry)
+        );
+        x.unwrap();
+        y.unwrap();
+    }
+    wait_until(Duration::from_secs(10), "both inboxes drained", || async {
+        inboxes[0].len().await.unwrap() == 0 && inboxes[1].len().await.unwrap() == 0
+    })
+    .await
+    .unwrap();
+    assert_eq!(handler.most.load(Ordering::SeqCst), 1, "a key ran twice");
+    assert_eq!(
+        handler.starts.load(Ordering::SeqCst),
+        keys.len(),
+        "a start was attempted without a claim"
+    );
+    let running: usize = keys
+        .iter()
+        .filter(|k| wa.job_token(k).is_some() != wb.job_token(k).is_some())
+        .count();
+    assert_eq!(running, keys.len(), "each key runs on exactly one worker");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

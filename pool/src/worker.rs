@@ -364,10 +364,20 @@ impl WorkerInner {
                 _ => node.refresh_ring(), // target left: run it here
             }
         }
-        if self.jobs.get(&key).is_some_and(|j| j.token >= entry.token) {
-            // This very start, read again by a rewind, or an older one that
-            // was moved on and came back: the key runs here already.
-            return self.drop_entry(node, &event.id).await;
+        let start = StartRecord::new(node, &self.id, event, &entry)?;
+        if let Some(running) = self.jobs.get(&key).map(|j| j.token)
+            && running >= entry.token
+        {
+            // This very start, read again by a rewind (its confirmation
+            // failed), or an older one that was moved on and came back: the
+            // key runs here already.
+            let status = if running == entry.token {
+                "ok"
+            } else {
+                "superseded"
+            };
+            let _ = start.finish(node, status).await?;
+            return Ok(());
         }
         let superseded = node.maps.jobs.get(&key).is_some_and(|v| {
             crate::maps::job_owner(&v).is_some_and(|(w, t)| w != self.id && t >= entry.token)
@@ -375,14 +385,15 @@ impl WorkerInner {
         if superseded {
             // Another worker runs this key with a token at least as new (a
             // start that was moved on while this process was cut off or
-            // paused): starting it here, even until the start script
-            // answers "superseded", would run the key twice.
+            // paused). The claim below would refuse it too; the replica
+            // saves the round trip.
             tracing::info!(
                 key,
                 token = entry.token,
                 "stale start dropped: the key runs elsewhere"
             );
-            return self.drop_entry(node, &event.id).await;
+            let _ = start.finish(node, "superseded").await?;
+            return Ok(());
         }
         if self.jobs.contains_key(&key) {
             // Started again while running here: stop the old run first so
@@ -400,37 +411,33 @@ impl WorkerInner {
                 "lease lost",
             )));
         }
+        // Claim in Redis before the handler runs: only the worker whose
+        // claim is accepted starts the key, whatever its replica says.
+        let claim: String = node
+            .scripts
+            .claim_start
+            .run(&node.client, start.claim_keys(node), start.args())
+            .await?;
+        if claim != "ok" {
+            tracing::info!(key, token = entry.token, claim, "start not claimed");
+            return Ok(());
+        }
         let job = Job {
             key: key.clone(),
             payload: Bytes::from(entry.body.payload.clone()),
             created_at: SystemTime::UNIX_EPOCH + Duration::from_millis(entry.created_at_ms),
             fencing_token: entry.token,
         };
-        let (reply_key, request) = match &entry.reply {
-            Some(r) => (node.reply_key(&r.node)?, r.request),
-            None => (node.inbox(&self.id)?.key().to_string(), 0),
-        };
-        let mut keys = node.maps.base_keys();
-        keys.push(node.inbox(&self.id)?.key().to_string());
-        keys.push(reply_key);
-        let mut args = node.maps.base_args();
-        args.extend([
-            Value::from(key.as_str()),
-            Value::from(entry.token.to_string()),
-        ]);
         match guarded("start", self.handler.start(job.clone())).await {
             Err(message) => {
                 tracing::info!(key, error = %message, "handler refused to start job");
                 metrics::counter!("flotilla_pool_start_failed_total").increment(1);
-                args.extend([
-                    Value::from(event.id.as_str()),
-                    Value::from(request.to_string()),
-                    Value::from(message),
-                ]);
+                let mut args = start.args();
+                args.push(Value::from(message));
                 let _: Value = node
                     .scripts
                     .start_failed
-                    .run(&node.client, keys, args)
+                    .run(&node.client, start.keys.clone(), args)
                     .await?;
                 Ok(())
             }
@@ -444,27 +451,19 @@ impl WorkerInner {
                         raw_body: entry.raw_body.clone(),
                     },
                 );
-                args.extend([
-                    Value::from(self.id.as_str()),
-                    Value::from(event.id.as_str()),
-                    Value::from(request.to_string()),
-                ]);
-                let status: String = match node.scripts.started.run(&node.client, keys, args).await
-                {
-                    Ok(s) => s,
-                    Err(e) => {
-                        // Not recorded: stop it so that a retry cannot run it twice.
-                        let _ = guarded("stop", self.handler.stop(&key)).await;
-                        self.jobs.remove(&key);
-                        return Err(e);
-                    }
-                };
+                // On an error the job keeps running (it is claimed): the
+                // rewind reads the entry again and confirms it then.
+                let status = start.finish(node, "ok").await?;
                 if status != "ok" {
-                    tracing::info!(key, status, "start not recorded; stopping the local run");
+                    tracing::warn!(
+                        key,
+                        status,
+                        "claim gone after start; stopping the local run"
+                    );
                     let _ = guarded("stop", self.handler.stop(&key)).await;
                     self.jobs.remove(&key);
                 } else if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) {
-                    // The lease lapsed while recording: stop now, resume later.
+                    // The lease lapsed while starting: stop now, resume later.
                     let _ = guarded("stop", self.handler.stop(&key)).await;
                     if let Some((k, job)) = self.jobs.remove(&key) {
                         self.suspended.lock().await.insert(k, job);
@@ -478,7 +477,6 @@ impl WorkerInner {
         }
     }
 
-    #[tracing::instrument(name = "stop", skip_all, fields(worker = %self.id))]
     async fn on_stop(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
         if self.jobs.remove(&req.key).is_some()
             && let Err(e) = guarded("stop", self.handler.stop(&req.key)).await
@@ -544,5 +542,54 @@ impl WorkerInner {
             tracing::warn!(key = %req.key, event = %event.name, error = %e, "handler failed; message dropped");
         }
         self.drop_entry(node, &event.id).await
+    }
+}
+
+/// The Redis side of one start entry: the keys and arguments shared by the
+/// claim, confirmation and refusal scripts.
+struct StartRecord {
+    keys: Vec<String>,
+    args: Vec<Value>,
+}
+
+impl StartRecord {
+    fn new(node: &NodeInner, worker: &str, event: &Event, entry: &StartEntry) -> Result<Self> {
+        let (reply_key, request) = match &entry.reply {
+            Some(r) => (node.reply_key(&r.node)?, r.request),
+            None => (node.inbox(worker)?.key().to_string(), 0),
+        };
+        let mut keys = node.maps.base_keys();
+        keys.push(node.inbox(worker)?.key().to_string());
+        keys.push(reply_key);
+        let mut args = node.maps.base_args();
+        args.extend([
+            Value::from(entry.body.key.as_str()),
+            Value::from(entry.token.to_string()),
+            Value::from(worker),
+            Value::from(event.id.as_str()),
+            Value::from(request.to_string()),
+        ]);
+        Ok(StartRecord { keys, args })
+    }
+
+    fn args(&self) -> Vec<Value> {
+        self.args.clone()
+    }
+
+    fn claim_keys(&self, node: &NodeInner) -> Vec<String> {
+        let mut keys = self.keys.clone();
+        keys.push(node.maps.cleanup.keys_info().hash.clone());
+        keys
+    }
+
+    /// Removes the entry and answers the dispatcher with `status`; returns
+    /// whether the key is still claimed by this start (`"ok"`/`"lost"`).
+    async fn finish(&self, node: &NodeInner, status: &str) -> Result<String> {
+        let mut args = self.args();
+        args.push(Value::from(status));
+        node.scripts
+            .started
+            .run(&node.client, self.keys.clone(), args)
+            .await
     }
 }

@@ -1,16 +1,16 @@
--- A handler refused to start a job: drop the admission and answer.
+-- A handler refused to start a job it had claimed: drop the claim and the
+-- payload (the job is over), remove the entry and answer.
 -- KEYS: base, 9 worker inbox, 10 reply stream
--- ARGV: base, 4 job key, 5 token, 6 inbox entry id, 7 reply request (0: none),
---       8 error text
+-- ARGV: base, 4 job key, 5 token, 6 worker id, 7 inbox entry id,
+--       8 reply request (0: none), 9 error text
 -- Returns 'ok'
 local key, token = ARGV[4], ARGV[5]
-local p = mget(PENDING, key)
-if p and string.sub(p, 1, #token + 1) == token .. ' ' then
-  mdel(PENDING, key)
+if mget(JOBS, key) == ARGV[6] .. ' ' .. token then
+  mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
 end
-stream_remove(KEYS[9], ARGV[6])
-if ARGV[7] ~= '0' then
-  stream_add(KEYS[10], 'reply', ARGV[7] .. ' failed ' .. ARGV[8], 1000)
+stream_remove(KEYS[9], ARGV[7])
+if ARGV[8] ~= '0' then
+  stream_add(KEYS[10], 'reply', ARGV[8] .. ' failed ' .. ARGV[9], 1000)
 end
 return 'ok'

@@ -170,6 +170,30 @@ fn paused_owner_stopped_by_the_watchdog_on_resume_is_accepted_when_fenced() {
 }
 
 #[test]
+fn start_recorded_just_after_the_pause_record_ran_into_the_pause() {
+    // SIGSTOP was sent at 1000, but the target's own ledger shows a start
+    // at 1001 (kill returns before every thread stopped): that run was in
+    // the process when it stopped, so it is a stale window like any other.
+    let f = vec![
+        fault(1000, FaultKind::Pause, 10, false),
+        fault(4000, FaultKind::Pause, 10, true),
+    ];
+    let a = vec![start(10, 1001, "k", "a", 1), stop(10, 4005, "k", "a")];
+    let b = vec![start(20, 3000, "k", "b", 2)];
+    let r = check(&[a, b, f.clone()], &CheckOptions::default());
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.stale_windows, 1);
+
+    // Unless the run that overlaps it has no higher token.
+    let a = vec![start(10, 1001, "k", "a", 5), stop(10, 4005, "k", "a")];
+    let b = vec![start(20, 3000, "k", "b", 2)];
+    assert_eq!(
+        kinds(&check(&[a, b, f], &CheckOptions::default())),
+        vec!["paused"]
+    );
+}
+
+#[test]
 fn short_pause_is_not_excused() {
     // A pause shorter than the lease: the job legitimately stays, so a
     // concurrent start elsewhere is a plain overlap.

@@ -32,6 +32,11 @@ impl NodeInner {
         loop {
             let lease_deadline = last_ok + self.options.lease_stop_after;
             tokio::select! {
+                // After a long pause both timers are due: the lease check
+                // must come first, or a renewal would count the pause as
+                // covered and jobs that a cleaner is moving would keep
+                // running here.
+                biased;
                 _ = self.cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(lease_deadline), if !suspended => {
                     if self.options.lease_policy == LeasePolicy::StopJobs && !self.workers.is_empty() {
@@ -100,7 +105,7 @@ impl NodeInner {
 
     /// Registers a worker Redis forgot and re-asserts its jobs: those nobody
     /// else took keep running (after data loss), the others stop here.
-    async fn reregister(&self, id: &str) -> Result<()> {
+    pub(crate) async fn reregister(&self, id: &str) -> Result<()> {
         let Some(worker) = self.workers.get(id).map(|w| w.value().clone()) else {
             return Ok(());
         };
@@ -113,7 +118,11 @@ impl NodeInner {
             .map(|e| (e.key().clone(), e.value().clone()))
             .collect();
         for (key, job) in running {
-            if self.reassert(&worker, &key, &job).await? != "ok" {
+            if self
+                .reassert(&worker, &key, &job, Reassert::Running)
+                .await?
+                != "ok"
+            {
                 tracing::info!(
                     key,
                     worker = id,
@@ -123,23 +132,46 @@ impl NodeInner {
                 worker.jobs.remove(&key);
             }
         }
-        // Jobs suspended on lease loss come back too if nobody took them.
+        // Jobs suspended on lease loss come back too if nobody took them;
+        // while the pool recovers from a data loss they are left to the
+        // orphan sweep instead (see `scripts/reassert.lua`).
         let suspended: Vec<(String, LocalJob)> = worker.suspended.lock().await.drain().collect();
         for (key, job) in suspended {
-            if self.reassert(&worker, &key, &job).await? == "ok" {
-                worker.suspended.lock().await.insert(key, job);
+            match self
+                .reassert(&worker, &key, &job, Reassert::Suspended)
+                .await?
+                .as_str()
+            {
+                "ok" => {
+                    worker.suspended.lock().await.insert(key, job);
+                }
+                "orphaned" => {
+                    tracing::info!(key, worker = id, "suspended job left to the orphan sweep");
+                }
+                _ => {}
             }
         }
         Ok(())
     }
 
-    async fn reassert(&self, worker: &WorkerInner, key: &str, job: &LocalJob) -> Result<String> {
+    async fn reassert(
+        &self,
+        worker: &WorkerInner,
+        key: &str,
+        job: &LocalJob,
+        state: Reassert,
+    ) -> Result<String> {
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
             Value::from(worker.id.as_str()),
             Value::from(job.token.to_string()),
             Value::Bytes(codec::stored(job.created_at_ms, &job.raw_body)),
+            Value::from(match state {
+                Reassert::Running => "running",
+                Reassert::Suspended => "suspended",
+            }),
+            Value::from(self.options.worker_ttl.as_millis().to_string()),
         ]);
         self.scripts
             .reassert
@@ -213,13 +245,11 @@ impl NodeInner {
         key: &str,
         job: LocalJob,
     ) -> Result<Restart> {
+        let mut keys = self.maps.base_keys();
+        keys.push(self.maps.cleanup.keys_info().hash.clone());
         let mut args = self.maps.base_args();
         args.extend([Value::from(key), Value::from(worker.id.as_str())]);
-        let token: Option<u64> = self
-            .scripts
-            .resume
-            .run(&self.client, self.maps.base_keys(), args)
-            .await?;
+        let token: Option<u64> = self.scripts.resume.run(&self.client, keys, args).await?;
         let Some(token) = token else {
             return Ok(Restart::Moved);
         };
@@ -240,6 +270,13 @@ impl NodeInner {
             Err(e) => Ok(Restart::StartFailed(e)),
         }
     }
+}
+
+/// Whether a re-asserted job runs here or was suspended on lease loss.
+#[derive(Debug, Clone, Copy)]
+enum Reassert {
+    Running,
+    Suspended,
 }
 
 /// Outcome of [`NodeInner::restart_owned`].

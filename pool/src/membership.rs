@@ -71,6 +71,7 @@ impl NodeInner {
             Value::from(to),
             Value::from(pending_ttl.to_string()),
             Value::from(crate::dispatch::INBOX_MAXLEN.to_string()),
+            Value::from(self.options.worker_ttl.as_millis().to_string()),
         ]);
         let reply: Value = self.scripts.handoff.run(&self.client, keys, args).await?;
         let (status, _) = crate::scripts::status_reply(reply)?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flotilla_testkit::{RedisServer, wait_until};
+use fred::prelude::ClientLike;
 
 use crate::handler::{Handler, HandlerError, Job};
 use crate::{Node, NodeOptions, Worker};
@@ -359,6 +360,83 @@ async fn one_start_in_two_hands_is_started_once() {
         .filter(|k| wa.job_token(k).is_some() != wb.job_token(k).is_some())
         .count();
     assert_eq!(running, keys.len(), "each key runs on exactly one worker");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// After Redis lost its data, a job a worker had *suspended* on lease loss
+/// (and that was moved meanwhile) must not win over the worker that runs
+/// it: the suspended copy is re-asserted first here, and still the running
+/// worker keeps the key, and the suspended one never starts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspended_job_does_not_win_over_the_running_copy_after_data_loss() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("suspended");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
+    let a = Node::join(&client, &name, options.clone()).await.unwrap();
+    let b = Node::join(&client, &name, options).await.unwrap();
+    let handler_a = Counting::default();
+    let wa = Worker::new(&a, handler_a.clone()).await.unwrap();
+    let wb = Worker::new(&b, Counting::default()).await.unwrap();
+    wait_until(Duration::from_secs(5), "both workers seen", || async {
+        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
+    })
+    .await
+    .unwrap();
+    let key = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| a.placement(k).as_deref() == Some(wb.id()))
+        .unwrap();
+    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    let running = wb.job_token(&key).unwrap();
+    // The same key, stopped on `a` by a lease loss before it was moved to
+    // `b` (an older token).
+    let body = crate::codec::encode(&crate::codec::JobBody {
+        key: key.clone(),
+        payload: b"p".to_vec(),
+    });
+    wa.inner.suspended.lock().await.insert(
+        key.clone(),
+        crate::worker::LocalJob {
+            token: running - 1,
+            created_at_ms: 0,
+            payload: bytes::Bytes::from_static(b"p"),
+            raw_body: bytes::Bytes::from(body),
+        },
+    );
+    let _: fred::types::Value = client
+        .custom(
+            fred::types::CustomCommand::new_static("FLUSHALL", None, false),
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    a.inner.reregister(wa.id()).await.unwrap();
+    // Read Redis itself: the replicas learn of the flush only later.
+    let jobs_hash = a.inner.maps.jobs.keys_info().hash.clone();
+    let owned_by_b = format!("{} {running}", wb.id());
+    wait_until(
+        Duration::from_secs(15),
+        "the running worker re-asserted its job",
+        || async {
+            let owner: Option<String> =
+                fred::prelude::HashesInterface::hget(&client, jobs_hash.as_str(), key.as_str())
+                    .await
+                    .unwrap();
+            owner.as_deref() == Some(owned_by_b.as_str())
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        wb.job_token(&key),
+        Some(running),
+        "running copy was stopped"
+    );
+    assert!(wa.job_token(&key).is_none(), "suspended copy came back");
+    assert!(!wa.inner.suspended.lock().await.contains_key(&key));
+    assert_eq!(handler_a.starts.load(Ordering::SeqCst), 0);
     a.close().await.unwrap();
     b.close().await.unwrap();
 }

@@ -454,7 +454,11 @@ impl WorkerInner {
                 // On an error the job keeps running (it is claimed): the
                 // rewind reads the entry again and confirms it then.
                 let status = start.finish(node, "ok").await?;
-                if status != "ok" {
+                if status == "recovering" {
+                    // Redis lost its data since the claim: the run stays and
+                    // is re-asserted when the worker registers again.
+                    tracing::warn!(key, "claim lost with Redis's data; re-asserting it");
+                } else if status != "ok" {
                     tracing::warn!(
                         key,
                         status,
@@ -587,6 +591,7 @@ impl StartRecord {
     async fn finish(&self, node: &NodeInner, status: &str) -> Result<String> {
         let mut args = self.args();
         args.push(Value::from(status));
+        args.push(Value::from(node.options.worker_ttl.as_millis().to_string()));
         node.scripts
             .started
             .run(&node.client, self.keys.clone(), args)

@@ -4,12 +4,17 @@
 -- KEYS: base, 9 target inbox, 10 cleanup hash
 -- ARGV: base, 4 job key, 5 expected owner ('-': the job must be an orphan:
 --       no owner, no pending dispatch), 6 target worker, 7 pending ttl ms,
---       8 inbox maxlen
+--       8 inbox maxlen, 9 worker ttl ms (the recovery window after a data loss)
 -- Returns {'ok', token} | {'not_owner'} | {'no_target'} | {'no_payload'}
+--       | {'recovering'} (an orphan is not requeued while the pool recovers
+--       from a data loss: a worker that runs it may not have re-asserted yet)
 local key, expected, target = ARGV[4], ARGV[5], ARGV[6]
 if expected == '-' then
   if redis.call('HEXISTS', JOBS[1], key) == 1 or redis.call('HEXISTS', PENDING[1], key) == 1 then
     return {'not_owner'}
+  end
+  if recovering(tonumber(ARGV[9])) then
+    return {'recovering'}
   end
 elseif owner_of(mget(JOBS, key)) ~= expected then
   return {'not_owner'}

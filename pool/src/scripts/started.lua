@@ -4,14 +4,25 @@
 -- own run, 'superseded' for a newer one elsewhere).
 -- KEYS: base, 9 worker inbox, 10 reply stream (any pool key when no reply)
 -- ARGV: base, 4 job key, 5 token, 6 worker id, 7 inbox entry id,
---       8 reply request id (0: none), 9 status to answer
--- Returns 'ok' when the key is owned by this worker with this token, else
--- 'lost' (the claim is gone: the caller stops its run). The entry is removed
--- and the answer sent either way.
-local owned = mget(JOBS, ARGV[4]) == ARGV[6] .. ' ' .. ARGV[5]
+--       8 reply request id (0: none), 9 status to answer,
+--       10 worker ttl ms (the recovery window after a data loss)
+-- Returns 'ok' when the key is owned by this worker with this token;
+-- 'recovering' when the claim vanished with the rest of Redis's data (the
+-- worker keeps the run and re-asserts it once registered again); else
+-- 'lost' (the claim was taken: the caller stops its run, and the
+-- dispatcher is told 'superseded'). The entry is removed either way.
+local status = 'ok'
+if mget(JOBS, ARGV[4]) ~= ARGV[6] .. ' ' .. ARGV[5] then
+  if recovering(tonumber(ARGV[10])) then
+    status = 'recovering'
+  else
+    status = 'lost'
+  end
+end
 stream_remove(KEYS[9], ARGV[7])
 if ARGV[8] ~= '0' then
-  stream_add(KEYS[10], 'reply', ARGV[8] .. ' ' .. ARGV[9], 1000)
+  local answer = ARGV[9]
+  if status == 'lost' then answer = 'superseded' end
+  stream_add(KEYS[10], 'reply', ARGV[8] .. ' ' .. answer, 1000)
 end
-if owned then return 'ok' end
-return 'lost'
+return status

@@ -402,7 +402,7 @@ async fn suspended_job_does_not_win_over_the_running_copy_after_data_loss() {
             token: running - 1,
             created_at_ms: 0,
             payload: bytes::Bytes::from_static(b"p"),
-            raw_body: bytes::Bytes::from(body),
+            raw_body: body,
         },
     );
     let _: fred::types::Value = client

@@ -225,8 +225,26 @@ impl Node {
             reply: None,
             hops: 0,
         });
-        self.inner.inbox(&owner)?.add(EV_MESSAGE, body).await?;
-        Ok(())
+        let inbox = self.inner.inbox(&owner)?;
+        // Fail fast like every other call while Redis does not answer (I7).
+        match tokio::time::timeout(
+            self.inner.options.redis_timeout,
+            inbox.add(EV_MESSAGE, body),
+        )
+        .await
+        {
+            Ok(added) => {
+                added?;
+                Ok(())
+            }
+            Err(_) => Err(Error::Unavailable(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                format!(
+                    "no answer from Redis within {:?} (message)",
+                    self.inner.options.redis_timeout
+                ),
+            ))),
+        }
     }
 
     /// The payload of a running or pending job, read from Redis.

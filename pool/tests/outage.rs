@@ -33,6 +33,10 @@ async fn calls_fail_fast_while_redis_is_down_and_work_again_after() {
             Box::pin(node.notify_worker("before", &b"n"[..])),
         ),
         (
+            "dispatch_message",
+            Box::pin(node.dispatch_message("before", &b"m"[..])),
+        ),
+        (
             "job_payload",
             Box::pin(async { node.job_payload("before").await.map(|_| ()) }),
         ),

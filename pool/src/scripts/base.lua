@@ -13,9 +13,19 @@ local function mset(m, f, v) return rmap_set(m[1], m[2], m[3], f, v) end
 local function mdel(m, f) return rmap_del(m[1], m[2], m[3], f) end
 local function mget(m, f) return redis.call('HGET', m[1], f) end
 
+-- Redis server time, read once per script run (a script is atomic, so
+-- one reading serves all its uses and saves a TIME call per use).
+local server_time_us = nil
+local function now_us()
+  if not server_time_us then
+    local t = redis.call('TIME')
+    server_time_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return server_time_us
+end
+
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return math.floor(now_us() / 1000)
 end
 
 -- The pool's epoch: a field of the fencing hash that no job key can be (job
@@ -44,8 +54,7 @@ end
 local function next_token(key)
   local token = redis.call('HINCRBY', FENCING, key, 1)
   if token == 1 then
-    local t = redis.call('TIME')
-    token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    token = now_us()
     redis.call('HSET', FENCING, key, string.format('%d', token))
   end
   return token

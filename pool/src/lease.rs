@@ -39,6 +39,7 @@ impl NodeInner {
                 biased;
                 _ = self.cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(lease_deadline), if !suspended => {
+                    self.freshness.invalidate("lease lapsed");
                     if self.options.lease_policy == LeasePolicy::StopJobs && !self.workers.is_empty() {
                         tracing::warn!(node = %self.id, since = ?last_ok.elapsed(), "lease lost: stopping local jobs");
                         metrics::counter!("flotilla_pool_lease_lost_total").increment(1);
@@ -54,7 +55,11 @@ impl NodeInner {
                         .min((last_ok + self.options.lease_stop_after).saturating_duration_since(sent))
                         .max(Duration::from_millis(1));
                     match tokio::time::timeout(budget, self.renew()).await {
-                        Ok(Ok(unknown)) => {
+                        Ok(Ok((server_ms, unknown))) => {
+                            if sent.saturating_duration_since(last_ok) >= self.options.lease_stop_after {
+                                self.freshness.invalidate("lease gap");
+                            }
+                            self.freshness.server_time(server_ms, sent);
                             last_ok = sent;
                             *self.last_renewal.lock().unwrap_or_else(|e| e.into_inner()) = sent;
                             for worker in unknown {
@@ -75,9 +80,9 @@ impl NodeInner {
         }
     }
 
-    /// Renews the node's and its workers' keep-alives. Returns the local
-    /// workers Redis does not know.
-    async fn renew(&self) -> Result<Vec<String>> {
+    /// Renews the node's and its workers' keep-alives. Returns Redis server
+    /// time (ms) and the local workers Redis does not know.
+    async fn renew(&self) -> Result<(u64, Vec<String>)> {
         let ka = self.maps.keepalive.keys_info();
         let nodes = self.maps.nodes.keys_info();
         let mut keys = self.maps.base_keys();
@@ -96,11 +101,17 @@ impl NodeInner {
         ]);
         args.extend(self.workers.iter().map(|w| Value::from(w.key().as_str())));
         let reply: Vec<Value> = self.scripts.keepalive.run(&self.client, keys, args).await?;
-        Ok(reply
+        let server_ms = reply
+            .first()
+            .and_then(|v| v.as_string())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default();
+        let unknown = reply
             .into_iter()
             .skip(1)
             .filter_map(|v| v.as_string())
-            .collect())
+            .collect();
+        Ok((server_ms, unknown))
     }
 
     /// Registers a worker Redis forgot and re-asserts its jobs: those nobody
@@ -110,6 +121,7 @@ impl NodeInner {
             return Ok(());
         };
         tracing::warn!(worker = id, "worker unknown to redis: registering again");
+        self.freshness.invalidate("re-registered");
         self.register_worker(id).await?;
         let _guard = worker.ops.write().await;
         let running: Vec<(String, LocalJob)> = worker

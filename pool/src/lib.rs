@@ -6,6 +6,7 @@ mod cleanup;
 mod codec;
 mod dispatch;
 mod error;
+mod freshness;
 mod handler;
 mod keys;
 mod lanes;

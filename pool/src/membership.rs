@@ -29,7 +29,11 @@ impl NodeInner {
             Value::from(info),
             Value::from(self.maps.keepalive.keys_info().channel.clone()),
         ]);
-        let _: Value = self.scripts.register.run(&self.client, keys, args).await?;
+        let sent = tokio::time::Instant::now();
+        let now: Option<u64> = self.scripts.register.run(&self.client, keys, args).await?;
+        if let Some(now) = now {
+            self.freshness.server_time(now, sent);
+        }
         Ok(())
     }
 

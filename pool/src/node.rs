@@ -86,6 +86,8 @@ pub(crate) struct NodeInner {
     /// When the last successful keep-alive renewal was sent (the start of
     /// the node's lease), on this process's monotonic clock.
     pub(crate) last_renewal: std::sync::Mutex<Instant>,
+    /// Whether entries read now can start before being claimed.
+    pub(crate) freshness: crate::freshness::Freshness,
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
     /// then leaves the closing to that call.
     shutting_down_here: AtomicBool,
@@ -202,6 +204,7 @@ impl Node {
             closed: AtomicBool::new(false),
             connected_at: Mutex::new(Instant::now()),
             last_renewal: std::sync::Mutex::new(Instant::now()),
+            freshness: crate::freshness::Freshness::default(),
             shutting_down_here: AtomicBool::new(false),
         });
         inner.refresh_ring();
@@ -533,6 +536,7 @@ impl NodeInner {
                 r = rx.recv() => match r {
                     Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                         *self.connected_at.lock().await = Instant::now();
+                        self.freshness.invalidate("reconnected");
                         tracing::info!(node = %self.id, "reconnected to redis");
                     }
                     Err(_) => return,
@@ -594,6 +598,18 @@ impl NodeInner {
     /// clock. Checked right before every start, so a process that resumes
     /// after a pause longer than the lease starts nothing even before its
     /// lease watchdog has run.
+    /// Whether the start entry `entry_id` may start before being claimed
+    /// (see [`crate::freshness`]).
+    pub(crate) fn start_is_fresh(&self, entry_id: &str) -> bool {
+        let lease_since = *self.last_renewal.lock().unwrap_or_else(|e| e.into_inner());
+        self.freshness.is_fresh(
+            entry_id,
+            lease_since,
+            self.options.lease_stop_after,
+            self.options.dispatch_timeout + self.options.ack_grace,
+        )
+    }
+
     pub(crate) fn lease_valid(&self) -> bool {
         self.options.lease_policy != crate::options::LeasePolicy::StopJobs
             || self

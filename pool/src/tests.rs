@@ -296,7 +296,10 @@ impl Handler for Overlap {
 /// The same admitted start in two workers' hands at once (as when one
 /// process kept an entry that was moved on while it was cut off, and its
 /// replica lags): the claim in Redis lets exactly one handler start the
-/// key; the other never calls `start`, not even briefly.
+/// key; the other never calls `start`, not even briefly. Both nodes had a
+/// reason for doubt (a lease gap, a reconnect) since the entries were
+/// appended, which is what makes a worker claim before starting: without
+/// one, a copy in a second inbox cannot exist (see `freshness.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_start_in_two_hands_is_started_once() {
     let server = RedisServer::start().unwrap();
@@ -314,6 +317,9 @@ async fn one_start_in_two_hands_is_started_once() {
     .await
     .unwrap();
     let keys: Vec<String> = (0..20).map(|i| format!("twice-{i}")).collect();
+    // Hold the entries in the inboxes until both nodes had their doubt.
+    wa.inner.lease_lost.store(true, Ordering::Release);
+    wb.inner.lease_lost.store(true, Ordering::Release);
     let inboxes = [
         a.inner.inbox(wa.id()).unwrap(),
         b.inner.inbox(wb.id()).unwrap(),
@@ -344,6 +350,17 @@ async fn one_start_in_two_hands_is_started_once() {
         x.unwrap();
         y.unwrap();
     }
+    wait_until(Duration::from_secs(10), "every start held", || async {
+        let (fa, sa) = wa.inner.rewind_state();
+        let (fb, sb) = wb.inner.rewind_state();
+        fa > 0 && fb > 0 && !sa && !sb
+    })
+    .await
+    .unwrap();
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 0);
+    a.inner.freshness.invalidate("test");
+    b.inner.freshness.invalidate("test");
+    tokio::join!(a.inner.resume_all(), b.inner.resume_all());
     wait_until(Duration::from_secs(10), "both inboxes drained", || async {
         inboxes[0].len().await.unwrap() == 0 && inboxes[1].len().await.unwrap() == 0
     })

@@ -411,16 +411,22 @@ impl WorkerInner {
                 "lease lost",
             )));
         }
-        // Claim in Redis before the handler runs: only the worker whose
-        // claim is accepted starts the key, whatever its replica says.
-        let claim: String = node
-            .scripts
-            .claim_start
-            .run(&node.client, start.claim_keys(node), start.args())
-            .await?;
-        if claim != "ok" {
-            tracing::info!(key, token = entry.token, claim, "start not claimed");
-            return Ok(());
+        // An entry that may be stale is claimed in Redis before the
+        // handler runs: only the worker whose claim is accepted starts the
+        // key, whatever its replica says. A fresh one cannot be stale and
+        // is recorded after the start (see `freshness.rs`).
+        let fresh = node.start_is_fresh(&event.id);
+        if !fresh {
+            metrics::counter!("flotilla_pool_start_claims_total").increment(1);
+            let claim: String = node
+                .scripts
+                .claim_start
+                .run(&node.client, start.claim_keys(node), start.args())
+                .await?;
+            if claim != "ok" {
+                tracing::info!(key, token = entry.token, claim, "start not claimed");
+                return Ok(());
+            }
         }
         let job = Job {
             key: key.clone(),
@@ -451,9 +457,22 @@ impl WorkerInner {
                         raw_body: entry.raw_body.clone(),
                     },
                 );
-                // On an error the job keeps running (it is claimed): the
-                // rewind reads the entry again and confirms it then.
-                let status = start.finish(node, "ok").await?;
+                let status = if fresh {
+                    match start.record(node).await {
+                        Ok(status) => status,
+                        Err(e) => {
+                            // Not recorded: stop it so that a retry (which
+                            // claims first) cannot run it twice.
+                            let _ = guarded("stop", self.handler.stop(&key)).await;
+                            self.jobs.remove(&key);
+                            return Err(e);
+                        }
+                    }
+                } else {
+                    // On an error the job keeps running (it is claimed): the
+                    // rewind reads the entry again and confirms it then.
+                    start.finish(node, "ok").await?
+                };
                 if status == "recovering" {
                     // Redis lost its data since the claim: the run stays and
                     // is re-asserted when the worker registers again.
@@ -462,7 +481,7 @@ impl WorkerInner {
                     tracing::warn!(
                         key,
                         status,
-                        "claim gone after start; stopping the local run"
+                        "start not kept (superseded, or the worker is being cleaned up); stopping the local run"
                     );
                     let _ = guarded("stop", self.handler.stop(&key)).await;
                     self.jobs.remove(&key);
@@ -584,6 +603,17 @@ impl StartRecord {
         let mut keys = self.keys.clone();
         keys.push(node.maps.cleanup.keys_info().hash.clone());
         keys
+    }
+
+    /// Records a start made before any claim (a fresh entry): ownership,
+    /// pending guard cleared, entry removed, dispatcher answered.
+    async fn record(&self, node: &NodeInner) -> Result<String> {
+        let mut args = self.args();
+        args.push(Value::from(node.options.worker_ttl.as_millis().to_string()));
+        node.scripts
+            .record_start
+            .run(&node.client, self.keys.clone(), args)
+            .await
     }
 
     /// Removes the entry and answers the dispatcher with `status`; returns

@@ -166,7 +166,7 @@ impl NodeInner {
         Ok(())
     }
 
-    async fn reassert(
+    pub(crate) async fn reassert(
         &self,
         worker: &WorkerInner,
         key: &str,
@@ -286,7 +286,7 @@ impl NodeInner {
 
 /// Whether a re-asserted job runs here or was suspended on lease loss.
 #[derive(Debug, Clone, Copy)]
-enum Reassert {
+pub(crate) enum Reassert {
     Running,
     Suspended,
 }

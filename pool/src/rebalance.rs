@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::handler::guarded;
-use crate::lease::Restart;
+use crate::lease::{Reassert, Restart};
 use crate::node::NodeInner;
 use crate::worker::WorkerInner;
 
@@ -66,7 +66,7 @@ impl NodeInner {
         }
     }
 
-    async fn hand_off_local(&self, worker: &Arc<WorkerInner>, key: &str) {
+    pub(crate) async fn hand_off_local(&self, worker: &Arc<WorkerInner>, key: &str) {
         let _ops = worker.ops.read().await;
         let _key = worker.lock_key(key).await;
         let Some((_, job)) = worker.jobs.remove(key) else {
@@ -84,7 +84,21 @@ impl NodeInner {
                 break;
             }
             match self.handoff(key, &worker.id, &target).await {
-                Ok(s) if s == "ok" || s == "not_owner" => return,
+                Ok(s) if s == "ok" => return,
+                Ok(s) if s == "not_owner" => {
+                    // Nobody may own it any more because Redis lost its
+                    // data (before this node re-asserted): take it back and
+                    // run it here again rather than lose it. If another
+                    // worker owns it, it moved: forget it.
+                    match self.reassert(worker, key, &job, Reassert::Running).await {
+                        Ok(s) if s == "ok" => break,
+                        Ok(_) => return,
+                        Err(e) => {
+                            tracing::warn!(key, error = %e, "re-asserting after a refused handoff failed");
+                            break;
+                        }
+                    }
+                }
                 Ok(_) => self.refresh_ring(),
                 Err(e) => {
                     tracing::warn!(key, error = %e, "handoff failed");

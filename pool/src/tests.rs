@@ -457,3 +457,63 @@ async fn suspended_job_does_not_win_over_the_running_copy_after_data_loss() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// A rebalance that runs after Redis lost its data, before this worker
+/// re-asserted its jobs, finds nobody owning the job it just stopped to
+/// move: it takes the job back and runs it here again instead of losing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_refused_after_data_loss_runs_the_job_here_again() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("lostmove");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
+    let a = Node::join(&client, &name, options.clone()).await.unwrap();
+    let b = Node::join(&client, &name, options).await.unwrap();
+    let handler_a = Counting::default();
+    let wa = Worker::new(&a, handler_a.clone()).await.unwrap();
+    let wb = Worker::new(&b, Counting::default()).await.unwrap();
+    wait_until(Duration::from_secs(5), "both workers seen", || async {
+        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
+    })
+    .await
+    .unwrap();
+    // A key the ring gives to `b`, running on `a` (as after a ring change
+    // this node has not acted on yet).
+    let key = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| a.placement(k).as_deref() == Some(wb.id()))
+        .unwrap();
+    let body = crate::codec::encode(&crate::codec::JobBody {
+        key: key.clone(),
+        payload: b"p".to_vec(),
+    });
+    wa.inner.jobs.insert(
+        key.clone(),
+        crate::worker::LocalJob {
+            token: 7,
+            created_at_ms: 0,
+            payload: bytes::Bytes::from_static(b"p"),
+            raw_body: body,
+        },
+    );
+    let _: fred::types::Value = client
+        .custom(
+            fred::types::CustomCommand::new_static("FLUSHALL", None, false),
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    a.inner.hand_off_local(&wa.inner, &key).await;
+    assert_eq!(handler_a.stops.load(Ordering::SeqCst), 1, "stopped to move");
+    assert_eq!(
+        handler_a.starts.load(Ordering::SeqCst),
+        1,
+        "started again here"
+    );
+    assert!(
+        wa.job_token(&key).is_some_and(|t| t > 7),
+        "runs here with a new token"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

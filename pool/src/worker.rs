@@ -461,8 +461,8 @@ impl WorkerInner {
                     match start.record(node).await {
                         Ok(status) => status,
                         Err(e) => {
-                            // Not recorded: stop it so that a retry (which
-                            // claims first) cannot run it twice.
+                            // Maybe not recorded: stop it, so that the run a
+                            // rewind makes of this entry is the only one.
                             let _ = guarded("stop", self.handler.stop(&key)).await;
                             self.jobs.remove(&key);
                             return Err(e);

@@ -10,10 +10,15 @@
 --       8 reply request id (0: none)
 -- Returns 'ok' | 'superseded' (entry removed, dispatcher answered) |
 -- 'unregistered' (the worker is gone or being cleaned up: the entry stays
--- for the cleaner to move).
+-- for the cleaner to move) | 'gone' (the entry is no longer in this
+-- worker's inbox: a cleaner moved it, and the copy it appended elsewhere,
+-- which may already be starting there, is the live one).
 local key, token, worker = ARGV[4], ARGV[5], ARGV[6]
 if redis.call('HEXISTS', WORKERS[1], worker) == 0 or redis.call('HEXISTS', KEYS[11], worker) == 1 then
   return 'unregistered'
+end
+if #redis.call('XRANGE', KEYS[9], ARGV[7], ARGV[7]) == 0 then
+  return 'gone'
 end
 local mine = worker .. ' ' .. token
 local running = mget(JOBS, key)

@@ -517,3 +517,60 @@ async fn handoff_refused_after_data_loss_runs_the_job_here_again() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// A copy of a start entry that a cleaner moved away (deleted here,
+/// appended to another inbox) is never started by its old holder, even
+/// when Redis still shows the admission pending: the claim checks that the
+/// entry is still in the worker's own inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_entry_is_not_claimed_by_its_old_holder() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("moved");
+    let (node, worker, handler) = pool(&server, &name).await;
+    let key = "moved-away";
+    let token = 4242u64;
+    let deadline_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000;
+    node.inner
+        .maps
+        .pending
+        .set(key, &format!("{token} {deadline_ms} -/0"))
+        .await
+        .unwrap();
+    let mut payload = format!("{token} 0 {} 0 -\n", super::worker::MAX_HOPS).into_bytes();
+    payload.extend_from_slice(&crate::codec::encode(&crate::codec::JobBody {
+        key: key.to_string(),
+        payload: b"p".to_vec(),
+    }));
+    let payload = bytes::Bytes::from(payload);
+    // In this worker's hands, but no longer in its inbox; read before a
+    // doubt (the lease gap that let the cleaner move it).
+    let event = flotilla_streaming::Event {
+        id: "1-0".to_string(),
+        stream: format!("inbox:{}", worker.id()),
+        name: crate::codec::EV_START.to_string(),
+        topic: None,
+        payload: payload.clone(),
+    };
+    node.inner.freshness.invalidate("test");
+    let entry = crate::codec::StartEntry::parse(&payload).unwrap();
+    worker
+        .inner
+        .on_start(&node.inner, &event, entry)
+        .await
+        .unwrap();
+    assert_eq!(
+        handler.starts.load(Ordering::SeqCst),
+        0,
+        "moved copy started"
+    );
+    assert!(worker.job_token(key).is_none());
+    assert!(
+        node.inner.maps.pending.get(key).is_some(),
+        "the live copy's admission is untouched"
+    );
+    node.close().await.unwrap();
+}

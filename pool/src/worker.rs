@@ -351,7 +351,12 @@ impl WorkerInner {
     }
 
     #[tracing::instrument(name = "start", skip_all, fields(worker = %self.id))]
-    async fn on_start(&self, node: &NodeInner, event: &Event, entry: StartEntry) -> Result<()> {
+    pub(crate) async fn on_start(
+        &self,
+        node: &NodeInner,
+        event: &Event,
+        entry: StartEntry,
+    ) -> Result<()> {
         let key = entry.body.key.clone();
         tracing::Span::current().record("key", key.as_str());
         if let Some(target) = self.forward_target(node, &key, entry.hops) {

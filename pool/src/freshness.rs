@@ -20,6 +20,13 @@
 //! (`claim_start.lua`), whatever the worker's replicas say. Server time is
 //! bounded with this process's monotonic clock since a reply that carried
 //! it (I5: no comparison of two machines' clocks).
+//!
+//! One limit: a fresh start is recorded when the handler's `start`
+//! returns. A `start` that took longer than the rest of the guard's life
+//! (at least half of `dispatch_timeout + ack_grace`, 15 s by default) plus
+//! the orphan grace (2 TTL) could see its job requeued as an orphan and
+//! started elsewhere before it is recorded. `start` is meant to return once
+//! the job runs (long work is spawned), far below that.
 
 use std::sync::Mutex;
 use std::time::Duration;

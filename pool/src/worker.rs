@@ -373,15 +373,20 @@ impl WorkerInner {
         if let Some(running) = self.jobs.get(&key).map(|j| j.token)
             && running >= entry.token
         {
-            // This very start, read again by a rewind (its confirmation
-            // failed), or an older one that was moved on and came back: the
-            // key runs here already.
-            let status = if running == entry.token {
-                "ok"
-            } else {
-                "superseded"
-            };
-            let _ = start.finish(node, status).await?;
+            if running > entry.token {
+                // An older start that was moved on and came back: the key
+                // runs here already.
+                let _ = start.finish(node, "superseded").await?;
+                return Ok(());
+            }
+            // This very start, read again by a rewind because recording it
+            // failed: record it now (it may be recorded already).
+            let status = start.record(node).await?;
+            if status != "ok" && status != "recovering" {
+                tracing::warn!(key, status, "start not kept; stopping the local run");
+                let _ = guarded("stop", self.handler.stop(&key)).await;
+                self.jobs.remove(&key);
+            }
             return Ok(());
         }
         let superseded = node.maps.jobs.get(&key).is_some_and(|v| {
@@ -462,20 +467,14 @@ impl WorkerInner {
                         raw_body: entry.raw_body.clone(),
                     },
                 );
+                // On an error the outcome is unknown (the script may have
+                // run, removing the entry): the job keeps running, and if
+                // the entry is still there the rewind records it then.
+                // Stopping instead would lose a job that Redis records as
+                // running here.
                 let status = if fresh {
-                    match start.record(node).await {
-                        Ok(status) => status,
-                        Err(e) => {
-                            // Maybe not recorded: stop it, so that the run a
-                            // rewind makes of this entry is the only one.
-                            let _ = guarded("stop", self.handler.stop(&key)).await;
-                            self.jobs.remove(&key);
-                            return Err(e);
-                        }
-                    }
+                    start.record(node).await?
                 } else {
-                    // On an error the job keeps running (it is claimed): the
-                    // rewind reads the entry again and confirms it then.
                     start.finish(node, "ok").await?
                 };
                 if status == "recovering" {

@@ -11,6 +11,7 @@ use support::{Ledger, eventually, fast};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_fail_fast_while_redis_is_down_and_work_again_after() {
+    support::init_tracing();
     let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let pool = flotilla_testkit::unique_name("outage");

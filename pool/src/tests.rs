@@ -46,6 +46,26 @@ async fn pool(server: &RedisServer, name: &str) -> (Node, Worker, Counting) {
     (node, worker, handler)
 }
 
+/// Two nodes of one pool, a worker on each; `a`'s handler is returned.
+async fn two_nodes(
+    server: &RedisServer,
+    name: &str,
+) -> (fred::prelude::Client, Node, Node, Worker, Worker, Counting) {
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
+    let a = Node::join(&client, name, options.clone()).await.unwrap();
+    let b = Node::join(&client, name, options).await.unwrap();
+    let handler_a = Counting::default();
+    let wa = Worker::new(&a, handler_a.clone()).await.unwrap();
+    let wb = Worker::new(&b, Counting::default()).await.unwrap();
+    wait_until(Duration::from_secs(5), "both workers seen", || async {
+        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
+    })
+    .await
+    .unwrap();
+    (client, a, b, wa, wb, handler_a)
+}
+
 /// A start refused while the lease is lost stays in the inbox and runs as
 /// soon as the lease is back, within the dispatcher's timeout (not after
 /// the pending guard expires and the orphan sweep requeues it).
@@ -389,18 +409,7 @@ async fn one_start_in_two_hands_is_started_once() {
 async fn suspended_job_does_not_win_over_the_running_copy_after_data_loss() {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("suspended");
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
-    let a = Node::join(&client, &name, options.clone()).await.unwrap();
-    let b = Node::join(&client, &name, options).await.unwrap();
-    let handler_a = Counting::default();
-    let wa = Worker::new(&a, handler_a.clone()).await.unwrap();
-    let wb = Worker::new(&b, Counting::default()).await.unwrap();
-    wait_until(Duration::from_secs(5), "both workers seen", || async {
-        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
-    })
-    .await
-    .unwrap();
+    let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
     let key = (0..100)
         .map(|i| format!("k{i}"))
         .find(|k| a.placement(k).as_deref() == Some(wb.id()))
@@ -465,18 +474,7 @@ async fn suspended_job_does_not_win_over_the_running_copy_after_data_loss() {
 async fn handoff_refused_after_data_loss_runs_the_job_here_again() {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("lostmove");
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
-    let a = Node::join(&client, &name, options.clone()).await.unwrap();
-    let b = Node::join(&client, &name, options).await.unwrap();
-    let handler_a = Counting::default();
-    let wa = Worker::new(&a, handler_a.clone()).await.unwrap();
-    let wb = Worker::new(&b, Counting::default()).await.unwrap();
-    wait_until(Duration::from_secs(5), "both workers seen", || async {
-        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
-    })
-    .await
-    .unwrap();
+    let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
     // A key the ring gives to `b`, running on `a` (as after a ring change
     // this node has not acted on yet).
     let key = (0..100)

@@ -66,6 +66,49 @@ async fn two_nodes(
     (client, a, b, wa, wb, handler_a)
 }
 
+/// A key that `node`'s ring places on `worker`.
+fn key_placed_on(node: &Node, worker: &Worker) -> String {
+    (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| node.placement(k).as_deref() == Some(worker.id()))
+        .expect("one of 100 keys hashes to the worker")
+}
+
+/// A start entry for `key` with `token`, forwarded as often as allowed (so
+/// the worker that reads it runs it).
+fn start_entry(key: &str, token: u64) -> Vec<u8> {
+    let mut entry = format!("{token} 0 {} 0 -\n", super::worker::MAX_HOPS).into_bytes();
+    entry.extend_from_slice(&crate::codec::encode(&crate::codec::JobBody {
+        key: key.to_string(),
+        payload: b"p".to_vec(),
+    }));
+    entry
+}
+
+/// A job as a worker keeps it locally.
+fn local_job(key: &str, token: u64) -> crate::worker::LocalJob {
+    crate::worker::LocalJob {
+        token,
+        created_at_ms: 0,
+        payload: bytes::Bytes::from_static(b"p"),
+        raw_body: crate::codec::encode(&crate::codec::JobBody {
+            key: key.to_string(),
+            payload: b"p".to_vec(),
+        }),
+    }
+}
+
+/// Redis loses all its data.
+async fn flushall(client: &fred::prelude::Client) {
+    let _: fred::types::Value = client
+        .custom(
+            fred::types::CustomCommand::new_static("FLUSHALL", None, false),
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+}
+
 /// A start refused while the lease is lost stays in the inbox and runs as
 /// soon as the lease is back, within the dispatcher's timeout (not after
 /// the pending guard expires and the orphan sweep requeues it).
@@ -245,10 +288,7 @@ async fn stale_start_for_a_key_running_elsewhere_is_dropped() {
     .await
     .unwrap();
     // A key the other worker runs.
-    let key = (0..100)
-        .map(|i| format!("k{i}"))
-        .find(|k| node.placement(k).as_deref() == Some(other_worker.id()))
-        .unwrap();
+    let key = key_placed_on(&node, &other_worker);
     node.dispatch_job(&key, &b"p"[..]).await.unwrap();
     let token = other_worker.job_token(&key).unwrap();
     wait_until(
@@ -260,15 +300,9 @@ async fn stale_start_for_a_key_running_elsewhere_is_dropped() {
     .unwrap();
     // The same start, as if it had also stayed in this worker's hands, and
     // an older one.
-    let body = crate::codec::encode(&crate::codec::JobBody {
-        key: key.clone(),
-        payload: b"p".to_vec(),
-    });
     let inbox = node.inner.inbox(worker.id()).unwrap();
     for stale in [token, token - 1] {
-        let mut entry = format!("{stale} 0 {} 0 -\n", super::worker::MAX_HOPS).into_bytes();
-        entry.extend_from_slice(&body);
-        inbox.add("start", entry).await.unwrap();
+        inbox.add("start", start_entry(&key, stale)).await.unwrap();
     }
     wait_until(Duration::from_secs(5), "stale starts dropped", || async {
         inbox.len().await.unwrap() == 0
@@ -358,11 +392,7 @@ async fn one_start_in_two_hands_is_started_once() {
             .set(key, &format!("{token} {deadline_ms} -/0"))
             .await
             .unwrap();
-        let mut entry = format!("{token} 0 {} 0 -\n", super::worker::MAX_HOPS).into_bytes();
-        entry.extend_from_slice(&crate::codec::encode(&crate::codec::JobBody {
-            key: key.clone(),
-            payload: b"p".to_vec(),
-        }));
+        let entry = start_entry(key, token);
         let (x, y) = tokio::join!(
             inboxes[0].add("start", entry.clone()),
             inboxes[1].add("start", entry)
@@ -410,34 +440,17 @@ async fn suspended_job_does_not_win_over_the_running_copy_after_data_loss() {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("suspended");
     let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
-    let key = (0..100)
-        .map(|i| format!("k{i}"))
-        .find(|k| a.placement(k).as_deref() == Some(wb.id()))
-        .unwrap();
+    let key = key_placed_on(&a, &wb);
     a.dispatch_job(&key, &b"p"[..]).await.unwrap();
     let running = wb.job_token(&key).unwrap();
     // The same key, stopped on `a` by a lease loss before it was moved to
     // `b` (an older token).
-    let body = crate::codec::encode(&crate::codec::JobBody {
-        key: key.clone(),
-        payload: b"p".to_vec(),
-    });
-    wa.inner.suspended.lock().await.insert(
-        key.clone(),
-        crate::worker::LocalJob {
-            token: running - 1,
-            created_at_ms: 0,
-            payload: bytes::Bytes::from_static(b"p"),
-            raw_body: body,
-        },
-    );
-    let _: fred::types::Value = client
-        .custom(
-            fred::types::CustomCommand::new_static("FLUSHALL", None, false),
-            Vec::<String>::new(),
-        )
+    wa.inner
+        .suspended
+        .lock()
         .await
-        .unwrap();
+        .insert(key.clone(), local_job(&key, running - 1));
+    flushall(&client).await;
     a.inner.reregister(wa.id()).await.unwrap();
     // Read Redis itself: the replicas learn of the flush only later.
     let jobs_hash = a.inner.maps.jobs.keys_info().hash.clone();
@@ -477,30 +490,9 @@ async fn handoff_refused_after_data_loss_runs_the_job_here_again() {
     let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
     // A key the ring gives to `b`, running on `a` (as after a ring change
     // this node has not acted on yet).
-    let key = (0..100)
-        .map(|i| format!("k{i}"))
-        .find(|k| a.placement(k).as_deref() == Some(wb.id()))
-        .unwrap();
-    let body = crate::codec::encode(&crate::codec::JobBody {
-        key: key.clone(),
-        payload: b"p".to_vec(),
-    });
-    wa.inner.jobs.insert(
-        key.clone(),
-        crate::worker::LocalJob {
-            token: 7,
-            created_at_ms: 0,
-            payload: bytes::Bytes::from_static(b"p"),
-            raw_body: body,
-        },
-    );
-    let _: fred::types::Value = client
-        .custom(
-            fred::types::CustomCommand::new_static("FLUSHALL", None, false),
-            Vec::<String>::new(),
-        )
-        .await
-        .unwrap();
+    let key = key_placed_on(&a, &wb);
+    wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
+    flushall(&client).await;
     a.inner.hand_off_local(&wa.inner, &key).await;
     assert_eq!(handler_a.stops.load(Ordering::SeqCst), 1, "stopped to move");
     assert_eq!(
@@ -538,12 +530,7 @@ async fn a_moved_entry_is_not_claimed_by_its_old_holder() {
         .set(key, &format!("{token} {deadline_ms} -/0"))
         .await
         .unwrap();
-    let mut payload = format!("{token} 0 {} 0 -\n", super::worker::MAX_HOPS).into_bytes();
-    payload.extend_from_slice(&crate::codec::encode(&crate::codec::JobBody {
-        key: key.to_string(),
-        payload: b"p".to_vec(),
-    }));
-    let payload = bytes::Bytes::from(payload);
+    let payload = bytes::Bytes::from(start_entry(key, token));
     // In this worker's hands, but no longer in its inbox; read before a
     // doubt (the lease gap that let the cleaner move it).
     let event = flotilla_streaming::Event {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::handler::guarded;
 use crate::lease::{Reassert, Restart};
 use crate::node::NodeInner;
-use crate::worker::WorkerInner;
+use crate::worker::{LocalJob, WorkerInner};
 
 /// Wait after a ring change before moving jobs, so that a burst of joins
 /// moves each job once.
@@ -69,6 +69,12 @@ impl NodeInner {
     pub(crate) async fn hand_off_local(&self, worker: &Arc<WorkerInner>, key: &str) {
         let _ops = worker.ops.read().await;
         let _key = worker.lock_key(key).await;
+        // The ring may have changed since the caller looked: after Redis
+        // lost its data it is empty until the workers register again. Stop
+        // only a job that still belongs elsewhere.
+        if self.ring.load().owner(key).is_none_or(|o| o == worker.id) {
+            return;
+        }
         let Some((_, job)) = worker.jobs.remove(key) else {
             return;
         };
@@ -85,20 +91,9 @@ impl NodeInner {
             }
             match self.handoff(key, &worker.id, &target).await {
                 Ok(s) if s == "ok" => return,
-                Ok(s) if s == "not_owner" => {
-                    // Nobody may own it any more because Redis lost its
-                    // data (before this node re-asserted): take it back and
-                    // run it here again rather than lose it. If another
-                    // worker owns it, it moved: forget it.
-                    match self.reassert(worker, key, &job, Reassert::Running).await {
-                        Ok(s) if s == "ok" => break,
-                        Ok(_) => return,
-                        Err(e) => {
-                            tracing::warn!(key, error = %e, "re-asserting after a refused handoff failed");
-                            break;
-                        }
-                    }
-                }
+                // Nobody may own it any more (Redis lost its data before
+                // this node re-asserted), or it moved: settled below.
+                Ok(s) if s == "not_owner" => break,
                 Ok(_) => self.refresh_ring(),
                 Err(e) => {
                     tracing::warn!(key, error = %e, "handoff failed");
@@ -106,7 +101,30 @@ impl NodeInner {
                 }
             }
         }
-        // Could not move it: run it here again, with a new token.
+        self.run_here_again(worker, key, job).await;
+    }
+
+    /// Runs a job that could not be moved on this worker again, with a new
+    /// token: first takes ownership back if Redis lost it with its data
+    /// (the ring may even be empty until the workers register again), so a
+    /// stopped job is never dropped for want of a record; a job that another
+    /// worker owns or is starting moved, and is forgotten here.
+    async fn run_here_again(&self, worker: &Arc<WorkerInner>, key: &str, job: LocalJob) {
+        match self.reassert(worker, key, &job, Reassert::Running).await {
+            Ok(s) if s == "ok" => {}
+            Ok(status) => {
+                tracing::info!(
+                    key,
+                    status,
+                    "job moved while being handed off; not running it here"
+                );
+                return;
+            }
+            Err(e) => {
+                // The restart below checks ownership itself.
+                tracing::warn!(key, error = %e, "re-asserting a job that could not be moved failed");
+            }
+        }
         match self.restart_owned(worker, key, job).await {
             Ok(Restart::Started) | Ok(Restart::Moved) => {}
             Ok(Restart::StartFailed(e)) => {

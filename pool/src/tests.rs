@@ -51,19 +51,29 @@ async fn two_nodes(
     server: &RedisServer,
     name: &str,
 ) -> (fred::prelude::Client, Node, Node, Worker, Worker, Counting) {
+    let handler_a = Counting::default();
+    let (client, a, b, wa, wb) = two_nodes_with(server, name, handler_a.clone()).await;
+    (client, a, b, wa, wb, handler_a)
+}
+
+/// Two nodes of one pool, a worker on each, `a`'s with `handler_a`.
+async fn two_nodes_with(
+    server: &RedisServer,
+    name: &str,
+    handler_a: impl Handler,
+) -> (fred::prelude::Client, Node, Node, Worker, Worker) {
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
     let a = Node::join(&client, name, options.clone()).await.unwrap();
     let b = Node::join(&client, name, options).await.unwrap();
-    let handler_a = Counting::default();
-    let wa = Worker::new(&a, handler_a.clone()).await.unwrap();
+    let wa = Worker::new(&a, handler_a).await.unwrap();
     let wb = Worker::new(&b, Counting::default()).await.unwrap();
     wait_until(Duration::from_secs(5), "both workers seen", || async {
         a.pool_workers().len() == 2 && b.pool_workers().len() == 2
     })
     .await
     .unwrap();
-    (client, a, b, wa, wb, handler_a)
+    (client, a, b, wa, wb)
 }
 
 /// A key that `node`'s ring places on `worker`.
@@ -96,6 +106,12 @@ fn local_job(key: &str, token: u64) -> crate::worker::LocalJob {
             payload: b"p".to_vec(),
         }),
     }
+}
+
+/// `node`'s ring as it is after Redis lost its data: no worker.
+fn empty_ring(node: &Node) {
+    let ring = crate::routing::Ring::new(Vec::<String>::new());
+    node.inner.ring.store(Arc::new(ring));
 }
 
 /// Redis loses all its data.
@@ -497,6 +513,81 @@ async fn handoff_refused_after_data_loss_runs_the_job_here_again() {
     assert_eq!(handler_a.stops.load(Ordering::SeqCst), 1, "stopped to move");
     assert_eq!(
         handler_a.starts.load(Ordering::SeqCst),
+        1,
+        "started again here"
+    );
+    assert!(
+        wa.job_token(&key).is_some_and(|t| t > 7),
+        "runs here with a new token"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// A rebalance that acts on a ring computed before Redis lost its data
+/// finds the ring empty (no worker registered yet): the job stays, running,
+/// rather than being stopped for a move that has no target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalance_against_an_empty_ring_keeps_the_job_running() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("emptyring");
+    let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
+    let key = key_placed_on(&a, &wb);
+    wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
+    flushall(&client).await;
+    // As the replicas show it once they resynchronised, before the workers
+    // registered again.
+    empty_ring(&a);
+    a.inner.hand_off_local(&wa.inner, &key).await;
+    assert_eq!(handler_a.stops.load(Ordering::SeqCst), 0, "stopped");
+    assert_eq!(wa.job_token(&key), Some(7), "no longer running here");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Empties Redis and `a`'s ring while a job stops, as when Redis loses its
+/// data in the middle of a handoff.
+#[derive(Clone, Default)]
+struct DataLossOnStop {
+    counts: Counting,
+    at: Arc<std::sync::OnceLock<(fred::prelude::Client, Node)>>,
+}
+
+#[async_trait]
+impl Handler for DataLossOnStop {
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        self.counts.start(job).await
+    }
+    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        if let Some((client, node)) = self.at.get() {
+            flushall(client).await;
+            empty_ring(node);
+        }
+        self.counts.stop(key).await
+    }
+    async fn message(&self, key: &str, payload: bytes::Bytes) -> Result<(), HandlerError> {
+        self.counts.message(key, payload).await
+    }
+}
+
+/// Redis loses its data while a job is stopped to be moved, and the ring
+/// is empty by the time the move is tried: with no target and no record
+/// left, the job is taken back and runs here again instead of being lost
+/// (Finding 10 of the chaos suite).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_loss_during_a_handoff_runs_the_job_here_again() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("midmove");
+    let handler_a = DataLossOnStop::default();
+    let (client, a, b, wa, wb) = two_nodes_with(&server, &name, handler_a.clone()).await;
+    let key = key_placed_on(&a, &wb);
+    wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
+    handler_a.at.set((client, a.clone())).ok().unwrap();
+    a.inner.hand_off_local(&wa.inner, &key).await;
+    let counts = &handler_a.counts;
+    assert_eq!(counts.stops.load(Ordering::SeqCst), 1, "stopped to move");
+    assert_eq!(
+        counts.starts.load(Ordering::SeqCst),
         1,
         "started again here"
     );

@@ -14,6 +14,9 @@ pub(crate) const EV_START: &str = "start";
 pub(crate) const EV_STOP: &str = "stop";
 pub(crate) const EV_NOTIFY: &str = "notify";
 pub(crate) const EV_MESSAGE: &str = "message";
+/// A reply stream entry answering several requests, one
+/// `"<request> <status>"` line each (see `scripts/record_starts.lua`).
+pub(crate) const EV_REPLIES: &str = "replies";
 
 /// The body of a job as stored in the payloads hash and carried by start
 /// entries: its key and opaque payload.

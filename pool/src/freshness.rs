@@ -15,7 +15,7 @@
 //! now, and when its age by server time is well within the guard's
 //! lifetime. An entry appended after the doubt was necessarily read after
 //! it, so copies read before a lapse never pass. A fresh entry is started
-//! first and recorded after (`record_start.lua`: two scripts on the
+//! first and recorded after (`record_starts.lua`: two scripts on the
 //! dispatch path); any other is claimed in Redis before the handler runs
 //! (`claim_start.lua`), whatever the worker's replicas say. Server time is
 //! bounded with this process's monotonic clock since a reply that carried

@@ -16,6 +16,7 @@ mod membership;
 mod node;
 mod options;
 mod rebalance;
+mod recorder;
 mod routing;
 mod scripts;
 #[cfg(test)]

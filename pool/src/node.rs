@@ -88,6 +88,8 @@ pub(crate) struct NodeInner {
     pub(crate) last_renewal: std::sync::Mutex<Instant>,
     /// Whether entries read now can start before being claimed.
     pub(crate) freshness: crate::freshness::Freshness,
+    /// Records the starts of fresh entries in batches.
+    pub(crate) recorder: crate::recorder::StartRecorder,
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
     /// then leaves the closing to that call.
     shutting_down_here: AtomicBool,
@@ -180,6 +182,7 @@ impl Node {
         .await?;
         let (ring_version, _) = watch::channel(0);
         let redis_timeout = options.redis_timeout;
+        let (recorder, recorder_queue) = crate::recorder::StartRecorder::new();
         let inner = Arc::new(NodeInner {
             pool: pool.to_string(),
             id,
@@ -205,10 +208,17 @@ impl Node {
             connected_at: Mutex::new(Instant::now()),
             last_renewal: std::sync::Mutex::new(Instant::now()),
             freshness: crate::freshness::Freshness::default(),
+            recorder,
             shutting_down_here: AtomicBool::new(false),
         });
         inner.refresh_ring();
         inner.spawn_tasks();
+        if !inner.options.client_only {
+            let me = inner.clone();
+            inner
+                .tasks
+                .spawn(async move { me.recorder_loop(recorder_queue).await });
+        }
         tracing::info!(pool, node = %inner.id, "node joined pool");
         metrics::counter!("flotilla_pool_nodes_joined_total").increment(1);
         Ok(Node { inner })
@@ -487,13 +497,22 @@ impl NodeInner {
                 },
             };
             if event.stream == reply_name {
-                match Reply::parse(&event.payload) {
-                    Ok(reply) => {
-                        if let Some((_, tx)) = self.waiters.remove(&reply.request) {
-                            let _ = tx.send(reply);
+                let replies: Vec<&[u8]> = if event.name == crate::codec::EV_REPLIES {
+                    event.payload.split(|b| *b == b'\n').collect()
+                } else {
+                    vec![&event.payload[..]]
+                };
+                for reply in replies {
+                    match Reply::parse(reply) {
+                        Ok(reply) => {
+                            if let Some((_, tx)) = self.waiters.remove(&reply.request) {
+                                let _ = tx.send(reply);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(id = %event.id, error = %e, "malformed reply skipped");
                         }
                     }
-                    Err(e) => tracing::warn!(id = %event.id, error = %e, "malformed reply skipped"),
                 }
                 continue;
             }

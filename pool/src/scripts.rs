@@ -75,7 +75,7 @@ pub(crate) async fn bounded<T>(
 pub(crate) struct Scripts {
     pub(crate) admit: PoolScript,
     pub(crate) claim_start: PoolScript,
-    pub(crate) record_start: PoolScript,
+    pub(crate) record_starts: PoolScript,
     pub(crate) started: PoolScript,
     pub(crate) start_failed: PoolScript,
     pub(crate) to_owner: PoolScript,
@@ -96,9 +96,9 @@ impl Scripts {
         Scripts {
             admit: PoolScript::new("admit", include_str!("scripts/admit.lua"), t),
             claim_start: PoolScript::new("claim_start", include_str!("scripts/claim_start.lua"), t),
-            record_start: PoolScript::new(
-                "record_start",
-                include_str!("scripts/record_start.lua"),
+            record_starts: PoolScript::new(
+                "record_starts",
+                include_str!("scripts/record_starts.lua"),
                 t,
             ),
             started: PoolScript::new("started", include_str!("scripts/started.lua"), t),

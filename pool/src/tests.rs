@@ -650,3 +650,80 @@ async fn a_moved_entry_is_not_claimed_by_its_old_holder() {
     );
     node.close().await.unwrap();
 }
+
+/// One `record_starts.lua` call settles each start as its own call would,
+/// in order: a start matching its guard is recorded, one with another
+/// token is superseded, the same start again (a lost reply) is answered
+/// `ok` again, a start by an unregistered worker is left for the cleaner;
+/// each dispatcher gets one reply entry with a line per request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_start_records_settles_each_start_in_order() {
+    use crate::recorder::StartToRecord;
+    use fred::prelude::StreamsInterface;
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("batch");
+    let (node, worker, _handler) = pool(&server, &name).await;
+    let inner = &node.inner;
+    let deadline_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000;
+    for (key, token) in [("b1", 11), ("b2", 22)] {
+        inner
+            .maps
+            .pending
+            .set(key, &format!("{token} {deadline_ms} -/0"))
+            .await
+            .unwrap();
+    }
+    let inbox = inner.inbox(worker.id()).unwrap().key().to_string();
+    let (to_x, to_y) = (
+        inner.reply_key("n-x").unwrap(),
+        inner.reply_key("n-y").unwrap(),
+    );
+    let start =
+        |key: &str, token: u64, worker: &str, reply: Option<(&String, u64)>| StartToRecord {
+            key: key.to_string(),
+            token,
+            worker: worker.to_string(),
+            inbox: inbox.clone(),
+            entry_id: format!("1-{token}"),
+            reply: reply.map(|(s, r)| (s.clone(), r)),
+        };
+    let starts = [
+        start("b1", 11, worker.id(), Some((&to_x, 101))),
+        start("b2", 21, worker.id(), Some((&to_x, 102))),
+        start("b1", 11, worker.id(), Some((&to_y, 103))),
+        start("b3", 5, "w-unknown", Some((&to_y, 104))),
+    ];
+    let statuses = inner
+        .record_starts(&starts.iter().collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert_eq!(statuses, ["ok", "superseded", "ok", "unregistered"]);
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let jobs_hash = inner.maps.jobs.keys_info().hash.clone();
+    let pending_hash = inner.maps.pending.keys_info().hash.clone();
+    let owner: Option<String> =
+        fred::prelude::HashesInterface::hget(&client, jobs_hash.as_str(), "b1")
+            .await
+            .unwrap();
+    assert_eq!(owner, Some(format!("{} 11", worker.id())));
+    let guards: Vec<Option<String>> =
+        fred::prelude::HashesInterface::hmget(&client, pending_hash.as_str(), vec!["b1", "b2"])
+            .await
+            .unwrap();
+    assert_eq!(guards[0], None, "recorded start's guard cleared");
+    assert!(guards[1].is_some(), "superseded start's guard kept");
+    for (stream, lines) in [(&to_x, "101 ok\n102 superseded"), (&to_y, "103 ok")] {
+        let entries: Vec<(String, std::collections::HashMap<String, String>)> = client
+            .xrange(stream.as_str(), "-", "+", None)
+            .await
+            .unwrap();
+        assert_eq!(entries.len(), 1, "one reply entry for {stream}");
+        assert_eq!(entries[0].1.get("n").map(String::as_str), Some("replies"));
+        assert_eq!(entries[0].1.get("p").map(String::as_str), Some(lines));
+    }
+    node.close().await.unwrap();
+}

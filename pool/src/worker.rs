@@ -577,6 +577,7 @@ impl WorkerInner {
 struct StartRecord {
     keys: Vec<String>,
     args: Vec<Value>,
+    to_record: crate::recorder::StartToRecord,
 }
 
 impl StartRecord {
@@ -585,8 +586,17 @@ impl StartRecord {
             Some(r) => (node.reply_key(&r.node)?, r.request),
             None => (node.inbox(worker)?.key().to_string(), 0),
         };
+        let inbox = node.inbox(worker)?.key().to_string();
+        let to_record = crate::recorder::StartToRecord {
+            key: entry.body.key.clone(),
+            token: entry.token,
+            worker: worker.to_string(),
+            inbox: inbox.clone(),
+            entry_id: event.id.clone(),
+            reply: (request != 0).then(|| (reply_key.clone(), request)),
+        };
         let mut keys = node.maps.base_keys();
-        keys.push(node.inbox(worker)?.key().to_string());
+        keys.push(inbox);
         keys.push(reply_key);
         let mut args = node.maps.base_args();
         args.extend([
@@ -596,7 +606,11 @@ impl StartRecord {
             Value::from(event.id.as_str()),
             Value::from(request.to_string()),
         ]);
-        Ok(StartRecord { keys, args })
+        Ok(StartRecord {
+            keys,
+            args,
+            to_record,
+        })
     }
 
     fn args(&self) -> Vec<Value> {
@@ -610,14 +624,10 @@ impl StartRecord {
     }
 
     /// Records a start made before any claim (a fresh entry): ownership,
-    /// pending guard cleared, entry removed, dispatcher answered.
+    /// pending guard cleared, entry removed, dispatcher answered; batched
+    /// with other starts of the node (see `recorder.rs`).
     async fn record(&self, node: &NodeInner) -> Result<String> {
-        let mut args = self.args();
-        args.push(Value::from(node.options.worker_ttl.as_millis().to_string()));
-        node.scripts
-            .record_start
-            .run(&node.client, self.keys.clone(), args)
-            .await
+        node.recorder.record(self.to_record.clone()).await
     }
 
     /// Removes the entry and answers the dispatcher with `status`; returns

@@ -36,6 +36,8 @@ pub(crate) enum Op {
     Marker {
         token: String,
     },
+    /// Several sets and deletes of one script, under one revision.
+    Batch(Vec<Op>),
 }
 
 /// One message of the map's channel.
@@ -61,8 +63,9 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<Message, &'static str> {
     let (key, value) = rest.split_at(len);
     let key = std::str::from_utf8(key).map_err(|_| "key is not UTF-8")?;
     let value = std::str::from_utf8(value).map_err(|_| "value is not UTF-8")?;
-    let fresh = matches!(op, b"S" | b"D" | b"R");
+    let fresh = matches!(op, b"S" | b"D" | b"R" | b"M");
     let op = match op.to_ascii_lowercase().as_slice() {
+        b"m" => Op::Batch(parse_batch(key, value.as_bytes())?),
         b"s" => Op::Set {
             key: key.to_string(),
             value: value.to_string(),
@@ -77,6 +80,42 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<Message, &'static str> {
         _ => return Err("unknown op"),
     };
     Ok(Message { rev, op, fresh })
+}
+
+/// Parses the changes of a batch: `count` times
+/// `"<op>:<keylen>:<key><valuelen>:<value>"`, op `s` or `d`.
+fn parse_batch(count: &str, mut rest: &[u8]) -> Result<Vec<Op>, &'static str> {
+    let count: usize = count.parse().map_err(|_| "bad batch count")?;
+    let mut ops = Vec::with_capacity(count.min(1024));
+    for _ in 0..count {
+        let (op, tail) = split_colon(rest).ok_or("no batch op")?;
+        let (key, tail) = split_counted(tail).ok_or("bad batch key")?;
+        let (value, tail) = split_counted(tail).ok_or("bad batch value")?;
+        rest = tail;
+        let key = std::str::from_utf8(key).map_err(|_| "key is not UTF-8")?;
+        let value = std::str::from_utf8(value).map_err(|_| "value is not UTF-8")?;
+        ops.push(match op {
+            b"s" => Op::Set {
+                key: key.to_string(),
+                value: value.to_string(),
+            },
+            b"d" => Op::Delete {
+                key: key.to_string(),
+            },
+            _ => return Err("unknown batch op"),
+        });
+    }
+    if !rest.is_empty() {
+        return Err("trailing bytes after batch");
+    }
+    Ok(ops)
+}
+
+/// Splits `"<len>:<len bytes>..."` into the counted bytes and the rest.
+fn split_counted(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = split_colon(bytes)?;
+    let len = usize::try_from(parse_u64(len)?).ok()?;
+    (rest.len() >= len).then(|| rest.split_at(len))
 }
 
 fn split_colon(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
@@ -206,31 +245,36 @@ impl Shared {
     }
 }
 
-/// Applies one message to `next`; returns the event, or `None` for a marker.
-pub(crate) fn apply(next: &mut State, op: Op) -> Option<MapEvent> {
+/// Applies one message to `next`, adding its events (none for a marker).
+pub(crate) fn apply(next: &mut State, op: Op, events: &mut Vec<MapEvent>) {
     match op {
         Op::Set { key, value } => {
             next.data.insert(key.clone(), value);
-            Some(MapEvent {
+            events.push(MapEvent {
                 kind: MapEventKind::Set,
                 key: Some(key),
-            })
+            });
         }
         Op::Delete { key } => {
             next.data.remove(&key);
-            Some(MapEvent {
+            events.push(MapEvent {
                 kind: MapEventKind::Delete,
                 key: Some(key),
-            })
+            });
         }
         Op::Reset => {
             next.data.clear();
-            Some(MapEvent {
+            events.push(MapEvent {
                 kind: MapEventKind::Reset,
                 key: None,
-            })
+            });
         }
-        Op::Marker { .. } => None,
+        Op::Marker { .. } => {}
+        Op::Batch(ops) => {
+            for op in ops {
+                apply(next, op, events);
+            }
+        }
     }
 }
 
@@ -264,6 +308,34 @@ mod tests {
         assert_eq!(
             parse_message(b"4:y:2:tk").unwrap().op,
             Op::Marker { token: "tk".into() }
+        );
+        assert_eq!(
+            parse_message(b"9:m:1:2s:1:a2:v1d:2:bb0:").unwrap(),
+            Message {
+                rev: 9,
+                op: Op::Batch(vec![
+                    Op::Set {
+                        key: "a".into(),
+                        value: "v1".into(),
+                    },
+                    Op::Delete { key: "bb".into() },
+                ]),
+                fresh: false,
+            }
+        );
+        assert!(parse_message(b"9:M:1:0").unwrap().fresh);
+        assert!(
+            parse_message(b"9:m:1:2s:1:a2:v1").is_err(),
+            "one change short"
+        );
+        assert!(
+            parse_message(b"9:m:1:1s:1:a2:v1x").is_err(),
+            "trailing bytes"
+        );
+        assert!(parse_message(b"9:m:1:1s:1:a5:v").is_err(), "short value");
+        assert!(
+            parse_message(b"9:m:1:1r:0:0:").is_err(),
+            "no reset in a batch"
         );
         assert!(parse_message(b"x:s:1:k").is_err());
         assert!(parse_message(b"1:s:5:k").is_err());

@@ -274,7 +274,7 @@ impl SyncTask {
                     if (fresh && next.rev == 0) || (!fresh && rev == next.rev + 1) =>
                 {
                     next.rev = rev;
-                    events.extend(apply(&mut next, op));
+                    apply(&mut next, op, &mut events);
                 }
                 Message { rev, .. } => {
                     tracing::debug!(map = %self.keys.hash, local = next.rev, received = rev, "revision out of sequence: resyncing");

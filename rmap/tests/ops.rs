@@ -363,3 +363,44 @@ async fn prelude_used_by_an_external_script_is_replicated() {
     converged(&env.client, &jobs).await;
     converged(&env.client, &pending).await;
 }
+
+#[tokio::test]
+async fn a_batch_of_changes_is_one_revision_and_replicated() {
+    use fred::types::scripts::Script;
+    let env = env().await;
+    let tag = unique_name("batch");
+    let jobs = Map::join(&env.client, "jobs", MapOptions::default().hash_tag(&tag))
+        .await
+        .unwrap();
+    jobs.set_and_wait("gone", "x").await.unwrap();
+    let before = jobs.revision();
+    // Values with the separators of the wire format in them.
+    let script = Script::from_lua(flotilla_rmap::lua::with_prelude(
+        "local b = rmap_batch(KEYS[1], KEYS[2], KEYS[3])\n\
+         rmap_batch_set(b, 'a', 'v:1')\n\
+         rmap_batch_set(b, 'b:2', '')\n\
+         local deleted = rmap_batch_del(b, 'gone')\n\
+         local again = rmap_batch_del(b, 'gone')\n\
+         rmap_batch_set(b, 'a', '3:c')\n\
+         local rev = rmap_batch_flush(b)\n\
+         local empty = rmap_batch_flush(rmap_batch(KEYS[1], KEYS[2], KEYS[3]))\n\
+         return {rev, deleted, again, tostring(empty)}",
+    ));
+    let j = jobs.keys_info().clone();
+    let (rev, deleted, again, empty): (u64, u64, u64, String) = script
+        .evalsha_with_reload(
+            &env.client,
+            vec![j.hash, j.revision, j.channel],
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((deleted, again), (1, 0));
+    assert_eq!(rev, before + 1, "one revision for the whole batch");
+    assert_eq!(empty, "false", "an empty batch publishes nothing");
+    jobs.wait_revision(rev).await.unwrap();
+    assert_eq!(jobs.get("a").as_deref(), Some("3:c"));
+    assert_eq!(jobs.get("b:2").as_deref(), Some(""));
+    assert_eq!(jobs.get("gone"), None);
+    converged(&env.client, &jobs).await;
+}

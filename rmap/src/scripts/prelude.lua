@@ -8,8 +8,9 @@
 -- Wire format of one change, published with SPUBLISH:
 --   "<revision>:<op>:<byte length of field>:<field><value>"
 -- op: s = set (value follows), d = delete, r = reset (all fields gone),
+--     m = a batch of sets and deletes (field = their count, see rmap_batch),
 --     y = sync marker of a replica's snapshot (field = token, no revision bump).
---     An upper-case S, D or R is the first change of a new revision sequence
+--     An upper-case S, D, R or M is the first change of a new revision sequence
 --     (the revision key did not exist): it follows revision 0.
 
 -- Bumps the revision and announces one change. Returns the new revision.
@@ -51,6 +52,44 @@ end
 local function rmap_reset(hash_key, rev_key, channel)
   redis.call('DEL', hash_key)
   return rmap_publish(rev_key, channel, 'r', '', '')
+end
+
+-- A batch of changes to one map made by one script, announced as one
+-- revision and one message when flushed (many changes, one INCR and one
+-- SPUBLISH). The hash changes at once, so the script reads its own writes.
+-- Wire format: the field of an 'm' message is the number of changes, its
+-- value the changes, each
+--   "<op>:<byte length of field>:<field><byte length of value>:<value>"
+-- with op s (set) or d (delete, empty value).
+local function rmap_batch(hash_key, rev_key, channel)
+  return {hash_key = hash_key, rev_key = rev_key, channel = channel, parts = {}}
+end
+
+-- Sets field to value in the batch's map.
+local function rmap_batch_set(batch, field, value)
+  redis.call('HSET', batch.hash_key, field, value)
+  batch.parts[#batch.parts + 1] = 's:' .. #field .. ':' .. field .. #value .. ':' .. value
+end
+
+-- Deletes field if present. Returns 1 if the field was deleted, else 0.
+local function rmap_batch_del(batch, field)
+  if redis.call('HDEL', batch.hash_key, field) == 0 then
+    return 0
+  end
+  batch.parts[#batch.parts + 1] = 'd:' .. #field .. ':' .. field .. '0:'
+  return 1
+end
+
+-- Announces the batch's changes, if any. Returns the new revision, or
+-- false when nothing changed.
+local function rmap_batch_flush(batch)
+  local n = #batch.parts
+  if n == 0 then
+    return false
+  end
+  local rev = rmap_publish(batch.rev_key, batch.channel, 'm', tostring(n), table.concat(batch.parts))
+  batch.parts = {}
+  return rev
 end
 
 -- Applies a map's TTL option after a write. mode: '' = none,

@@ -1,0 +1,80 @@
+-- Records starts the handlers already made, for start entries their
+-- workers knew to be fresh (see `freshness.rs`: read since the worker's
+-- lease last held without a gap, and well within the pending guard's
+-- deadline, so no cleaner can have moved them and no other admission of the
+-- key can exist): ownership with the entry's token, pending guard cleared,
+-- entry removed, dispatcher answered. Entries that may be stale take the
+-- claim path instead (claim_start.lua before the handler, started.lua
+-- after). One call records every start the node's workers made since the
+-- previous call returned (see `recorder.rs`); starts are taken in order, as
+-- if each had its own call.
+-- KEYS: base, 9.. the streams the starts name (worker inboxes, reply streams)
+-- ARGV: base, 4 worker ttl ms, then 7 per start: job key, token, worker id,
+--       inbox entry id, index in KEYS of the worker's inbox, reply request
+--       id ('0': none), index in KEYS of the reply stream ('0': none)
+-- Returns one status per start: 'ok' | 'superseded' (the caller stops its
+-- run) | 'recovering' (Redis lost its data meanwhile: the caller keeps the
+-- run, which it re-asserts once registered again) | 'unregistered' (being
+-- cleaned up: the caller stops its run, the entry stays for the cleaner).
+-- Answers go out as one 'replies' entry per reply stream, one
+-- "<request> <status>" line per start.
+local ttl = tonumber(ARGV[4])
+local registered = {}
+local function is_registered(worker)
+  if registered[worker] == nil then
+    registered[worker] = redis.call('HEXISTS', WORKERS[1], worker) == 1
+  end
+  return registered[worker]
+end
+-- One revision and one message per map for the whole call.
+local jobs = rmap_batch(JOBS[1], JOBS[2], JOBS[3])
+local pending = rmap_batch(PENDING[1], PENDING[2], PENDING[3])
+local removed = {}
+local answers = {}
+local statuses = {}
+for i = 5, #ARGV, 7 do
+  local key, token, worker, id = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local inbox, request, reply = tonumber(ARGV[i + 4]), ARGV[i + 5], tonumber(ARGV[i + 6])
+  local mine = worker .. ' ' .. token
+  local running = mget(JOBS, key)
+  local p = mget(PENDING, key)
+  local status
+  if running == mine then
+    status = 'ok' -- a retry after a lost reply
+  elseif (not running) and (not p) and recovering(ttl) then
+    -- The guard vanished with Redis's data; nothing is admitted while the
+    -- pool recovers, so the run here is the only one.
+    if is_registered(worker) then
+      rmap_batch_set(jobs, key, mine)
+      status = 'ok'
+    else
+      status = 'recovering'
+    end
+  elseif not is_registered(worker) then
+    status = 'unregistered'
+  elseif running or (not p) or string.sub(p, 1, #token + 1) ~= token .. ' ' then
+    status = 'superseded'
+  else
+    rmap_batch_del(pending, key)
+    rmap_batch_set(jobs, key, mine)
+    status = 'ok'
+  end
+  if status == 'ok' or status == 'superseded' then
+    removed[inbox] = removed[inbox] or {}
+    table.insert(removed[inbox], id)
+    if request ~= '0' then
+      answers[reply] = answers[reply] or {}
+      table.insert(answers[reply], request .. ' ' .. status)
+    end
+  end
+  statuses[#statuses + 1] = status
+end
+rmap_batch_flush(pending)
+rmap_batch_flush(jobs)
+for inbox, ids in pairs(removed) do
+  redis.call('XDEL', KEYS[inbox], unpack(ids))
+end
+for reply, lines in pairs(answers) do
+  stream_add(KEYS[reply], 'replies', table.concat(lines, '\n'), 1000)
+end
+return statuses

@@ -296,53 +296,39 @@ impl NodeInner {
         let window_ms = options
             .idempotency_window
             .map_or(0, |w| w.as_millis().max(1) as u64);
-        // A dispatch that is not a schedule's names any pool key for the
-        // schedule slots (unused by the script); all stay in the pool's slot.
-        let (record_key, lock_key, leader_token) = match &options.schedule {
-            Some(fence) => (
+        let schedule = options.schedule.as_ref().map(|fence| {
+            (
+                fence.token,
                 fence.record_key.clone(),
                 fence.lock_key.clone(),
-                fence.token,
-            ),
-            None => (marker.clone(), marker.clone(), 0),
-        };
+            )
+        });
         let deadline = Instant::now() + self.options.dispatch_timeout;
         let body = codec::encode(&JobBody {
             key: key.to_string(),
             payload: payload.to_vec(),
         });
-        let pending_ttl =
-            (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
         loop {
             let owner = self.wait_for_owner(key, deadline).await?;
-            let inbox = self.inbox(&owner)?;
+            let inbox = self.inbox(&owner)?.key().to_string();
             let (request, rx) = self.register_waiter();
-            let mut keys = self.maps.base_keys();
-            keys.push(inbox.key().to_string());
-            keys.push(self.maps.cleanup.keys_info().hash.clone());
-            keys.extend([marker.clone(), record_key.clone(), lock_key.clone()]);
-            let mut args = self.maps.base_args();
-            args.extend([
-                Value::from(key),
-                Value::Bytes(body.clone()),
-                Value::from(owner.as_str()),
-                Value::from(request.to_string()),
-                Value::from(self.id.as_str()),
-                Value::from(self.options.max_queued_jobs.to_string()),
-                Value::from(pending_ttl.to_string()),
-                Value::from(INBOX_MAXLEN.to_string()),
-                Value::from(window_ms.to_string()),
-                Value::from(leader_token.to_string()),
-                Value::from(self.options.worker_ttl.as_millis().to_string()),
-            ]);
-            let reply: Value = match self.scripts.admit.run(&self.client, keys, args).await {
-                Ok(v) => v,
+            let admission = crate::admission::Admission {
+                key: key.to_string(),
+                body: body.clone(),
+                owner: owner.clone(),
+                inbox,
+                request,
+                marker: marker.clone(),
+                window_ms,
+                schedule: schedule.clone(),
+            };
+            let (status, rest) = match self.admitter.submit(admission).await {
+                Ok(reply) => reply,
                 Err(e) => {
                     self.waiters.remove(&request);
                     return Err(e);
                 }
             };
-            let (status, rest) = crate::scripts::status_reply(reply)?;
             match status.as_str() {
                 "ok" => {
                     tracing::debug!(key, owner = %owner, "job admitted");

@@ -2,6 +2,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod admission;
+mod batch;
 mod cleanup;
 mod codec;
 mod dispatch;

@@ -90,6 +90,8 @@ pub(crate) struct NodeInner {
     pub(crate) freshness: crate::freshness::Freshness,
     /// Records the starts of fresh entries in batches.
     pub(crate) recorder: crate::recorder::StartRecorder,
+    /// Admits dispatches in batches.
+    pub(crate) admitter: crate::admission::Admitter,
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
     /// then leaves the closing to that call.
     shutting_down_here: AtomicBool,
@@ -182,7 +184,8 @@ impl Node {
         .await?;
         let (ring_version, _) = watch::channel(0);
         let redis_timeout = options.redis_timeout;
-        let (recorder, recorder_queue) = crate::recorder::StartRecorder::new();
+        let (recorder, recorder_queue) = crate::batch::Batcher::new();
+        let (admitter, admission_queue) = crate::batch::Batcher::new();
         let inner = Arc::new(NodeInner {
             pool: pool.to_string(),
             id,
@@ -209,10 +212,15 @@ impl Node {
             last_renewal: std::sync::Mutex::new(Instant::now()),
             freshness: crate::freshness::Freshness::default(),
             recorder,
+            admitter,
             shutting_down_here: AtomicBool::new(false),
         });
         inner.refresh_ring();
         inner.spawn_tasks();
+        let me = inner.clone();
+        inner
+            .tasks
+            .spawn(async move { me.admission_loop(admission_queue).await });
         if !inner.options.client_only {
             let me = inner.clone();
             inner

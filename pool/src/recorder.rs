@@ -16,16 +16,13 @@
 use std::sync::Arc;
 
 use fred::types::Value;
-use tokio::sync::{mpsc, oneshot};
 
+use crate::batch::{BatchQueue, Batcher};
 use crate::error::{Error, Result};
 use crate::node::NodeInner;
 
 /// Starts recorded by one script call at most.
 const MAX_BATCH: usize = 128;
-
-/// Starts queued before lanes wait (backpressure).
-const QUEUE: usize = 1024;
 
 /// One start to record: the entry's job key and token, the worker that
 /// started it, its inbox entry, and whom to answer.
@@ -40,85 +37,23 @@ pub(crate) struct StartToRecord {
     pub(crate) reply: Option<(String, u64)>,
 }
 
-struct Queued {
-    start: StartToRecord,
-    done: oneshot::Sender<Result<String>>,
-}
-
-/// The sending side, held by the node; the task owns the receiving side.
-#[derive(Debug)]
-pub(crate) struct StartRecorder {
-    queue: mpsc::Sender<Queued>,
-}
-
-impl StartRecorder {
-    /// A recorder and the receiving end its task (see
-    /// [`NodeInner::recorder_loop`]) drains.
-    pub(crate) fn new() -> (StartRecorder, RecorderQueue) {
-        let (queue, rx) = mpsc::channel(QUEUE);
-        (StartRecorder { queue }, RecorderQueue(rx))
-    }
-
-    /// Records `start` and returns its status (`ok`, `superseded`,
-    /// `recovering` or `unregistered`, see `scripts/record_starts.lua`).
-    ///
-    /// # Errors
-    /// [`Error::Closed`] when the node closed first; Redis errors (the
-    /// outcome is then unknown: the script may have run).
-    pub(crate) async fn record(&self, start: StartToRecord) -> Result<String> {
-        let (done, answer) = oneshot::channel();
-        self.queue
-            .send(Queued { start, done })
-            .await
-            .map_err(|_| Error::Closed)?;
-        answer.await.map_err(|_| Error::Closed)?
-    }
-}
-
-/// The queue of starts waiting for the recorder task.
-pub(crate) struct RecorderQueue(mpsc::Receiver<Queued>);
+/// The node's start recorder.
+pub(crate) type StartRecorder = Batcher<StartToRecord, String>;
 
 impl NodeInner {
     /// Records queued starts, one batch per script call, until the node
-    /// closes. Starts still queued then get [`Error::Closed`].
-    pub(crate) async fn recorder_loop(self: Arc<Self>, queue: RecorderQueue) {
-        let mut queue = queue.0;
-        let mut batch: Vec<Queued> = Vec::with_capacity(MAX_BATCH);
-        loop {
-            let first = tokio::select! {
-                _ = self.cancel.cancelled() => return,
-                q = queue.recv() => match q {
-                    Some(q) => q,
-                    None => return,
-                },
-            };
-            batch.push(first);
-            while batch.len() < MAX_BATCH {
-                match queue.try_recv() {
-                    Ok(q) => batch.push(q),
-                    Err(_) => break,
-                }
-            }
-            metrics::histogram!("flotilla_pool_start_record_batch").record(batch.len() as f64);
-            let starts: Vec<&StartToRecord> = batch.iter().map(|q| &q.start).collect();
-            match self.record_starts(&starts).await {
-                Ok(statuses) => {
-                    for (q, status) in batch.drain(..).zip(statuses) {
-                        let _ = q.done.send(Ok(status));
-                    }
-                }
-                Err(e) => {
-                    let text = e.to_string();
-                    for q in batch.drain(..) {
-                        let _ = q.done.send(Err(batch_error(&e, &text)));
-                    }
-                }
-            }
-        }
+    /// closes.
+    pub(crate) async fn recorder_loop(self: Arc<Self>, queue: BatchQueue<StartToRecord, String>) {
+        queue
+            .run("record_starts", &self.cancel, MAX_BATCH, |starts| {
+                let me = self.clone();
+                Box::pin(async move { me.record_starts(starts).await })
+            })
+            .await;
     }
 
     /// One `record_starts.lua` call for `starts`; one status per start.
-    pub(crate) async fn record_starts(&self, starts: &[&StartToRecord]) -> Result<Vec<String>> {
+    pub(crate) async fn record_starts(&self, starts: &[StartToRecord]) -> Result<Vec<String>> {
         let mut keys = self.maps.base_keys();
         let base = keys.len();
         // A stream's 1-based index in KEYS, added on first use.
@@ -161,19 +96,5 @@ impl NodeInner {
             });
         }
         Ok(statuses)
-    }
-}
-
-/// The error of one start of a failed batch: the batch's error, kept
-/// matchable (connection trouble stays [`Error::Unavailable`]).
-fn batch_error(e: &Error, text: &str) -> Error {
-    match e {
-        Error::Unavailable(inner) => Error::Unavailable(inner.clone()),
-        Error::Redis(inner) => Error::Redis(inner.clone()),
-        Error::Closed => Error::Closed,
-        _ => Error::Malformed {
-            what: "start record",
-            reason: text.to_string(),
-        },
     }
 }

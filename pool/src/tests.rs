@@ -697,10 +697,7 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
         start("b1", 11, worker.id(), Some((&to_y, 103))),
         start("b3", 5, "w-unknown", Some((&to_y, 104))),
     ];
-    let statuses = inner
-        .record_starts(&starts.iter().collect::<Vec<_>>())
-        .await
-        .unwrap();
+    let statuses = inner.record_starts(&starts).await.unwrap();
     assert_eq!(statuses, ["ok", "superseded", "ok", "unregistered"]);
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let jobs_hash = inner.maps.jobs.keys_info().hash.clone();
@@ -725,5 +722,53 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
         assert_eq!(entries[0].1.get("n").map(String::as_str), Some("replies"));
         assert_eq!(entries[0].1.get("p").map(String::as_str), Some(lines));
     }
+    node.close().await.unwrap();
+}
+
+/// One `admit.lua` call decides each admission as its own call would, in
+/// order: the first admission of a key is admitted, a second one finds it
+/// (I3), a retry of the first (a lost reply) gets its token again, and an
+/// owner that is not registered is refused; the admitted job starts once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_admissions_decides_each_in_order() {
+    use crate::admission::Admission;
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("admitbatch");
+    let (node, worker, handler) = pool(&server, &name).await;
+    let inner = &node.inner;
+    let admission = |key: &str, owner: &str, request: u64| Admission {
+        key: key.to_string(),
+        body: crate::codec::encode(&crate::codec::JobBody {
+            key: key.to_string(),
+            payload: b"p".to_vec(),
+        }),
+        owner: owner.to_string(),
+        inbox: inner.inbox(owner).unwrap().key().to_string(),
+        request,
+        marker: crate::keys::dispatched(&inner.pool, key),
+        window_ms: 0,
+        schedule: None,
+    };
+    let batch = [
+        admission("a1", worker.id(), 1),
+        admission("a1", worker.id(), 2),
+        admission("a1", worker.id(), 1),
+        admission("a2", "w-gone", 3),
+    ];
+    let replies = inner.admit(&batch).await.unwrap();
+    let statuses: Vec<&str> = replies.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(statuses, ["ok", "exists", "ok", "no_worker"]);
+    let token = |i: usize| replies[i].1.first().and_then(fred::types::Value::as_u64);
+    assert!(token(0).is_some());
+    assert_eq!(token(0), token(2), "a retry gets the same token");
+    wait_until(
+        Duration::from_secs(10),
+        "the admitted job started",
+        || async { worker.job_token("a1") == token(0) },
+    )
+    .await
+    .unwrap();
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 1);
+    assert!(worker.job_token("a2").is_none());
     node.close().await.unwrap();
 }

@@ -627,7 +627,7 @@ impl StartRecord {
     /// pending guard cleared, entry removed, dispatcher answered; batched
     /// with other starts of the node (see `recorder.rs`).
     async fn record(&self, node: &NodeInner) -> Result<String> {
-        node.recorder.record(self.to_record.clone()).await
+        node.recorder.submit(self.to_record.clone()).await
     }
 
     /// Removes the entry and answers the dispatcher with `status`; returns

@@ -1,64 +1,95 @@
--- Admits a new job and enqueues its start at the owner, atomically (I3).
--- KEYS: base, 9 owner inbox stream, 10 cleanup hash,
---       11 idempotency marker of the key (string, PX = window),
---       12 schedule job set (hash), 13 schedule leader-lease lock (hash)
--- ARGV: base, 4 job key, 5 body (msgpack job body), 6 owner worker id,
---       7 reply request id, 8 reply node id, 9 max queued (0: no limit),
---       10 pending ttl ms, 11 inbox maxlen (0: none),
---       12 idempotency window ms (0: none),
---       13 schedule leader token (0: not a schedule's dispatch),
---       14 worker ttl ms (the recovery window after a data loss)
--- Returns {'ok', token} | {'exists'} | {'recovering'} | {'recent', ms left}
---       | {'not_leader'} | {'no_worker'} | {'full', len}.
+-- Admits new jobs and enqueues each start at its owner, atomically (I3).
+-- One call admits every dispatch the node queued while its previous call
+-- was in flight (see `admitter.rs`); admissions are taken in order, as if
+-- each had its own call (two of one key: the second finds the first).
+-- KEYS: base, 9 cleanup hash, 10.. the keys the admissions name: owner
+--       inbox streams, idempotency markers (string, PX = window), schedule
+--       job sets (hash) and schedule leader-lease locks (hash)
+-- ARGV: base, 4 node id, 5 max queued (0: no limit), 6 pending ttl ms,
+--       7 inbox maxlen (0: none), 8 worker ttl ms (the recovery window
+--       after a data loss), then 10 per admission: job key, body (msgpack
+--       job body), owner worker id, reply request id, and the KEYS indices
+--       of the owner's inbox and the key's marker, the idempotency window
+--       ms (0: none), the schedule leader token (0: not a schedule's
+--       dispatch), and the KEYS indices of the schedule's job set and lock
+-- Returns, per admission: {'ok', token} | {'exists'} | {'recovering'}
+--       | {'recent', ms left} | {'not_leader'} | {'no_worker'} | {'full', len}.
 -- The pending guard is "<token> <deadline_ms> <node>/<request>", which makes
 -- a retry of the same admission (lost reply) answer 'ok' again.
 -- The marker is "<admitted_ms> <token>"; with a window, a key admitted less
 -- than a window ago is refused even if it has finished since. A schedule's
 -- dispatch is admitted only while the lease record still carries the
 -- leader's token, and is recorded in the schedule's job set.
-local key, body, owner = ARGV[4], ARGV[5], ARGV[6]
-local inbox = KEYS[9]
-local mine = ' ' .. ARGV[8] .. '/' .. ARGV[7]
-local guard = mget(PENDING, key)
-if guard and string.sub(guard, -#mine) == mine then
-  -- A retry of this very admission after a lost reply.
-  return {'ok', tonumber(string.match(guard, '^(%d+) '))}
-end
-if guard or redis.call('HEXISTS', JOBS[1], key) == 1 then
-  return {'exists'}
-end
-if recovering(tonumber(ARGV[14])) then
-  return {'recovering'}
-end
-local now = now_ms()
-local window = tonumber(ARGV[12])
-if window > 0 then
-  local marker = redis.call('GET', KEYS[11])
-  local at = marker and tonumber(string.match(marker, '^(%d+)'))
-  if at and now - at < window then
-    return {'recent', window - (now - at)}
+local node = ARGV[4]
+local max = tonumber(ARGV[5])
+local pending_ttl = tonumber(ARGV[6])
+local maxlen = tonumber(ARGV[7])
+local ttl = tonumber(ARGV[8])
+local cleanup = KEYS[9]
+-- One revision and one message of the pending map for the whole call.
+local pending = rmap_batch(PENDING[1], PENDING[2], PENDING[3])
+local live = {}
+local function worker_live(worker)
+  if live[worker] == nil then
+    live[worker] = redis.call('HEXISTS', WORKERS[1], worker) == 1
+      and redis.call('HEXISTS', cleanup, worker) == 0
   end
+  return live[worker]
 end
-local leader = ARGV[13]
-if leader ~= '0' and redis.call('HGET', KEYS[13], 'token') ~= leader then
-  return {'not_leader'}
+local recovering_now = nil
+
+local function admit(key, body, owner, request, inbox, marker, window, leader, record, lock)
+  local mine = ' ' .. node .. '/' .. request
+  local guard = mget(PENDING, key)
+  if guard and string.sub(guard, -#mine) == mine then
+    -- A retry of this very admission after a lost reply.
+    return {'ok', tonumber(string.match(guard, '^(%d+) '))}
+  end
+  if guard or redis.call('HEXISTS', JOBS[1], key) == 1 then
+    return {'exists'}
+  end
+  if recovering_now == nil then
+    recovering_now = recovering(ttl)
+  end
+  if recovering_now then
+    return {'recovering'}
+  end
+  local now = now_ms()
+  if window > 0 then
+    local marked = redis.call('GET', marker)
+    local at = marked and tonumber(string.match(marked, '^(%d+)'))
+    if at and now - at < window then
+      return {'recent', window - (now - at)}
+    end
+  end
+  if leader ~= '0' and redis.call('HGET', lock, 'token') ~= leader then
+    return {'not_leader'}
+  end
+  if not worker_live(owner) then
+    return {'no_worker'}
+  end
+  if max > 0 then
+    local len = redis.call('XLEN', inbox)
+    if len >= max then return {'full', len} end
+  end
+  local token = next_token(key)
+  rmap_batch_set(pending, key, string.format('%d %d', token, now + pending_ttl) .. mine)
+  redis.call('HSET', PAYLOADS, key, string.format('%d ', now) .. body)
+  if window > 0 then
+    redis.call('SET', marker, string.format('%d %d', now, token), 'PX', window)
+  end
+  if leader ~= '0' then
+    redis.call('HSET', record, key, string.format('%d', token))
+  end
+  stream_add(inbox, 'start', start_header(token, now, 0, tonumber(request), node) .. body, maxlen)
+  return {'ok', token}
 end
-if redis.call('HEXISTS', WORKERS[1], owner) == 0 or redis.call('HEXISTS', KEYS[10], owner) == 1 then
-  return {'no_worker'}
+
+local replies = {}
+for i = 9, #ARGV, 10 do
+  replies[#replies + 1] = admit(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
+    KEYS[tonumber(ARGV[i + 4])], KEYS[tonumber(ARGV[i + 5])], tonumber(ARGV[i + 6]),
+    ARGV[i + 7], KEYS[tonumber(ARGV[i + 8])], KEYS[tonumber(ARGV[i + 9])])
 end
-local max = tonumber(ARGV[9])
-if max > 0 then
-  local len = redis.call('XLEN', inbox)
-  if len >= max then return {'full', len} end
-end
-local token = next_token(key)
-mset(PENDING, key, string.format('%d %d', token, now + tonumber(ARGV[10])) .. mine)
-redis.call('HSET', PAYLOADS, key, string.format('%d ', now) .. body)
-if window > 0 then
-  redis.call('SET', KEYS[11], string.format('%d %d', now, token), 'PX', window)
-end
-if leader ~= '0' then
-  redis.call('HSET', KEYS[12], key, string.format('%d', token))
-end
-stream_add(inbox, 'start', start_header(token, now, 0, tonumber(ARGV[7]), ARGV[8]) .. body, tonumber(ARGV[11]))
-return {'ok', token}
+rmap_batch_flush(pending)
+return replies

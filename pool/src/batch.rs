@@ -1,0 +1,197 @@
+//! Batching of script calls: callers queue items and wait for their own
+//! answer; one task drains the queue and makes one call for every item
+//! queued while its previous call was in flight. Alone, an item goes out at
+//! once (no added wait); under load, one call serves many.
+//!
+//! ```text
+//! caller ──item──▶ queue ──▶ batch task ──one script call (N items)──▶ Redis
+//!   ▲                              │
+//!   └──────── answer per item ◀────┘
+//! ```
+
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+
+/// Items queued before callers wait (backpressure).
+const QUEUE: usize = 1024;
+
+struct Queued<T, R> {
+    item: T,
+    done: oneshot::Sender<Result<R>>,
+}
+
+/// The callers' side of a batch queue.
+pub(crate) struct Batcher<T, R> {
+    queue: mpsc::Sender<Queued<T, R>>,
+}
+
+impl<T, R> std::fmt::Debug for Batcher<T, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batcher")
+            .field("queued", &(QUEUE - self.queue.capacity()))
+            .finish()
+    }
+}
+
+/// The task's side of a batch queue (see [`BatchQueue::run`]).
+pub(crate) struct BatchQueue<T, R>(mpsc::Receiver<Queued<T, R>>);
+
+impl<T, R> Batcher<T, R> {
+    /// A batcher and the queue its task drains.
+    pub(crate) fn new() -> (Batcher<T, R>, BatchQueue<T, R>) {
+        let (queue, rx) = mpsc::channel(QUEUE);
+        (Batcher { queue }, BatchQueue(rx))
+    }
+
+    /// Queues `item` and waits for its answer.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when the task ended first; the call's error (the
+    /// outcome is then unknown: the script may have run).
+    pub(crate) async fn submit(&self, item: T) -> Result<R> {
+        let (done, answer) = oneshot::channel();
+        self.queue
+            .send(Queued { item, done })
+            .await
+            .map_err(|_| Error::Closed)?;
+        answer.await.map_err(|_| Error::Closed)?
+    }
+}
+
+impl<T, R> BatchQueue<T, R> {
+    /// Makes one `call` per batch of at most `max` items until `cancel`
+    /// fires or every batcher is gone. `call` answers each item of its
+    /// batch in order; its error is every item's error. Items still queued
+    /// at the end get [`Error::Closed`] (their senders are dropped).
+    pub(crate) async fn run(
+        self,
+        what: &'static str,
+        cancel: &CancellationToken,
+        max: usize,
+        call: impl for<'a> Fn(&'a [T]) -> BoxFuture<'a, Result<Vec<R>>>,
+    ) {
+        let mut queue = self.0;
+        let mut items = Vec::with_capacity(max);
+        let mut waiting = Vec::with_capacity(max);
+        loop {
+            let first = tokio::select! {
+                _ = cancel.cancelled() => return,
+                q = queue.recv() => match q {
+                    Some(q) => q,
+                    None => return,
+                },
+            };
+            let mut next = Some(first);
+            while let Some(Queued { item, done }) = next.take() {
+                items.push(item);
+                waiting.push(done);
+                if items.len() < max {
+                    next = queue.try_recv().ok();
+                }
+            }
+            metrics::histogram!("flotilla_pool_batch_size", "call" => what)
+                .record(items.len() as f64);
+            match call(&items).await {
+                Ok(answers) if answers.len() == items.len() => {
+                    for (done, answer) in waiting.drain(..).zip(answers) {
+                        let _ = done.send(Ok(answer));
+                    }
+                }
+                Ok(answers) => {
+                    let reason = format!("{} answers for {} items", answers.len(), items.len());
+                    for done in waiting.drain(..) {
+                        let _ = done.send(Err(Error::Malformed {
+                            what,
+                            reason: reason.clone(),
+                        }));
+                    }
+                }
+                Err(e) => {
+                    for done in waiting.drain(..) {
+                        let _ = done.send(Err(copy_error(&e, what)));
+                    }
+                }
+            }
+            items.clear();
+        }
+    }
+}
+
+/// One item's copy of its batch's error, still matchable: connection
+/// trouble stays [`Error::Unavailable`], a Redis error stays
+/// [`Error::Redis`].
+fn copy_error(e: &Error, what: &'static str) -> Error {
+    match e {
+        Error::Unavailable(inner) => Error::Unavailable(inner.clone()),
+        Error::Redis(inner) => Error::Redis(inner.clone()),
+        Error::Closed => Error::Closed,
+        Error::Timeout(d) => Error::Timeout(*d),
+        other => Error::Malformed {
+            what,
+            reason: other.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Items queued while a call is in flight go out together, each gets
+    /// its own answer, and a failed call fails each of its items.
+    #[tokio::test]
+    async fn queued_items_share_a_call_and_get_their_own_answers() {
+        let (batcher, queue) = Batcher::<u32, u32>::new();
+        let cancel = CancellationToken::new();
+        let (sizes_tx, mut sizes) = mpsc::unbounded_channel();
+        let task = {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                queue
+                    .run("test", &cancel, 8, |items: &[u32]| {
+                        let sizes_tx = sizes_tx.clone();
+                        Box::pin(async move {
+                            sizes_tx.send(items.len()).unwrap();
+                            // Hold the call so the rest queue up behind it.
+                            tokio::task::yield_now().await;
+                            if items.contains(&13) {
+                                return Err(Error::Closed);
+                            }
+                            Ok(items.iter().map(|i| i * 10).collect())
+                        })
+                    })
+                    .await
+            })
+        };
+        let batcher = std::sync::Arc::new(batcher);
+        let calls: Vec<_> = (0..20u32)
+            .map(|i| {
+                let b = batcher.clone();
+                tokio::spawn(async move { (i, b.submit(i).await) })
+            })
+            .collect();
+        for call in calls {
+            let (i, answer) = call.await.unwrap();
+            match answer {
+                Ok(v) => assert_eq!(v, i * 10),
+                Err(Error::Closed) => {}
+                Err(e) => panic!("unexpected error for {i}: {e}"),
+            }
+        }
+        drop(batcher);
+        task.await.unwrap();
+        let mut total = 0;
+        let mut largest = 0;
+        while let Ok(n) = sizes.try_recv() {
+            assert!(n <= 8, "batch of {n} over the maximum");
+            total += n;
+            largest = largest.max(n);
+        }
+        assert_eq!(total, 20, "every item went out once");
+        assert!(largest > 1, "no two items shared a call");
+        cancel.cancel();
+    }
+}

@@ -2,7 +2,7 @@
 //!
 //! `dispatch_job` hands its admission to the node's admitter and waits for
 //! its answer; the admitter runs `admit.lua` once for every admission
-//! queued while its previous call was in flight (see [`crate::batch`]), so
+//! queued while its previous calls were in flight (see [`crate::batch`]), so
 //! under load one script call and one pending-map message serve many jobs,
 //! and alone an admission goes out at once. Each admission is decided as
 //! if it had its own call (I3: two admissions of one key in one batch, the

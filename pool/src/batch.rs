@@ -1,7 +1,8 @@
 //! Batching of script calls: callers queue items and wait for their own
 //! answer; one task drains the queue and makes one call for every item
-//! queued while its previous call was in flight. Alone, an item goes out at
-//! once (no added wait); under load, one call serves many.
+//! queued while its previous calls were in flight (two at most at a time).
+//! Alone, an item goes out at once (no added wait); under load, one call
+//! serves many.
 //!
 //! ```text
 //! caller ──item──▶ queue ──▶ batch task ──one script call (N items)──▶ Redis
@@ -9,7 +10,9 @@
 //!   └──────── answer per item ◀────┘
 //! ```
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -62,10 +65,11 @@ impl<T, R> Batcher<T, R> {
 }
 
 impl<T, R> BatchQueue<T, R> {
-    /// Makes one `call` per batch of at most `max` items until `cancel`
-    /// fires or every batcher is gone. `call` answers each item of its
-    /// batch in order; its error is every item's error. Items still queued
-    /// at the end get [`Error::Closed`] (their senders are dropped).
+    /// Makes one `call` per batch of at most `max` items, with up to
+    /// [`IN_FLIGHT`] calls at a time, until `cancel` fires or every batcher
+    /// is gone. `call` answers each item of its batch in order; its error is
+    /// every item's error. Items still queued at the end get
+    /// [`Error::Closed`] (their senders are dropped).
     pub(crate) async fn run(
         self,
         what: &'static str,
@@ -74,16 +78,19 @@ impl<T, R> BatchQueue<T, R> {
         call: impl for<'a> Fn(&'a [T]) -> BoxFuture<'a, Result<Vec<R>>>,
     ) {
         let mut queue = self.0;
-        let mut items = Vec::with_capacity(max);
-        let mut waiting = Vec::with_capacity(max);
+        let call = &call;
+        let mut in_flight = FuturesUnordered::new();
         loop {
             let first = tokio::select! {
                 _ = cancel.cancelled() => return,
-                q = queue.recv() => match q {
+                Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+                q = queue.recv(), if in_flight.len() < IN_FLIGHT => match q {
                     Some(q) => q,
-                    None => return,
+                    None => break,
                 },
             };
+            let mut items = Vec::with_capacity(max.min(16));
+            let mut waiting = Vec::with_capacity(max.min(16));
             let mut next = Some(first);
             while let Some(Queued { item, done }) = next.take() {
                 items.push(item);
@@ -94,28 +101,49 @@ impl<T, R> BatchQueue<T, R> {
             }
             metrics::histogram!("flotilla_pool_batch_size", "call" => what)
                 .record(items.len() as f64);
-            match call(&items).await {
-                Ok(answers) if answers.len() == items.len() => {
-                    for (done, answer) in waiting.drain(..).zip(answers) {
-                        let _ = done.send(Ok(answer));
-                    }
-                }
-                Ok(answers) => {
-                    let reason = format!("{} answers for {} items", answers.len(), items.len());
-                    for done in waiting.drain(..) {
-                        let _ = done.send(Err(Error::Malformed {
-                            what,
-                            reason: reason.clone(),
-                        }));
-                    }
-                }
-                Err(e) => {
-                    for done in waiting.drain(..) {
-                        let _ = done.send(Err(copy_error(&e, what)));
-                    }
-                }
+            in_flight.push(async move {
+                let result = call(&items).await;
+                answer(what, waiting, items.len(), result);
+            });
+        }
+        // Every batcher is gone: finish the calls already made.
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = async { while in_flight.next().await.is_some() {} } => {}
+        }
+    }
+}
+
+/// Calls of one batch queue in flight at a time: the next batch is
+/// collected and sent while the previous one is still in Redis.
+const IN_FLIGHT: usize = 2;
+
+/// Sends each item of a batch its answer (or the batch's error).
+fn answer<R>(
+    what: &'static str,
+    waiting: Vec<oneshot::Sender<Result<R>>>,
+    count: usize,
+    result: Result<Vec<R>>,
+) {
+    match result {
+        Ok(answers) if answers.len() == count => {
+            for (done, answer) in waiting.into_iter().zip(answers) {
+                let _ = done.send(Ok(answer));
             }
-            items.clear();
+        }
+        Ok(answers) => {
+            let reason = format!("{} answers for {count} items", answers.len());
+            for done in waiting {
+                let _ = done.send(Err(Error::Malformed {
+                    what,
+                    reason: reason.clone(),
+                }));
+            }
+        }
+        Err(e) => {
+            for done in waiting {
+                let _ = done.send(Err(copy_error(&e, what)));
+            }
         }
     }
 }

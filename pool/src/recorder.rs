@@ -3,7 +3,7 @@
 //! A worker's lane that started a job from a fresh entry (see
 //! `freshness.rs`) hands the start to the node's recorder and waits for its
 //! status. The recorder runs `record_starts.lua` for every start queued
-//! while its previous call was in flight, so under load one script call,
+//! while its previous calls were in flight, so under load one script call,
 //! one `XDEL` per inbox and one reply entry per dispatcher serve many jobs;
 //! alone, a start is recorded at once, as before (one call, no added wait).
 //!

@@ -431,7 +431,7 @@ impl WorkerInner {
             let claim: String = node
                 .scripts
                 .claim_start
-                .run(&node.client, start.claim_keys(node), start.args())
+                .run(&node.client, start.claim_keys(node), start.args(node))
                 .await?;
             if claim != "ok" {
                 tracing::info!(key, token = entry.token, claim, "start not claimed");
@@ -448,12 +448,12 @@ impl WorkerInner {
             Err(message) => {
                 tracing::info!(key, error = %message, "handler refused to start job");
                 metrics::counter!("flotilla_pool_start_failed_total").increment(1);
-                let mut args = start.args();
+                let mut args = start.args(node);
                 args.push(Value::from(message));
                 let _: Value = node
                     .scripts
                     .start_failed
-                    .run(&node.client, start.keys.clone(), args)
+                    .run(&node.client, start.keys(node), args)
                     .await?;
                 Ok(())
             }
@@ -572,53 +572,54 @@ impl WorkerInner {
     }
 }
 
-/// The Redis side of one start entry: the keys and arguments shared by the
-/// claim, confirmation and refusal scripts.
-struct StartRecord {
-    keys: Vec<String>,
-    args: Vec<Value>,
-    to_record: crate::recorder::StartToRecord,
-}
+/// The Redis side of one start entry: what the claim, confirmation and
+/// refusal scripts (and the batched record) need to know of it.
+struct StartRecord(crate::recorder::StartToRecord);
 
 impl StartRecord {
     fn new(node: &NodeInner, worker: &str, event: &Event, entry: &StartEntry) -> Result<Self> {
-        let (reply_key, request) = match &entry.reply {
-            Some(r) => (node.reply_key(&r.node)?, r.request),
-            None => (node.inbox(worker)?.key().to_string(), 0),
+        let reply = match &entry.reply {
+            Some(r) => Some((node.reply_key(&r.node)?, r.request)),
+            None => None,
         };
-        let inbox = node.inbox(worker)?.key().to_string();
-        let to_record = crate::recorder::StartToRecord {
+        Ok(StartRecord(crate::recorder::StartToRecord {
             key: entry.body.key.clone(),
             token: entry.token,
             worker: worker.to_string(),
-            inbox: inbox.clone(),
+            inbox: node.inbox(worker)?.key().to_string(),
             entry_id: event.id.clone(),
-            reply: (request != 0).then(|| (reply_key.clone(), request)),
-        };
-        let mut keys = node.maps.base_keys();
-        keys.push(inbox);
-        keys.push(reply_key);
-        let mut args = node.maps.base_args();
-        args.extend([
-            Value::from(entry.body.key.as_str()),
-            Value::from(entry.token.to_string()),
-            Value::from(worker),
-            Value::from(event.id.as_str()),
-            Value::from(request.to_string()),
-        ]);
-        Ok(StartRecord {
-            keys,
-            args,
-            to_record,
-        })
+            reply,
+        }))
     }
 
-    fn args(&self) -> Vec<Value> {
-        self.args.clone()
+    /// KEYS of the claim, confirmation and refusal scripts: base, the
+    /// worker's inbox, the reply stream (the inbox when nobody waits).
+    fn keys(&self, node: &NodeInner) -> Vec<String> {
+        let mut keys = node.maps.base_keys();
+        keys.push(self.0.inbox.clone());
+        keys.push(match &self.0.reply {
+            Some((stream, _)) => stream.clone(),
+            None => self.0.inbox.clone(),
+        });
+        keys
+    }
+
+    /// ARGV of those scripts: base, job key, token, worker, entry id,
+    /// reply request id (0: none).
+    fn args(&self, node: &NodeInner) -> Vec<Value> {
+        let mut args = node.maps.base_args();
+        args.extend([
+            Value::from(self.0.key.as_str()),
+            Value::from(self.0.token.to_string()),
+            Value::from(self.0.worker.as_str()),
+            Value::from(self.0.entry_id.as_str()),
+            Value::from(self.0.reply.as_ref().map_or(0, |(_, r)| *r).to_string()),
+        ]);
+        args
     }
 
     fn claim_keys(&self, node: &NodeInner) -> Vec<String> {
-        let mut keys = self.keys.clone();
+        let mut keys = self.keys(node);
         keys.push(node.maps.cleanup.keys_info().hash.clone());
         keys
     }
@@ -626,19 +627,19 @@ impl StartRecord {
     /// Records a start made before any claim (a fresh entry): ownership,
     /// pending guard cleared, entry removed, dispatcher answered; batched
     /// with other starts of the node (see `recorder.rs`).
-    async fn record(&self, node: &NodeInner) -> Result<String> {
-        node.recorder.submit(self.to_record.clone()).await
+    async fn record(self, node: &NodeInner) -> Result<String> {
+        node.recorder.submit(self.0).await
     }
 
     /// Removes the entry and answers the dispatcher with `status`; returns
     /// whether the key is still claimed by this start (`"ok"`/`"lost"`).
     async fn finish(&self, node: &NodeInner, status: &str) -> Result<String> {
-        let mut args = self.args();
+        let mut args = self.args(node);
         args.push(Value::from(status));
         args.push(Value::from(node.options.worker_ttl.as_millis().to_string()));
         node.scripts
             .started
-            .run(&node.client, self.keys.clone(), args)
+            .run(&node.client, self.keys(node), args)
             .await
     }
 }

@@ -1,6 +1,6 @@
 -- Admits new jobs and enqueues each start at its owner, atomically (I3).
--- One call admits every dispatch the node queued while its previous call
--- was in flight (see `admitter.rs`); admissions are taken in order, as if
+-- One call admits every dispatch the node queued while its previous calls
+-- were in flight (see `admission.rs`); admissions are taken in order, as if
 -- each had its own call (two of one key: the second finds the first).
 -- KEYS: base, 9 cleanup hash, 10.. the keys the admissions name: owner
 --       inbox streams, idempotency markers (string, PX = window), schedule

@@ -5,9 +5,9 @@
 -- key can exist): ownership with the entry's token, pending guard cleared,
 -- entry removed, dispatcher answered. Entries that may be stale take the
 -- claim path instead (claim_start.lua before the handler, started.lua
--- after). One call records every start the node's workers made since the
--- previous call returned (see `recorder.rs`); starts are taken in order, as
--- if each had its own call.
+-- after). One call records every start the node's workers queued while
+-- its previous calls were in flight (see `recorder.rs`); starts are taken
+-- in order, as if each had its own call.
 -- KEYS: base, 9.. the streams the starts name (worker inboxes, reply streams)
 -- ARGV: base, 4 worker ttl ms, then 7 per start: job key, token, worker id,
 --       inbox entry id, index in KEYS of the worker's inbox, reply request

@@ -132,7 +132,12 @@ impl NodeInner {
                 self.requeue_job(key, &worker.id).await;
             }
             Err(e) => {
-                tracing::warn!(key, error = %e, "restart after failed handoff failed; cleanup will requeue");
+                // Recorded here (or nowhere) but not running: nothing else
+                // would notice while this worker lives, so hand it on
+                // (retried with backoff; released to the orphan sweep when
+                // no other worker can take it).
+                tracing::warn!(key, error = %e, "restart after failed handoff failed; requeueing");
+                self.requeue_job(key, &worker.id).await;
             }
         }
     }

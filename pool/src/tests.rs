@@ -772,3 +772,76 @@ async fn a_batch_of_admissions_decides_each_in_order() {
     assert!(worker.job_token("a2").is_none());
     node.close().await.unwrap();
 }
+
+/// Refuses every script call for a while once a job is stopped (as when
+/// Redis errors in the middle of a handoff).
+#[derive(Clone, Default)]
+struct ScriptsFailOnStop {
+    counts: Counting,
+    client: Arc<std::sync::OnceLock<fred::prelude::Client>>,
+}
+
+async fn acl_default_user(client: &fred::prelude::Client, rule: &str) {
+    let _: fred::types::Value = client
+        .custom(
+            fred::types::CustomCommand::new_static("ACL", None, false),
+            vec!["SETUSER", "default", rule],
+        )
+        .await
+        .unwrap();
+}
+
+#[async_trait]
+impl Handler for ScriptsFailOnStop {
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        self.counts.start(job).await
+    }
+    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        if let Some(client) = self.client.get() {
+            acl_default_user(client, "-evalsha").await;
+            let client = client.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                acl_default_user(&client, "+evalsha").await;
+            });
+        }
+        self.counts.stop(key).await
+    }
+    async fn message(&self, key: &str, payload: bytes::Bytes) -> Result<(), HandlerError> {
+        self.counts.message(key, payload).await
+    }
+}
+
+/// A job stopped to be moved, whose move and restart here both fail with
+/// Redis errors, is handed on once Redis answers again: recorded as this
+/// worker's but not running, nothing else would ever notice it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_neither_moved_nor_restarted_is_requeued() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("stuck");
+    let handler_a = ScriptsFailOnStop::default();
+    let (client, a, b, wa, wb) = two_nodes_with(&server, &name, handler_a.clone()).await;
+    let key = key_placed_on(&a, &wb);
+    let job = local_job(&key, 7);
+    let status = a
+        .inner
+        .reassert(&wa.inner, &key, &job, crate::lease::Reassert::Running)
+        .await
+        .unwrap();
+    assert_eq!(status, "ok", "recorded as running on a");
+    wa.inner.jobs.insert(key.clone(), job);
+    handler_a.client.set(client).ok().unwrap();
+    a.inner.hand_off_local(&wa.inner, &key).await;
+    wait_until(Duration::from_secs(15), "the job runs on b", || async {
+        wb.job_token(&key).is_some_and(|t| t > 7)
+    })
+    .await
+    .unwrap();
+    assert!(
+        wa.job_token(&key).is_none(),
+        "still counted as running on a"
+    );
+    assert_eq!(handler_a.counts.starts.load(Ordering::SeqCst), 0);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use fred::types::Value;
 
-use crate::batch::{BatchQueue, Batcher};
+use crate::batch::{BatchKeys, BatchQueue, Batcher};
 use crate::error::Result;
 use crate::node::NodeInner;
 
@@ -62,19 +62,9 @@ impl NodeInner {
         &self,
         admissions: &[Admission],
     ) -> Result<Vec<(String, Vec<Value>)>> {
-        let mut keys = self.maps.base_keys();
-        keys.push(self.maps.cleanup.keys_info().hash.clone());
-        let base = keys.len();
-        // A key's 1-based index in KEYS, added on first use.
-        let index_of = |key: &str, keys: &mut Vec<String>| -> usize {
-            match keys[base..].iter().position(|k| k == key) {
-                Some(i) => base + i + 1,
-                None => {
-                    keys.push(key.to_string());
-                    keys.len()
-                }
-            }
-        };
+        let mut fixed = self.maps.base_keys();
+        fixed.push(self.maps.cleanup.keys_info().hash.clone());
+        let mut keys = BatchKeys::new(fixed);
         let pending_ttl =
             (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
         let mut args = self.maps.base_args();
@@ -86,16 +76,12 @@ impl NodeInner {
             Value::from(self.options.worker_ttl.as_millis().to_string()),
         ]);
         for a in admissions {
-            let inbox = index_of(&a.inbox, &mut keys);
-            let marker = index_of(&a.marker, &mut keys);
+            let inbox = keys.index_of(&a.inbox);
+            let marker = keys.index_of(&a.marker);
             // A dispatch that is not a schedule's names its marker for the
             // schedule's keys (unused by the script).
             let (leader, record, lock) = match &a.schedule {
-                Some((token, record, lock)) => (
-                    *token,
-                    index_of(record, &mut keys),
-                    index_of(lock, &mut keys),
-                ),
+                Some((token, record, lock)) => (*token, keys.index_of(record), keys.index_of(lock)),
                 None => (0, marker, marker),
             };
             args.extend([
@@ -111,7 +97,11 @@ impl NodeInner {
                 Value::from(lock.to_string()),
             ]);
         }
-        let replies: Vec<Value> = self.scripts.admit.run(&self.client, keys, args).await?;
+        let replies: Vec<Value> = self
+            .scripts
+            .admit
+            .run(&self.client, keys.into_keys(), args)
+            .await?;
         replies
             .into_iter()
             .map(crate::scripts::status_reply)

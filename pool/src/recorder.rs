@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use fred::types::Value;
 
-use crate::batch::{BatchQueue, Batcher};
+use crate::batch::{BatchKeys, BatchQueue, Batcher};
 use crate::error::{Error, Result};
 use crate::node::NodeInner;
 
@@ -54,24 +54,13 @@ impl NodeInner {
 
     /// One `record_starts.lua` call for `starts`; one status per start.
     pub(crate) async fn record_starts(&self, starts: &[StartToRecord]) -> Result<Vec<String>> {
-        let mut keys = self.maps.base_keys();
-        let base = keys.len();
-        // A stream's 1-based index in KEYS, added on first use.
-        let index_of = |key: &str, keys: &mut Vec<String>| -> usize {
-            match keys[base..].iter().position(|k| k == key) {
-                Some(i) => base + i + 1,
-                None => {
-                    keys.push(key.to_string());
-                    keys.len()
-                }
-            }
-        };
+        let mut keys = BatchKeys::new(self.maps.base_keys());
         let mut args = self.maps.base_args();
         args.push(Value::from(self.options.worker_ttl.as_millis().to_string()));
         for start in starts {
-            let inbox = index_of(&start.inbox, &mut keys);
+            let inbox = keys.index_of(&start.inbox);
             let (request, reply) = match &start.reply {
-                Some((stream, request)) => (*request, index_of(stream, &mut keys)),
+                Some((stream, request)) => (*request, keys.index_of(stream)),
                 None => (0, 0),
             };
             args.extend([
@@ -87,7 +76,7 @@ impl NodeInner {
         let statuses: Vec<String> = self
             .scripts
             .record_starts
-            .run(&self.client, keys, args)
+            .run(&self.client, keys.into_keys(), args)
             .await?;
         if statuses.len() != starts.len() {
             return Err(Error::Malformed {

@@ -510,16 +510,7 @@ async fn handoff_refused_after_data_loss_runs_the_job_here_again() {
     wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
     flushall(&client).await;
     a.inner.hand_off_local(&wa.inner, &key).await;
-    assert_eq!(handler_a.stops.load(Ordering::SeqCst), 1, "stopped to move");
-    assert_eq!(
-        handler_a.starts.load(Ordering::SeqCst),
-        1,
-        "started again here"
-    );
-    assert!(
-        wa.job_token(&key).is_some_and(|t| t > 7),
-        "runs here with a new token"
-    );
+    assert_ran_here_again(&handler_a, &wa, &key);
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
@@ -545,29 +536,46 @@ async fn rebalance_against_an_empty_ring_keeps_the_job_running() {
     b.close().await.unwrap();
 }
 
-/// Empties Redis and `a`'s ring while a job stops, as when Redis loses its
-/// data in the middle of a handoff.
+/// What a [`HookOnStop`] handler does when a job stops.
+type StopHook = Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+/// Counts starts and stops, and runs its hook (once set) whenever a job
+/// stops: a fault injected in the middle of a handoff.
 #[derive(Clone, Default)]
-struct DataLossOnStop {
+struct HookOnStop {
     counts: Counting,
-    at: Arc<std::sync::OnceLock<(fred::prelude::Client, Node)>>,
+    hook: Arc<std::sync::OnceLock<StopHook>>,
 }
 
 #[async_trait]
-impl Handler for DataLossOnStop {
+impl Handler for HookOnStop {
     async fn start(&self, job: Job) -> Result<(), HandlerError> {
         self.counts.start(job).await
     }
     async fn stop(&self, key: &str) -> Result<(), HandlerError> {
-        if let Some((client, node)) = self.at.get() {
-            flushall(client).await;
-            empty_ring(node);
+        if let Some(hook) = self.hook.get() {
+            hook().await;
         }
         self.counts.stop(key).await
     }
     async fn message(&self, key: &str, payload: bytes::Bytes) -> Result<(), HandlerError> {
         self.counts.message(key, payload).await
     }
+}
+
+/// `key` was stopped on `worker` to be moved, then started there again
+/// with a token newer than the old one (7).
+fn assert_ran_here_again(counts: &Counting, worker: &Worker, key: &str) {
+    assert_eq!(counts.stops.load(Ordering::SeqCst), 1, "stopped to move");
+    assert_eq!(
+        counts.starts.load(Ordering::SeqCst),
+        1,
+        "started again here"
+    );
+    assert!(
+        worker.job_token(key).is_some_and(|t| t > 7),
+        "runs here with a new token"
+    );
 }
 
 /// Redis loses its data while a job is stopped to be moved, and the ring
@@ -578,23 +586,21 @@ impl Handler for DataLossOnStop {
 async fn data_loss_during_a_handoff_runs_the_job_here_again() {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("midmove");
-    let handler_a = DataLossOnStop::default();
+    let handler_a = HookOnStop::default();
     let (client, a, b, wa, wb) = two_nodes_with(&server, &name, handler_a.clone()).await;
     let key = key_placed_on(&a, &wb);
     wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
-    handler_a.at.set((client, a.clone())).ok().unwrap();
+    let node = a.clone();
+    let hook: StopHook = Box::new(move || {
+        let (client, node) = (client.clone(), node.clone());
+        Box::pin(async move {
+            flushall(&client).await;
+            empty_ring(&node);
+        })
+    });
+    handler_a.hook.set(hook).ok().unwrap();
     a.inner.hand_off_local(&wa.inner, &key).await;
-    let counts = &handler_a.counts;
-    assert_eq!(counts.stops.load(Ordering::SeqCst), 1, "stopped to move");
-    assert_eq!(
-        counts.starts.load(Ordering::SeqCst),
-        1,
-        "started again here"
-    );
-    assert!(
-        wa.job_token(&key).is_some_and(|t| t > 7),
-        "runs here with a new token"
-    );
+    assert_ran_here_again(&handler_a.counts, &wa, &key);
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
@@ -773,14 +779,7 @@ async fn a_batch_of_admissions_decides_each_in_order() {
     node.close().await.unwrap();
 }
 
-/// Refuses every script call for a while once a job is stopped (as when
-/// Redis errors in the middle of a handoff).
-#[derive(Clone, Default)]
-struct ScriptsFailOnStop {
-    counts: Counting,
-    client: Arc<std::sync::OnceLock<fred::prelude::Client>>,
-}
-
+/// Changes the default user's permissions (`rule`, e.g. `-evalsha`).
 async fn acl_default_user(client: &fred::prelude::Client, rule: &str) {
     let _: fred::types::Value = client
         .custom(
@@ -791,27 +790,6 @@ async fn acl_default_user(client: &fred::prelude::Client, rule: &str) {
         .unwrap();
 }
 
-#[async_trait]
-impl Handler for ScriptsFailOnStop {
-    async fn start(&self, job: Job) -> Result<(), HandlerError> {
-        self.counts.start(job).await
-    }
-    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
-        if let Some(client) = self.client.get() {
-            acl_default_user(client, "-evalsha").await;
-            let client = client.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(1500)).await;
-                acl_default_user(&client, "+evalsha").await;
-            });
-        }
-        self.counts.stop(key).await
-    }
-    async fn message(&self, key: &str, payload: bytes::Bytes) -> Result<(), HandlerError> {
-        self.counts.message(key, payload).await
-    }
-}
-
 /// A job stopped to be moved, whose move and restart here both fail with
 /// Redis errors, is handed on once Redis answers again: recorded as this
 /// worker's but not running, nothing else would ever notice it.
@@ -819,7 +797,7 @@ impl Handler for ScriptsFailOnStop {
 async fn a_job_neither_moved_nor_restarted_is_requeued() {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("stuck");
-    let handler_a = ScriptsFailOnStop::default();
+    let handler_a = HookOnStop::default();
     let (client, a, b, wa, wb) = two_nodes_with(&server, &name, handler_a.clone()).await;
     let key = key_placed_on(&a, &wb);
     let job = local_job(&key, 7);
@@ -830,7 +808,19 @@ async fn a_job_neither_moved_nor_restarted_is_requeued() {
         .unwrap();
     assert_eq!(status, "ok", "recorded as running on a");
     wa.inner.jobs.insert(key.clone(), job);
-    handler_a.client.set(client).ok().unwrap();
+    // Every script call is refused for 1.5 s from the stop on, as when
+    // Redis errors in the middle of a handoff.
+    let hook: StopHook = Box::new(move || {
+        let client = client.clone();
+        Box::pin(async move {
+            acl_default_user(&client, "-evalsha").await;
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                acl_default_user(&client, "+evalsha").await;
+            });
+        })
+    });
+    handler_a.hook.set(hook).ok().unwrap();
     a.inner.hand_off_local(&wa.inner, &key).await;
     wait_until(Duration::from_secs(15), "the job runs on b", || async {
         wb.job_token(&key).is_some_and(|t| t > 7)

@@ -129,7 +129,9 @@ impl Node {
 
     /// Stops job `key` and returns once its owner's handler `stop` returned.
     /// A job admitted but not started yet, or being moved to another worker,
-    /// is stopped as soon as it runs (the request is sent again meanwhile).
+    /// is stopped as soon as it runs (the request is sent again meanwhile);
+    /// so is one that Redis forgot with its data, once its worker re-asserts
+    /// it (within the recovery window of one worker TTL).
     ///
     /// # Errors
     /// [`Error::JobNotFound`] when no job with this key runs or waits to;
@@ -454,6 +456,7 @@ impl NodeInner {
                 Value::from(event),
                 Value::Bytes(body.clone()),
                 Value::from(INBOX_MAXLEN.to_string()),
+                Value::from(self.options.worker_ttl.as_millis().to_string()),
             ]);
             let reply: Value = self.scripts.to_owner.run(&self.client, keys, args).await?;
             let (status, rest) = crate::scripts::status_reply(reply)?;

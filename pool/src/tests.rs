@@ -835,3 +835,22 @@ async fn a_job_neither_moved_nor_restarted_is_requeued() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// A stop sent while the pool recovers from a data loss, before the job's
+/// worker re-asserted it, waits for the re-assertion and stops the job,
+/// instead of answering "not found" for a job that keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_recovery_waits_for_the_job_to_be_re_asserted() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("stoprecover");
+    let (node, worker, handler) = pool(&server, &name).await;
+    node.dispatch_job("rk", &b"p"[..]).await.unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    flushall(&client).await;
+    // The worker re-asserts at its next renewal (within a third of its TTL);
+    // the stop is sent right away, before that.
+    node.stop_job("rk").await.unwrap();
+    assert_eq!(handler.stops.load(Ordering::SeqCst), 1, "not stopped");
+    assert!(worker.job_token("rk").is_none(), "still running");
+    node.close().await.unwrap();
+}

@@ -1,11 +1,14 @@
 -- Sends a stop or notify request to the current owner of a job.
 -- KEYS: base, 9 owner inbox
--- ARGV: base, 4 job key, 5 expected owner, 6 event name, 7 body, 8 maxlen
--- Returns {'ok'} | {'pending'} (admitted or being moved, not started yet)
---       | {'not_found'} | {'moved', owner}
+-- ARGV: base, 4 job key, 5 expected owner, 6 event name, 7 body, 8 maxlen,
+--       9 worker ttl ms (the recovery window after a data loss)
+-- Returns {'ok'} | {'pending'} (admitted or being moved, not started yet;
+--       or Redis lost its data and the job may run on a worker that has
+--       not re-asserted it yet) | {'not_found'} | {'moved', owner}
 local j = mget(JOBS, ARGV[4])
 if not j then
   if mget(PENDING, ARGV[4]) then return {'pending'} end
+  if recovering(tonumber(ARGV[9])) then return {'pending'} end
   return {'not_found'}
 end
 local owner = owner_of(j)

@@ -450,6 +450,12 @@ impl Map {
 
     /// Reloads the snapshot from Redis now.
     ///
+    /// Messages already received are applied first (their events are
+    /// delivered in revision order); then every subscriber gets exactly one
+    /// [`Resynced`](crate::MapEventKind::Resynced) event, which covers any
+    /// write whose own event it did not get (see the event contract in the
+    /// crate README).
+    ///
     /// # Errors
     /// [`Error::Redis`] when the snapshot could not be loaded (the replica
     /// keeps retrying by itself); [`Error::Closed`] after close.

@@ -218,8 +218,15 @@ impl SyncTask {
 
     /// Applies `first` and whatever else is already buffered, as one version.
     fn on_messages(&mut self, first: FredMessage) {
+        self.apply_buffered(Some(first));
+    }
+
+    /// Applies `first` (if any) and the messages already received, in
+    /// revision order, as one version. Stops at the first message that does
+    /// not follow (the caller resyncs then).
+    fn apply_buffered(&mut self, first: Option<FredMessage>) {
         let mut batch = Vec::with_capacity(16);
-        batch.push(first);
+        batch.extend(first);
         while batch.len() < MAX_BATCH {
             match self.messages.try_recv() {
                 Ok(m) => batch.push(m),
@@ -298,7 +305,12 @@ impl SyncTask {
                 .await?;
             self.resubscribe = false;
         }
-        // What is buffered now predates the snapshot: drop it.
+        // Messages already received predate the snapshot. Those that follow
+        // the local revision are applied first, so their events reach
+        // subscribers in revision order (a `resync()` right after a write
+        // does not swallow the write's event when it is already here); the
+        // rest are dropped, the snapshot covers them.
+        self.apply_buffered(None);
         while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.messages.try_recv()
         {
         }

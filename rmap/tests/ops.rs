@@ -137,33 +137,92 @@ async fn list_values() {
     converged(&env.client, &b).await;
 }
 
+/// Reads events until `Resynced` (deadline `DEADLINE`), returning those
+/// before it.
+async fn events_until_resynced(
+    events: &mut flotilla_rmap::MapEvents,
+) -> Vec<(MapEventKind, Option<String>)> {
+    let mut before = Vec::new();
+    loop {
+        let e = tokio::time::timeout(DEADLINE, events.next())
+            .await
+            .expect("no Resynced event before the deadline")
+            .expect("event stream ended");
+        if e.kind == MapEventKind::Resynced {
+            return before;
+        }
+        before.push((e.kind, e.key));
+    }
+}
+
 #[tokio::test]
 async fn subscribers_see_events_and_close_ends_everything() {
     let env = env().await;
     let name = unique_name("events");
     let a = join(&env.client, &name).await;
     let mut events = a.subscribe();
+    let expected = vec![
+        (MapEventKind::Set, Some("k".to_string())),
+        (MapEventKind::Delete, Some("k".to_string())),
+        (MapEventKind::Reset, None),
+    ];
+
+    // Writes that nobody resyncs over: each is delivered, in revision order.
     a.set("k", "v").await.unwrap();
     a.delete("k").await.unwrap();
     a.reset().await.unwrap();
-    a.resync().await.unwrap();
     let mut kinds = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..3 {
         let e = tokio::time::timeout(DEADLINE, events.next())
             .await
             .unwrap()
             .unwrap();
         kinds.push((e.kind, e.key));
     }
-    assert_eq!(
-        kinds,
-        vec![
-            (MapEventKind::Set, Some("k".to_string())),
-            (MapEventKind::Delete, Some("k".to_string())),
-            (MapEventKind::Reset, None),
-            (MapEventKind::Resynced, None),
-        ]
-    );
+    assert_eq!(kinds, expected);
+    // A resync gives exactly one Resynced.
+    a.resync().await.unwrap();
+    assert_eq!(events_until_resynced(&mut events).await, vec![]);
+
+    // Writes followed at once by a resync (the contract in the README): each
+    // write's event comes in revision order, or the write is covered by the
+    // Resynced that follows; the resync gives exactly one Resynced, and
+    // nothing covered by it comes later.
+    for round in 0..20 {
+        a.set("k", "v").await.unwrap();
+        a.delete("k").await.unwrap();
+        a.reset().await.unwrap();
+        a.resync().await.unwrap();
+        let before = events_until_resynced(&mut events).await;
+        let mut rest = expected.iter();
+        assert!(
+            before.iter().all(|e| rest.any(|x| x == e)),
+            "round {round}: {before:?} is not an ordered part of {expected:?}"
+        );
+        // The next event is the next write's, not a late one or a second
+        // Resynced.
+        let marker = format!("after-{round}");
+        a.set(&marker, "v").await.unwrap();
+        let e = tokio::time::timeout(DEADLINE, events.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (e.kind, e.key),
+            (MapEventKind::Set, Some(marker.clone())),
+            "round {round}"
+        );
+        a.delete(&marker).await.unwrap();
+        let e = tokio::time::timeout(DEADLINE, events.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (e.kind, e.key),
+            (MapEventKind::Delete, Some(marker)),
+            "round {round}"
+        );
+    }
 
     // A slow subscriber is never waited for: it gets one coalesced Resynced.
     let slow = Map::join(&env.client, &name, MapOptions::default().event_buffer(4))

@@ -29,6 +29,9 @@ pub struct WorkerSpec {
     pub workers: usize,
     /// Ledger file.
     pub ledger: PathBuf,
+    /// How long each handler `stop` takes: a random duration in this range
+    /// (milliseconds), like closing a connection. `(0, 0)`: at once.
+    pub stop_ms: (u64, u64),
 }
 
 /// A running worker process.
@@ -75,6 +78,10 @@ impl WorkerProcess {
             .arg(spec.workers.to_string())
             .arg("--ledger")
             .arg(&spec.ledger)
+            .arg("--stop-min-ms")
+            .arg(spec.stop_ms.0.to_string())
+            .arg("--stop-max-ms")
+            .arg(spec.stop_ms.1.max(spec.stop_ms.0).to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

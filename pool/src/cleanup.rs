@@ -176,7 +176,17 @@ impl NodeInner {
             .jobs
             .snapshot()
             .iter()
-            .filter(|(_, v)| job_owner(v).is_some_and(|(w, _)| w == worker))
+            .filter(|(k, v)| match job_owner(v) {
+                Some((w, _)) => w == worker,
+                // A record that does not parse is an error to see, not a
+                // job to skip: it is requeued if it names this worker (the
+                // move script reads only the owner part).
+                None => {
+                    tracing::error!(key = %k, record = %v, "malformed jobs-map record");
+                    metrics::counter!("flotilla_pool_malformed_records_total").increment(1);
+                    v.split(' ').next() == Some(worker)
+                }
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for key in owned {

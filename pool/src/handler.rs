@@ -58,7 +58,25 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Stops a job this worker runs (asked by `stop_job`, a rebalance, a
     /// lease loss, `close` or `shutdown`).
+    ///
+    /// Must return within the node's
+    /// [`stop_timeout`](crate::NodeOptions::stop_timeout), with the job no
+    /// longer acting. The pool waits that long at most: a `stop` still
+    /// running then is reported (an error log and the
+    /// `flotilla_pool_stop_overruns_total` counter), its future is dropped,
+    /// and the job counts as stopped — after a lease loss another worker may
+    /// start the key from then on, so work that goes on past the budget is
+    /// only kept apart by the fencing token.
     async fn stop(&self, key: &str) -> Result<(), HandlerError>;
+
+    /// The longest this handler's own `stop` may wait for a job, when it
+    /// bounds it itself (e.g. [`TaskHandler::stop_timeout`]).
+    /// [`Worker::new`](crate::Worker::new) refuses a handler whose budget
+    /// exceeds the node's [`stop_timeout`](crate::NodeOptions::stop_timeout).
+    /// Default: `None` (no bound of its own).
+    fn stop_budget(&self) -> Option<Duration> {
+        None
+    }
 
     /// A message for the job `key` sent with `notify_worker`.
     async fn notify(&self, key: &str, payload: Bytes) -> Result<(), HandlerError> {
@@ -133,11 +151,45 @@ where
     }
 }
 
+/// Runs a handler's `stop` for at most `budget`. An overrun is reported
+/// (error log, `flotilla_pool_stop_overruns_total`) and returned as an
+/// error; the future is dropped, so the job counts as stopped.
+pub(crate) async fn stop_within<F>(budget: Duration, key: &str, fut: F) -> Result<(), String>
+where
+    F: Future<Output = Result<(), HandlerError>>,
+{
+    match tokio::time::timeout(budget, guarded("stop", fut)).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::error!(
+                key,
+                budget_ms = budget.as_millis() as u64,
+                "handler stop overran its budget; the job counts as stopped"
+            );
+            metrics::counter!("flotilla_pool_stop_overruns_total").increment(1);
+            Err(format!("stop overran its budget of {budget:?}"))
+        }
+    }
+}
+
+/// Aborts a job task when dropped: a `stop` cut short by the pool's budget
+/// still ends the task (at its next `.await`).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A [`Handler`] that runs each job as a tokio task given a
 /// [`CancellationToken`]: write one async fn, the adapter does start/stop.
 ///
-/// `stop` cancels the token and waits for the task to end, up to the stop
-/// timeout (default 30 s), then aborts it.
+/// `stop` cancels the token and waits for the task to end, up to its stop
+/// timeout (by default the node's
+/// [`stop_timeout`](crate::NodeOptions::stop_timeout)), then aborts it. An
+/// aborted task ends at its next `.await`: a task that blocks a thread
+/// without awaiting cannot be stopped in time.
 ///
 /// ```
 /// use flotilla_pool::{Job, TaskHandler};
@@ -158,7 +210,7 @@ where
 pub struct TaskHandler<F> {
     run: Arc<F>,
     tasks: Arc<DashMap<String, (CancellationToken, JoinHandle<()>)>>,
-    stop_timeout: Duration,
+    stop_timeout: Option<Duration>,
 }
 
 impl<F> fmt::Debug for TaskHandler<F> {
@@ -180,14 +232,17 @@ where
         TaskHandler {
             run: Arc::new(run),
             tasks: Arc::new(DashMap::new()),
-            stop_timeout: Duration::from_secs(30),
+            stop_timeout: None,
         }
     }
 
     /// How long `stop` waits for a cancelled task before aborting it.
-    /// Default: 30 s.
+    /// Default: the node's [`stop_timeout`](crate::NodeOptions::stop_timeout)
+    /// (the pool cuts `stop` short there and the task is aborted). A longer
+    /// timeout than the node's is refused by
+    /// [`Worker::new`](crate::Worker::new).
     pub fn stop_timeout(mut self, timeout: Duration) -> Self {
-        self.stop_timeout = timeout;
+        self.stop_timeout = Some(timeout);
         self
     }
 
@@ -225,13 +280,100 @@ where
             return Ok(());
         };
         cancel.cancel();
-        if tokio::time::timeout(self.stop_timeout, &mut handle)
-            .await
-            .is_err()
-        {
-            tracing::warn!(key, "job task did not stop in time; aborting it");
-            handle.abort();
+        // Dropped with this future: the pool's stop budget aborts the task.
+        let _abort = AbortOnDrop(handle.abort_handle());
+        match self.stop_timeout {
+            Some(timeout) => {
+                if tokio::time::timeout(timeout, &mut handle).await.is_err() {
+                    tracing::warn!(key, "job task did not stop in time; aborting it");
+                    handle.abort();
+                }
+            }
+            None => {
+                let _ = (&mut handle).await;
+            }
         }
         Ok(())
+    }
+
+    fn stop_budget(&self) -> Option<Duration> {
+        self.stop_timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::*;
+
+    struct SlowStop;
+
+    #[async_trait]
+    impl Handler for SlowStop {
+        async fn start(&self, _job: Job) -> Result<(), HandlerError> {
+            Ok(())
+        }
+        async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(())
+        }
+    }
+
+    fn job(key: &str) -> Job {
+        Job {
+            key: key.into(),
+            payload: Bytes::new(),
+            created_at: SystemTime::UNIX_EPOCH,
+            fencing_token: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_overrunning_stop_is_cut_short_and_reported() {
+        let started = tokio::time::Instant::now();
+        let result = stop_within(Duration::from_millis(100), "k", SlowStop.stop("k")).await;
+        assert!(result.unwrap_err().contains("overran"));
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(100), "{took:?}");
+        // A generous bound: the point is that it did not wait for the hour.
+        assert!(took < Duration::from_secs(60), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn a_task_that_ignores_cancel_is_aborted_when_the_budget_runs_out() {
+        let ended = Arc::new(AtomicBool::new(false));
+        let flag = ended.clone();
+        let handler = TaskHandler::new(move |_job: Job, _cancel: CancellationToken| {
+            let flag = flag.clone();
+            async move {
+                // Ignores its cancellation token; dropped only by an abort.
+                struct SetOnDrop(Arc<AtomicBool>);
+                impl Drop for SetOnDrop {
+                    fn drop(&mut self) {
+                        self.0.store(true, Ordering::SeqCst);
+                    }
+                }
+                let _guard = SetOnDrop(flag);
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        });
+        assert_eq!(handler.stop_budget(), None);
+        handler.start(job("k")).await.unwrap();
+        let result = stop_within(Duration::from_millis(50), "k", handler.stop("k")).await;
+        assert!(result.is_err());
+        // The abort takes effect at the task's next poll.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !ended.load(Ordering::SeqCst) {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the task was not aborted");
+        assert!(handler.running().is_empty());
+        let bounded = TaskHandler::new(|_job: Job, _cancel: CancellationToken| async { Ok(()) })
+            .stop_timeout(Duration::from_secs(2));
+        assert_eq!(bounded.stop_budget(), Some(Duration::from_secs(2)));
     }
 }

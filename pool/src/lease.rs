@@ -11,7 +11,11 @@
 //! Redis lost its data) registers again and re-asserts the jobs it runs.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 
 use fred::types::Value;
 use tokio::time::Instant;
@@ -24,58 +28,83 @@ use crate::options::LeasePolicy;
 use crate::worker::{LocalJob, WorkerInner};
 
 impl NodeInner {
-    pub(crate) async fn keepalive_loop(self: Arc<Self>) {
+    /// Renews the keep-alives every TTL/3; after a lease loss, the first
+    /// renewal that succeeds resumes the suspended jobs. The lease itself is
+    /// watched by [`NodeInner::lease_watchdog`], a task of its own, so a
+    /// renewal, a re-registration or a resume stuck on an unreachable Redis
+    /// never delays the stop of the jobs.
+    pub(crate) async fn renewal_loop(self: Arc<Self>) {
         let period = self.options.worker_ttl / 3;
-        let mut last_ok = Instant::now();
-        let mut suspended = false;
         let mut next = Instant::now() + period;
         loop {
-            let lease_deadline = last_ok + self.options.lease_stop_after;
             tokio::select! {
-                // After a long pause both timers are due: the lease check
-                // must come first, or a renewal would count the pause as
-                // covered and jobs that a cleaner is moving would keep
-                // running here.
                 biased;
                 _ = self.cancel.cancelled() => return,
-                _ = tokio::time::sleep_until(lease_deadline), if !suspended => {
-                    self.freshness.invalidate("lease lapsed");
-                    if self.options.lease_policy == LeasePolicy::StopJobs && !self.workers.is_empty() {
-                        tracing::warn!(node = %self.id, since = ?last_ok.elapsed(), "lease lost: stopping local jobs");
-                        metrics::counter!("flotilla_pool_lease_lost_total").increment(1);
-                        self.suspend_all().await;
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            next = Instant::now() + period;
+            let sent = Instant::now();
+            let last_ok = *self.last_renewal.borrow();
+            match tokio::time::timeout(period, self.renew()).await {
+                Ok(Ok((server_ms, unknown))) => {
+                    if sent.saturating_duration_since(last_ok) >= self.options.lease_stop_after {
+                        self.freshness.invalidate("lease gap");
                     }
-                    suspended = true;
-                }
-                _ = tokio::time::sleep_until(next) => {
-                    next = Instant::now() + period;
-                    let sent = Instant::now();
-                    // Never wait on a renewal past the lease deadline.
-                    let budget = period
-                        .min((last_ok + self.options.lease_stop_after).saturating_duration_since(sent))
-                        .max(Duration::from_millis(1));
-                    match tokio::time::timeout(budget, self.renew()).await {
-                        Ok(Ok((server_ms, unknown))) => {
-                            if sent.saturating_duration_since(last_ok) >= self.options.lease_stop_after {
-                                self.freshness.invalidate("lease gap");
-                            }
-                            self.freshness.server_time(server_ms, sent);
-                            last_ok = sent;
-                            *self.last_renewal.lock().unwrap_or_else(|e| e.into_inner()) = sent;
-                            for worker in unknown {
-                                if let Err(e) = self.reregister(&worker).await {
-                                    tracing::warn!(worker, error = %e, "re-registering worker failed");
-                                }
-                            }
-                            if suspended {
-                                suspended = false;
-                                self.resume_all().await;
-                            }
+                    self.freshness.server_time(server_ms, sent);
+                    // Redis stamped the keep-alive after `sent`: nobody may
+                    // take this node's jobs before `sent + worker_ttl`.
+                    self.last_renewal.send_replace(sent);
+                    for worker in unknown {
+                        if let Err(e) = self.reregister(&worker).await {
+                            tracing::warn!(worker, error = %e, "re-registering worker failed");
                         }
-                        Ok(Err(e)) => tracing::warn!(node = %self.id, error = %e, "keep-alive failed"),
-                        Err(_) => tracing::warn!(node = %self.id, "keep-alive timed out"),
+                    }
+                    if self.lease_suspended.swap(false, Ordering::SeqCst) {
+                        self.resume_all().await;
                     }
                 }
+                Ok(Err(e)) => tracing::warn!(node = %self.id, error = %e, "keep-alive failed"),
+                Err(_) => tracing::warn!(node = %self.id, "keep-alive timed out"),
+            }
+        }
+    }
+
+    /// Stops every local job when no renewal succeeded for
+    /// `lease_stop_after` since it was sent (policy `StopJobs`): all jobs of
+    /// every worker at once, each within `stop_timeout`, so that they have
+    /// all stopped before `worker_ttl` — the earliest moment another node
+    /// may judge the workers dead.
+    pub(crate) async fn lease_watchdog(self: Arc<Self>) {
+        let mut renewals = self.last_renewal.subscribe();
+        loop {
+            let last = *renewals.borrow_and_update();
+            let deadline = last + self.options.lease_stop_after;
+            if Instant::now() < deadline {
+                tokio::select! {
+                    biased;
+                    _ = self.cancel.cancelled() => return,
+                    r = renewals.changed() => if r.is_err() { return },
+                    _ = tokio::time::sleep_until(deadline) => {}
+                }
+                continue; // look again: a renewal may have moved the deadline
+            }
+            if !self.lease_suspended.swap(true, Ordering::SeqCst) {
+                self.freshness.invalidate("lease lapsed");
+                if self.options.lease_policy == LeasePolicy::StopJobs && !self.workers.is_empty() {
+                    tracing::warn!(node = %self.id, since = ?last.elapsed(), "lease lost: stopping local jobs");
+                    metrics::counter!("flotilla_pool_lease_lost_total").increment(1);
+                    let stopping = Instant::now();
+                    let stopped = self.suspend_all().await;
+                    tracing::info!(node = %self.id, jobs = stopped, took = ?stopping.elapsed(), "local jobs stopped on lease loss");
+                    metrics::histogram!("flotilla_pool_lease_stop_seconds")
+                        .record(stopping.elapsed().as_secs_f64());
+                }
+            }
+            // Until a renewal succeeds again (it resumes the jobs).
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return,
+                r = renewals.changed() => if r.is_err() { return },
             }
         }
     }
@@ -140,7 +169,7 @@ impl NodeInner {
                     worker = id,
                     "job moved while we were away; stopping it here"
                 );
-                let _ = guarded("stop", worker.handler.stop(&key)).await;
+                let _ = worker.stop_handler(&key).await;
                 worker.jobs.remove(&key);
             }
         }
@@ -191,44 +220,72 @@ impl NodeInner {
             .await
     }
 
-    /// Stops every local job, remembering them to resume later.
-    async fn suspend_all(&self) {
+    /// Stops every local job at once, remembering them to resume later.
+    /// Returns how many were stopped.
+    async fn suspend_all(&self) -> usize {
+        let _transition = self.lease_transition.lock().await;
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
-        for worker in workers {
-            // No ops lock here: the worker's loop may be blocked on the very
-            // Redis that is unreachable, and the jobs must stop now.
-            worker
-                .lease_lost
-                .store(true, std::sync::atomic::Ordering::Release);
+        // First no worker may start anything (a start that is inserted
+        // after this sees the flag and stops itself), then every job stops.
+        // No ops lock here: the worker's loop may be blocked on the very
+        // Redis that is unreachable, and the jobs must stop now.
+        for worker in &workers {
+            worker.lease_lost.store(true, Ordering::SeqCst);
+        }
+        let mut stops = FuturesUnordered::new();
+        for worker in &workers {
             let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
             for key in keys {
                 if let Some((_, job)) = worker.jobs.remove(&key) {
-                    if let Err(e) = guarded("stop", worker.handler.stop(&key)).await {
-                        tracing::warn!(key, error = %e, "handler stop failed on lease loss");
-                    }
-                    worker.suspended.lock().await.insert(key, job);
+                    stops.push(async move {
+                        if let Err(e) = worker.stop_handler(&key).await {
+                            tracing::warn!(key, error = %e, "handler stop failed on lease loss");
+                        }
+                        (worker, key, job)
+                    });
                 }
             }
         }
+        let mut stopped = 0;
+        while let Some((worker, key, job)) = stops.next().await {
+            worker.suspended.lock().await.insert(key, job);
+            stopped += 1;
+        }
+        stopped
     }
 
-    /// Restarts suspended jobs that are still ours, with new tokens.
+    /// Restarts suspended jobs that are still ours, with new tokens. Stops
+    /// early, keeping the rest suspended, when the lease lapses again.
     pub(crate) async fn resume_all(&self) {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
             let _guard = worker.ops.write().await;
-            worker
-                .lease_lost
-                .store(false, std::sync::atomic::Ordering::Release);
-            let suspended: Vec<(String, LocalJob)> =
-                worker.suspended.lock().await.drain().collect();
-            for (key, job) in suspended {
+            let suspended: Vec<(String, LocalJob)> = {
+                let _transition = self.lease_transition.lock().await;
+                if self.lease_suspended.load(Ordering::SeqCst) {
+                    return; // lapsed again: the next renewal resumes
+                }
+                worker.lease_lost.store(false, Ordering::SeqCst);
+                worker.suspended.lock().await.drain().collect()
+            };
+            let mut suspended = suspended.into_iter();
+            while let Some((key, job)) = suspended.next() {
+                if worker.jobs.contains_key(&key) {
+                    continue; // started again from its inbox entry meanwhile
+                }
                 match self.restart_owned(&worker, &key, job.clone()).await {
                     Ok(Restart::Started) => {}
                     Ok(Restart::Moved) => {
                         tracing::info!(key, "job moved during lease loss; forgetting it");
+                    }
+                    Ok(Restart::Suspended) => {
+                        // The lease lapsed again: keep this one and the
+                        // rest for the next resume.
+                        let mut kept = worker.suspended.lock().await;
+                        kept.insert(key, job);
+                        kept.extend(suspended.by_ref());
                     }
                     Ok(Restart::StartFailed(e)) => {
                         // Still recorded as ours but not running: hand it to
@@ -261,6 +318,9 @@ impl NodeInner {
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         let mut args = self.maps.base_args();
         args.extend([Value::from(key), Value::from(worker.id.as_str())]);
+        if worker.lease_lost.load(Ordering::SeqCst) || !self.lease_valid() {
+            return Ok(Restart::Suspended);
+        }
         let token: Option<u64> = self.scripts.resume.run(&self.client, keys, args).await?;
         let Some(token) = token else {
             return Ok(Restart::Moved);
@@ -277,6 +337,17 @@ impl NodeInner {
                 worker
                     .jobs
                     .insert(key.to_string(), LocalJob { token, ..job });
+                // A lease loss since the check above: its stop may have
+                // missed this job; stop it here (whichever side removes it
+                // stops it).
+                if worker.lease_lost.load(Ordering::SeqCst) {
+                    if worker.jobs.remove(key).is_some()
+                        && let Err(e) = worker.stop_handler(key).await
+                    {
+                        tracing::warn!(key, error = %e, "handler stop failed on lease loss");
+                    }
+                    return Ok(Restart::Suspended);
+                }
                 Ok(Restart::Started)
             }
             Err(e) => Ok(Restart::StartFailed(e)),
@@ -299,4 +370,6 @@ pub(crate) enum Restart {
     Moved,
     /// The handler refused; the job is still recorded as ours.
     StartFailed(String),
+    /// The lease is lost: not running; resume it once the lease is back.
+    Suspended,
 }

@@ -7,7 +7,6 @@ use bytes::Bytes;
 use fred::types::Value;
 
 use crate::error::Result;
-use crate::handler::guarded;
 use crate::node::NodeInner;
 use crate::worker::WorkerInner;
 
@@ -104,13 +103,21 @@ impl NodeInner {
             let _ = self.maps.cleanup.set(&worker.id, &claim).await?;
             self.refresh_ring();
         }
+        // Every job stops at once (each within stop_timeout), so closing a
+        // worker with many jobs takes one stop, not one per job; each is
+        // handed on only after its own stop returned.
         let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
-        for key in keys {
-            if let Err(e) = guarded("stop", worker.handler.stop(&key)).await {
-                tracing::warn!(key, error = %e, "handler stop failed during close");
-            }
-            worker.jobs.remove(&key);
-            if handover {
+        let stopped: Vec<String> =
+            futures::future::join_all(keys.into_iter().map(|key| async move {
+                if let Err(e) = worker.stop_handler(&key).await {
+                    tracing::warn!(key, error = %e, "handler stop failed during close");
+                }
+                worker.jobs.remove(&key);
+                key
+            }))
+            .await;
+        if handover {
+            for key in stopped {
                 self.requeue_job(&key, &worker.id).await;
             }
         }

@@ -84,8 +84,15 @@ pub(crate) struct NodeInner {
     /// one TTL after that.
     pub(crate) connected_at: Mutex<Instant>,
     /// When the last successful keep-alive renewal was sent (the start of
-    /// the node's lease), on this process's monotonic clock.
-    pub(crate) last_renewal: std::sync::Mutex<Instant>,
+    /// the node's lease), on this process's monotonic clock; the lease
+    /// watchdog waits on its changes.
+    pub(crate) last_renewal: tokio::sync::watch::Sender<Instant>,
+    /// Set by the lease watchdog when the lease lapsed (jobs suspended),
+    /// cleared by the renewal that resumes them.
+    pub(crate) lease_suspended: AtomicBool,
+    /// Held while every job is stopped on lease loss, and while a resume
+    /// takes a worker's suspended jobs: neither sees half of the other.
+    pub(crate) lease_transition: Mutex<()>,
     /// Whether entries read now can start before being claimed.
     pub(crate) freshness: crate::freshness::Freshness,
     /// Records the starts of fresh entries in batches.
@@ -209,7 +216,9 @@ impl Node {
             cancel: CancellationToken::new(),
             closed: AtomicBool::new(false),
             connected_at: Mutex::new(Instant::now()),
-            last_renewal: std::sync::Mutex::new(Instant::now()),
+            last_renewal: tokio::sync::watch::Sender::new(Instant::now()),
+            lease_suspended: AtomicBool::new(false),
+            lease_transition: Mutex::new(()),
             freshness: crate::freshness::Freshness::default(),
             recorder,
             admitter,
@@ -471,7 +480,9 @@ impl NodeInner {
         let me = self.clone();
         self.tasks.spawn(async move { me.shutdown_watch().await });
         let me = self.clone();
-        self.tasks.spawn(async move { me.keepalive_loop().await });
+        self.tasks.spawn(async move { me.renewal_loop().await });
+        let me = self.clone();
+        self.tasks.spawn(async move { me.lease_watchdog().await });
         if !self.options.client_only {
             let me = self.clone();
             self.tasks.spawn(async move { me.cleanup_loop().await });
@@ -621,14 +632,10 @@ impl NodeInner {
         (id, rx)
     }
 
-    /// Whether the node's lease on its jobs holds now, by its own monotonic
-    /// clock. Checked right before every start, so a process that resumes
-    /// after a pause longer than the lease starts nothing even before its
-    /// lease watchdog has run.
     /// Whether the start entry `entry_id` may start before being claimed
     /// (see [`crate::freshness`]).
     pub(crate) fn start_is_fresh(&self, entry_id: &str) -> bool {
-        let lease_since = *self.last_renewal.lock().unwrap_or_else(|e| e.into_inner());
+        let lease_since = *self.last_renewal.borrow();
         self.freshness.is_fresh(
             entry_id,
             lease_since,
@@ -637,14 +644,13 @@ impl NodeInner {
         )
     }
 
+    /// Whether the node's lease on its jobs holds now, by its own monotonic
+    /// clock. Checked right before every start, so a process that resumes
+    /// after a pause longer than the lease starts nothing even before its
+    /// lease watchdog has run.
     pub(crate) fn lease_valid(&self) -> bool {
         self.options.lease_policy != crate::options::LeasePolicy::StopJobs
-            || self
-                .last_renewal
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .elapsed()
-                < self.options.lease_stop_after
+            || self.last_renewal.borrow().elapsed() < self.options.lease_stop_after
     }
 
     /// Whether the node (re)connected less than one TTL ago.

@@ -49,6 +49,16 @@ pub struct NodeOptions {
     pub lease_stop_after: Duration,
     /// What to do on lease loss. Default: [`LeasePolicy::StopJobs`].
     pub lease_policy: LeasePolicy,
+    /// The longest one handler `stop` may take (on lease loss, a rebalance,
+    /// `close`, `stop_job`). Past it the pool reports the overrun and counts
+    /// the job as stopped (see [`Handler::stop`](crate::Handler::stop)). On
+    /// lease loss every job of the node stops at once, each within this
+    /// budget, so the rule that keeps I1 is
+    /// `stop_timeout <= (worker_ttl - lease_stop_after) * 4/5`: the stop
+    /// margin must hold the budget plus a fifth of slack for timers and
+    /// scheduling. [`validate`](Self::validate) refuses anything else.
+    /// Default: half the margin, `worker_ttl / 6` (5 s).
+    pub stop_timeout: Duration,
     /// How long `close` waits for local handlers to stop. Default: 30 s.
     pub worker_shutdown_ttl: Duration,
     /// How long a dispatch may stay pending (admitted, not yet started)
@@ -88,6 +98,7 @@ impl Default for NodeOptions {
             worker_ttl: ttl,
             lease_stop_after: ttl * 2 / 3,
             lease_policy: LeasePolicy::StopJobs,
+            stop_timeout: ttl / 6,
             worker_shutdown_ttl: Duration::from_secs(30),
             ack_grace: Duration::from_secs(20),
             max_queued_jobs: 10_000,
@@ -109,11 +120,13 @@ impl NodeOptions {
     }
 
     /// Sets the worker TTL, and with it the derived defaults:
-    /// `lease_stop_after` = 2/3 TTL, `orphan_grace` = 2 TTL,
-    /// `cleanup_interval` = TTL/4. Set those after this call to override.
+    /// `lease_stop_after` = 2/3 TTL, `stop_timeout` = TTL/6,
+    /// `orphan_grace` = 2 TTL, `cleanup_interval` = TTL/4. Set those after
+    /// this call to override.
     pub fn worker_ttl(mut self, ttl: Duration) -> Self {
         self.worker_ttl = ttl;
         self.lease_stop_after = ttl * 2 / 3;
+        self.stop_timeout = ttl / 6;
         self.orphan_grace = ttl * 2;
         self.cleanup_interval = ttl / 4;
         self
@@ -123,6 +136,25 @@ impl NodeOptions {
     pub fn lease_stop_after(mut self, after: Duration) -> Self {
         self.lease_stop_after = after;
         self
+    }
+
+    /// Sets the longest wait for one handler `stop`.
+    pub fn stop_timeout(mut self, timeout: Duration) -> Self {
+        self.stop_timeout = timeout;
+        self
+    }
+
+    /// The stop margin: from the last renewal sent to the earliest moment
+    /// another worker may start this node's jobs, minus the time this node
+    /// waits before stopping them (`worker_ttl - lease_stop_after`).
+    pub fn stop_margin(&self) -> Duration {
+        self.worker_ttl.saturating_sub(self.lease_stop_after)
+    }
+
+    /// The largest `stop_timeout` the stop margin holds: four fifths of it
+    /// (the fifth left covers timer lateness and scheduling).
+    pub fn max_stop_timeout(&self) -> Duration {
+        self.stop_margin() * 4 / 5
     }
 
     /// Sets the lease policy.
@@ -204,6 +236,25 @@ impl NodeOptions {
                 "lease_stop_after",
                 "must be above zero and below worker_ttl",
             );
+        }
+        if self.stop_timeout.is_zero() {
+            return bad("stop_timeout", "must be above zero");
+        }
+        if self.lease_policy == LeasePolicy::StopJobs && self.stop_timeout > self.max_stop_timeout()
+        {
+            return Err(Error::InvalidOptions {
+                option: "stop_timeout",
+                reason: format!(
+                    "{:?} does not fit the stop margin: worker_ttl {:?} - lease_stop_after {:?} = {:?}, \
+                     of which at most 4/5 ({:?}) may go to stopping jobs; lower stop_timeout or \
+                     lease_stop_after, or raise worker_ttl",
+                    self.stop_timeout,
+                    self.worker_ttl,
+                    self.lease_stop_after,
+                    self.stop_margin(),
+                    self.max_stop_timeout()
+                ),
+            });
         }
         if self.dispatch_timeout.is_zero() {
             return bad("dispatch_timeout", "must be above zero");
@@ -363,5 +414,51 @@ impl ScheduleOptions {
             .ttl(self.leader_ttl)
             .follower_poll(self.follower_poll)
             .validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_timeout_must_fit_the_stop_margin() {
+        let o = NodeOptions::default().worker_ttl(Duration::from_secs(2));
+        assert_eq!(o.stop_margin().as_millis(), 666);
+        assert_eq!(o.stop_timeout.as_millis(), 333);
+        assert!(o.validate().is_ok());
+        assert!(
+            o.clone()
+                .stop_timeout(o.max_stop_timeout())
+                .validate()
+                .is_ok()
+        );
+        let too_long = o
+            .clone()
+            .stop_timeout(o.max_stop_timeout() + Duration::from_millis(1));
+        match too_long.validate() {
+            Err(Error::InvalidOptions { option, reason }) => {
+                assert_eq!(option, "stop_timeout");
+                assert!(reason.contains("stop margin"), "{reason}");
+            }
+            other => panic!("expected InvalidOptions, got {other:?}"),
+        }
+        // A later lease stop narrows the margin: the default budget no
+        // longer fits.
+        assert!(
+            o.clone()
+                .lease_stop_after(Duration::from_millis(1800))
+                .validate()
+                .is_err()
+        );
+        // Without stopping on lease loss there is no margin to hold.
+        assert!(
+            too_long
+                .lease_policy(LeasePolicy::KeepRunning)
+                .validate()
+                .is_ok()
+        );
+        assert!(NodeOptions::default().validate().is_ok());
+        assert_eq!(NodeOptions::default().stop_timeout, Duration::from_secs(5));
     }
 }

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::handler::guarded;
 use crate::lease::{Reassert, Restart};
 use crate::node::NodeInner;
 use crate::worker::{LocalJob, WorkerInner};
@@ -78,7 +77,7 @@ impl NodeInner {
         let Some((_, job)) = worker.jobs.remove(key) else {
             return;
         };
-        if let Err(e) = guarded("stop", worker.handler.stop(key)).await {
+        if let Err(e) = worker.stop_handler(key).await {
             tracing::warn!(key, error = %e, "handler stop failed during handoff; moving anyway");
         }
         for _ in 0..3 {
@@ -125,8 +124,12 @@ impl NodeInner {
                 tracing::warn!(key, error = %e, "re-asserting a job that could not be moved failed");
             }
         }
-        match self.restart_owned(worker, key, job).await {
+        match self.restart_owned(worker, key, job.clone()).await {
             Ok(Restart::Started) | Ok(Restart::Moved) => {}
+            Ok(Restart::Suspended) => {
+                // The lease is lost: resumed with the others once it is back.
+                worker.suspended.lock().await.insert(key.to_string(), job);
+            }
             Ok(Restart::StartFailed(e)) => {
                 tracing::warn!(key, error = %e, "restart after failed handoff refused; requeueing");
                 self.requeue_job(key, &worker.id).await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use flotilla_testkit::{RedisServer, wait_until};
-use fred::prelude::ClientLike;
+use fred::prelude::{ClientLike, HashesInterface};
 
 use crate::handler::{Handler, HandlerError, Job};
 use crate::{Node, NodeOptions, Worker};
@@ -76,12 +76,26 @@ async fn two_nodes_with(
     (client, a, b, wa, wb)
 }
 
-/// A key that `node`'s ring places on `worker`.
-fn key_placed_on(node: &Node, worker: &Worker) -> String {
-    (0..100)
-        .map(|i| format!("k{i}"))
-        .find(|k| node.placement(k).as_deref() == Some(worker.id()))
-        .expect("one of 100 keys hashes to the worker")
+/// A key that `node`'s ring places on `worker`. Waits for the ring to
+/// include the worker: the workers map can show a new worker before the
+/// ring (built from it and the keep-alives) does.
+async fn key_placed_on(node: &Node, worker: &Worker) -> String {
+    let find = || {
+        (0..100)
+            .map(|i| format!("k{i}"))
+            .find(|k| node.placement(k).as_deref() == Some(worker.id()))
+    };
+    wait_until(
+        Duration::from_secs(5),
+        "the ring places a key on the worker",
+        || {
+            let found = find().is_some();
+            async move { found }
+        },
+    )
+    .await
+    .unwrap();
+    find().expect("one of 100 keys hashes to the worker")
 }
 
 /// A start entry for `key` with `token`, forwarded as often as allowed (so
@@ -304,7 +318,7 @@ async fn stale_start_for_a_key_running_elsewhere_is_dropped() {
     .await
     .unwrap();
     // A key the other worker runs.
-    let key = key_placed_on(&node, &other_worker);
+    let key = key_placed_on(&node, &other_worker).await;
     node.dispatch_job(&key, &b"p"[..]).await.unwrap();
     let token = other_worker.job_token(&key).unwrap();
     wait_until(
@@ -456,7 +470,7 @@ async fn suspended_job_does_not_win_over_the_running_copy_after_data_loss() {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("suspended");
     let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
-    let key = key_placed_on(&a, &wb);
+    let key = key_placed_on(&a, &wb).await;
     a.dispatch_job(&key, &b"p"[..]).await.unwrap();
     let running = wb.job_token(&key).unwrap();
     // The same key, stopped on `a` by a lease loss before it was moved to
@@ -506,7 +520,7 @@ async fn handoff_refused_after_data_loss_runs_the_job_here_again() {
     let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
     // A key the ring gives to `b`, running on `a` (as after a ring change
     // this node has not acted on yet).
-    let key = key_placed_on(&a, &wb);
+    let key = key_placed_on(&a, &wb).await;
     wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
     flushall(&client).await;
     a.inner.hand_off_local(&wa.inner, &key).await;
@@ -523,7 +537,7 @@ async fn rebalance_against_an_empty_ring_keeps_the_job_running() {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("emptyring");
     let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
-    let key = key_placed_on(&a, &wb);
+    let key = key_placed_on(&a, &wb).await;
     wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
     flushall(&client).await;
     // As the replicas show it once they resynchronised, before the workers
@@ -588,7 +602,7 @@ async fn data_loss_during_a_handoff_runs_the_job_here_again() {
     let name = flotilla_testkit::unique_name("midmove");
     let handler_a = HookOnStop::default();
     let (client, a, b, wa, wb) = two_nodes_with(&server, &name, handler_a.clone()).await;
-    let key = key_placed_on(&a, &wb);
+    let key = key_placed_on(&a, &wb).await;
     wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
     let node = a.clone();
     let hook: StopHook = Box::new(move || {
@@ -799,7 +813,7 @@ async fn a_job_neither_moved_nor_restarted_is_requeued() {
     let name = flotilla_testkit::unique_name("stuck");
     let handler_a = HookOnStop::default();
     let (client, a, b, wa, wb) = two_nodes_with(&server, &name, handler_a.clone()).await;
-    let key = key_placed_on(&a, &wb);
+    let key = key_placed_on(&a, &wb).await;
     let job = local_job(&key, 7);
     let status = a
         .inner
@@ -853,4 +867,63 @@ async fn a_stop_during_recovery_waits_for_the_job_to_be_re_asserted() {
     assert_eq!(handler.stops.load(Ordering::SeqCst), 1, "not stopped");
     assert!(worker.job_token("rk").is_none(), "still running");
     node.close().await.unwrap();
+}
+
+/// Time-based fencing tokens (16 digits, Redis server time in µs) keep
+/// every digit through the scripts that write them into the jobs map: a
+/// resumed job's record parses, names the new token, and cleanup finds it
+/// (before `resume.lua` formatted its token with `%d`, Lua wrote
+/// "1.7953564485967e+15" and the job was skipped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_based_tokens_round_trip_through_every_job_record() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("tokens");
+    let (client, a, b, wa, _wb, _handler_a) = two_nodes(&server, &name).await;
+    let key = key_placed_on(&a, &wa).await;
+    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    let first = wa.job_token(&key).unwrap();
+    assert!(first > 1_000_000_000_000_000, "time-based: {first}");
+    let jobs_hash = a.inner.maps.jobs.keys_info().hash.clone();
+    let record = |client: fred::prelude::Client, key: String, hash: String| async move {
+        let v: String = client.hget(&hash, &key).await.unwrap();
+        v
+    };
+    assert_eq!(
+        record(client.clone(), key.clone(), jobs_hash.clone()).await,
+        format!("{} {first}", wa.id())
+    );
+    // Lease loss and resume: resume.lua issues the next token.
+    let job = wa.inner.jobs.get(&key).unwrap().clone();
+    wa.inner.jobs.remove(&key);
+    let restarted = a.inner.restart_owned(&wa.inner, &key, job).await.unwrap();
+    assert!(matches!(restarted, crate::lease::Restart::Started));
+    let second = wa.job_token(&key).unwrap();
+    assert_eq!(second, first + 1);
+    let raw = record(client.clone(), key.clone(), jobs_hash.clone()).await;
+    assert_eq!(
+        raw,
+        format!("{} {second}", wa.id()),
+        "record keeps every digit"
+    );
+    assert_eq!(
+        crate::maps::job_owner(&raw),
+        Some((wa.id(), second)),
+        "the record parses"
+    );
+    eventually_owner(&b, &key, wa.id(), second).await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+async fn eventually_owner(node: &Node, key: &str, worker: &str, token: u64) {
+    wait_until(
+        Duration::from_secs(5),
+        "the replica shows the owner",
+        || {
+            let ok = node.job_owner(key) == Some((worker.to_string(), token));
+            async move { ok }
+        },
+    )
+    .await
+    .unwrap();
 }

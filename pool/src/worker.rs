@@ -67,6 +67,8 @@ pub(crate) struct WorkerInner {
     /// Set while the node's lease is lost: no job may start, and one that
     /// started meanwhile is stopped at once.
     pub(crate) lease_lost: std::sync::atomic::AtomicBool,
+    /// The node's [`stop_timeout`](crate::NodeOptions::stop_timeout).
+    stop_timeout: Duration,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -95,6 +97,18 @@ impl Worker {
             });
         }
         inner.check_open()?;
+        if let Some(budget) = handler.stop_budget()
+            && budget > inner.options.stop_timeout
+        {
+            return Err(Error::InvalidOptions {
+                option: "stop_timeout",
+                reason: format!(
+                    "the handler's own stop timeout {budget:?} exceeds the node's stop_timeout {:?} \
+                     (NodeOptions::stop_timeout, bounded by the stop margin)",
+                    inner.options.stop_timeout
+                ),
+            });
+        }
         let id = format!("w-{}", uuid::Uuid::new_v4().simple());
         let (lanes, lane_queues): (Vec<_>, Vec<_>) =
             (0..LANES).map(|_| mpsc::channel(LANE_QUEUE)).unzip();
@@ -110,6 +124,7 @@ impl Worker {
             seen: SeenEntries::default(),
             rewind: RewindState::default(),
             lease_lost: std::sync::atomic::AtomicBool::new(false),
+            stop_timeout: inner.options.stop_timeout,
             cancel: inner.cancel.child_token(),
         });
         inner.workers.insert(id.clone(), worker.clone());
@@ -221,6 +236,12 @@ impl RewindState {
 impl WorkerInner {
     pub(crate) fn node(&self) -> Option<Arc<NodeInner>> {
         self.node.upgrade()
+    }
+
+    /// Runs the handler's `stop` for `key`, bounded by the node's
+    /// `stop_timeout` (an overrun counts as stopped and is reported).
+    pub(crate) async fn stop_handler(&self, key: &str) -> std::result::Result<(), String> {
+        crate::handler::stop_within(self.stop_timeout, key, self.handler.stop(key)).await
     }
 
     /// Hands an inbox event to the lane of its key (backpressure when the
@@ -384,7 +405,7 @@ impl WorkerInner {
             let status = start.record(node).await?;
             if status != "ok" && status != "recovering" {
                 tracing::warn!(key, status, "start not kept; stopping the local run");
-                let _ = guarded("stop", self.handler.stop(&key)).await;
+                let _ = self.stop_handler(&key).await;
                 self.jobs.remove(&key);
             }
             return Ok(());
@@ -408,7 +429,7 @@ impl WorkerInner {
         if self.jobs.contains_key(&key) {
             // Started again while running here: stop the old run first so
             // the key never runs twice.
-            let _ = guarded("stop", self.handler.stop(&key)).await;
+            let _ = self.stop_handler(&key).await;
             self.jobs.remove(&key);
         }
         if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) || !node.lease_valid() {
@@ -467,6 +488,16 @@ impl WorkerInner {
                         raw_body: entry.raw_body.clone(),
                     },
                 );
+                // A lease loss while the handler started: the watchdog's
+                // stop may have missed this job (inserted after it looked),
+                // and recording the start may wait on an unreachable Redis
+                // for a long time. Stop it now; it resumes with the others.
+                if self.lease_lost.load(std::sync::atomic::Ordering::SeqCst)
+                    && let Some((k, job)) = self.jobs.remove(&key)
+                {
+                    let _ = self.stop_handler(&k).await;
+                    self.suspended.lock().await.insert(k, job);
+                }
                 // On an error the outcome is unknown (the script may have
                 // run, removing the entry): the job keeps running, and if
                 // the entry is still there the rewind records it then.
@@ -487,12 +518,13 @@ impl WorkerInner {
                         status,
                         "start not kept (superseded, or the worker is being cleaned up); stopping the local run"
                     );
-                    let _ = guarded("stop", self.handler.stop(&key)).await;
+                    let _ = self.stop_handler(&key).await;
                     self.jobs.remove(&key);
-                } else if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) {
-                    // The lease lapsed while starting: stop now, resume later.
-                    let _ = guarded("stop", self.handler.stop(&key)).await;
+                } else if self.lease_lost.load(std::sync::atomic::Ordering::SeqCst) {
+                    // The lease lapsed while recording: stop now (unless the
+                    // watchdog or the check above did), resume later.
                     if let Some((k, job)) = self.jobs.remove(&key) {
+                        let _ = self.stop_handler(&k).await;
                         self.suspended.lock().await.insert(k, job);
                     }
                 } else {
@@ -506,7 +538,7 @@ impl WorkerInner {
 
     async fn on_stop(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
         if self.jobs.remove(&req.key).is_some()
-            && let Err(e) = guarded("stop", self.handler.stop(&req.key)).await
+            && let Err(e) = self.stop_handler(&req.key).await
         {
             tracing::warn!(key = %req.key, error = %e, "handler stop failed; job dropped anyway");
         }

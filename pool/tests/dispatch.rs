@@ -207,3 +207,24 @@ async fn shutdown_stops_everything_and_refuses_joins() {
     assert!(keys.is_empty(), "pool keys left after shutdown: {keys:?}");
     let _ = NodeOptions::default();
 }
+
+#[tokio::test]
+async fn a_handler_stop_timeout_beyond_the_node_budget_is_refused() {
+    let env = Env::new("stopbudget");
+    let node = env.node(fast()).await;
+    let budget = node.options().stop_timeout;
+    let too_long = flotilla_pool::TaskHandler::new(|_job, _cancel| async { Ok(()) })
+        .stop_timeout(budget + Duration::from_millis(1));
+    match Worker::new(&node, too_long).await {
+        Err(Error::InvalidOptions { option, reason }) => {
+            assert_eq!(option, "stop_timeout");
+            assert!(reason.contains("exceeds"), "{reason}");
+        }
+        other => panic!("expected InvalidOptions, got {other:?}"),
+    }
+    let fits =
+        flotilla_pool::TaskHandler::new(|_job, _cancel| async { Ok(()) }).stop_timeout(budget);
+    let worker = Worker::new(&node, fits).await.unwrap();
+    assert!(!worker.id().is_empty());
+    node.close().await.unwrap();
+}

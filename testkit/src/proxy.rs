@@ -22,6 +22,9 @@ pub enum ProxyMode {
     /// Accept connections and keep them open, but never forward a byte in
     /// either direction: a TCP black hole.
     BlackHole,
+    /// Keep open connections open but forward nothing on them, and refuse
+    /// new ones: the peer's sockets freeze while reconnects fail at once.
+    Freeze,
 }
 
 /// A loopback TCP proxy in front of one upstream address.
@@ -78,6 +81,16 @@ impl FaultProxy {
         self.set_mode(ProxyMode::BlackHole);
     }
 
+    /// Freezes open connections and refuses new ones.
+    pub fn freeze(&self) {
+        self.set_mode(ProxyMode::Freeze);
+    }
+
+    /// The current mode.
+    pub fn mode(&self) -> ProxyMode {
+        *self.mode.borrow()
+    }
+
     /// Forwards again.
     pub fn heal(&self) {
         self.set_mode(ProxyMode::Forward);
@@ -102,7 +115,7 @@ async fn accept_loop(
         };
         let current = *mode.borrow();
         match current {
-            ProxyMode::Refuse => {
+            ProxyMode::Refuse | ProxyMode::Freeze => {
                 let _ = client.shutdown().await;
                 continue;
             }
@@ -127,7 +140,7 @@ async fn serve(
         match current {
             ProxyMode::Refuse => return Ok(()),
             ProxyMode::Forward => break,
-            ProxyMode::BlackHole => {
+            ProxyMode::BlackHole | ProxyMode::Freeze => {
                 if mode.changed().await.is_err() {
                     return Ok(());
                 }
@@ -144,7 +157,7 @@ async fn serve(
         let current = *mode.borrow_and_update();
         match current {
             ProxyMode::Refuse => return Ok(()),
-            ProxyMode::BlackHole => {
+            ProxyMode::BlackHole | ProxyMode::Freeze => {
                 // Stop forwarding; keep both sockets open until it changes.
                 if mode.changed().await.is_err() {
                     return Ok(());

@@ -49,6 +49,15 @@ struct Args {
     /// Path of the flotilla-test-worker binary (default: next to this one).
     #[arg(long)]
     worker_binary: Option<PathBuf>,
+    /// Distinct job keys of the load.
+    #[arg(long, default_value_t = ChaosOptions::default().keys)]
+    keys: usize,
+    /// Shortest handler stop (ms).
+    #[arg(long, default_value_t = ChaosOptions::default().stop_ms.0)]
+    stop_min_ms: u64,
+    /// Longest handler stop (ms).
+    #[arg(long, default_value_t = ChaosOptions::default().stop_ms.1)]
+    stop_max_ms: u64,
 }
 
 fn parse_fault(s: &str) -> Result<FaultKind, String> {
@@ -87,7 +96,9 @@ async fn main() -> ExitCode {
     let mut options = ChaosOptions::default()
         .duration(args.duration)
         .worker_processes(args.workers)
-        .seed(args.seed);
+        .seed(args.seed)
+        .keys(args.keys)
+        .stop_ms(args.stop_min_ms, args.stop_max_ms);
     if !args.faults.is_empty() {
         options = options.faults(args.faults);
     }

@@ -47,6 +47,13 @@ struct Args {
     /// Ledger file (appended to).
     #[arg(long)]
     ledger: PathBuf,
+    /// Shortest time a handler `stop` takes (ms); the stop line is written
+    /// when it returns.
+    #[arg(long, default_value_t = 0)]
+    stop_min_ms: u64,
+    /// Longest time a handler `stop` takes (ms).
+    #[arg(long, default_value_t = 0)]
+    stop_max_ms: u64,
 }
 
 /// Records starts and stops; runs nothing else (a job "runs" between them).
@@ -56,6 +63,8 @@ struct LedgerHandler {
     /// get its first job just before, so handlers wait for it.
     worker: watch::Receiver<Option<String>>,
     ledger: LedgerWriter,
+    /// Range of `stop` durations in ms.
+    stop_ms: (u64, u64),
 }
 
 impl LedgerHandler {
@@ -80,6 +89,12 @@ impl Handler for LedgerHandler {
     }
 
     async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        let (min, max) = self.stop_ms;
+        if max > 0 {
+            let ms = rand::Rng::random_range(&mut rand::rng(), min..=max.max(min));
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        // Written once the job has stopped: the checker's run ends here.
         self.ledger.record(Record::Stop {
             key: key.to_string(),
             worker: self.worker_id().await,
@@ -203,6 +218,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             LedgerHandler {
                 worker: id_rx,
                 ledger: ledger.clone(),
+                stop_ms: (args.stop_min_ms, args.stop_max_ms),
             },
         )
         .await?;

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use flotilla_testkit::ProxyMode;
 use nix::sys::signal::Signal;
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -107,12 +108,19 @@ impl Run {
                 }
             }
             FaultKind::Cut => {
-                let Some(pid) = self.pick_up() else {
+                // A live partition of the process that holds the most jobs:
+                // it keeps running, and must stop all of them before anyone
+                // else may start them. The three ways a link fails rotate.
+                self.fleet.refresh();
+                let Some(pid) = self.fleet.busiest_up() else {
                     return Ok(());
                 };
                 target = Some(pid);
+                let mode =
+                    [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze][self.cuts % 3];
+                self.cuts += 1;
                 if let Some(m) = self.fleet.member(pid) {
-                    m.proxy.cut();
+                    m.proxy.set_mode(mode);
                     m.health = Health::Cut;
                 }
                 self.record(kind, Some(pid), false);

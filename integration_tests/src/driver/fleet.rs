@@ -35,6 +35,7 @@ pub(crate) struct Fleet {
     pool: String,
     ttl: Duration,
     workers_per_process: usize,
+    stop_ms: (u64, u64),
     dir: PathBuf,
     next: usize,
     /// Every ledger file ever used (also of processes gone).
@@ -50,6 +51,7 @@ impl Fleet {
         pool: String,
         ttl: Duration,
         workers_per_process: usize,
+        stop_ms: (u64, u64),
         dir: PathBuf,
     ) -> Fleet {
         Fleet {
@@ -58,6 +60,7 @@ impl Fleet {
             pool,
             ttl,
             workers_per_process,
+            stop_ms,
             dir,
             next: 0,
             ledgers: Vec::new(),
@@ -82,6 +85,7 @@ impl Fleet {
             ttl: self.ttl,
             workers: self.workers_per_process,
             ledger,
+            stop_ms: self.stop_ms,
         };
         let process = WorkerProcess::spawn(&spec, Duration::from_secs(30)).await?;
         let pid = process.pid();
@@ -109,6 +113,16 @@ impl Fleet {
             .filter(|m| m.health == Health::Up)
             .map(|m| m.process.pid())
             .collect()
+    }
+
+    /// The member that is up and runs the most jobs (per the ledgers).
+    pub(crate) fn busiest_up(&self) -> Option<u32> {
+        self.up().into_iter().max_by_key(|pid| {
+            self.running
+                .values()
+                .filter(|pids| pids.contains_key(pid))
+                .count()
+        })
     }
 
     pub(crate) fn member(&mut self, pid: u32) -> Option<&mut Member> {

@@ -50,7 +50,8 @@ pub struct ChaosOptions {
     pub seed: u64,
     /// Worker TTL of every node. Default: 2 s.
     pub ttl: Duration,
-    /// Distinct job keys the load uses. Default: 48.
+    /// Distinct job keys the load uses. Default: 280 (about three quarters
+    /// run at a time: over 50 jobs per worker process of 4).
     pub keys: usize,
     /// Concurrent load tasks. Default: 4.
     pub load_tasks: usize,
@@ -74,6 +75,10 @@ pub struct ChaosOptions {
     /// Where ledgers go; `None` uses a temp dir removed at the end.
     /// Default: `None`.
     pub ledger_dir: Option<PathBuf>,
+    /// How long each handler `stop` of the worker processes takes, a random
+    /// duration in this range (ms), like closing a connection.
+    /// Default: 0–40 ms.
+    pub stop_ms: (u64, u64),
 }
 
 impl Default for ChaosOptions {
@@ -85,7 +90,7 @@ impl Default for ChaosOptions {
             workers_per_process: 2,
             seed: 1,
             ttl,
-            keys: 48,
+            keys: 280,
             load_tasks: 4,
             load_pace: Duration::from_millis(40),
             fault_gap: Duration::from_secs(1),
@@ -94,6 +99,7 @@ impl Default for ChaosOptions {
             faults: FaultKind::ALL.to_vec(),
             worker_binary: None,
             ledger_dir: None,
+            stop_ms: (0, 40),
         }
     }
 }
@@ -122,6 +128,16 @@ impl ChaosOptions {
     /// Sets the worker binary.
     pub fn worker_binary(mut self, path: PathBuf) -> Self {
         self.worker_binary = Some(path);
+        self
+    }
+    /// Sets the range of handler stop durations (ms).
+    pub fn stop_ms(mut self, min: u64, max: u64) -> Self {
+        self.stop_ms = (min, max.max(min));
+        self
+    }
+    /// Sets the number of distinct job keys.
+    pub fn keys(mut self, keys: usize) -> Self {
+        self.keys = keys;
         self
     }
     /// Keeps ledgers in `dir`.
@@ -165,6 +181,8 @@ pub(crate) struct Run {
     faults: BTreeMap<FaultKind, u64>,
     recovery: BTreeMap<FaultKind, Duration>,
     unrecovered: Vec<String>,
+    /// Cuts injected so far (they rotate through the proxy's modes).
+    cuts: usize,
 }
 
 /// Runs the chaos suite and checks the ledgers.
@@ -215,6 +233,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         pool.clone(),
         options.ttl,
         options.workers_per_process,
+        options.stop_ms,
         dir.clone(),
     );
     for _ in 0..options.worker_processes {
@@ -231,6 +250,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         faults: BTreeMap::new(),
         recovery: BTreeMap::new(),
         unrecovered: Vec::new(),
+        cuts: 0,
     };
     let started = Instant::now();
     let load_cancel = CancellationToken::new();

@@ -11,9 +11,34 @@ use flotilla_integration_tests::clock::{ServerClock, mono_ns};
 use flotilla_integration_tests::ledger::{LedgerWriter, Line, Record, read_ledger};
 use flotilla_integration_tests::process::{WorkerProcess, WorkerSpec};
 use flotilla_pool::{Node, NodeOptions};
-use flotilla_testkit::{RedisServer, unique_name, wait_until};
+use flotilla_testkit::{FaultProxy, RedisServer, unique_name, wait_until};
 
 pub const TTL: Duration = Duration::from_secs(2);
+
+/// How to build a [`Harness`].
+#[derive(Debug, Clone, Copy)]
+pub struct HarnessOptions {
+    pub processes: usize,
+    pub workers_each: usize,
+    /// Redis persistence (AOF).
+    pub aof: bool,
+    /// Range of handler stop durations (ms).
+    pub stop_ms: (u64, u64),
+    /// The first `proxied` processes reach Redis through a [`FaultProxy`].
+    pub proxied: usize,
+}
+
+impl Default for HarnessOptions {
+    fn default() -> Self {
+        HarnessOptions {
+            processes: 3,
+            workers_each: 2,
+            aof: false,
+            stop_ms: (0, 0),
+            proxied: 0,
+        }
+    }
+}
 
 /// A Redis, a pool name, a ledger directory, worker processes and a
 /// client-only dispatcher node.
@@ -22,6 +47,8 @@ pub struct Harness {
     pub dir: tempfile::TempDir,
     pub pool: String,
     pub processes: Vec<WorkerProcess>,
+    /// The fault proxy between process `i` and Redis, if it has one.
+    pub proxies: Vec<Option<FaultProxy>>,
     pub gone: Vec<PathBuf>,
     pub node: Node,
     pub driver: LedgerWriter,
@@ -39,20 +66,49 @@ impl Harness {
         workers_each: usize,
         aof: bool,
     ) -> Harness {
+        Self::start_opts(
+            prefix,
+            HarnessOptions {
+                processes,
+                workers_each,
+                aof,
+                ..HarnessOptions::default()
+            },
+        )
+        .await
+    }
+
+    /// A harness with every option.
+    pub async fn start_opts(prefix: &str, o: HarnessOptions) -> Harness {
+        let HarnessOptions {
+            processes,
+            workers_each,
+            aof,
+            stop_ms,
+            proxied,
+        } = o;
         let server = RedisServer::start_with(flotilla_testkit::ServerOptions::default().aof(aof))
             .expect("redis-server must be installed (apt-get install redis-server)");
         let dir = tempfile::tempdir().unwrap();
         let pool = unique_name(prefix);
         let mut procs = Vec::new();
+        let mut proxies = Vec::new();
         for i in 0..processes {
+            let proxy = if i < proxied {
+                Some(FaultProxy::start(server.addr()).await.unwrap())
+            } else {
+                None
+            };
             let spec = WorkerSpec {
                 binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
-                redis_url: server.url(),
+                redis_url: proxy.as_ref().map_or_else(|| server.url(), FaultProxy::url),
                 pool: pool.clone(),
                 ttl: TTL,
                 workers: workers_each,
                 ledger: dir.path().join(format!("worker-{i}.jsonl")),
+                stop_ms,
             };
+            proxies.push(proxy);
             procs.push(
                 WorkerProcess::spawn(&spec, Duration::from_secs(20))
                     .await
@@ -89,6 +145,7 @@ impl Harness {
             dir,
             pool,
             processes: procs,
+            proxies,
             gone: Vec::new(),
             node,
             driver,

@@ -61,9 +61,19 @@ impl Handler for HomeHandler {
     }
 
     async fn stop(&self, key: &str) -> Result<(), HandlerError> {
-        let result = guarded("stop", self.inner.stop(&home_job_key(&self.home.name, key))).await;
-        self.home.slots.release(key);
-        result.map_err(Into::into)
+        // Released also when the pool cuts an overrunning stop short (this
+        // future is dropped then).
+        let _release = ReleaseSlot {
+            home: &self.home,
+            key,
+        };
+        guarded("stop", self.inner.stop(&home_job_key(&self.home.name, key)))
+            .await
+            .map_err(Into::into)
+    }
+
+    fn stop_budget(&self) -> Option<std::time::Duration> {
+        self.inner.stop_budget()
     }
 
     async fn notify(&self, key: &str, payload: Bytes) -> Result<(), HandlerError> {
@@ -76,5 +86,17 @@ impl Handler for HomeHandler {
         self.inner
             .message(&home_job_key(&self.home.name, key), payload)
             .await
+    }
+}
+
+/// Frees a job's capacity slot when dropped.
+struct ReleaseSlot<'a> {
+    home: &'a HomeShared,
+    key: &'a str,
+}
+
+impl Drop for ReleaseSlot<'_> {
+    fn drop(&mut self) {
+        self.home.slots.release(self.key);
     }
 }

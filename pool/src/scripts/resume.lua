@@ -10,5 +10,8 @@ local key, worker = ARGV[4], ARGV[5]
 if redis.call('HEXISTS', KEYS[9], worker) == 1 then return false end
 if owner_of(mget(JOBS, key)) ~= worker then return false end
 local token = next_token(key)
-mset(JOBS, key, worker .. ' ' .. token)
+-- '%d': Lua prints a number concatenated as is with %.14g, and a 16-digit
+-- time-based token would become "1.7953564485967e+15", a record nobody
+-- can parse (the job would then be skipped by cleanup and the orphan sweep).
+mset(JOBS, key, string.format('%s %d', worker, token))
 return token

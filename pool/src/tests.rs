@@ -898,7 +898,7 @@ async fn time_based_tokens_round_trip_through_every_job_record() {
     let restarted = a.inner.restart_owned(&wa.inner, &key, job).await.unwrap();
     assert!(matches!(restarted, crate::lease::Restart::Started));
     let second = wa.job_token(&key).unwrap();
-    assert_eq!(second, first + 1);
+    assert!(second > first, "{second} > {first}");
     let raw = record(client.clone(), key.clone(), jobs_hash.clone()).await;
     assert_eq!(
         raw,

@@ -527,3 +527,49 @@ async fn killed_process_holder_is_replaced_within_ttl_plus_one_retry() {
     );
     guard.release().await.expect("release");
 }
+
+/// A rollback (Redis restarted from an older snapshot, as after a replica
+/// promotion that lost writes) restores an older fencing counter; tokens
+/// handed out since must still never be issued again, and the next holder's
+/// token is above every earlier one.
+#[tokio::test]
+async fn rollback_never_reissues_a_lock_token() {
+    for aof in [false, true] {
+        let mut server =
+            RedisServer::start_with(ServerOptions::default().aof(aof)).expect("redis-server");
+        let client = flotilla_testkit::client(&server.url())
+            .await
+            .expect("client");
+        let lock =
+            ClusterLock::new(&client, &unique_name("rollback"), options(5_000)).expect("lock");
+        let first = lock.try_acquire().await.expect("acquire");
+        let mut issued = vec![first.token()];
+        first.release().await.expect("release");
+        let snapshot = server.save_snapshot().expect("snapshot");
+        for _ in 0..3 {
+            let guard = lock.try_acquire().await.expect("acquire");
+            issued.push(guard.token());
+            guard.release().await.expect("release");
+        }
+        server.roll_back(&snapshot).expect("rollback");
+        // The client reconnects to the restarted server by itself.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let after = loop {
+            match lock.try_acquire().await {
+                Ok(guard) => break guard,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "not yet");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("acquire after the rollback: {e}"),
+            }
+        };
+        let max = *issued.iter().max().unwrap();
+        assert!(
+            after.token() > max,
+            "aof {aof}: token {} after the rollback, {issued:?} before",
+            after.token()
+        );
+        after.release().await.expect("release");
+    }
+}

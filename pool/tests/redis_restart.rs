@@ -101,3 +101,62 @@ async fn redis_restart_with_aof_heals_without_loss() {
 async fn redis_restart_without_persistence_workers_reassert_jobs() {
     restart_case(false).await;
 }
+
+/// A rollback (Redis restarted from a snapshot a few dispatches old)
+/// restores an older fencing counter for a key; the next start of the key
+/// must still get a token above every token it ever had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_never_reissues_a_job_token() {
+    support::init_tracing();
+    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
+    let pool = flotilla_testkit::unique_name("rollback-tokens");
+    let ledger = Ledger::default();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let node = flotilla_pool::Node::join(&client, &pool, fast())
+        .await
+        .unwrap();
+    let _worker = Worker::new(&node, ledger.handler("w0")).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    let snapshot = server.save_snapshot().unwrap();
+    for _ in 0..2 {
+        node.stop_job("k").await.unwrap();
+        node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    }
+    let before = ledger.tokens("k");
+    assert_eq!(before.len(), 3);
+    server.roll_back(&snapshot).unwrap();
+    // Once the pool answers again: stop whatever runs and start it anew.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let stopped = node.stop_job("k").await;
+        let started = match stopped {
+            Ok(()) | Err(flotilla_pool::Error::JobNotFound(_)) => {
+                node.dispatch_job("k", &b"p"[..]).await
+            }
+            Err(e) => Err(e),
+        };
+        match started {
+            Ok(()) => break,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "pool not ready after the rollback yet");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no start after the rollback: {e}"),
+        }
+    }
+    let after = ledger.tokens("k");
+    let newest = *after.last().unwrap();
+    assert!(
+        before.iter().all(|t| newest > *t),
+        "token {newest} after the rollback; before: {before:?}"
+    );
+    let mut sorted = after.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        after.len(),
+        "a token was issued twice: {after:?}"
+    );
+    node.close().await.unwrap();
+}

@@ -2,7 +2,8 @@
 //!
 //! * [`RedisServer`] starts a private `redis-server` on a free loopback port
 //!   (persistence off, or AOF on request), can kill and restart it on the same
-//!   port and data directory, and kills it on drop.
+//!   port and data directory, roll it back to a saved snapshot (lost
+//!   writes, as after a replica promotion), and kills it on drop.
 //! * [`FaultProxy`] sits between a client and Redis and can cut, heal or
 //!   black-hole the connection.
 //! * [`client`] and [`redis_for_example`] hand out connected fred clients.
@@ -19,6 +20,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod proxy;
+mod rollback;
 mod server;
 mod tls;
 
@@ -28,6 +30,7 @@ use std::time::Duration;
 use fred::prelude::*;
 
 pub use proxy::{FaultProxy, ProxyMode};
+pub use rollback::RedisSnapshot;
 pub use server::{RedisServer, ServerOptions, free_port, redis_server_binary};
 
 /// Errors of the test support crate.

@@ -49,14 +49,14 @@ local function recovering(ttl)
   return now < until_ms
 end
 
--- The next fencing token of `key`. A key's first token is Redis server
--- time in µs, so tokens keep increasing even after Redis lost the counters.
+-- The next fencing token of `key`: max(last token + 1, Redis server time
+-- in µs). Tokens keep increasing when Redis loses the counters (empty
+-- restart) and when it goes back in time (a rollback restores older
+-- counters, but server time has moved past every token issued since).
 local function next_token(key)
-  local token = redis.call('HINCRBY', FENCING, key, 1)
-  if token == 1 then
-    token = now_us()
-    redis.call('HSET', FENCING, key, string.format('%d', token))
-  end
+  local last = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
+  local token = math.max(last + 1, now_us())
+  redis.call('HSET', FENCING, key, string.format('%d', token))
   return token
 end
 

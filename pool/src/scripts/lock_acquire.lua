@@ -11,18 +11,19 @@
 -- Returns  {1, token, now_ms}                          acquired
 --          {0, owner, host, pid, token, pttl_ms}       held by someone
 --
--- The fencing counter starts at server time (ms) x 1000 the first time it
--- is created, so tokens keep increasing even if Redis loses its data.
+-- Tokens are max(last token + 1, server time in µs): they keep increasing
+-- when Redis loses the counter (empty restart) and when it goes back in
+-- time (a rollback restores an older counter, but server time has moved on
+-- past every token issued since).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local h = redis.call('HMGET', KEYS[1], 'owner', 'host', 'pid', 'token')
   return {0, h[1] or '', h[2] or '', h[3] or '', h[4] or '', redis.call('PTTL', KEYS[1])}
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('SET', KEYS[2], string.format('%.0f', now * 1000))
-end
-local token = redis.call('INCR', KEYS[2])
+local token = math.max((tonumber(redis.call('GET', KEYS[2]) or '0') or 0) + 1, now_us)
+redis.call('SET', KEYS[2], string.format('%.0f', token))
 redis.call('HSET', KEYS[1],
   'owner', ARGV[1], 'lease', ARGV[2], 'host', ARGV[3], 'pid', ARGV[4],
   'acquired_at', string.format('%.0f', now), 'heartbeat_at', string.format('%.0f', now),

@@ -189,9 +189,13 @@ impl Map {
             return Err(Error::Closed);
         }
         let (mode, ms) = self.inner.options.ttl_args();
-        let mut argv = Vec::with_capacity(args.len() + 2);
+        let mut argv = Vec::with_capacity(args.len() + 3);
         argv.push(mode.to_string());
         argv.push(ms.to_string());
+        // The replica's revision: a write that Redis would number at or
+        // below it (Redis went back in time) starts a new sequence above it
+        // (see `rmap_publish` in scripts/prelude.lua).
+        argv.push(self.inner.shared.load().rev.to_string());
         argv.extend(args);
         let keys = &self.inner.keys;
         script

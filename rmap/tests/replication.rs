@@ -287,3 +287,71 @@ async fn revision_check_heals_an_expired_map() {
         .unwrap();
     map.wait_for(DEADLINE, |m| m.is_empty()).await.unwrap();
 }
+
+/// Redis went back in time under a live replica (what a restart from an
+/// older snapshot looks like to the data, here without dropping the
+/// connection, so the replica cannot resync first): the revision counter is
+/// below the replica's. A `set_and_wait` must still return only once the
+/// replica shows the write, never at once on the stale revision.
+#[tokio::test]
+async fn rollback_of_the_revision_never_lets_set_and_wait_return_early() {
+    let env = env().await;
+    let name = unique_name("rollback-rev");
+    let a = join(&env.client, &name).await;
+    a.set_and_wait("k", "old").await.unwrap();
+    let keys = a.keys_info().clone();
+    let old_rev: String = env.client.get(&keys.revision).await.unwrap();
+    for i in 0..5 {
+        a.set_and_wait("k", &format!("lost-{i}")).await.unwrap();
+    }
+    // The rollback: content and revision as they were after "old".
+    let _: () = env.client.hset(&keys.hash, ("k", "old")).await.unwrap();
+    let _: () = env
+        .client
+        .set(&keys.revision, old_rev, None, None, false)
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let value = format!("after-{i}");
+        a.set_and_wait("k", &value).await.unwrap();
+        assert_eq!(a.get("k").as_deref(), Some(value.as_str()), "write {i}");
+    }
+    converged(&env.client, &a).await;
+}
+
+/// A real rollback (the server killed and started again from an older
+/// snapshot) under two replicas: every `set_and_wait` returns with the
+/// writer's replica showing the write, and both replicas converge.
+#[tokio::test]
+async fn rollback_restart_keeps_set_and_wait_honest() {
+    let mut server = RedisServer::start_with(ServerOptions::default().aof(true))
+        .expect("redis-server must be installed (apt-get install redis-server)");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = unique_name("rollback-restart");
+    let a = join(&client, &name).await;
+    let b = join(&client, &name).await;
+    a.set_and_wait("k", "old").await.unwrap();
+    let snapshot = server.save_snapshot().unwrap();
+    for i in 0..20 {
+        a.set_and_wait(&format!("k{i}"), "lost").await.unwrap();
+    }
+    server.roll_back(&snapshot).unwrap();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut written = 0;
+    while written < 20 {
+        let value = format!("after-{written}");
+        match a.set_and_wait("k", &value).await {
+            Ok(_) => {
+                assert_eq!(a.get("k").as_deref(), Some(value.as_str()));
+                written += 1;
+            }
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "redis not back yet");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("no write after the rollback: {e}"),
+        }
+    }
+    converged(&client, &a).await;
+    converged(&client, &b).await;
+}

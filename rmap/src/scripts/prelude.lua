@@ -13,16 +13,31 @@
 --     An upper-case S, D, R or M is the first change of a new revision sequence
 --     (the revision key did not exist): it follows revision 0.
 
+-- The revision the caller's replica has applied (0: unknown). A map's own
+-- write scripts set it first (rmap_floor(ARGV[3])); other crates' scripts
+-- leave it at 0.
+local rmap_rev_floor = 0
+
+-- Sets the revision floor for the rest of this script.
+local function rmap_floor(rev)
+  rmap_rev_floor = tonumber(rev) or 0
+end
+
 -- Bumps the revision and announces one change. Returns the new revision.
 -- A revision key that does not exist yet (new map, destroyed map, expired
 -- keys, Redis restarted without persistence) starts at the server time in
 -- microseconds, so revisions never go backwards across such a loss and
 -- replicas see a gap and resync instead of mistaking new writes for old.
+-- A revision at or below the caller's replica revision means Redis went
+-- back in time (restarted from an older snapshot, a replica promoted with
+-- lost writes): the sequence restarts above both the floor and the server
+-- time, so the new write never passes for one the replica already has
+-- (a `set_and_wait` would return before the replica shows it).
 local function rmap_publish(rev_key, channel, op, field, value)
   local rev = redis.call('INCR', rev_key)
-  if rev == 1 then
+  if rev == 1 or rev <= rmap_rev_floor then
     local t = redis.call('TIME')
-    rev = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    rev = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), rmap_rev_floor + 1)
     redis.call('SET', rev_key, string.format('%.0f', rev))
     op = string.upper(op) -- "first revision of a new sequence"
   end

@@ -1,10 +1,11 @@
 -- set_nx: sets a field only if it does not exist.
 -- KEYS: 1 hash, 2 revision, 3 channel
--- ARGV: 1 ttl mode, 2 ttl ms, 3 field, 4 value
+-- ARGV: 1 ttl mode, 2 ttl ms, 3 revision floor (the caller's replica revision), 4 field, 5 value
 -- returns: the new revision, or 0 when the field existed (nothing written)
-if redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then
+rmap_floor(ARGV[3])
+if redis.call('HEXISTS', KEYS[1], ARGV[4]) == 1 then
   return 0
 end
-local rev = rmap_set(KEYS[1], KEYS[2], KEYS[3], ARGV[3], ARGV[4])
+local rev = rmap_set(KEYS[1], KEYS[2], KEYS[3], ARGV[4], ARGV[5])
 rmap_ttl(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 return rev

@@ -1,10 +1,11 @@
 -- test_and_set: sets a field only if its current value equals the expected one.
 -- KEYS: 1 hash, 2 revision, 3 channel
--- ARGV: 1 ttl mode, 2 ttl ms, 3 field, 4 expected value, 5 new value
+-- ARGV: 1 ttl mode, 2 ttl ms, 3 revision floor (the caller's replica revision), 4 field, 5 expected value, 6 new value
 -- returns: the new revision, or 0 when the value differed or was missing
-if redis.call('HGET', KEYS[1], ARGV[3]) ~= ARGV[4] then
+rmap_floor(ARGV[3])
+if redis.call('HGET', KEYS[1], ARGV[4]) ~= ARGV[5] then
   return 0
 end
-local rev = rmap_set(KEYS[1], KEYS[2], KEYS[3], ARGV[3], ARGV[5])
+local rev = rmap_set(KEYS[1], KEYS[2], KEYS[3], ARGV[4], ARGV[6])
 rmap_ttl(KEYS[1], KEYS[2], ARGV[1], ARGV[2])
 return rev

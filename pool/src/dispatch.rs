@@ -20,6 +20,9 @@ enum Routed {
     Queued,
     /// The job is admitted or being moved but not started: nowhere to go yet.
     Pending,
+    /// A stop of an orphaned job (payload kept for the orphan sweep, no
+    /// owner): ended by the routing script itself.
+    Stopped,
 }
 
 /// Paces retries of a request for a job that is between owners: 5 ms,
@@ -155,6 +158,11 @@ impl Node {
             });
             match self.inner.to_owner(key, EV_STOP, body).await {
                 Ok(Routed::Queued) => {}
+                Ok(Routed::Stopped) => {
+                    self.inner.waiters.remove(&request);
+                    metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);
+                    return Ok(());
+                }
                 Ok(Routed::Pending) => {
                     // Admitted or being moved, not started yet: stop it once
                     // it runs rather than report it missing.
@@ -463,6 +471,7 @@ impl NodeInner {
             match status.as_str() {
                 "ok" => return Ok(Routed::Queued),
                 "pending" => return Ok(Routed::Pending),
+                "stopped" => return Ok(Routed::Stopped),
                 "not_found" => return Err(Error::JobNotFound(key.to_string())),
                 "moved" => {
                     owner = rest

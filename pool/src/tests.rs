@@ -927,3 +927,49 @@ async fn eventually_owner(node: &Node, key: &str, worker: &str, token: u64) {
     .await
     .unwrap();
 }
+
+/// A job left to the orphan sweep (suspended on lease loss, its ownership
+/// lost with Redis's data, its payload kept so that the sweep runs it
+/// again) is not "not found": a stop ends it — the payload goes, and the
+/// stop leaves a newer fencing token behind, so the suspended copy can
+/// never re-assert itself over the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_of_an_orphan_ends_it_and_no_older_copy_comes_back() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("orphanstop");
+    let (node, worker, _handler) = pool(&server, &name).await;
+    node.dispatch_job("ok1", &b"p"[..]).await.unwrap();
+    let (_, job) = worker.inner.jobs.remove("ok1").unwrap();
+    worker.inner.stop_handler("ok1").await.unwrap();
+    worker
+        .inner
+        .suspended
+        .lock()
+        .await
+        .insert("ok1".into(), job.clone());
+    node.inner.maps.jobs.delete("ok1").await.unwrap();
+    assert!(
+        node.job_payload("ok1").await.unwrap().is_some(),
+        "an orphan"
+    );
+
+    node.stop_job("ok1").await.unwrap();
+    assert_eq!(node.job_payload("ok1").await.unwrap(), None, "payload gone");
+    for state in [
+        crate::lease::Reassert::Suspended,
+        crate::lease::Reassert::Running,
+    ] {
+        let status = node
+            .inner
+            .reassert(&worker.inner, "ok1", &job, state)
+            .await
+            .unwrap();
+        assert_eq!(status, "lost", "{state:?}: the stopped job came back");
+    }
+    assert_eq!(node.job_payload("ok1").await.unwrap(), None);
+    assert!(matches!(
+        node.stop_job("ok1").await,
+        Err(crate::Error::JobNotFound(_))
+    ));
+    node.close().await.unwrap();
+}

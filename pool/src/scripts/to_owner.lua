@@ -4,11 +4,26 @@
 --       9 worker ttl ms (the recovery window after a data loss)
 -- Returns {'ok'} | {'pending'} (admitted or being moved, not started yet;
 --       or Redis lost its data and the job may run on a worker that has
---       not re-asserted it yet) | {'not_found'} | {'moved', owner}
+--       not re-asserted it yet; or an orphan a notify waits for) |
+--       {'stopped'} (a stop of an orphan: done here) | {'not_found'} |
+--       {'moved', owner}
 local j = mget(JOBS, ARGV[4])
 if not j then
   if mget(PENDING, ARGV[4]) then return {'pending'} end
   if recovering(tonumber(ARGV[9])) then return {'pending'} end
+  if redis.call('HEXISTS', PAYLOADS, ARGV[4]) == 1 then
+    -- An orphan: its payload waits for the orphan sweep to run it again
+    -- (e.g. a job suspended on lease loss and left to the sweep after a
+    -- data loss), so it is not "not found". A stop ends it here: the
+    -- payload goes, and a new fencing token is a tombstone that no older
+    -- copy can re-assert over (reassert.lua refuses a token below it).
+    if ARGV[6] == 'stop' then
+      redis.call('HDEL', PAYLOADS, ARGV[4])
+      next_token(ARGV[4])
+      return {'stopped'}
+    end
+    return {'pending'}
+  end
   return {'not_found'}
 end
 local owner = owner_of(j)

@@ -18,10 +18,19 @@ use flotilla_testkit::{ProxyMode, wait_until};
 use support::{Harness, HarnessOptions, TTL};
 
 /// Jobs in the pool: about a third (133) on each of the three processes.
+/// `FLOTILLA_PARTITION_JOBS` overrides it (e.g. 150 or 1500 for about 50
+/// or 500 jobs on the cut-off process).
 const JOBS: usize = 400;
-/// Fewest jobs the cut-off process must hold when cut (3.5 standard
-/// deviations below its expected share).
-const MIN_VICTIM_JOBS: usize = 100;
+
+fn jobs() -> usize {
+    std::env::var("FLOTILLA_PARTITION_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(JOBS)
+}
+
+/// Fewest jobs the cut-off process must hold when cut: a quarter of all
+/// (100 of 400 is 3.5 standard deviations below its expected share).
 /// The process behind the proxy.
 const VICTIM: usize = 0;
 
@@ -38,14 +47,15 @@ async fn cut_off_worker_with_many_jobs_stops_them_all_before_any_takeover() {
         },
     )
     .await;
-    let keys: Vec<String> = (0..JOBS).map(|i| format!("job-{i:04}")).collect();
+    let keys: Vec<String> = (0..jobs()).map(|i| format!("job-{i:04}")).collect();
+    let min_victim_jobs = keys.len() / 4;
     h.dispatch(&keys).await;
     let mut figures = Vec::new();
     for mode in [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze] {
-        wait_converged(&h, &keys, MIN_VICTIM_JOBS).await;
+        wait_converged(&h, &keys, min_victim_jobs).await;
         figures.push(cut_cycle(&h, mode).await);
     }
-    wait_converged(&h, &keys, MIN_VICTIM_JOBS).await;
+    wait_converged(&h, &keys, min_victim_jobs).await;
     for f in &figures {
         eprintln!(
             "partition {:?}: {} jobs on the cut-off process; last stop {:.0} ms after the cut, \

@@ -6,6 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use crate::lease::{Reassert, Restart};
 use crate::node::NodeInner;
 use crate::worker::{LocalJob, WorkerInner};
@@ -13,6 +15,8 @@ use crate::worker::{LocalJob, WorkerInner};
 /// Wait after a ring change before moving jobs, so that a burst of joins
 /// moves each job once.
 const SETTLE: Duration = Duration::from_millis(100);
+/// Most hand-offs of one worker in flight at once.
+const HANDOFFS_IN_FLIGHT: usize = 64;
 
 impl NodeInner {
     pub(crate) async fn rebalance_loop(self: Arc<Self>) {
@@ -56,12 +60,19 @@ impl NodeInner {
                 continue;
             }
             tracing::info!(worker = %worker.id, jobs = moving.len(), "rebalancing");
-            for key in moving {
-                if worker.cancel.is_cancelled() {
-                    break;
-                }
-                self.hand_off_local(&worker, &key).await;
-            }
+            // Many hand-offs at once (each stops its job before moving it,
+            // under the key's lock): a worker with hundreds of jobs to move
+            // is done in a few stop times, not one stop time per job.
+            futures::stream::iter(moving)
+                .for_each_concurrent(HANDOFFS_IN_FLIGHT, |key| {
+                    let worker = &worker;
+                    async move {
+                        if !worker.cancel.is_cancelled() {
+                            self.hand_off_local(worker, &key).await;
+                        }
+                    }
+                })
+                .await;
         }
     }
 

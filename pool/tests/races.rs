@@ -265,3 +265,53 @@ async fn partitioned_worker_stops_before_others_start_and_rejoins() {
     near.close().await.unwrap();
     far.close().await.unwrap();
 }
+
+/// `close()` of a worker running 500 jobs whose `stop` takes 20–50 ms: every
+/// job stops (all at once, each within the stop budget) before it starts on
+/// the other worker — never two runners of a key — and close does not take
+/// one stop time per job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_worker_with_500_slow_stopping_jobs_never_overlaps_the_new_owner() {
+    let env = Env::new("close500");
+    let ledger = Ledger::default();
+    let b = env.node(fast()).await;
+    let _wb = Worker::new(&b, ledger.handler("wb")).await.unwrap();
+    let a = env.node(fast()).await;
+    let wa = Worker::new(&a, ledger.slow_stop_handler("wa", 20, 50))
+        .await
+        .unwrap();
+    eventually("both workers in a's ring", Duration::from_secs(5), || {
+        (0..50).any(|i| a.placement(&format!("k{i}")).as_deref() != Some(wa.id()))
+            && (0..50).any(|i| a.placement(&format!("k{i}")).as_deref() == Some(wa.id()))
+    })
+    .await;
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("close-{i}"))
+        .filter(|k| a.placement(k).as_deref() == Some(wa.id()))
+        .take(500)
+        .collect();
+    futures::future::join_all(keys.iter().map(|k| a.dispatch_job(k, &b"p"[..])))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    assert_eq!(wa.job_keys().len(), 500, "every job on the closing worker");
+    let closing = std::time::Instant::now();
+    a.close().await.unwrap();
+    let took = closing.elapsed();
+    eventually(
+        "every job runs on the other worker",
+        Duration::from_secs(20),
+        || {
+            let running = ledger.running();
+            keys.iter()
+                .all(|k| running.get(k).map(String::as_str) == Some("wb"))
+        },
+    )
+    .await;
+    assert_eq!(ledger.violations(), Vec::<String>::new());
+    eprintln!("close() of a worker with 500 jobs (stop 20-50 ms) took {took:?}");
+    // One stop time each in series would be 500 × 20 ms = 10 s at least.
+    assert!(took < Duration::from_secs(10), "close took {took:?}");
+    b.close().await.unwrap();
+}

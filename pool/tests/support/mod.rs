@@ -40,6 +40,18 @@ impl Ledger {
         RecordingHandler {
             worker: worker.to_string(),
             ledger: self.clone(),
+            stop_ms: (0, 0),
+        }
+    }
+
+    /// A handler whose `stop` takes a random `min..=max` ms before the job
+    /// counts as stopped (it keeps counting as running meanwhile), like
+    /// closing a connection.
+    pub fn slow_stop_handler(&self, worker: &str, min: u64, max: u64) -> RecordingHandler {
+        RecordingHandler {
+            worker: worker.to_string(),
+            ledger: self.clone(),
+            stop_ms: (min, max.max(min)),
         }
     }
 
@@ -99,6 +111,7 @@ impl Ledger {
 pub struct RecordingHandler {
     pub worker: String,
     ledger: Ledger,
+    stop_ms: (u64, u64),
 }
 
 #[async_trait]
@@ -129,6 +142,11 @@ impl Handler for RecordingHandler {
     }
 
     async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        let (min, max) = self.stop_ms;
+        if max > 0 {
+            let ms = rand::Rng::random_range(&mut rand::rng(), min..=max);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
         let mut s = self.ledger.inner.lock().unwrap();
         if s.running.get(key) == Some(&self.worker) {
             s.running.remove(key);

@@ -13,6 +13,7 @@ use crate::Error;
 use crate::event::parse_entries;
 use crate::members::MemberView;
 use crate::sink::Shared;
+use crate::stale::{TakeOver, take_over};
 
 static DELCONSUMER_IF_EMPTY: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("scripts/delconsumer_if_empty.lua")));
@@ -68,35 +69,25 @@ async fn claim_round(shared: &Shared) -> Result<(), Error> {
         .members
         .keys()
         .any(|m| *m != shared.member_id && view.is_live(m, ttl_ms));
-    // Stale members that still own a consumer somewhere after this round.
+    // Suspects that Redis found alive, or that still own a consumer after
+    // this round: their registration stays.
     let mut kept: HashSet<String> = HashSet::new();
     for (name, key) in shared.streams() {
         claim_idle(shared, &name, &key, alone).await?;
-        for (consumer, pending, idle) in consumers(shared, &key).await? {
+        for (consumer, idle) in consumers(shared, &key).await? {
             if consumer == shared.member_id {
                 continue;
             }
-            let stale = match view.members.get(&consumer) {
+            let suspect = match view.members.get(&consumer) {
                 Some(_) => !view.is_live(&consumer, ttl_ms),
                 None => idle > ttl_ms,
             };
-            if !stale {
+            if !suspect {
                 continue;
             }
-            if pending > 0 && !claim_consumer(shared, &name, &key, &consumer).await? {
-                kept.insert(consumer);
-                continue;
-            }
-            let deleted: i64 = DELCONSUMER_IF_EMPTY
-                .evalsha_with_reload(
-                    &shared.client,
-                    vec![key.clone()],
-                    vec![shared.group.clone(), consumer.clone()],
-                )
-                .await?;
-            if deleted == 1 {
-                tracing::info!(sink = %shared.group, stream = %name, consumer = %consumer, "removed stale sink member");
-            } else {
+            // The replica only picks suspects; Redis decides (it may say
+            // the member is alive: the replica lags).
+            if take_over(shared, &name, &key, &consumer).await? != TakeOver::Removed {
                 kept.insert(consumer);
             }
         }
@@ -104,6 +95,9 @@ async fn claim_round(shared: &Shared) -> Result<(), Error> {
     remove_stale_members(shared, &view, ttl_ms, &kept).await
 }
 
+/// Unregisters members the replica saw stale and that own no consumer any
+/// more; each removal is conditional in Redis (the keep-alive there must
+/// still be the stale one seen), so a member that renewed meanwhile stays.
 async fn remove_stale_members(
     shared: &Shared,
     view: &MemberView,
@@ -168,28 +162,6 @@ async fn claim_idle(shared: &Shared, name: &str, key: &str, alone: bool) -> Resu
         }
     }
     Ok(())
-}
-
-/// Claims every pending entry of `consumer` to this member and delivers
-/// them. Returns `true` when the consumer has no pending entry left.
-async fn claim_consumer(
-    shared: &Shared,
-    name: &str,
-    key: &str,
-    consumer: &str,
-) -> Result<bool, Error> {
-    for _ in 0..MAX_PAGES {
-        let ids = pending_of(shared, key, consumer).await?;
-        if ids.is_empty() {
-            return Ok(true);
-        }
-        let entries = xclaim(shared, key, &shared.member_id, 0, &ids, None, false).await?;
-        tracing::info!(sink = %shared.group, stream = %name, from = %consumer, count = ids.len(), "claimed a stale member's events");
-        if !shared.deliver(name, key, entries).await {
-            return Ok(false);
-        }
-    }
-    Ok(false)
 }
 
 async fn pending_of(shared: &Shared, key: &str, consumer: &str) -> Result<Vec<String>, Error> {
@@ -260,8 +232,8 @@ fn pending_rows(reply: Value) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `XINFO CONSUMERS`: (name, pending, idle ms) per consumer.
-async fn consumers(shared: &Shared, key: &str) -> Result<Vec<(String, u64, u64)>, Error> {
+/// `XINFO CONSUMERS`: (name, idle ms) per consumer.
+async fn consumers(shared: &Shared, key: &str) -> Result<Vec<(String, u64)>, Error> {
     let reply: Result<Value, _> = shared
         .client
         .xinfo_consumers(key, shared.group.as_str())
@@ -276,17 +248,16 @@ async fn consumers(shared: &Shared, key: &str) -> Result<Vec<(String, u64, u64)>
     let mut out = Vec::new();
     for consumer in reply.into_array() {
         let mut fields = consumer.into_array().into_iter();
-        let (mut name, mut pending, mut idle) = (None, 0, 0);
+        let (mut name, mut idle) = (None, 0);
         while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
             match k.as_str().as_deref() {
                 Some("name") => name = v.as_string(),
-                Some("pending") => pending = v.as_u64().unwrap_or(0),
                 Some("idle") => idle = v.as_u64().unwrap_or(0),
                 _ => {}
             }
         }
         if let Some(name) = name {
-            out.push((name, pending, idle));
+            out.push((name, idle));
         }
     }
     Ok(out)

@@ -15,6 +15,7 @@ mod members;
 mod options;
 mod reader;
 mod sink;
+mod stale;
 mod stream;
 
 pub use error::Error;

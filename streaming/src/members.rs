@@ -52,6 +52,12 @@ impl Members {
         })
     }
 
+    /// The Redis hash holding the keep-alives (for scripts that decide on
+    /// them in Redis; rmap owns the name).
+    pub(crate) fn hash_key(&self) -> &str {
+        &self.map.keys_info().hash
+    }
+
     /// Redis server time in ms, from the node holding the registry.
     async fn now_ms(&self) -> Result<u64, Error> {
         let cmd = CustomCommand::new("TIME", ClusterHash::Custom(self.slot), false);

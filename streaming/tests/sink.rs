@@ -151,14 +151,21 @@ async fn unacked_events_go_to_another_member() {
             .await
             .contains(&a.member_id().to_string())
     );
-    let members: HashMap<String, String> = client
-        .hgetall(format!("fl:{{{}}}:sink:{name}:members", s.hash_tag()))
-        .await
-        .unwrap();
-    assert!(
-        !members.contains_key(&c_id),
-        "stale member left the registry"
-    );
+    let members_key = flotilla_rmap::MapKeys::new(&format!("sink:{name}"), Some(s.hash_tag()))
+        .unwrap()
+        .hash;
+    wait_until(
+        Duration::from_secs(10),
+        "stale member left the registry",
+        || async {
+            let members: HashMap<String, String> = client.hgetall(&members_key).await.unwrap();
+            !members.contains_key(&c_id)
+        },
+    )
+    .await
+    .unwrap();
+    let members: HashMap<String, String> = client.hgetall(&members_key).await.unwrap();
+    assert!(members.contains_key(a.member_id()) && members.contains_key(b.member_id()));
     drop(a_events);
     a.close().await;
     b.close().await;

@@ -1,6 +1,8 @@
 //! Shared helpers of the streaming integration tests.
 #![allow(dead_code)]
 
+pub mod mute_proxy;
+
 use std::time::Duration;
 
 use flotilla_streaming::{Event, Stream, StreamOptions};

@@ -123,11 +123,15 @@ pub enum FaultKind {
     AddWorker,
     /// A worker process closed gracefully (`SIGTERM` → `Node::close`).
     RemoveWorker,
+    /// Redis goes back in time: a snapshot, 2–4 s of normal work, then Redis
+    /// killed and started again from the snapshot (what a replica promotion
+    /// with lost writes or an `everysec` AOF crash does).
+    Rollback,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -135,10 +139,11 @@ impl FaultKind {
         FaultKind::RestartEmpty,
         FaultKind::AddWorker,
         FaultKind::RemoveWorker,
+        FaultKind::Rollback,
     ];
 
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
-    /// `restart-empty`, `add`, `remove`).
+    /// `restart-empty`, `add`, `remove`, `rollback`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -148,6 +153,7 @@ impl FaultKind {
             FaultKind::RestartEmpty => "restart-empty",
             FaultKind::AddWorker => "add",
             FaultKind::RemoveWorker => "remove",
+            FaultKind::Rollback => "rollback",
         }
     }
 
@@ -166,6 +172,7 @@ impl FaultKind {
             FaultKind::RestartEmpty => "restart redis (no persistence)",
             FaultKind::AddWorker => "add worker process",
             FaultKind::RemoveWorker => "remove worker process",
+            FaultKind::Rollback => "rollback redis (2-4 s lost)",
         }
     }
 }

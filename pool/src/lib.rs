@@ -19,10 +19,12 @@ mod node;
 mod options;
 mod rebalance;
 mod recorder;
+mod rollback;
 mod routing;
 mod scripts;
 #[cfg(test)]
 mod tests;
+mod tombstones;
 mod worker;
 
 pub mod inspect;

@@ -480,6 +480,8 @@ impl NodeInner {
         let me = self.clone();
         self.tasks.spawn(async move { me.shutdown_watch().await });
         let me = self.clone();
+        self.tasks.spawn(async move { me.rollback_loop().await });
+        let me = self.clone();
         self.tasks.spawn(async move { me.renewal_loop().await });
         let me = self.clone();
         self.tasks.spawn(async move { me.lease_watchdog().await });

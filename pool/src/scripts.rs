@@ -88,6 +88,8 @@ pub(crate) struct Scripts {
     pub(crate) resume: PoolScript,
     pub(crate) remove_worker: PoolScript,
     pub(crate) claim_cleanup: PoolScript,
+    pub(crate) begin_recovery: PoolScript,
+    pub(crate) release_stale: PoolScript,
 }
 
 impl Scripts {
@@ -123,6 +125,16 @@ impl Scripts {
             claim_cleanup: PoolScript::new(
                 "claim_cleanup",
                 include_str!("scripts/claim_cleanup.lua"),
+                t,
+            ),
+            begin_recovery: PoolScript::new(
+                "begin_recovery",
+                include_str!("scripts/begin_recovery.lua"),
+                t,
+            ),
+            release_stale: PoolScript::new(
+                "release_stale",
+                include_str!("scripts/release_stale.lua"),
                 t,
             ),
         }

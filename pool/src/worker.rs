@@ -69,6 +69,8 @@ pub(crate) struct WorkerInner {
     pub(crate) lease_lost: std::sync::atomic::AtomicBool,
     /// The node's [`stop_timeout`](crate::NodeOptions::stop_timeout).
     stop_timeout: Duration,
+    /// Runs stopped here on request (see [`crate::tombstones`]).
+    pub(crate) stopped: crate::tombstones::StopTombstones,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -125,6 +127,7 @@ impl Worker {
             rewind: RewindState::default(),
             lease_lost: std::sync::atomic::AtomicBool::new(false),
             stop_timeout: inner.options.stop_timeout,
+            stopped: crate::tombstones::StopTombstones::default(),
             cancel: inner.cancel.child_token(),
         });
         inner.workers.insert(id.clone(), worker.clone());
@@ -391,6 +394,17 @@ impl WorkerInner {
             }
         }
         let start = StartRecord::new(node, &self.id, event, &entry)?;
+        if self.stopped.covers(&key, entry.token) {
+            // A start this worker ran and then stopped on request, back in
+            // its inbox because Redis went back in time: the stop stands.
+            tracing::info!(
+                key,
+                token = entry.token,
+                "start of a run stopped here already; dropped"
+            );
+            let _ = start.finish(node, "superseded").await?;
+            return Ok(());
+        }
         if let Some(running) = self.jobs.get(&key).map(|j| j.token)
             && running >= entry.token
         {
@@ -537,12 +551,15 @@ impl WorkerInner {
     }
 
     async fn on_stop(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
-        if self.jobs.remove(&req.key).is_some()
-            && let Err(e) = self.stop_handler(&req.key).await
-        {
-            tracing::warn!(key = %req.key, error = %e, "handler stop failed; job dropped anyway");
+        if let Some((_, job)) = self.jobs.remove(&req.key) {
+            self.stopped.record(&req.key, job.token);
+            if let Err(e) = self.stop_handler(&req.key).await {
+                tracing::warn!(key = %req.key, error = %e, "handler stop failed; job dropped anyway");
+            }
         }
-        self.suspended.lock().await.remove(&req.key);
+        if let Some(job) = self.suspended.lock().await.remove(&req.key) {
+            self.stopped.record(&req.key, job.token);
+        }
         let (reply_key, request) = match &req.reply {
             Some(r) => (node.reply_key(&r.node)?, r.request),
             None => (node.inbox(&self.id)?.key().to_string(), 0),

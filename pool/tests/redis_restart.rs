@@ -160,3 +160,147 @@ async fn rollback_never_reissues_a_job_token() {
     );
     node.close().await.unwrap();
 }
+
+/// Redis goes back in time under a running pool: killed and started again
+/// from a snapshot taken before a stretch of normal work — dispatches,
+/// stops, a worker joining and jobs handed to it. Redis is then neither
+/// empty nor current. Afterwards every job that was not stopped runs exactly
+/// once and Redis records it where it runs (re-asserted, the newer token
+/// winning over stale records), every stop made in the lost stretch holds
+/// (stale records released, replayed starts refused), a running key is
+/// never admitted again, and no fencing token repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_keeps_every_job_and_every_stop() {
+    support::init_tracing();
+    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
+    let pool = flotilla_testkit::unique_name("rollback");
+    let ledger = Ledger::default();
+    let mut nodes = Vec::new();
+    let mut workers = Vec::new();
+    for i in 0..3 {
+        let client = flotilla_testkit::client(&server.url()).await.unwrap();
+        nodes.push(
+            flotilla_pool::Node::join(&client, &pool, fast())
+                .await
+                .unwrap(),
+        );
+        if i < 2 {
+            workers.push(
+                Worker::new(&nodes[i], ledger.handler(&format!("w{i}")))
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    let before: Vec<String> = (0..30).map(|i| format!("a{i}")).collect();
+    for k in &before {
+        nodes[0].dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    let snapshot = server.save_snapshot().unwrap();
+
+    // The stretch Redis will lose.
+    let after: Vec<String> = (0..20).map(|i| format!("b{i}")).collect();
+    for k in &after {
+        nodes[1].dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    let stopped: Vec<String> = before[..10].to_vec();
+    for k in &stopped {
+        nodes[2].stop_job(k).await.unwrap();
+    }
+    workers.push(Worker::new(&nodes[2], ledger.handler("w2")).await.unwrap());
+    let should_run: Vec<String> = before[10..].iter().chain(&after).cloned().collect();
+    eventually(
+        "jobs handed to the new worker",
+        Duration::from_secs(10),
+        || {
+            let running = ledger.running();
+            running.values().filter(|w| *w == "w2").count() > 3
+                && should_run.iter().all(|k| running.contains_key(k))
+        },
+    )
+    .await;
+    let tokens_before: std::collections::HashMap<String, Vec<u64>> = should_run
+        .iter()
+        .chain(&stopped)
+        .map(|k| (k.clone(), ledger.tokens(k)))
+        .collect();
+
+    server.roll_back(&snapshot).unwrap();
+
+    // Redis ends up recording exactly what runs, where it runs.
+    let probe = flotilla_testkit::client(&server.url()).await.unwrap();
+    let jobs_key = format!("fl:{{{pool}}}:map:jobs");
+    let payloads_key = format!("fl:{{{pool}}}:payloads");
+    let ids: std::collections::HashMap<String, String> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (format!("w{i}"), w.id().to_string()))
+        .collect();
+    let converged = || {
+        let probe = probe.clone();
+        let (jobs_key, payloads_key) = (jobs_key.clone(), payloads_key.clone());
+        let running = ledger.running();
+        let (should_run, stopped, ids) = (should_run.clone(), stopped.clone(), ids.clone());
+        async move {
+            let jobs: std::collections::HashMap<String, String> =
+                fred::prelude::HashesInterface::hgetall(&probe, &jobs_key)
+                    .await
+                    .unwrap_or_default();
+            let payloads: Vec<String> =
+                fred::prelude::HashesInterface::hkeys(&probe, &payloads_key)
+                    .await
+                    .unwrap_or_default();
+            running.len() == should_run.len()
+                && should_run.iter().all(|k| {
+                    running.get(k).is_some_and(|w| {
+                        jobs.get(k)
+                            .is_some_and(|r| r.split(' ').next() == Some(ids[w].as_str()))
+                    })
+                })
+                && stopped
+                    .iter()
+                    .all(|k| !jobs.contains_key(k) && !payloads.contains(k))
+                && jobs.len() == should_run.len()
+        }
+    };
+    if let Err(e) = flotilla_testkit::wait_until(
+        Duration::from_secs(20),
+        "redis records what runs",
+        converged,
+    )
+    .await
+    {
+        let running = ledger.running();
+        let jobs: std::collections::HashMap<String, String> =
+            fred::prelude::HashesInterface::hgetall(&probe, &jobs_key)
+                .await
+                .unwrap_or_default();
+        panic!("{e}\nrunning: {running:?}\njobs map: {jobs:?}\nids: {ids:?}");
+    }
+    assert_eq!(ledger.violations(), Vec::<String>::new(), "I1");
+
+    // A running key is not admitted again; a stopped one is.
+    for k in [&after[0], &before[15]] {
+        assert!(
+            matches!(
+                nodes[0].dispatch_job(k, &b"p"[..]).await,
+                Err(flotilla_pool::Error::JobExists(_))
+            ),
+            "{k} admitted twice"
+        );
+    }
+    nodes[0].dispatch_job(&stopped[0], &b"p"[..]).await.unwrap();
+    nodes[1].stop_job(&after[1]).await.unwrap();
+    assert!(!ledger.running().contains_key(&after[1]));
+
+    // Fencing tokens never repeat and increase per key.
+    for (k, old) in tokens_before {
+        let all = ledger.tokens(&k);
+        assert!(all.windows(2).all(|w| w[0] < w[1]), "{k}: {all:?}");
+        assert!(all.len() >= old.len());
+    }
+    assert_eq!(ledger.violations(), Vec::<String>::new(), "I1");
+    for n in &nodes {
+        n.close().await.unwrap();
+    }
+}

@@ -443,6 +443,16 @@ impl Map {
         }
     }
 
+    /// Counts the resyncs that found Redis *behind* this replica: Redis lost
+    /// writes this replica had seen (restarted from an older snapshot or AOF,
+    /// a replica promoted with lost writes). The receiver changes after each
+    /// such resync, once the replica shows Redis's (older) content. An empty
+    /// restart is not counted: a re-created revision starts at server time,
+    /// ahead of the replica.
+    pub fn regressions(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.shared.regressions()
+    }
+
     /// A stream of change events, starting now. See [`MapEvents`].
     pub fn subscribe(&self) -> MapEvents {
         let (tx, rx) = events::channel(self.inner.options.event_buffer);

@@ -137,6 +137,8 @@ pub(crate) struct Shared {
     waiters: Mutex<Waiters>,
     subscribers: Mutex<Vec<EventSender>>,
     changed: watch::Sender<u64>,
+    /// Resyncs that found Redis behind the replica.
+    regressions: watch::Sender<u64>,
     closed: std::sync::atomic::AtomicBool,
 }
 
@@ -148,6 +150,7 @@ impl Shared {
     pub(crate) fn new(state: State) -> Self {
         Shared {
             changed: watch::Sender::new(state.version),
+            regressions: watch::Sender::new(0),
             state: ArcSwap::from_pointee(state),
             snapshot: ArcSwapOption::empty(),
             waiters: Mutex::new(BTreeMap::new()),
@@ -195,6 +198,12 @@ impl Shared {
         self.changed.subscribe()
     }
 
+    /// A receiver that changes whenever a resync found Redis's revision
+    /// behind the replica's (Redis lost data or went back in time).
+    pub(crate) fn regressions(&self) -> watch::Receiver<u64> {
+        self.regressions.subscribe()
+    }
+
     /// Registers a waiter for `rev`; `None` when it is already applied.
     pub(crate) fn wait_for_revision(&self, rev: u64) -> Option<oneshot::Receiver<()>> {
         let mut waiters = lock(&self.waiters);
@@ -233,6 +242,9 @@ impl Shared {
             lock(&self.subscribers).retain(|s| events.iter().all(|e| s.send(e)));
         }
         self.changed.send_replace(version);
+        if release_all {
+            self.regressions.send_modify(|n| *n += 1);
+        }
     }
 
     /// Marks the map closed: waiters and subscriber streams end.

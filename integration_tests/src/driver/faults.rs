@@ -153,6 +153,36 @@ impl Run {
                 restarted?;
                 self.record(kind, None, true);
             }
+            FaultKind::Rollback => {
+                let server = self.server.clone();
+                let snapshot = tokio::task::spawn_blocking(move || {
+                    server
+                        .lock()
+                        .map_err(|_| {
+                            flotilla_testkit::Error::Startup("server lock poisoned".into())
+                        })?
+                        .save_snapshot()
+                })
+                .await
+                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                // Normal work (the load goes on) that Redis will lose.
+                let lost = Duration::from_millis(self.rng.random_range(2000..=4000));
+                tokio::time::sleep(lost).await;
+                self.record(kind, None, false);
+                since = Instant::now();
+                let server = self.server.clone();
+                tokio::task::spawn_blocking(move || {
+                    server
+                        .lock()
+                        .map_err(|_| {
+                            flotilla_testkit::Error::Startup("server lock poisoned".into())
+                        })?
+                        .roll_back(&snapshot)
+                })
+                .await
+                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                self.record(kind, None, true);
+            }
             FaultKind::AddWorker => {
                 let addr =
                     self.server.lock().map(|s| s.addr()).map_err(|_| {

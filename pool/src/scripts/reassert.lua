@@ -13,16 +13,34 @@
 -- KEYS: base
 -- ARGV: base, 4 job key, 5 worker id, 6 token, 7 stored payload
 --       ("<created_ms> <body>"), 8 'running' | 'suspended', 9 worker ttl ms
+-- A record or pending guard with an *older* token than the worker's is
+-- stale: Redis went back in time and lost the start the worker holds (a
+-- hand-off to it, a restart here). The newer token wins, as fencing says.
 -- Returns 'ok' | 'lost' | 'orphaned' (payload restored, ownership not taken)
 local key, worker = ARGV[4], ARGV[5]
+local mine = tonumber(ARGV[6])
 local j = mget(JOBS, key)
 if j then
-  if owner_of(j) == worker then return 'ok' end
-  return 'lost'
+  local recorded = tonumber(string.match(j, ' (%d+)$') or '')
+  if owner_of(j) == worker then
+    if recorded and recorded < mine then
+      redis.call('HSET', FENCING, key, string.format('%d',
+        math.max(mine, tonumber(redis.call('HGET', FENCING, key) or '0') or 0)))
+      mset(JOBS, key, worker .. ' ' .. ARGV[6])
+    end
+    return 'ok'
+  end
+  if not (recorded and recorded < mine) then return 'lost' end
+  mdel(JOBS, key)
 end
-if redis.call('HEXISTS', PENDING[1], key) == 1 then return 'lost' end
+local p = mget(PENDING, key)
+if p then
+  local guarded = tonumber(string.match(p, '^(%d+)') or '')
+  if not (guarded and guarded < mine) then return 'lost' end
+  mdel(PENDING, key)
+end
 local current = tonumber(redis.call('HGET', FENCING, key) or '0')
-if current > tonumber(ARGV[6]) then return 'lost' end
+if current > mine then return 'lost' end
 if ARGV[8] == 'suspended' and recovering(tonumber(ARGV[9])) then
   redis.call('HSETNX', PAYLOADS, key, ARGV[7])
   return 'orphaned'

@@ -1,0 +1,15 @@
+-- A node found Redis behind its replicas (Redis went back in time: a
+-- restart from an older snapshot or AOF, a replica promoted with lost
+-- writes): open the recovery window, as the first script after a data loss
+-- does. Within it nothing new is admitted, and every worker re-asserts what
+-- it runs; a key still running on a worker that has not re-asserted yet is
+-- never admitted twice.
+-- KEYS: base
+-- ARGV: base, 4 worker ttl ms
+-- Returns 'opened' | 'open' (a window is open already)
+local now = now_ms()
+local epoch = redis.call('HGET', FENCING, EPOCH)
+local until_ms = epoch and tonumber(string.match(epoch, ' (%d+)$') or '0') or 0
+if now < until_ms then return 'open' end
+redis.call('HSET', FENCING, EPOCH, string.format('%d %d', now, now + tonumber(ARGV[4])))
+return 'opened'

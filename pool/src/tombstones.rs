@@ -1,0 +1,73 @@
+//! Stops a worker carried out, remembered for a while. After Redis went back
+//! in time (restarted from an older snapshot, a replica promoted with lost
+//! writes) a worker's inbox may hold again a start entry that the worker
+//! already ran and then stopped on request; such an entry must not start
+//! the job again. A new dispatch of the key gets a newer fencing token, so
+//! it is never mistaken for the stopped run.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a stop is remembered (rollbacks lose seconds, not minutes).
+const KEEP: Duration = Duration::from_secs(600);
+/// Most stops remembered.
+const MAX: usize = 100_000;
+
+/// Key → fencing token of the run that was stopped.
+#[derive(Debug, Default)]
+pub(crate) struct StopTombstones {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    tokens: HashMap<String, u64>,
+    order: VecDeque<(Instant, String, u64)>,
+}
+
+impl StopTombstones {
+    /// Remembers that the run of `key` with `token` was stopped.
+    pub(crate) fn record(&self, key: &str, token: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        while let Some((at, _, _)) = inner.order.front() {
+            if inner.order.len() < MAX && now.duration_since(*at) < KEEP {
+                break;
+            }
+            if let Some((_, old, old_token)) = inner.order.pop_front()
+                && inner.tokens.get(&old) == Some(&old_token)
+            {
+                inner.tokens.remove(&old);
+            }
+        }
+        let entry = inner.tokens.entry(key.to_string()).or_insert(token);
+        *entry = (*entry).max(token);
+        let kept = *entry;
+        inner.order.push_back((now, key.to_string(), kept));
+    }
+
+    /// Whether a start of `key` with `token` was stopped here already.
+    pub(crate) fn covers(&self, key: &str, token: u64) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.tokens.get(key).is_some_and(|t| token <= *t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stopped_run_and_older_ones_are_covered_newer_are_not() {
+        let t = StopTombstones::default();
+        assert!(!t.covers("k", 5));
+        t.record("k", 5);
+        assert!(t.covers("k", 5));
+        assert!(t.covers("k", 4));
+        assert!(!t.covers("k", 6), "a new dispatch has a newer token");
+        t.record("k", 3);
+        assert!(t.covers("k", 5), "an older stop does not shrink it");
+        assert!(!t.covers("other", 1));
+    }
+}

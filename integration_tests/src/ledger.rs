@@ -127,11 +127,15 @@ pub enum FaultKind {
     /// killed and started again from the snapshot (what a replica promotion
     /// with lost writes or an `everysec` AOF crash does).
     Rollback,
+    /// A sequence: Redis down for 2–3 s (longer than the workers' lease
+    /// stop, so every worker suspends its jobs), started again with its
+    /// AOF, then 1–3 s later `SIGKILL` of the busiest worker process.
+    OutageThenKill,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -140,10 +144,11 @@ impl FaultKind {
         FaultKind::AddWorker,
         FaultKind::RemoveWorker,
         FaultKind::Rollback,
+        FaultKind::OutageThenKill,
     ];
 
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
-    /// `restart-empty`, `add`, `remove`, `rollback`).
+    /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -154,6 +159,7 @@ impl FaultKind {
             FaultKind::AddWorker => "add",
             FaultKind::RemoveWorker => "remove",
             FaultKind::Rollback => "rollback",
+            FaultKind::OutageThenKill => "outage-kill",
         }
     }
 
@@ -173,6 +179,7 @@ impl FaultKind {
             FaultKind::AddWorker => "add worker process",
             FaultKind::RemoveWorker => "remove worker process",
             FaultKind::Rollback => "rollback redis (2-4 s lost)",
+            FaultKind::OutageThenKill => "redis outage, then sigkill",
         }
     }
 }

@@ -30,7 +30,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Fault kinds to inject, comma-separated: kill, pause, cut,
-    /// restart-aof, restart-empty, add, remove, rollback (default: all).
+    /// restart-aof, restart-empty, add, remove, rollback, outage-kill
+    /// (default: all).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,
     /// Worker TTL the run used, for `--recheck` (ms).

@@ -183,6 +183,38 @@ impl Run {
                 .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
                 self.record(kind, None, true);
             }
+            FaultKind::OutageThenKill => {
+                self.record(kind, None, false);
+                let server = self.server.clone();
+                let down = Duration::from_millis(self.rng.random_range(2000..=3000));
+                tokio::task::spawn_blocking(move || {
+                    let mut s = server.lock().map_err(|_| {
+                        flotilla_testkit::Error::Startup("server lock poisoned".into())
+                    })?;
+                    s.kill();
+                    std::thread::sleep(down);
+                    s.start_again()
+                })
+                .await
+                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                // The workers resume their suspended jobs; then one dies.
+                tokio::time::sleep(Duration::from_millis(self.rng.random_range(1000..=3000))).await;
+                self.fleet.refresh();
+                if self.fleet.members.len() > 2
+                    && let Some(pid) = self.fleet.busiest_up()
+                {
+                    target = Some(pid);
+                    if let Some(m) = self.fleet.member(pid) {
+                        m.process.signal(Signal::SIGKILL)?;
+                    }
+                    self.record(FaultKind::Kill, Some(pid), false);
+                    if let Some(mut m) = self.fleet.forget(pid) {
+                        let _ = m.process.sigkill().await;
+                    }
+                }
+                since = Instant::now();
+                self.record(kind, None, true);
+            }
             FaultKind::AddWorker => {
                 let addr =
                     self.server.lock().map(|s| s.addr()).map_err(|_| {

@@ -74,6 +74,7 @@ impl NodeInner {
             Value::from(pending_ttl.to_string()),
             Value::from(crate::dispatch::INBOX_MAXLEN.to_string()),
             Value::from(self.options.worker_ttl.as_millis().to_string()),
+            Value::from(self.jobs_revision_floor().to_string()),
         ]);
         for a in admissions {
             let inbox = keys.index_of(&a.inbox);

@@ -22,6 +22,7 @@ mod recorder;
 mod rollback;
 mod routing;
 mod scripts;
+mod start_record;
 #[cfg(test)]
 mod tests;
 mod tombstones;

@@ -57,6 +57,7 @@ impl NodeInner {
         let mut keys = BatchKeys::new(self.maps.base_keys());
         let mut args = self.maps.base_args();
         args.push(Value::from(self.options.worker_ttl.as_millis().to_string()));
+        args.push(Value::from(self.jobs_revision_floor().to_string()));
         for start in starts {
             let inbox = keys.index_of(&start.inbox);
             let (request, reply) = match &start.reply {

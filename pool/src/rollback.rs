@@ -27,6 +27,13 @@ use crate::worker::{LocalJob, WorkerInner};
 const RETRY: Duration = Duration::from_millis(200);
 
 impl NodeInner {
+    /// The highest jobs-map revision seen: admissions pass it, so the first
+    /// admission after Redis went back in time opens the recovery window
+    /// itself, before any replica noticed.
+    pub(crate) fn jobs_revision_floor(&self) -> u64 {
+        self.maps.jobs.revision_high_water()
+    }
+
     /// Watches the pool's maps for Redis going back in time and recovers.
     pub(crate) async fn rollback_loop(self: Arc<Self>) {
         let mut watched = [
@@ -49,7 +56,11 @@ impl NodeInner {
             metrics::counter!("flotilla_pool_rollbacks_total").increment(1);
             loop {
                 match self.recover_from_rollback().await {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        // Redis's older revisions are the current ones now.
+                        self.maps.jobs.reset_revision_high_water();
+                        break;
+                    }
                     Err(e) => {
                         tracing::warn!(node = %self.id, error = %e, "rollback recovery failed; retrying");
                         tokio::select! {

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::handler::{Handler, Job, guarded};
 use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, LANES, SeenEntries, lane_of};
 use crate::node::{Node, NodeInner};
+use crate::start_record::StartRecord;
 
 /// A request is forwarded at most this many times when views of the ring
 /// disagree; then the receiving worker takes it.
@@ -241,6 +242,31 @@ impl WorkerInner {
         self.node.upgrade()
     }
 
+    /// Re-asserts a run whose start Redis lost (data loss, or Redis went
+    /// back in time): takes ownership unless a newer start exists, in which
+    /// case the run here stops. Errors leave it to the re-assertion that
+    /// follows re-registration or the rollback recovery.
+    async fn reassert_start(&self, node: &NodeInner, key: &str) {
+        let Some(job) = self.jobs.get(key).map(|j| j.clone()) else {
+            return;
+        };
+        match node
+            .reassert(self, key, &job, crate::lease::Reassert::Running)
+            .await
+        {
+            Ok(s) if s == "ok" => {}
+            Ok(status) => {
+                tracing::info!(key, status, "a newer start exists; stopping the local run");
+                if self.jobs.remove(key).is_some() {
+                    let _ = self.stop_handler(key).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "re-asserting a start failed; retried on recovery")
+            }
+        }
+    }
+
     /// Runs the handler's `stop` for `key`, bounded by the node's
     /// `stop_timeout` (an overrun counts as stopped and is reported).
     pub(crate) async fn stop_handler(&self, key: &str) -> std::result::Result<(), String> {
@@ -417,7 +443,9 @@ impl WorkerInner {
             // This very start, read again by a rewind because recording it
             // failed: record it now (it may be recorded already).
             let status = start.record(node).await?;
-            if status != "ok" && status != "recovering" {
+            if status == "recovering" {
+                self.reassert_start(node, &key).await;
+            } else if status != "ok" {
                 tracing::warn!(key, status, "start not kept; stopping the local run");
                 let _ = self.stop_handler(&key).await;
                 self.jobs.remove(&key);
@@ -523,9 +551,11 @@ impl WorkerInner {
                     start.finish(node, "ok").await?
                 };
                 if status == "recovering" {
-                    // Redis lost its data since the claim: the run stays and
-                    // is re-asserted when the worker registers again.
-                    tracing::warn!(key, "claim lost with Redis's data; re-asserting it");
+                    // Redis lost its data or went back in time since the
+                    // entry was written: the run stays and is re-asserted
+                    // now (and again when the worker registers again).
+                    tracing::warn!(key, "start lost with Redis's data; re-asserting it");
+                    self.reassert_start(node, &key).await;
                 } else if status != "ok" {
                     tracing::warn!(
                         key,
@@ -618,77 +648,5 @@ impl WorkerInner {
             tracing::warn!(key = %req.key, event = %event.name, error = %e, "handler failed; message dropped");
         }
         self.drop_entry(node, &event.id).await
-    }
-}
-
-/// The Redis side of one start entry: what the claim, confirmation and
-/// refusal scripts (and the batched record) need to know of it.
-struct StartRecord(crate::recorder::StartToRecord);
-
-impl StartRecord {
-    fn new(node: &NodeInner, worker: &str, event: &Event, entry: &StartEntry) -> Result<Self> {
-        let reply = match &entry.reply {
-            Some(r) => Some((node.reply_key(&r.node)?, r.request)),
-            None => None,
-        };
-        Ok(StartRecord(crate::recorder::StartToRecord {
-            key: entry.body.key.clone(),
-            token: entry.token,
-            worker: worker.to_string(),
-            inbox: node.inbox(worker)?.key().to_string(),
-            entry_id: event.id.clone(),
-            reply,
-        }))
-    }
-
-    /// KEYS of the claim, confirmation and refusal scripts: base, the
-    /// worker's inbox, the reply stream (the inbox when nobody waits).
-    fn keys(&self, node: &NodeInner) -> Vec<String> {
-        let mut keys = node.maps.base_keys();
-        keys.push(self.0.inbox.clone());
-        keys.push(match &self.0.reply {
-            Some((stream, _)) => stream.clone(),
-            None => self.0.inbox.clone(),
-        });
-        keys
-    }
-
-    /// ARGV of those scripts: base, job key, token, worker, entry id,
-    /// reply request id (0: none).
-    fn args(&self, node: &NodeInner) -> Vec<Value> {
-        let mut args = node.maps.base_args();
-        args.extend([
-            Value::from(self.0.key.as_str()),
-            Value::from(self.0.token.to_string()),
-            Value::from(self.0.worker.as_str()),
-            Value::from(self.0.entry_id.as_str()),
-            Value::from(self.0.reply.as_ref().map_or(0, |(_, r)| *r).to_string()),
-        ]);
-        args
-    }
-
-    fn claim_keys(&self, node: &NodeInner) -> Vec<String> {
-        let mut keys = self.keys(node);
-        keys.push(node.maps.cleanup.keys_info().hash.clone());
-        keys
-    }
-
-    /// Records a start made before any claim (a fresh entry): ownership,
-    /// pending guard cleared, entry removed, dispatcher answered; batched
-    /// with other starts of the node (see `recorder.rs`).
-    async fn record(self, node: &NodeInner) -> Result<String> {
-        node.recorder.submit(self.0).await
-    }
-
-    /// Removes the entry and answers the dispatcher with `status`; returns
-    /// whether the key is still claimed by this start (`"ok"`/`"lost"`).
-    async fn finish(&self, node: &NodeInner, status: &str) -> Result<String> {
-        let mut args = self.args(node);
-        args.push(Value::from(status));
-        args.push(Value::from(node.options.worker_ttl.as_millis().to_string()));
-        node.scripts
-            .started
-            .run(&node.client, self.keys(node), args)
-            .await
     }
 }

@@ -453,6 +453,22 @@ impl Map {
         self.inner.shared.regressions()
     }
 
+    /// The highest revision this replica has applied since it joined (or
+    /// since [`reset_revision_high_water`](Map::reset_revision_high_water)).
+    /// Unlike [`revision`](Map::revision) it does not go back when a resync
+    /// finds Redis behind the replica, so a script given it can tell that
+    /// Redis went back in time even after the replica caught up with that.
+    pub fn revision_high_water(&self) -> u64 {
+        self.inner.shared.high_water()
+    }
+
+    /// Lowers [`revision_high_water`](Map::revision_high_water) to the
+    /// current revision: call it once the caller has dealt with Redis going
+    /// back in time.
+    pub fn reset_revision_high_water(&self) {
+        self.inner.shared.reset_high_water();
+    }
+
     /// A stream of change events, starting now. See [`MapEvents`].
     pub fn subscribe(&self) -> MapEvents {
         let (tx, rx) = events::channel(self.inner.options.event_buffer);

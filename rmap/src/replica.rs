@@ -139,6 +139,8 @@ pub(crate) struct Shared {
     changed: watch::Sender<u64>,
     /// Resyncs that found Redis behind the replica.
     regressions: watch::Sender<u64>,
+    /// The highest revision stored (it does not go back with a resync).
+    high_water: std::sync::atomic::AtomicU64,
     closed: std::sync::atomic::AtomicBool,
 }
 
@@ -151,6 +153,7 @@ impl Shared {
         Shared {
             changed: watch::Sender::new(state.version),
             regressions: watch::Sender::new(0),
+            high_water: std::sync::atomic::AtomicU64::new(state.rev),
             state: ArcSwap::from_pointee(state),
             snapshot: ArcSwapOption::empty(),
             waiters: Mutex::new(BTreeMap::new()),
@@ -204,6 +207,18 @@ impl Shared {
         self.regressions.subscribe()
     }
 
+    /// The highest revision stored since the last reset.
+    pub(crate) fn high_water(&self) -> u64 {
+        self.high_water.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Lowers the high-water mark to the current revision.
+    pub(crate) fn reset_high_water(&self) {
+        let rev = self.state.load().rev;
+        self.high_water
+            .store(rev, std::sync::atomic::Ordering::Release);
+    }
+
     /// Registers a waiter for `rev`; `None` when it is already applied.
     pub(crate) fn wait_for_revision(&self, rev: u64) -> Option<oneshot::Receiver<()>> {
         let mut waiters = lock(&self.waiters);
@@ -226,6 +241,8 @@ impl Shared {
         let rev = state.rev;
         let version = state.version;
         self.state.store(Arc::new(state));
+        self.high_water
+            .fetch_max(rev, std::sync::atomic::Ordering::AcqRel);
         let fired = {
             let mut waiters = lock(&self.waiters);
             let later = if release_all {

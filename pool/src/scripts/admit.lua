@@ -7,7 +7,8 @@
 --       job sets (hash) and schedule leader-lease locks (hash)
 -- ARGV: base, 4 node id, 5 max queued (0: no limit), 6 pending ttl ms,
 --       7 inbox maxlen (0: none), 8 worker ttl ms (the recovery window
---       after a data loss), then 10 per admission: job key, body (msgpack
+--       after a data loss), 9 the highest jobs-map revision the node has
+--       seen (0: none), then 10 per admission: job key, body (msgpack
 --       job body), owner worker id, reply request id, and the KEYS indices
 --       of the owner's inbox and the key's marker, the idempotency window
 --       ms (0: none), the schedule leader token (0: not a schedule's
@@ -37,6 +38,9 @@ local function worker_live(worker)
   return live[worker]
 end
 local recovering_now = nil
+if went_back(ARGV[9], ttl) then
+  recovering_now = true
+end
 
 local function admit(key, body, owner, request, inbox, marker, window, leader, record, lock)
   local mine = ' ' .. node .. '/' .. request
@@ -86,7 +90,7 @@ local function admit(key, body, owner, request, inbox, marker, window, leader, r
 end
 
 local replies = {}
-for i = 9, #ARGV, 10 do
+for i = 10, #ARGV, 10 do
   replies[#replies + 1] = admit(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
     KEYS[tonumber(ARGV[i + 4])], KEYS[tonumber(ARGV[i + 5])], tonumber(ARGV[i + 6]),
     ARGV[i + 7], KEYS[tonumber(ARGV[i + 8])], KEYS[tonumber(ARGV[i + 9])])

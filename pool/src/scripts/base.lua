@@ -49,6 +49,25 @@ local function recovering(ttl)
   return now < until_ms
 end
 
+-- Whether Redis is behind what the caller has seen of the jobs map (`seen`,
+-- the highest revision of its replica; 0: unknown): Redis went back in time
+-- (a restart from an older snapshot, a replica promoted with lost writes)
+-- and may have lost starts of keys that still run. Opens the recovery
+-- window then, at once, rather than wait for a replica to notice.
+local function went_back(seen, ttl)
+  seen = tonumber(seen) or 0
+  if seen == 0 or (tonumber(redis.call('GET', JOBS[2]) or '0') or 0) >= seen then
+    return false
+  end
+  local now = now_ms()
+  local epoch = redis.call('HGET', FENCING, EPOCH)
+  local until_ms = epoch and tonumber(string.match(epoch, ' (%d+)$') or '0') or 0
+  if now >= until_ms then
+    redis.call('HSET', FENCING, EPOCH, string.format('%d %d', now, now + ttl))
+  end
+  return true
+end
+
 -- The next fencing token of `key`: max(last token + 1, Redis server time
 -- in µs). Tokens keep increasing when Redis loses the counters (empty
 -- restart) and when it goes back in time (a rollback restores older

@@ -9,16 +9,19 @@
 -- its previous calls were in flight (see `recorder.rs`); starts are taken
 -- in order, as if each had its own call.
 -- KEYS: base, 9.. the streams the starts name (worker inboxes, reply streams)
--- ARGV: base, 4 worker ttl ms, then 7 per start: job key, token, worker id,
+-- ARGV: base, 4 worker ttl ms, 5 the highest jobs-map revision the node
+--       has seen (see `went_back`), then 7 per start: job key, token, worker id,
 --       inbox entry id, index in KEYS of the worker's inbox, reply request
 --       id ('0': none), index in KEYS of the reply stream ('0': none)
 -- Returns one status per start: 'ok' | 'superseded' (the caller stops its
--- run) | 'recovering' (Redis lost its data meanwhile: the caller keeps the
--- run, which it re-asserts once registered again) | 'unregistered' (being
+-- run) | 'recovering' (Redis lost its data or went back in time meanwhile:
+-- the caller keeps the run, which it re-asserts) | 'unregistered' (being
 -- cleaned up: the caller stops its run, the entry stays for the cleaner).
 -- Answers go out as one 'replies' entry per reply stream, one
 -- "<request> <status>" line per start.
 local ttl = tonumber(ARGV[4])
+-- Redis went back in time: starts it lost are re-asserted, not dropped.
+went_back(ARGV[5], ttl)
 local registered = {}
 local function is_registered(worker)
   if registered[worker] == nil then
@@ -32,7 +35,7 @@ local pending = rmap_batch(PENDING[1], PENDING[2], PENDING[3])
 local removed = {}
 local answers = {}
 local statuses = {}
-for i = 5, #ARGV, 7 do
+for i = 6, #ARGV, 7 do
   local key, token, worker, id = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local inbox, request, reply = tonumber(ARGV[i + 4]), ARGV[i + 5], tonumber(ARGV[i + 6])
   local mine = worker .. ' ' .. token
@@ -50,6 +53,12 @@ for i = 5, #ARGV, 7 do
     else
       status = 'recovering'
     end
+  elseif running and recovering(ttl)
+      and (tonumber(string.match(running, ' (%d+)$') or '') or 0) < tonumber(token) then
+    -- A record older than this start: Redis went back in time and lost the
+    -- hand-off or restart that led here. Keep the run; the worker's
+    -- re-assertion settles it (the newer token wins).
+    status = 'recovering'
   elseif not is_registered(worker) then
     status = 'unregistered'
   elseif running or (not p) or string.sub(p, 1, #token + 1) ~= token .. ' ' then

@@ -49,14 +49,18 @@ local function admit(key, body, owner, request, inbox, marker, window, leader, r
     -- A retry of this very admission after a lost reply.
     return {'ok', tonumber(string.match(guard, '^(%d+) '))}
   end
-  if guard or redis.call('HEXISTS', JOBS[1], key) == 1 then
-    return {'exists'}
-  end
   if recovering_now == nil then
     recovering_now = recovering(ttl)
   end
   if recovering_now then
+    -- Records may be stale while the pool recovers (Redis went back in
+    -- time: a stopped job's record is back, a running job's is gone):
+    -- neither 'exists' nor an admission can be trusted until the workers
+    -- have re-asserted what they run.
     return {'recovering'}
+  end
+  if guard or redis.call('HEXISTS', JOBS[1], key) == 1 then
+    return {'exists'}
   end
   local now = now_ms()
   if window > 0 then

@@ -461,216 +461,6 @@ async fn one_start_in_two_hands_is_started_once() {
     b.close().await.unwrap();
 }
 
-/// After Redis lost its data, a job a worker had *suspended* on lease loss
-/// (and that was moved meanwhile) must not win over the worker that runs
-/// it: the suspended copy is re-asserted first here, and still the running
-/// worker keeps the key, and the suspended one never starts it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn suspended_job_does_not_win_over_the_running_copy_after_data_loss() {
-    let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("suspended");
-    let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
-    let key = key_placed_on(&a, &wb).await;
-    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
-    let running = wb.job_token(&key).unwrap();
-    // The same key, stopped on `a` by a lease loss before it was moved to
-    // `b` (an older token).
-    wa.inner
-        .suspended
-        .lock()
-        .await
-        .insert(key.clone(), local_job(&key, running - 1));
-    flushall(&client).await;
-    a.inner.reregister(wa.id()).await.unwrap();
-    // Read Redis itself: the replicas learn of the flush only later.
-    let jobs_hash = a.inner.maps.jobs.keys_info().hash.clone();
-    let owned_by_b = format!("{} {running}", wb.id());
-    wait_until(
-        Duration::from_secs(15),
-        "the running worker re-asserted its job",
-        || async {
-            let owner: Option<String> =
-                fred::prelude::HashesInterface::hget(&client, jobs_hash.as_str(), key.as_str())
-                    .await
-                    .unwrap();
-            owner.as_deref() == Some(owned_by_b.as_str())
-        },
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        wb.job_token(&key),
-        Some(running),
-        "running copy was stopped"
-    );
-    assert!(wa.job_token(&key).is_none(), "suspended copy came back");
-    assert!(!wa.inner.suspended.lock().await.contains_key(&key));
-    assert_eq!(handler_a.starts.load(Ordering::SeqCst), 0);
-    a.close().await.unwrap();
-    b.close().await.unwrap();
-}
-
-/// A rebalance that runs after Redis lost its data, before this worker
-/// re-asserted its jobs, finds nobody owning the job it just stopped to
-/// move: it takes the job back and runs it here again instead of losing it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn handoff_refused_after_data_loss_runs_the_job_here_again() {
-    let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("lostmove");
-    let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
-    // A key the ring gives to `b`, running on `a` (as after a ring change
-    // this node has not acted on yet).
-    let key = key_placed_on(&a, &wb).await;
-    wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
-    flushall(&client).await;
-    a.inner.hand_off_local(&wa.inner, &key).await;
-    assert_ran_here_again(&handler_a, &wa, &key);
-    a.close().await.unwrap();
-    b.close().await.unwrap();
-}
-
-/// A rebalance that acts on a ring computed before Redis lost its data
-/// finds the ring empty (no worker registered yet): the job stays, running,
-/// rather than being stopped for a move that has no target.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rebalance_against_an_empty_ring_keeps_the_job_running() {
-    let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("emptyring");
-    let (client, a, b, wa, wb, handler_a) = two_nodes(&server, &name).await;
-    let key = key_placed_on(&a, &wb).await;
-    wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
-    flushall(&client).await;
-    // As the replicas show it once they resynchronised, before the workers
-    // registered again.
-    empty_ring(&a);
-    a.inner.hand_off_local(&wa.inner, &key).await;
-    assert_eq!(handler_a.stops.load(Ordering::SeqCst), 0, "stopped");
-    assert_eq!(wa.job_token(&key), Some(7), "no longer running here");
-    a.close().await.unwrap();
-    b.close().await.unwrap();
-}
-
-/// What a [`HookOnStop`] handler does when a job stops.
-type StopHook = Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
-
-/// Counts starts and stops, and runs its hook (once set) whenever a job
-/// stops: a fault injected in the middle of a handoff.
-#[derive(Clone, Default)]
-struct HookOnStop {
-    counts: Counting,
-    hook: Arc<std::sync::OnceLock<StopHook>>,
-}
-
-#[async_trait]
-impl Handler for HookOnStop {
-    async fn start(&self, job: Job) -> Result<(), HandlerError> {
-        self.counts.start(job).await
-    }
-    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
-        if let Some(hook) = self.hook.get() {
-            hook().await;
-        }
-        self.counts.stop(key).await
-    }
-    async fn message(&self, key: &str, payload: bytes::Bytes) -> Result<(), HandlerError> {
-        self.counts.message(key, payload).await
-    }
-}
-
-/// `key` was stopped on `worker` to be moved, then started there again
-/// with a token newer than the old one (7).
-fn assert_ran_here_again(counts: &Counting, worker: &Worker, key: &str) {
-    assert_eq!(counts.stops.load(Ordering::SeqCst), 1, "stopped to move");
-    assert_eq!(
-        counts.starts.load(Ordering::SeqCst),
-        1,
-        "started again here"
-    );
-    assert!(
-        worker.job_token(key).is_some_and(|t| t > 7),
-        "runs here with a new token"
-    );
-}
-
-/// Redis loses its data while a job is stopped to be moved, and the ring
-/// is empty by the time the move is tried: with no target and no record
-/// left, the job is taken back and runs here again instead of being lost
-/// (Finding 10 of the chaos suite).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn data_loss_during_a_handoff_runs_the_job_here_again() {
-    let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("midmove");
-    let handler_a = HookOnStop::default();
-    let (client, a, b, wa, wb) = two_nodes_with(&server, &name, handler_a.clone()).await;
-    let key = key_placed_on(&a, &wb).await;
-    wa.inner.jobs.insert(key.clone(), local_job(&key, 7));
-    let node = a.clone();
-    let hook: StopHook = Box::new(move || {
-        let (client, node) = (client.clone(), node.clone());
-        Box::pin(async move {
-            flushall(&client).await;
-            empty_ring(&node);
-        })
-    });
-    handler_a.hook.set(hook).ok().unwrap();
-    a.inner.hand_off_local(&wa.inner, &key).await;
-    assert_ran_here_again(&handler_a.counts, &wa, &key);
-    a.close().await.unwrap();
-    b.close().await.unwrap();
-}
-
-/// A copy of a start entry that a cleaner moved away (deleted here,
-/// appended to another inbox) is never started by its old holder, even
-/// when Redis still shows the admission pending: the claim checks that the
-/// entry is still in the worker's own inbox.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_moved_entry_is_not_claimed_by_its_old_holder() {
-    let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("moved");
-    let (node, worker, handler) = pool(&server, &name).await;
-    let key = "moved-away";
-    let token = 4242u64;
-    let deadline_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        + 60_000;
-    node.inner
-        .maps
-        .pending
-        .set(key, &format!("{token} {deadline_ms} -/0"))
-        .await
-        .unwrap();
-    let payload = bytes::Bytes::from(start_entry(key, token));
-    // In this worker's hands, but no longer in its inbox; read before a
-    // doubt (the lease gap that let the cleaner move it).
-    let event = flotilla_streaming::Event {
-        id: "1-0".to_string(),
-        stream: format!("inbox:{}", worker.id()),
-        name: crate::codec::EV_START.to_string(),
-        topic: None,
-        payload: payload.clone(),
-    };
-    node.inner.freshness.invalidate("test");
-    let entry = crate::codec::StartEntry::parse(&payload).unwrap();
-    worker
-        .inner
-        .on_start(&node.inner, &event, entry)
-        .await
-        .unwrap();
-    assert_eq!(
-        handler.starts.load(Ordering::SeqCst),
-        0,
-        "moved copy started"
-    );
-    assert!(worker.job_token(key).is_none());
-    assert!(
-        node.inner.maps.pending.get(key).is_some(),
-        "the live copy's admission is untouched"
-    );
-    node.close().await.unwrap();
-}
-
 /// One `record_starts.lua` call settles each start as its own call would,
 /// in order: a start matching its guard is recorded, one with another
 /// token is superseded, the same start again (a lost reply) is answered
@@ -850,126 +640,31 @@ async fn a_job_neither_moved_nor_restarted_is_requeued() {
     b.close().await.unwrap();
 }
 
-/// A stop sent while the pool recovers from a data loss, before the job's
-/// worker re-asserted it, waits for the re-assertion and stops the job,
-/// instead of answering "not found" for a job that keeps running.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stop_during_recovery_waits_for_the_job_to_be_re_asserted() {
-    let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("stoprecover");
-    let (node, worker, handler) = pool(&server, &name).await;
-    node.dispatch_job("rk", &b"p"[..]).await.unwrap();
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    flushall(&client).await;
-    // The worker re-asserts at its next renewal (within a third of its TTL);
-    // the stop is sent right away, before that.
-    node.stop_job("rk").await.unwrap();
-    assert_eq!(handler.stops.load(Ordering::SeqCst), 1, "not stopped");
-    assert!(worker.job_token("rk").is_none(), "still running");
-    node.close().await.unwrap();
+/// What a [`HookOnStop`] handler does when a job stops.
+type StopHook = Box<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+/// Counts starts and stops, and runs its hook (once set) whenever a job
+/// stops: a fault injected in the middle of a handoff.
+#[derive(Clone, Default)]
+struct HookOnStop {
+    counts: Counting,
+    hook: Arc<std::sync::OnceLock<StopHook>>,
 }
 
-/// Time-based fencing tokens (16 digits, Redis server time in µs) keep
-/// every digit through the scripts that write them into the jobs map: a
-/// resumed job's record parses, names the new token, and cleanup finds it
-/// (before `resume.lua` formatted its token with `%d`, Lua wrote
-/// "1.7953564485967e+15" and the job was skipped).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn time_based_tokens_round_trip_through_every_job_record() {
-    let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("tokens");
-    let (client, a, b, wa, _wb, _handler_a) = two_nodes(&server, &name).await;
-    let key = key_placed_on(&a, &wa).await;
-    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
-    let first = wa.job_token(&key).unwrap();
-    assert!(first > 1_000_000_000_000_000, "time-based: {first}");
-    let jobs_hash = a.inner.maps.jobs.keys_info().hash.clone();
-    let record = |client: fred::prelude::Client, key: String, hash: String| async move {
-        let v: String = client.hget(&hash, &key).await.unwrap();
-        v
-    };
-    assert_eq!(
-        record(client.clone(), key.clone(), jobs_hash.clone()).await,
-        format!("{} {first}", wa.id())
-    );
-    // Lease loss and resume: resume.lua issues the next token.
-    let job = wa.inner.jobs.get(&key).unwrap().clone();
-    wa.inner.jobs.remove(&key);
-    let restarted = a.inner.restart_owned(&wa.inner, &key, job).await.unwrap();
-    assert!(matches!(restarted, crate::lease::Restart::Started));
-    let second = wa.job_token(&key).unwrap();
-    assert!(second > first, "{second} > {first}");
-    let raw = record(client.clone(), key.clone(), jobs_hash.clone()).await;
-    assert_eq!(
-        raw,
-        format!("{} {second}", wa.id()),
-        "record keeps every digit"
-    );
-    assert_eq!(
-        crate::maps::job_owner(&raw),
-        Some((wa.id(), second)),
-        "the record parses"
-    );
-    eventually_owner(&b, &key, wa.id(), second).await;
-    a.close().await.unwrap();
-    b.close().await.unwrap();
-}
-
-async fn eventually_owner(node: &Node, key: &str, worker: &str, token: u64) {
-    wait_until(
-        Duration::from_secs(5),
-        "the replica shows the owner",
-        || {
-            let ok = node.job_owner(key) == Some((worker.to_string(), token));
-            async move { ok }
-        },
-    )
-    .await
-    .unwrap();
-}
-
-/// A job left to the orphan sweep (suspended on lease loss, its ownership
-/// lost with Redis's data, its payload kept so that the sweep runs it
-/// again) is not "not found": a stop ends it — the payload goes, and the
-/// stop leaves a newer fencing token behind, so the suspended copy can
-/// never re-assert itself over the stop.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stop_of_an_orphan_ends_it_and_no_older_copy_comes_back() {
-    let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("orphanstop");
-    let (node, worker, _handler) = pool(&server, &name).await;
-    node.dispatch_job("ok1", &b"p"[..]).await.unwrap();
-    let (_, job) = worker.inner.jobs.remove("ok1").unwrap();
-    worker.inner.stop_handler("ok1").await.unwrap();
-    worker
-        .inner
-        .suspended
-        .lock()
-        .await
-        .insert("ok1".into(), job.clone());
-    node.inner.maps.jobs.delete("ok1").await.unwrap();
-    assert!(
-        node.job_payload("ok1").await.unwrap().is_some(),
-        "an orphan"
-    );
-
-    node.stop_job("ok1").await.unwrap();
-    assert_eq!(node.job_payload("ok1").await.unwrap(), None, "payload gone");
-    for state in [
-        crate::lease::Reassert::Suspended,
-        crate::lease::Reassert::Running,
-    ] {
-        let status = node
-            .inner
-            .reassert(&worker.inner, "ok1", &job, state)
-            .await
-            .unwrap();
-        assert_eq!(status, "lost", "{state:?}: the stopped job came back");
+#[async_trait]
+impl Handler for HookOnStop {
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        self.counts.start(job).await
     }
-    assert_eq!(node.job_payload("ok1").await.unwrap(), None);
-    assert!(matches!(
-        node.stop_job("ok1").await,
-        Err(crate::Error::JobNotFound(_))
-    ));
-    node.close().await.unwrap();
+    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        if let Some(hook) = self.hook.get() {
+            hook().await;
+        }
+        self.counts.stop(key).await
+    }
+    async fn message(&self, key: &str, payload: bytes::Bytes) -> Result<(), HandlerError> {
+        self.counts.message(key, payload).await
+    }
 }
+
+mod data_loss;

@@ -153,43 +153,51 @@ impl NodeInner {
         self.freshness.invalidate("re-registered");
         self.register_worker(id).await?;
         let _guard = worker.ops.write().await;
+        self.reassert_all(&worker).await
+    }
+
+    /// Re-asserts every job `worker` runs or holds suspended, after Redis
+    /// lost its data or went back in time (the caller holds the worker's
+    /// `ops` lock exclusively). A running job that another worker holds
+    /// with a newer token stops here. A suspended one comes back too if
+    /// nobody took it; while the pool recovers it is left to the orphan
+    /// sweep instead (see `scripts/reassert.lua`). A Redis error leaves the
+    /// rest as it was, for the next attempt.
+    pub(crate) async fn reassert_all(&self, worker: &WorkerInner) -> Result<()> {
         let running: Vec<(String, LocalJob)> = worker
             .jobs
             .iter()
             .map(|e| (e.key().clone(), e.value().clone()))
             .collect();
         for (key, job) in running {
-            if self
-                .reassert(&worker, &key, &job, Reassert::Running)
-                .await?
-                != "ok"
-            {
-                tracing::info!(
-                    key,
-                    worker = id,
-                    "job moved while we were away; stopping it here"
-                );
-                let _ = worker.stop_handler(&key).await;
-                worker.jobs.remove(&key);
+            if self.reassert(worker, &key, &job, Reassert::Running).await? != "ok" {
+                tracing::info!(key, worker = %worker.id, "job runs elsewhere now; stopping it here");
+                if worker.jobs.remove(&key).is_some() {
+                    let _ = worker.stop_handler(&key).await;
+                }
             }
         }
-        // Jobs suspended on lease loss come back too if nobody took them;
-        // while the pool recovers from a data loss they are left to the
-        // orphan sweep instead (see `scripts/reassert.lua`).
-        let suspended: Vec<(String, LocalJob)> = worker.suspended.lock().await.drain().collect();
+        let suspended: Vec<(String, LocalJob)> = worker
+            .suspended
+            .lock()
+            .await
+            .iter()
+            .map(|(k, j)| (k.clone(), j.clone()))
+            .collect();
         for (key, job) in suspended {
             match self
-                .reassert(&worker, &key, &job, Reassert::Suspended)
+                .reassert(worker, &key, &job, Reassert::Suspended)
                 .await?
                 .as_str()
             {
-                "ok" => {
-                    worker.suspended.lock().await.insert(key, job);
-                }
+                "ok" => {}
                 "orphaned" => {
-                    tracing::info!(key, worker = id, "suspended job left to the orphan sweep");
+                    tracing::info!(key, worker = %worker.id, "suspended job left to the orphan sweep");
+                    worker.suspended.lock().await.remove(&key);
                 }
-                _ => {}
+                _ => {
+                    worker.suspended.lock().await.remove(&key);
+                }
             }
         }
         Ok(())

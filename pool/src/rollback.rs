@@ -19,9 +19,8 @@ use std::time::Duration;
 use fred::types::Value;
 
 use crate::error::Result;
-use crate::lease::Reassert;
 use crate::node::NodeInner;
-use crate::worker::{LocalJob, WorkerInner};
+use crate::worker::WorkerInner;
 
 /// Pause between attempts when Redis is not answering yet.
 const RETRY: Duration = Duration::from_millis(200);
@@ -99,35 +98,7 @@ impl NodeInner {
             return self.reregister(&worker.id).await;
         }
         let _guard = worker.ops.write().await;
-        let running: Vec<(String, LocalJob)> = worker
-            .jobs
-            .iter()
-            .map(|e| (e.key().clone(), e.value().clone()))
-            .collect();
-        for (key, job) in running {
-            if self.reassert(worker, &key, &job, Reassert::Running).await? != "ok" {
-                tracing::info!(key, worker = %worker.id, "job runs elsewhere with a newer token; stopping it here");
-                if worker.jobs.remove(&key).is_some() {
-                    let _ = worker.stop_handler(&key).await;
-                }
-            }
-        }
-        let suspended: Vec<(String, LocalJob)> = worker
-            .suspended
-            .lock()
-            .await
-            .iter()
-            .map(|(k, j)| (k.clone(), j.clone()))
-            .collect();
-        for (key, job) in suspended {
-            if self
-                .reassert(worker, &key, &job, Reassert::Suspended)
-                .await?
-                == "lost"
-            {
-                worker.suspended.lock().await.remove(&key);
-            }
-        }
+        self.reassert_all(worker).await?;
         let kept = worker
             .suspended
             .lock()

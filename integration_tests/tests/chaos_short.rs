@@ -11,12 +11,22 @@ fn options(seconds: u64, faults: Vec<FaultKind>) -> ChaosOptions {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    ChaosOptions::default()
+    let options = ChaosOptions::default()
         .duration(Duration::from_secs(seconds))
         .worker_processes(4)
         .seed(7)
         .faults(faults)
-        .worker_binary(env!("CARGO_BIN_EXE_flotilla-test-worker").into())
+        .worker_binary(env!("CARGO_BIN_EXE_flotilla-test-worker").into());
+    // Keep the ledgers of a run for `chaos --recheck` (e.g. to study a
+    // failure): FLOTILLA_CHAOS_LEDGERS=/some/dir.
+    match std::env::var_os("FLOTILLA_CHAOS_LEDGERS") {
+        Some(dir) => options.ledger_dir(std::path::PathBuf::from(dir).join(format!(
+            "{}-{}",
+            std::process::id(),
+            seconds
+        ))),
+        None => options,
+    }
 }
 
 /// Process crashes and membership changes: SIGKILL, add and remove worker

@@ -241,23 +241,25 @@ impl NodeInner {
         for worker in &workers {
             worker.lease_lost.store(true, Ordering::SeqCst);
         }
+        // Each job moves to the suspended set before its stop begins, so it
+        // is never in neither set: a rollback recovery running meanwhile
+        // must not take it for a job that ended here and release it.
         let mut stops = FuturesUnordered::new();
         for worker in &workers {
             let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
             for key in keys {
                 if let Some((_, job)) = worker.jobs.remove(&key) {
+                    worker.suspended.lock().await.insert(key.clone(), job);
                     stops.push(async move {
                         if let Err(e) = worker.stop_handler(&key).await {
                             tracing::warn!(key, error = %e, "handler stop failed on lease loss");
                         }
-                        (worker, key, job)
                     });
                 }
             }
         }
         let mut stopped = 0;
-        while let Some((worker, key, job)) = stops.next().await {
-            worker.suspended.lock().await.insert(key, job);
+        while stops.next().await.is_some() {
             stopped += 1;
         }
         stopped

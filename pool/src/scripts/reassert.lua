@@ -16,6 +16,7 @@
 -- A record or pending guard with an *older* token than the worker's is
 -- stale: Redis went back in time and lost the start the worker holds (a
 -- hand-off to it, a restart here). The newer token wins, as fencing says.
+-- A guard with the worker's own token is the admission of that very start.
 -- Returns 'ok' | 'lost' | 'orphaned' (payload restored, ownership not taken)
 local key, worker = ARGV[4], ARGV[5]
 local mine = tonumber(ARGV[6])
@@ -35,8 +36,10 @@ if j then
 end
 local p = mget(PENDING, key)
 if p then
+  -- A guard with this worker's own token is its own start, admitted before
+  -- the state Redis went back to and started after it: take it.
   local guarded = tonumber(string.match(p, '^(%d+)') or '')
-  if not (guarded and guarded < mine) then return 'lost' end
+  if not (guarded and guarded <= mine) then return 'lost' end
   mdel(PENDING, key)
 end
 local current = tonumber(redis.call('HGET', FENCING, key) or '0')

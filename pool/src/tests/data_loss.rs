@@ -310,3 +310,38 @@ async fn a_stop_of_an_orphan_ends_it_and_no_older_copy_comes_back() {
     ));
     node.close().await.unwrap();
 }
+
+/// Redis went back to the moment a job was admitted but not yet started:
+/// the pending guard carries the very token the worker runs it with. Its
+/// re-assertion takes the job (the guard is its own admission), rather than
+/// taking the guard for a newer start elsewhere and stopping the only run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reassert_over_the_guard_of_its_own_start_keeps_the_job() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("ownguard");
+    let (node, worker, _handler) = pool(&server, &name).await;
+    node.dispatch_job("g1", &b"p"[..]).await.unwrap();
+    let job = worker.inner.jobs.get("g1").unwrap().clone();
+    // The state before the start was recorded: guard, no record.
+    node.inner.maps.jobs.delete("g1").await.unwrap();
+    node.inner
+        .maps
+        .pending
+        .set("g1", &format!("{} 99999999999999", job.token))
+        .await
+        .unwrap();
+    let status = node
+        .inner
+        .reassert(&worker.inner, "g1", &job, crate::lease::Reassert::Running)
+        .await
+        .unwrap();
+    assert_eq!(status, "ok");
+    wait_until(Duration::from_secs(5), "record and no guard", || {
+        let ok = node.job_owner("g1") == Some((worker.id().to_string(), job.token))
+            && node.inner.maps.pending.get("g1").is_none();
+        async move { ok }
+    })
+    .await
+    .unwrap();
+    node.close().await.unwrap();
+}

@@ -314,7 +314,14 @@ impl NodeInner {
                 .map(str::to_string)
                 .ok_or_else(|| Error::NoActiveWorker(self.pool.clone()))?;
             match self
-                .move_entry(worker, &target, id, &name, payload.clone())
+                .move_entry(
+                    worker,
+                    &target,
+                    id,
+                    &name,
+                    payload.clone(),
+                    (name == EV_START).then_some(key.as_str()),
+                )
                 .await?
                 .as_str()
             {

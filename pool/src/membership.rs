@@ -37,6 +37,8 @@ impl NodeInner {
     }
 
     /// Moves one inbox entry from `from`'s inbox to `to`'s.
+    /// `requeued_key`: the job key of a start entry a cleaner moves (it gets
+    /// a new fencing token); `None` when forwarding.
     pub(crate) async fn move_entry(
         &self,
         from: &str,
@@ -44,6 +46,7 @@ impl NodeInner {
         id: &str,
         name: &str,
         payload: Bytes,
+        requeued_key: Option<&str>,
     ) -> Result<String> {
         let mut keys = self.maps.base_keys();
         keys.push(self.inbox(from)?.key().to_string());
@@ -56,6 +59,7 @@ impl NodeInner {
             Value::Bytes(payload),
             Value::from(to),
             Value::from(crate::dispatch::INBOX_MAXLEN.to_string()),
+            Value::from(requeued_key.unwrap_or("")),
         ]);
         self.scripts.move_entry.run(&self.client, keys, args).await
     }

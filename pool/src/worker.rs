@@ -411,7 +411,14 @@ impl WorkerInner {
         tracing::Span::current().record("key", key.as_str());
         if let Some(target) = self.forward_target(node, &key, entry.hops) {
             match node
-                .move_entry(&self.id, &target, &event.id, EV_START, entry.forwarded())
+                .move_entry(
+                    &self.id,
+                    &target,
+                    &event.id,
+                    EV_START,
+                    entry.forwarded(),
+                    None,
+                )
                 .await?
                 .as_str()
             {
@@ -633,7 +640,7 @@ impl WorkerInner {
                 ..req.clone()
             });
             let moved = node
-                .move_entry(&self.id, &target, &event.id, &event.name, fwd)
+                .move_entry(&self.id, &target, &event.id, &event.name, fwd, None)
                 .await?;
             if moved == "ok" || moved == "gone" {
                 return Ok(());

@@ -2,7 +2,12 @@
 -- requeue of a dead worker's unprocessed events).
 -- KEYS: base, 9 source inbox, 10 target inbox, 11 cleanup hash
 -- ARGV: base, 4 entry id, 5 event name, 6 new payload, 7 target worker,
---       8 maxlen
+--       8 maxlen, 9 the job key of a start entry a cleaner moves ('' when
+--       forwarding)
+-- A start entry moved by a cleaner gets a new fencing token (entry and
+-- pending guard alike): the dead or silent worker may have started it just
+-- before it went quiet (a start is recorded after the handler's `start`),
+-- and the run elsewhere must be fenced off from that one.
 -- Returns 'ok' | 'no_target' | 'gone'
 if redis.call('HEXISTS', WORKERS[1], ARGV[7]) == 0 or redis.call('HEXISTS', KEYS[11], ARGV[7]) == 1 then
   return 'no_target'
@@ -10,5 +15,16 @@ end
 if redis.call('XDEL', KEYS[9], ARGV[4]) == 0 then
   return 'gone'
 end
-stream_add(KEYS[10], ARGV[5], ARGV[6], tonumber(ARGV[8]))
+local payload = ARGV[6]
+local key = ARGV[9]
+if ARGV[5] == 'start' and key and key ~= '' then
+  local old = string.match(payload, '^(%d+) ')
+  local guard = mget(PENDING, key)
+  if old and guard and string.sub(guard, 1, #old + 1) == old .. ' ' then
+    local token = string.format('%d', next_token(key))
+    payload = token .. string.sub(payload, #old + 1)
+    mset(PENDING, key, token .. string.sub(guard, #old + 1))
+  end
+end
+stream_add(KEYS[10], ARGV[5], payload, tonumber(ARGV[8]))
 return 'ok'

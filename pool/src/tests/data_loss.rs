@@ -345,3 +345,55 @@ async fn reassert_over_the_guard_of_its_own_start_keeps_the_job() {
     .unwrap();
     node.close().await.unwrap();
 }
+
+/// A start entry a cleaner moves out of a silent worker's inbox gets a new
+/// fencing token: that worker may have started it just before going quiet
+/// (a start is recorded after the handler's `start`), and the run on the
+/// new owner must be fenced off from that one, not share its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_start_entry_gets_a_new_token() {
+    use fred::prelude::StreamsInterface;
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("requeuetoken");
+    let (client, a, _b, wa, wb, _handler_a) = two_nodes(&server, &name).await;
+    let key = "requeued";
+    let token = 4242u64;
+    let deadline_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000;
+    a.inner
+        .maps
+        .pending
+        .set(key, &format!("{token} {deadline_ms} -/0"))
+        .await
+        .unwrap();
+    let _: () = client
+        .hset(a.inner.maps.payloads_key(), (key, "0 x"))
+        .await
+        .unwrap();
+    let silent = "w-silent";
+    let inbox = a.inner.inbox(silent).unwrap().key().to_string();
+    let payload = bytes::Bytes::from(start_entry(key, token));
+    let _: String = client
+        .xadd(
+            &inbox,
+            false,
+            None,
+            "*",
+            vec![("n", bytes::Bytes::from_static(b"start")), ("p", payload)],
+        )
+        .await
+        .unwrap();
+    a.inner.requeue_worker_inbox(silent).await.unwrap();
+    wait_until(Duration::from_secs(5), "the moved entry runs", || {
+        let t = wa.job_token(key).or(wb.job_token(key));
+        async move { t.is_some() }
+    })
+    .await
+    .unwrap();
+    let started = wa.job_token(key).or(wb.job_token(key)).unwrap();
+    assert!(started > token, "moved with its old token: {started}");
+    a.close().await.unwrap();
+}

@@ -146,15 +146,10 @@ async fn a_moved_entry_is_not_claimed_by_its_old_holder() {
     let (node, worker, handler) = pool(&server, &name).await;
     let key = "moved-away";
     let token = 4242u64;
-    let deadline_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        + 60_000;
     node.inner
         .maps
         .pending
-        .set(key, &format!("{token} {deadline_ms} -/0"))
+        .set(key, &live_guard(token))
         .await
         .unwrap();
     let payload = bytes::Bytes::from(start_entry(key, token));
@@ -358,15 +353,10 @@ async fn a_requeued_start_entry_gets_a_new_token() {
     let (client, a, _b, wa, wb, _handler_a) = two_nodes(&server, &name).await;
     let key = "requeued";
     let token = 4242u64;
-    let deadline_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        + 60_000;
     a.inner
         .maps
         .pending
-        .set(key, &format!("{token} {deadline_ms} -/0"))
+        .set(key, &live_guard(token))
         .await
         .unwrap();
     let _: () = client

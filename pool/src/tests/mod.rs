@@ -109,6 +109,16 @@ fn start_entry(key: &str, token: u64) -> Vec<u8> {
     entry
 }
 
+/// A pending guard for `token` whose deadline is a minute away.
+fn live_guard(token: u64) -> String {
+    let deadline_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+        + 60_000;
+    format!("{token} {deadline_ms} -/0")
+}
+
 /// A job as a worker keeps it locally.
 fn local_job(key: &str, token: u64) -> crate::worker::LocalJob {
     crate::worker::LocalJob {
@@ -408,18 +418,13 @@ async fn one_start_in_two_hands_is_started_once() {
         a.inner.inbox(wa.id()).unwrap(),
         b.inner.inbox(wb.id()).unwrap(),
     ];
-    let deadline_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        + 60_000;
     for (i, key) in keys.iter().enumerate() {
         let token = 1000 + i as u64;
         // Admitted with this token, as `admit.lua` leaves it.
         a.inner
             .maps
             .pending
-            .set(key, &format!("{token} {deadline_ms} -/0"))
+            .set(key, &live_guard(token))
             .await
             .unwrap();
         let entry = start_entry(key, token);
@@ -474,16 +479,11 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
     let name = flotilla_testkit::unique_name("batch");
     let (node, worker, _handler) = pool(&server, &name).await;
     let inner = &node.inner;
-    let deadline_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        + 60_000;
     for (key, token) in [("b1", 11), ("b2", 22)] {
         inner
             .maps
             .pending
-            .set(key, &format!("{token} {deadline_ms} -/0"))
+            .set(key, &live_guard(token))
             .await
             .unwrap();
     }

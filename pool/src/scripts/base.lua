@@ -54,9 +54,13 @@ end
 -- (a restart from an older snapshot, a replica promoted with lost writes)
 -- and may have lost starts of keys that still run. Opens the recovery
 -- window then, at once, rather than wait for a replica to notice.
+-- A missing revision is not a sign: after an empty restart the epoch's
+-- absence opens the window, and the revision only comes back with the next
+-- change of the jobs map (there may be none while nothing runs).
 local function went_back(seen, ttl)
   seen = tonumber(seen) or 0
-  if seen == 0 or (tonumber(redis.call('GET', JOBS[2]) or '0') or 0) >= seen then
+  local rev = tonumber(redis.call('GET', JOBS[2]) or '')
+  if seen == 0 or not rev or rev >= seen then
     return false
   end
   local now = now_ms()

@@ -236,24 +236,26 @@ async fn wait_converged(h: &Harness, keys: &[String], min_victim: usize) {
     .unwrap();
 }
 
-/// The first start of each key after `after_ns`.
-fn first_starts_after(lines: &[Line], after_ns: u64) -> HashMap<String, u64> {
+/// The first start (`starts`) or stop of each key after `after_ns`.
+fn first_after(lines: &[Line], after_ns: u64, starts: bool) -> HashMap<String, u64> {
     let mut out = HashMap::new();
     for l in lines.iter().filter(|l| l.mono_ns > after_ns) {
-        if let Record::Start { key, .. } = &l.record {
-            out.entry(key.clone()).or_insert(l.mono_ns);
-        }
+        let key = match &l.record {
+            Record::Start { key, .. } if starts => key,
+            Record::Stop { key, .. } if !starts => key,
+            _ => continue,
+        };
+        out.entry(key.clone()).or_insert(l.mono_ns);
     }
     out
 }
 
+/// The first start of each key after `after_ns`.
+fn first_starts_after(lines: &[Line], after_ns: u64) -> HashMap<String, u64> {
+    first_after(lines, after_ns, true)
+}
+
 /// The first stop of each key after `after_ns`.
 fn stops_after(lines: &[Line], after_ns: u64) -> HashMap<String, u64> {
-    let mut out = HashMap::new();
-    for l in lines.iter().filter(|l| l.mono_ns > after_ns) {
-        if let Record::Stop { key, .. } = &l.record {
-            out.entry(key.clone()).or_insert(l.mono_ns);
-        }
-    }
-    out
+    first_after(lines, after_ns, false)
 }

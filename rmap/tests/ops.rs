@@ -137,6 +137,14 @@ async fn list_values() {
     converged(&env.client, &b).await;
 }
 
+/// The next event, within `DEADLINE`.
+async fn next_event(events: &mut flotilla_rmap::MapEvents) -> flotilla_rmap::MapEvent {
+    tokio::time::timeout(DEADLINE, events.next())
+        .await
+        .expect("no event before the deadline")
+        .expect("event stream ended")
+}
+
 /// Reads events until `Resynced` (deadline `DEADLINE`), returning those
 /// before it.
 async fn events_until_resynced(
@@ -203,20 +211,14 @@ async fn subscribers_see_events_and_close_ends_everything() {
         // Resynced.
         let marker = format!("after-{round}");
         a.set(&marker, "v").await.unwrap();
-        let e = tokio::time::timeout(DEADLINE, events.next())
-            .await
-            .unwrap()
-            .unwrap();
+        let e = next_event(&mut events).await;
         assert_eq!(
             (e.kind, e.key),
             (MapEventKind::Set, Some(marker.clone())),
             "round {round}"
         );
         a.delete(&marker).await.unwrap();
-        let e = tokio::time::timeout(DEADLINE, events.next())
-            .await
-            .unwrap()
-            .unwrap();
+        let e = next_event(&mut events).await;
         assert_eq!(
             (e.kind, e.key),
             (MapEventKind::Delete, Some(marker)),

@@ -64,6 +64,11 @@ pub enum Record {
     /// `flotilla_pool_lease_lost_total` counter went up): it is about to
     /// stop every local job.
     LeaseLost,
+    /// A `dispatch_job` is about to be sent.
+    DispatchSent {
+        /// Job key.
+        key: String,
+    },
     /// `dispatch_job` returned `Ok`: the pool admitted the key.
     Admit {
         /// Job key.

@@ -130,6 +130,9 @@ impl Load {
     /// Dispatches `key` from node `n` and records the outcome.
     pub(crate) async fn dispatch(&self, n: usize, key: &str) {
         let node = &self.nodes[n];
+        self.ledger.record(Record::DispatchSent {
+            key: key.to_string(),
+        });
         let result = node.dispatch_job(key, &b"chaos"[..]).await;
         match result {
             Ok(()) => {

@@ -126,6 +126,10 @@ impl ChaosSummary {
                 "unrequested moves checked against the ring",
                 self.report.moves_checked.to_string(),
             ),
+            (
+                "stop answers checked to hold",
+                self.report.stops_checked.to_string(),
+            ),
             ("keys running at the end", self.running_at_end.to_string()),
             (
                 "final convergence",
@@ -187,6 +191,7 @@ impl ChaosSummary {
             "intervals": self.report.intervals,
             "stale_windows": self.report.stale_windows,
             "moves_checked": self.report.moves_checked,
+            "stops_checked": self.report.stops_checked,
             "violations": self.violations,
             "passed": self.passed(),
         })

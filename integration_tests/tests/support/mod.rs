@@ -155,6 +155,8 @@ impl Harness {
     /// Dispatches `keys`, recording each admission.
     pub async fn dispatch(&self, keys: &[String]) {
         for key in keys {
+            self.driver
+                .record(Record::DispatchSent { key: key.clone() });
             self.node.dispatch_job(key, &b"x"[..]).await.unwrap();
             self.driver.record(Record::Admit {
                 key: key.clone(),

@@ -28,6 +28,10 @@
 //!   unpaused process; a key whose last outcome was "stopped" runs nowhere.
 //! * **I3**: no two admissions (`Ok`) of one key without a stop request
 //!   between them.
+//! * **Stops hold** (I2): once `stop_job` answered `Ok` or `JobNotFound`,
+//!   the key runs nowhere (after `stop_grace`) until it is dispatched
+//!   again: a `JobNotFound` for a key that runs, or a stop undone later in
+//!   the run, is a violation ([`Violation::StopUndone`]).
 //! * **I4**: a worker stops a key on its own (no stop request, no fault or
 //!   lease loss on its process nearby) only when, in its process's view of
 //!   the ring around that moment, the key's owner is another worker
@@ -41,6 +45,8 @@ use flotilla_pool::Ring;
 use serde::Serialize;
 
 use crate::ledger::{FaultKind, Line, Record};
+
+mod stops;
 
 /// Which timestamps to compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +77,10 @@ pub struct CheckOptions {
     pub ring_window: Duration,
     /// The I2 check instant (in the chosen time base, ns); `None` skips I2.
     pub end_ns: Option<u64>,
+    /// How long after `stop_job` answered a key may still show as running
+    /// in the handlers' ledgers (the `stop` record is written as the
+    /// handler's stop returns, just before the answer). Default: 1 s.
+    pub stop_grace: Duration,
 }
 
 impl Default for CheckOptions {
@@ -83,6 +93,7 @@ impl Default for CheckOptions {
             settle: Duration::from_secs(6),
             ring_window: Duration::from_secs(1),
             end_ns: None,
+            stop_grace: Duration::from_secs(1),
         }
     }
 }
@@ -139,6 +150,16 @@ pub enum Violation {
         /// Times of the two `Ok`s, ns.
         at: (u64, u64),
     },
+    /// I2: `stop_job` answered `Ok` or `JobNotFound`, yet the key ran
+    /// after it (beyond `stop_grace`) before any new dispatch of it.
+    StopUndone {
+        /// `ok` or `not_found`.
+        outcome: String,
+        /// When `stop_job` answered, ns.
+        stopped_at: u64,
+        /// The interval that ran after it.
+        interval: Interval,
+    },
     /// I4: a worker gave up a key it still owned in every ring view nearby.
     NeedlessMove {
         /// Job key.
@@ -182,6 +203,16 @@ impl fmt::Display for Violation {
                 ms(at.0),
                 ms(at.1)
             ),
+            Violation::StopUndone {
+                outcome,
+                stopped_at,
+                interval,
+            } => write!(
+                f,
+                "I2 stop undone: stop_job answered {outcome} at {:.1} ms, yet {} ran after it",
+                ms(*stopped_at),
+                iv(interval)
+            ),
             Violation::NeedlessMove { key, worker, at } => write!(
                 f,
                 "I4 needless move: {key} left {worker} at {:.1} ms though it still owned it",
@@ -206,6 +237,8 @@ pub struct Report {
     pub worst_stale_window_ns: u64,
     /// Unrequested stops checked against the ring (I4).
     pub moves_checked: usize,
+    /// Stop answers (`Ok` or `JobNotFound`) checked to hold.
+    pub stops_checked: usize,
 }
 
 impl Report {
@@ -245,6 +278,7 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
                 matches!(
                     l.record,
                     Record::Admit { .. }
+                        | Record::DispatchSent { .. }
                         | Record::Exists { .. }
                         | Record::DispatchUnknown { .. }
                         | Record::StopSent { .. }
@@ -257,6 +291,7 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
         v
     };
     check_admissions(&driver, &mut report);
+    stops::check_stops_hold(&driver, &intervals, options, &mut report);
     if let Some(end) = options.end_ns {
         check_running_at(end, &driver, &intervals, &faults, &mut report);
     }
@@ -624,5 +659,4 @@ fn check_moves(
 }
 
 #[cfg(test)]
-#[path = "checker_tests.rs"]
 mod tests;

@@ -44,6 +44,10 @@ fn fault(at: u64, kind: FaultKind, target: u32, end: bool) -> Line {
         },
     )
 }
+fn dispatch_sent(at: u64, key: &str) -> Line {
+    line(1, at, Record::DispatchSent { key: key.into() })
+}
+
 fn admit(at: u64, key: &str) -> Line {
     line(
         1,
@@ -75,6 +79,7 @@ fn kinds(report: &Report) -> Vec<&'static str> {
             Violation::StoppedStillRunning { .. } => "stopped_running",
             Violation::DoubleAdmission { .. } => "double",
             Violation::NeedlessMove { .. } => "needless",
+            Violation::StopUndone { .. } => "stop_undone",
         })
         .collect()
 }
@@ -344,4 +349,67 @@ fn moves_must_follow_the_ring() {
     let mut lease = bad;
     lease.insert(4, line(10, 5001, Record::LeaseLost));
     assert!(check(&[lease], &CheckOptions::default()).ok());
+}
+
+fn stop_done(at: u64, key: &str, outcome: &str) -> Line {
+    line(
+        1,
+        at,
+        Record::StopDone {
+            key: key.into(),
+            outcome: outcome.into(),
+        },
+    )
+}
+
+#[test]
+fn a_stop_answer_must_hold_until_the_next_dispatch() {
+    // "nf": JobNotFound while the job ran on; "undone": stopped, then it
+    // came back on another worker with no dispatch; "fine": stopped, then
+    // dispatched again and running; "late": the stop record trails the
+    // answer by less than the grace.
+    let d = vec![
+        admit(10, "nf"),
+        stop_done(100, "nf", "not_found"),
+        admit(10, "undone"),
+        stop_done(100, "undone", "ok"),
+        admit(10, "fine"),
+        line(1, 50, Record::StopSent { key: "fine".into() }),
+        stop_done(100, "fine", "ok"),
+        dispatch_sent(3_000, "fine"),
+        admit(3_020, "fine"),
+        admit(10, "late"),
+        stop_done(100, "late", "ok"),
+    ];
+    let w = vec![
+        start(10, 20, "nf", "a", 1),
+        stop(10, 4_000, "nf", "a"),
+        start(10, 20, "undone", "a", 1),
+        stop(10, 90, "undone", "a"),
+        start(11, 2_000, "undone", "b", 2),
+        stop(11, 2_500, "undone", "b"),
+        start(10, 20, "fine", "a", 1),
+        stop(10, 90, "fine", "a"),
+        start(11, 3_010, "fine", "b", 2),
+        start(10, 20, "late", "a", 1),
+        stop(10, 400, "late", "a"),
+    ];
+    let r = check(
+        &[w, d],
+        &CheckOptions {
+            end_ns: Some(5_000 * MS),
+            ..CheckOptions::default()
+        },
+    );
+    let undone: Vec<&str> = r
+        .violations
+        .iter()
+        .filter_map(|v| match v {
+            Violation::StopUndone { interval, .. } => Some(interval.key.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(undone, vec!["nf", "undone"], "{:?}", r.violations);
+    assert_eq!(r.stops_checked, 4);
+    assert_eq!(kinds(&r), vec!["stop_undone", "stop_undone"]);
 }

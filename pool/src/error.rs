@@ -6,6 +6,19 @@ use std::time::Duration;
 ///
 /// Every variant is something a caller can act on; causes are kept as
 /// sources, never flattened into strings.
+///
+/// ```no_run
+/// # async fn run(node: flotilla_pool::Node) {
+/// use flotilla_pool::Error;
+///
+/// match node.dispatch_job("customer-42", &b"{}"[..]).await {
+///     Ok(()) => println!("started"),
+///     Err(Error::JobExists(key)) => println!("{key} already runs"),
+///     Err(Error::Timeout(_) | Error::Unavailable(_)) => println!("may or may not run: retry"),
+///     Err(e) => eprintln!("refused: {e}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

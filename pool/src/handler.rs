@@ -18,6 +18,17 @@ use tokio_util::sync::CancellationToken;
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// A job handed to a worker.
+///
+/// ```
+/// use flotilla_pool::Job;
+///
+/// fn describe(job: &Job) -> String {
+///     // The payload is what `dispatch_job` was given; the token grows with
+///     // every start of this key anywhere in the pool.
+///     format!("{} ({} bytes, token {})", job.key, job.payload.len(), job.fencing_token)
+/// }
+/// # let _ = describe;
+/// ```
 #[derive(Clone)]
 pub struct Job {
     /// The job's key, unique in the pool.
@@ -49,6 +60,37 @@ impl fmt::Debug for Job {
 /// `stop` once it has stopped: the pool hands a job to another worker only
 /// after `stop` returned, which is what keeps a key on one worker at a time.
 /// Errors and panics are caught and reported; they never kill the worker.
+///
+/// ```no_run
+/// use flotilla_pool::{async_trait, Handler, HandlerError, Job};
+/// use std::collections::HashMap;
+/// use std::sync::Mutex;
+/// use tokio::task::JoinHandle;
+///
+/// /// One connection task per job key.
+/// #[derive(Default)]
+/// struct Connections(Mutex<HashMap<String, JoinHandle<()>>>);
+///
+/// #[async_trait]
+/// impl Handler for Connections {
+///     async fn start(&self, job: Job) -> Result<(), HandlerError> {
+///         let key = job.key.clone();
+///         let task = tokio::spawn(async move {
+///             // Pass job.fencing_token to the storage you write to.
+///             let _ = (job.key, job.fencing_token);
+///         });
+///         self.0.lock().unwrap().insert(key, task);
+///         Ok(())
+///     }
+///
+///     async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+///         if let Some(task) = self.0.lock().unwrap().remove(key) {
+///             task.abort();
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
     /// Starts a job. An error is returned to the dispatcher as

@@ -35,6 +35,9 @@ pub mod multihome;
 pub mod scheduler;
 pub mod ticker;
 
+/// The attribute [`Handler`] implementations use (re-exported so that they
+/// need no version-matched `async-trait` dependency).
+pub use async_trait::async_trait;
 pub use error::{Error, Result};
 pub use handler::{AtCapacity, Handler, HandlerError, Job, TaskHandler};
 pub use leader::{LeaderLease, LeaderOptions};

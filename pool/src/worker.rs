@@ -27,6 +27,22 @@ pub(crate) const MAX_HOPS: u8 = 3;
 /// Created on a node with [`Worker::new`]; removed with
 /// [`Node::remove_worker`] (its jobs move to other workers) or when the
 /// node closes.
+///
+/// ```no_run
+/// # async fn run(node: flotilla_pool::Node) -> Result<(), flotilla_pool::Error> {
+/// use flotilla_pool::{TaskHandler, Worker};
+///
+/// let worker = Worker::new(&node, TaskHandler::new(|job, cancel| async move {
+///     println!("{} runs here with token {}", job.key, job.fencing_token);
+///     cancel.cancelled().await;
+///     Ok(())
+/// }))
+/// .await?;
+/// println!("worker {} runs {:?}", worker.id(), worker.job_keys());
+/// node.remove_worker(&worker).await?; // its jobs move to the other workers
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Worker {
     pub(crate) inner: Arc<WorkerInner>,

@@ -20,19 +20,23 @@ pub(crate) const EV_REPLIES: &str = "replies";
 
 /// The body of a job as stored in the payloads hash and carried by start
 /// entries: its key and opaque payload.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub(crate) struct JobBody {
     /// Job key.
     pub(crate) key: String,
     /// Opaque payload.
     #[serde(with = "serde_bytes")]
     pub(crate) payload: Vec<u8>,
+    /// The dispatch's restart policy, if it set one (else the worker's
+    /// node's applies). Absent in bodies written without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) restart: Option<crate::lifecycle::RestartPolicy>,
 }
 
 /// A start entry: `"<token> <created_ms> <hops> <request> <node>\n"` written
 /// by the admitting script (which issues the token on Redis), then the
 /// encoded [`JobBody`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StartEntry {
     /// Fencing token issued at admission.
     pub(crate) token: u64,
@@ -223,6 +227,7 @@ mod tests {
         let body = encode(&JobBody {
             key: "k 1".into(),
             payload: vec![0, 255, b'\n', 2],
+            restart: None,
         });
         let mut raw = b"7 42 0 9 node-a\n".to_vec();
         raw.extend_from_slice(&body);

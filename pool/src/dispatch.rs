@@ -131,6 +131,8 @@ impl Node {
     }
 
     /// Stops job `key` and returns once its owner's handler `stop` returned.
+    /// A job waiting to restart after a failure is stopped for good; the
+    /// record of a job that failed for good is removed.
     /// A job admitted but not started yet, or being moved to another worker,
     /// is stopped as soon as it runs (the request is sent again meanwhile);
     /// so is one that Redis forgot with its data, once its worker re-asserts
@@ -169,6 +171,14 @@ impl Node {
                     self.inner.waiters.remove(&request);
                     pause.wait().await?;
                     continue;
+                }
+                Err(Error::JobNotFound(_)) => {
+                    self.inner.waiters.remove(&request);
+                    // A job that failed for good is shown until stopped.
+                    if self.inner.forget_failed_job(key).await? {
+                        return Ok(());
+                    }
+                    return Err(Error::JobNotFound(key.to_string()));
                 }
                 Err(e) => {
                     self.inner.waiters.remove(&request);
@@ -317,6 +327,7 @@ impl NodeInner {
         let body = codec::encode(&JobBody {
             key: key.to_string(),
             payload: payload.to_vec(),
+            restart: options.restart_policy,
         });
         loop {
             let owner = self.wait_for_owner(key, deadline).await?;

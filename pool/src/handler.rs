@@ -11,6 +11,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use dashmap::DashMap;
 use futures::FutureExt;
+
+use crate::lifecycle::JobOutcome;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +43,49 @@ pub struct Job {
     /// in the pool. Pass it to downstream storage so that it can refuse
     /// writes from a stale owner.
     pub fencing_token: u64,
+    /// Reports how the run ended on its own (see [`Job::outcome`]).
+    outcome: JobOutcome,
+}
+
+impl Job {
+    /// A job outside any pool, e.g. to test a handler: its
+    /// [`outcome`](Job::outcome) reports go nowhere.
+    pub fn new(key: impl Into<String>, payload: Bytes, fencing_token: u64) -> Job {
+        let key = key.into();
+        Job {
+            outcome: JobOutcome::detached(&key, fencing_token),
+            key,
+            payload,
+            created_at: SystemTime::now(),
+            fencing_token,
+        }
+    }
+
+    /// A run handed out by a worker.
+    pub(crate) fn new_run(
+        key: &str,
+        payload: Bytes,
+        created_at: SystemTime,
+        fencing_token: u64,
+        outcome: JobOutcome,
+    ) -> Job {
+        Job {
+            key: key.to_string(),
+            payload,
+            created_at,
+            fencing_token,
+            outcome,
+        }
+    }
+
+    /// The handle that reports how this run ended on its own: finished (the
+    /// job leaves the pool) or failed (restarted after a backoff, see
+    /// [`RestartPolicy`](crate::RestartPolicy)). A [`TaskHandler`] reports
+    /// for its tasks; a [`Handler`] that runs jobs its own way calls it
+    /// when a job ends without being stopped.
+    pub fn outcome(&self) -> JobOutcome {
+        self.outcome.clone()
+    }
 }
 
 impl fmt::Debug for Job {
@@ -227,6 +272,11 @@ impl Drop for AbortOnDrop {
 /// A [`Handler`] that runs each job as a tokio task given a
 /// [`CancellationToken`]: write one async fn, the adapter does start/stop.
 ///
+/// A task that returns `Ok(())` on its own finishes its job (the key leaves
+/// the pool); one that returns `Err` or panics fails it (restarted after a
+/// backoff, see [`RestartPolicy`](crate::RestartPolicy)); a task that ends
+/// because its token was cancelled was stopped, and reports nothing.
+///
 /// `stop` cancels the token and waits for the task to end, up to its stop
 /// timeout (by default the node's
 /// [`stop_timeout`](crate::NodeOptions::stop_timeout)), then aborts it. An
@@ -303,11 +353,25 @@ where
     async fn start(&self, job: Job) -> Result<(), HandlerError> {
         let key = job.key.clone();
         let cancel = CancellationToken::new();
+        let outcome = job.outcome();
         let fut = (self.run)(job, cancel.clone());
         let task_key = key.clone();
+        let stopped = cancel.clone();
         let handle = tokio::spawn(async move {
-            if let Err(e) = guarded("task", fut).await {
-                tracing::warn!(key = %task_key, error = %e, "job task ended with an error");
+            let result = guarded("task", fut).await;
+            if stopped.is_cancelled() {
+                // Ended by `stop`: the stop ends the run.
+                if let Err(e) = result {
+                    tracing::debug!(key = %task_key, error = %e, "stopped job task ended with an error");
+                }
+                return;
+            }
+            match result {
+                Ok(()) => outcome.finished(),
+                Err(e) => {
+                    tracing::warn!(key = %task_key, error = %e, "job task failed");
+                    outcome.failed(e);
+                }
             }
         });
         if let Some((old_cancel, old)) = self.tasks.insert(key, (cancel, handle)) {
@@ -363,12 +427,7 @@ mod tests {
     }
 
     fn job(key: &str) -> Job {
-        Job {
-            key: key.into(),
-            payload: Bytes::new(),
-            created_at: SystemTime::UNIX_EPOCH,
-            fencing_token: 1,
-        }
+        Job::new(key, Bytes::new(), 1)
     }
 
     #[tokio::test]

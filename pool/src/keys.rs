@@ -102,3 +102,9 @@ pub(crate) fn multihome_state(pool: &str, worker_id: &str) -> String {
 pub(crate) fn multihome_state_pattern(pool: &str) -> String {
     format!("fl:{{{pool}}}:multihome:*")
 }
+
+/// Plain hash of failure records (job key → `"<state> <n> <token> <at_ms>
+/// <error>"`, see `scripts/job_ended.lua`).
+pub(crate) fn failures(pool: &str) -> String {
+    format!("fl:{{{pool}}}:failures")
+}

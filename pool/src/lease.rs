@@ -335,13 +335,13 @@ impl NodeInner {
         let Some(token) = token else {
             return Ok(Restart::Moved);
         };
-        let run = Job {
-            key: key.to_string(),
-            payload: job.payload.clone(),
-            created_at: std::time::SystemTime::UNIX_EPOCH
-                + Duration::from_millis(job.created_at_ms),
-            fencing_token: token,
-        };
+        let run = Job::new_run(
+            key,
+            job.payload.clone(),
+            std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(job.created_at_ms),
+            token,
+            worker.lifecycle.outcome(key, token),
+        );
         match guarded("start", worker.handler.start(run)).await {
             Ok(()) => {
                 worker

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::lifecycle::RestartPolicy;
 
 /// What a worker does when it could not renew its keep-alive (its lease on
 /// its jobs) for [`NodeOptions::lease_stop_after`].
@@ -88,6 +89,11 @@ pub struct NodeOptions {
     /// while Redis is unreachable whatever the client's own timeouts.
     /// Default: 5 s.
     pub redis_timeout: Duration,
+    /// How this node's workers restart jobs that fail (unless the dispatch
+    /// set its own, [`DispatchOptions::restart_policy`]). Default:
+    /// [`RestartPolicy::default`] (first restart within 1 s, doubling up to
+    /// 60 s, failed after 10 failures in a row).
+    pub restart_policy: RestartPolicy,
 }
 
 impl Default for NodeOptions {
@@ -108,6 +114,7 @@ impl Default for NodeOptions {
             cleanup_interval: ttl / 4,
             node_id: None,
             redis_timeout: Duration::from_secs(5),
+            restart_policy: RestartPolicy::default(),
         }
     }
 }
@@ -217,6 +224,12 @@ impl NodeOptions {
         self
     }
 
+    /// Sets [`restart_policy`](Self::restart_policy).
+    pub fn restart_policy(mut self, policy: RestartPolicy) -> Self {
+        self.restart_policy = policy;
+        self
+    }
+
     /// Checks the options.
     ///
     /// # Errors
@@ -231,6 +244,7 @@ impl NodeOptions {
         if self.worker_ttl < Duration::from_millis(300) {
             return bad("worker_ttl", "must be at least 300 ms");
         }
+        self.restart_policy.validate()?;
         if self.lease_stop_after.is_zero() || self.lease_stop_after >= self.worker_ttl {
             return bad(
                 "lease_stop_after",
@@ -300,6 +314,10 @@ pub struct DispatchOptions {
     /// Set by a schedule: record the admission in the schedule's job set,
     /// fenced by its leader token.
     pub(crate) schedule: Option<ScheduleFence>,
+    /// How this job is restarted after failures; `None`: the policy of the
+    /// node whose worker runs it ([`NodeOptions::restart_policy`]).
+    /// Default: `None`.
+    pub restart_policy: Option<RestartPolicy>,
 }
 
 /// What a schedule's dispatch carries so that admission records it and
@@ -324,6 +342,13 @@ impl DispatchOptions {
         self
     }
 
+    /// Sets [`restart_policy`](Self::restart_policy).
+    #[must_use]
+    pub fn restart_policy(mut self, policy: RestartPolicy) -> Self {
+        self.restart_policy = Some(policy);
+        self
+    }
+
     /// Checks the options.
     ///
     /// # Errors
@@ -337,6 +362,9 @@ impl DispatchOptions {
                 option: "idempotency_window",
                 reason: "must be between 1 ms and 30 days".to_string(),
             });
+        }
+        if let Some(policy) = &self.restart_policy {
+            policy.validate()?;
         }
         Ok(())
     }

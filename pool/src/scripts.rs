@@ -90,6 +90,9 @@ pub(crate) struct Scripts {
     pub(crate) claim_cleanup: PoolScript,
     pub(crate) begin_recovery: PoolScript,
     pub(crate) release_stale: PoolScript,
+    pub(crate) job_ended: PoolScript,
+    pub(crate) job_restart: PoolScript,
+    pub(crate) job_forget_failed: PoolScript,
 }
 
 impl Scripts {
@@ -135,6 +138,13 @@ impl Scripts {
             release_stale: PoolScript::new(
                 "release_stale",
                 include_str!("scripts/release_stale.lua"),
+                t,
+            ),
+            job_ended: PoolScript::new("job_ended", include_str!("scripts/job_ended.lua"), t),
+            job_restart: PoolScript::new("job_restart", include_str!("scripts/job_restart.lua"), t),
+            job_forget_failed: PoolScript::new(
+                "job_forget_failed",
+                include_str!("scripts/job_forget_failed.lua"),
                 t,
             ),
         }

@@ -70,6 +70,8 @@ pub(crate) struct WorkerInner {
     pub(crate) jobs: DashMap<String, LocalJob>,
     /// Jobs stopped on lease loss, to resume once the lease is back.
     pub(crate) suspended: Mutex<HashMap<String, LocalJob>>,
+    /// Outcome reports and restarts of failed jobs.
+    pub(crate) lifecycle: crate::lifecycle::WorkerLifecycle,
     /// Job operations on single keys (start, stop, handoff) share it;
     /// operations on every job of the worker (re-assert, resume, retire)
     /// hold it exclusively.
@@ -138,6 +140,7 @@ impl Worker {
             lanes,
             jobs: DashMap::new(),
             suspended: Mutex::new(HashMap::new()),
+            lifecycle: crate::lifecycle::WorkerLifecycle::new(),
             ops: RwLock::new(()),
             key_locks: (0..LANES).map(|_| Mutex::new(())).collect(),
             seen: SeenEntries::default(),
@@ -172,6 +175,7 @@ impl Worker {
         for (lane, queue) in lane_queues.into_iter().enumerate() {
             inner.tasks.spawn(worker.clone().run_lane(lane, queue));
         }
+        inner.tasks.spawn(worker.clone().lifecycle_loop());
         tracing::info!(pool = %inner.pool, node = %inner.id, worker = %id, "worker joined");
         metrics::counter!("flotilla_pool_workers_joined_total").increment(1);
         Ok(Worker {
@@ -524,12 +528,13 @@ impl WorkerInner {
                 return Ok(());
             }
         }
-        let job = Job {
-            key: key.clone(),
-            payload: Bytes::from(entry.body.payload.clone()),
-            created_at: SystemTime::UNIX_EPOCH + Duration::from_millis(entry.created_at_ms),
-            fencing_token: entry.token,
-        };
+        let job = Job::new_run(
+            &key,
+            Bytes::from(entry.body.payload.clone()),
+            SystemTime::UNIX_EPOCH + Duration::from_millis(entry.created_at_ms),
+            entry.token,
+            self.lifecycle.outcome(&key, entry.token),
+        );
         match guarded("start", self.handler.start(job.clone())).await {
             Err(message) => {
                 tracing::info!(key, error = %message, "handler refused to start job");
@@ -604,6 +609,7 @@ impl WorkerInner {
     }
 
     async fn on_stop(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
+        self.lifecycle.forget(&req.key);
         if let Some((_, job)) = self.jobs.remove(&req.key) {
             self.stopped.record(&req.key, job.token);
             if let Err(e) = self.stop_handler(&req.key).await {

@@ -105,6 +105,7 @@ fn start_entry(key: &str, token: u64) -> Vec<u8> {
     entry.extend_from_slice(&crate::codec::encode(&crate::codec::JobBody {
         key: key.to_string(),
         payload: b"p".to_vec(),
+        restart: None,
     }));
     entry
 }
@@ -128,6 +129,7 @@ fn local_job(key: &str, token: u64) -> crate::worker::LocalJob {
         raw_body: crate::codec::encode(&crate::codec::JobBody {
             key: key.to_string(),
             payload: b"p".to_vec(),
+            restart: None,
         }),
     }
 }
@@ -551,6 +553,7 @@ async fn a_batch_of_admissions_decides_each_in_order() {
         body: crate::codec::encode(&crate::codec::JobBody {
             key: key.to_string(),
             payload: b"p".to_vec(),
+            restart: None,
         }),
         owner: owner.to_string(),
         inbox: inner.inbox(owner).unwrap().key().to_string(),

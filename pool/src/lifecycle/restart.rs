@@ -1,0 +1,268 @@
+//! The worker's side of a job's life: reports from [`JobOutcome`]s are
+//! recorded in Redis, and failed jobs are restarted after their backoff.
+//!
+//! Every step runs under the worker's per-key lock and checks that the
+//! worker still runs that very run (same token) — so a report or a restart
+//! that races a stop, a move or a lease loss does nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use dashmap::DashMap;
+use tokio::sync::{Mutex, mpsc};
+
+use super::failures::{EndArgs, EndRecorded};
+use super::{Ended, JobOutcome, RestartPolicy, RunEnd};
+use crate::codec::{self, JobBody};
+use crate::handler::{Job, guarded};
+use crate::node::NodeInner;
+use crate::worker::{LocalJob, WorkerInner};
+
+/// How long to wait before trying a report or restart again after Redis
+/// did not answer.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A worker's lifecycle state.
+pub(crate) struct WorkerLifecycle {
+    to_worker: mpsc::UnboundedSender<Ended>,
+    reports: Mutex<Option<mpsc::UnboundedReceiver<Ended>>>,
+    /// Jobs waiting to restart: key → token of the failed run.
+    restarting: DashMap<String, u64>,
+}
+
+impl WorkerLifecycle {
+    pub(crate) fn new() -> Self {
+        let (to_worker, reports) = mpsc::unbounded_channel();
+        WorkerLifecycle {
+            to_worker,
+            reports: Mutex::new(Some(reports)),
+            restarting: DashMap::new(),
+        }
+    }
+
+    /// The outcome handle of run `token` of `key` on this worker.
+    pub(crate) fn outcome(&self, key: &str, token: u64) -> JobOutcome {
+        JobOutcome::new(self.to_worker.clone(), key, token)
+    }
+
+    /// Cancels a pending restart of `key` (it was stopped, moved or
+    /// restarted); whether there was one.
+    pub(crate) fn forget(&self, key: &str) -> bool {
+        let had = self.restarting.remove(key).is_some();
+        if had {
+            metrics::gauge!("flotilla_pool_jobs_restarting").decrement(1.0);
+        }
+        had
+    }
+
+    /// Marks run `token` of `key` as waiting to restart.
+    fn mark(&self, key: &str, token: u64) {
+        if self.restarting.insert(key.to_string(), token).is_none() {
+            metrics::gauge!("flotilla_pool_jobs_restarting").increment(1.0);
+        }
+    }
+}
+
+impl WorkerInner {
+    /// Handles the reports of this worker's jobs until the worker closes.
+    pub(crate) async fn lifecycle_loop(self: Arc<Self>) {
+        let Some(mut reports) = self.lifecycle.reports.lock().await.take() else {
+            return;
+        };
+        loop {
+            let ended = tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                e = reports.recv() => match e {
+                    Some(e) => e,
+                    None => return,
+                },
+            };
+            self.on_ended(ended).await;
+        }
+    }
+
+    /// The restart policy of a job: the one its dispatch set, else the
+    /// node's.
+    fn restart_policy(&self, node: &NodeInner, job: &LocalJob) -> RestartPolicy {
+        codec::decode::<JobBody>("job body", &job.raw_body)
+            .ok()
+            .and_then(|body| body.restart)
+            .unwrap_or(node.options.restart_policy)
+    }
+
+    async fn on_ended(self: &Arc<Self>, ended: Ended) {
+        let Some(node) = self.node() else { return };
+        let _ops = self.ops.read().await;
+        let _key = self.lock_key(&ended.key).await;
+        let Some(job) = self
+            .jobs
+            .get(&ended.key)
+            .filter(|j| j.token == ended.token)
+            .map(|j| j.clone())
+        else {
+            tracing::debug!(key = %ended.key, token = ended.token, "outcome of a run no longer here; ignored");
+            return;
+        };
+        let policy = self.restart_policy(&node, &job);
+        let delays_ms = policy.delays_ms();
+        let end = match &ended.end {
+            RunEnd::Finished => EndArgs::Finished,
+            RunEnd::Failed(error) => EndArgs::Failed {
+                error,
+                reset: ended.ran >= policy.reset_after,
+                delays_ms: &delays_ms,
+            },
+        };
+        let recorded = node
+            .record_job_end(&ended.key, &self.id, ended.token, end)
+            .await;
+        let key = ended.key.as_str();
+        match recorded {
+            Err(e) => {
+                // The job stays recorded here; report again later (the
+                // token check makes a repeat harmless).
+                tracing::warn!(key, error = %e, "recording a job's end failed; retrying");
+                self.clone().report_later(ended);
+            }
+            Ok(EndRecorded::Finished) => {
+                self.end_locally(key, ended.token).await;
+                tracing::info!(key, token = ended.token, "job finished");
+                metrics::counter!("flotilla_pool_jobs_finished_total").increment(1);
+            }
+            Ok(EndRecorded::Moved) => {
+                self.end_locally(key, ended.token).await;
+                tracing::info!(key, "run ended; Redis names another run of the key");
+            }
+            Ok(EndRecorded::Failed { failures }) => {
+                self.end_locally(key, ended.token).await;
+                tracing::error!(key, failures, error = ?ended.end, "job failed too often; not restarted");
+                metrics::counter!("flotilla_pool_job_failures_total").increment(1);
+                metrics::counter!("flotilla_pool_jobs_failed_total").increment(1);
+            }
+            Ok(EndRecorded::Restarting { failures, delay }) => {
+                // The handler's state of the ended run goes; the job stays
+                // this worker's (stops, moves and lease losses apply).
+                if let Err(e) = self.stop_handler(key).await {
+                    tracing::debug!(key, error = %e, "handler stop of an ended run failed");
+                }
+                self.lifecycle.mark(key, ended.token);
+                tracing::warn!(key, failures, delay_ms = delay.as_millis() as u64, error = ?ended.end, "job failed; restarting after a backoff");
+                metrics::counter!("flotilla_pool_job_failures_total").increment(1);
+                self.clone()
+                    .restart_after(key.to_string(), ended.token, delay);
+            }
+        }
+    }
+
+    /// Forgets a run that ended: local state and the handler's.
+    async fn end_locally(&self, key: &str, token: u64) {
+        self.lifecycle.forget(key);
+        if self.jobs.remove(key).is_some() {
+            self.stopped.record(key, token);
+            if let Err(e) = self.stop_handler(key).await {
+                tracing::debug!(key, error = %e, "handler stop of an ended run failed");
+            }
+        }
+    }
+
+    fn report_later(self: Arc<Self>, ended: Ended) {
+        let Some(node) = self.node() else { return };
+        node.tasks.spawn(async move {
+            tokio::select! {
+                _ = self.cancel.cancelled() => {}
+                _ = tokio::time::sleep(RETRY_AFTER) => {
+                    let _ = self.lifecycle.to_worker.send(ended);
+                }
+            }
+        });
+    }
+
+    fn restart_after(self: Arc<Self>, key: String, token: u64, delay: Duration) {
+        let Some(node) = self.node() else { return };
+        node.tasks.spawn(async move {
+            tokio::select! {
+                _ = self.cancel.cancelled() => {}
+                _ = tokio::time::sleep(delay) => self.restart(key, token).await,
+            }
+        });
+    }
+
+    /// Starts the next run of a failed job, if it still waits here.
+    async fn restart(self: Arc<Self>, key: String, token: u64) {
+        let Some(node) = self.node() else { return };
+        let _ops = self.ops.read().await;
+        let _key = self.lock_key(&key).await;
+        if self.lifecycle.restarting.get(&key).map(|t| *t) != Some(token) {
+            return; // stopped (or restarted) meanwhile
+        }
+        let Some(job) = self
+            .jobs
+            .get(&key)
+            .filter(|j| j.token == token)
+            .map(|j| j.clone())
+        else {
+            // Moved, stopped or suspended on a lease loss meanwhile.
+            self.lifecycle.forget(&key);
+            return;
+        };
+        if self.lease_lost.load(Ordering::Acquire) || !node.lease_valid() {
+            // No start without a lease; the watchdog suspends the job and
+            // the resume restarts it, else try again shortly.
+            self.clone().restart_after(key, token, RETRY_AFTER);
+            return;
+        }
+        let new_token = match node.restart_job(&key, &self.id, token).await {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                tracing::info!(key, "restart dropped: Redis names another run of the key");
+                self.lifecycle.forget(&key);
+                self.jobs.remove(&key);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "restarting a job failed; retrying");
+                self.clone().restart_after(key, token, RETRY_AFTER);
+                return;
+            }
+        };
+        self.lifecycle.forget(&key);
+        self.jobs.insert(
+            key.clone(),
+            LocalJob {
+                token: new_token,
+                ..job.clone()
+            },
+        );
+        let run = Job::new_run(
+            &key,
+            job.payload.clone(),
+            SystemTime::UNIX_EPOCH + Duration::from_millis(job.created_at_ms),
+            new_token,
+            self.lifecycle.outcome(&key, new_token),
+        );
+        metrics::counter!("flotilla_pool_job_restarts_total").increment(1);
+        match guarded("start", self.handler.start(run)).await {
+            Ok(()) => {
+                tracing::info!(key, token = new_token, "job restarted");
+                // A lease loss while the handler started: the watchdog may
+                // have missed this run; stop it here (it resumes later).
+                if self.lease_lost.load(Ordering::SeqCst)
+                    && let Some((k, job)) = self.jobs.remove(&key)
+                {
+                    let _ = self.stop_handler(&k).await;
+                    self.suspended.lock().await.insert(k, job);
+                }
+            }
+            Err(message) => {
+                // A refused restart is one more failure of the job.
+                let _ = self.lifecycle.to_worker.send(Ended {
+                    key: key.clone(),
+                    token: new_token,
+                    ran: Duration::ZERO,
+                    end: RunEnd::Failed(message),
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,46 @@
+-- Records how a run ended on its own, while Redis still names this run
+-- (worker and token) the job's owner: finished (the job leaves the pool),
+-- or failed (restart after the next backoff delay, or failed for good).
+-- KEYS: base, 9 failures hash
+-- ARGV: base, 4 job key, 5 worker id, 6 run token, 7 'finished' | 'failed',
+--       8 error text, 9 'chain' | 'reset' (a run that lasted long enough
+--       starts the count over), 10 backoff delays in ms, space-separated
+--       (restart n waits delay n; past the last one the job has failed)
+-- Returns {'finished'} | {'restarting', n, delay ms} | {'failed', n} |
+--       {'moved'} (Redis names another run: nothing changed)
+-- Failure record: "<state> <n> <token> <at_ms> <error>", state 'restarting'
+-- (run <token> failed, restart due at <at_ms>), 'running' (the restart
+-- <token> runs; see job_restart.lua) or 'failed' (at <at_ms>).
+local key = ARGV[4]
+if mget(JOBS, key) ~= ARGV[5] .. ' ' .. ARGV[6] then
+  return {'moved'}
+end
+if ARGV[7] == 'finished' then
+  mdel(JOBS, key)
+  redis.call('HDEL', PAYLOADS, key)
+  redis.call('HDEL', KEYS[9], key)
+  return {'finished'}
+end
+local n = 1
+local prev = redis.call('HGET', KEYS[9], key)
+if prev and ARGV[9] == 'chain' then
+  local state, count, token = string.match(prev, '^(%a+) (%d+) (%d+) ')
+  -- The count goes on only for the run the last restart started.
+  if (state == 'restarting' or state == 'running') and token == ARGV[6] then
+    n = tonumber(count) + 1
+  end
+end
+local delays = {}
+for d in string.gmatch(ARGV[10], '%d+') do
+  delays[#delays + 1] = tonumber(d)
+end
+if n > #delays then
+  mdel(JOBS, key)
+  redis.call('HDEL', PAYLOADS, key)
+  redis.call('HSET', KEYS[9], key,
+    string.format('failed %d %s %d %s', n, ARGV[6], now_ms(), ARGV[8]))
+  return {'failed', n}
+end
+redis.call('HSET', KEYS[9], key,
+  string.format('restarting %d %s %d %s', n, ARGV[6], now_ms() + delays[n], ARGV[8]))
+return {'restarting', n, delays[n]}

@@ -13,6 +13,8 @@
 //!   were read at.
 //! * [`job_payload`] / [`payload_summaries`]: a job's stored payload and
 //!   admission time.
+//! * [`job_failure`] / [`job_failures`]: jobs restarting after a failure
+//!   or failed for good.
 //! * [`list_pools`], [`locks`], [`streams`]: discovery by `SCAN`.
 //! * [`placement`]: which worker the ring would choose for a key, and the
 //!   score of every candidate.
@@ -43,6 +45,7 @@
 //! ```
 
 mod discover;
+mod failures;
 mod records;
 
 use bytes::Bytes;
@@ -58,6 +61,7 @@ use crate::{codec, keys};
 pub use discover::{
     ConsumerGroupInfo, LockRecord, PoolSummary, StreamDetail, list_pools, locks, streams,
 };
+pub use failures::{JobFailure, JobFailureState, job_failure, job_failures};
 pub use records::{
     CleanupClaim, JobRecord, MalformedField, NodeRecord, PendingRecord, WorkerRecord, WorkerState,
 };

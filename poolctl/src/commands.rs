@@ -63,13 +63,32 @@ pub(crate) async fn run(cli: &Cli, client: &Client) -> CtlResult {
                 .collect();
             let keys: Vec<String> = chosen.iter().map(|j| j.key.clone()).collect();
             let payloads = inspect::payload_summaries(client, &snap.pool, &keys).await?;
+            let failures = inspect::job_failures(client, &snap.pool).await?;
+            let failure_of = |key: &str| failures.iter().find(|f| f.key == key);
             let view = JobsView {
                 pool: snap.pool.clone(),
                 server_time_ms: snap.server_time_ms,
                 jobs: chosen
                     .iter()
                     .zip(payloads)
-                    .map(|(j, p)| job_view(&snap, j, p))
+                    .map(|(j, p)| job_view(&snap, j, p, failure_of(&j.key)))
+                    .collect(),
+                failed: failures
+                    .iter()
+                    .filter(|f| f.state == inspect::JobFailureState::Failed)
+                    .filter(|f| snap.job(&f.key).is_none())
+                    .filter(|f| {
+                        prefix
+                            .as_ref()
+                            .is_none_or(|p| f.key.starts_with(p.as_str()))
+                    })
+                    .filter(|_| worker.is_none())
+                    .map(|f| FailedJobView {
+                        key: f.key.clone(),
+                        failures: f.failures,
+                        failed_at_ms: f.at_ms,
+                        last_error: f.last_error.clone(),
+                    })
                     .collect(),
             };
             emit(cli.json, &view, render::jobs)
@@ -156,17 +175,26 @@ async fn pools(cli: &Cli, client: &Client) -> CtlResult {
 
 async fn job(cli: &Cli, client: &Client, key: &str) -> CtlResult {
     let pool = need_pool(cli)?;
-    let (snap, payload) = tokio::try_join!(
+    let (snap, payload, failure) = tokio::try_join!(
         PoolSnapshot::read(client, pool),
-        inspect::job_payload(client, pool, key)
+        inspect::job_payload(client, pool, key),
+        inspect::job_failure(client, pool, key)
     )?;
     let running = snap.job(key);
     let pending = pending_views(&snap).into_iter().find(|p| p.key == key);
-    let state = match (running, &pending, &payload) {
-        (Some(_), _, _) => "running",
-        (None, Some(_), _) => "pending",
-        (None, None, Some(_)) => "orphaned",
-        (None, None, None) => {
+    // A failure record counts only for the run it names, or once the job
+    // failed for good (no run left).
+    let failure = failure.filter(|f| match running {
+        Some(j) => f.token == j.token,
+        None => pending.is_none() && f.state == inspect::JobFailureState::Failed,
+    });
+    let state = match (running, &pending, &payload, &failure) {
+        (Some(_), _, _, Some(f)) if f.state == inspect::JobFailureState::Restarting => "restarting",
+        (Some(_), _, _, _) => "running",
+        (None, Some(_), _, _) => "pending",
+        (None, None, _, Some(_)) => "failed",
+        (None, None, Some(_), None) => "orphaned",
+        (None, None, None, None) => {
             return Err(CtlError::NotFound(format!(
                 "job {key:?} not found in pool {pool:?}"
             )));
@@ -178,6 +206,9 @@ async fn job(cli: &Cli, client: &Client, key: &str) -> CtlResult {
         pool: pool.to_string(),
         key: key.to_string(),
         state,
+        failures: failure.as_ref().map(|f| f.failures),
+        last_error: failure.as_ref().map(|f| f.last_error.clone()),
+        failure_at_ms: failure.as_ref().map(|f| f.at_ms),
         owner: running.map(|j| j.owner.clone()),
         token: running
             .map(|j| j.token)

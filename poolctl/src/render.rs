@@ -58,6 +58,7 @@ pub(crate) fn nodes(v: &[NodeView]) -> String {
 pub(crate) fn jobs(v: &JobsView) -> String {
     let mut t = Table::new(&[
         ("KEY", 24),
+        ("STATE", 10),
         ("OWNER", ID),
         ("TOKEN", 12),
         ("AGE", 7),
@@ -66,6 +67,7 @@ pub(crate) fn jobs(v: &JobsView) -> String {
     for j in &v.jobs {
         t.row(vec![
             j.key.clone(),
+            j.state.to_string(),
             j.owner.clone(),
             j.token.to_string(),
             j.age_ms.map_or("-".into(), duration_ms),
@@ -74,6 +76,22 @@ pub(crate) fn jobs(v: &JobsView) -> String {
     }
     let mut out = t.render();
     let _ = writeln!(out, "{} job(s)", v.jobs.len());
+    if !v.failed.is_empty() {
+        let mut f = Table::new(&[("FAILED JOB", 24), ("FAILURES", 8), ("LAST ERROR", 60)]);
+        for j in &v.failed {
+            f.row(vec![
+                j.key.clone(),
+                j.failures.to_string(),
+                fit(&j.last_error, 60),
+            ]);
+        }
+        out.push_str(&f.render());
+        let _ = writeln!(
+            out,
+            "{} failed job(s) (stop or dispatch again to clear)",
+            v.failed.len()
+        );
+    }
     out
 }
 
@@ -84,6 +102,13 @@ pub(crate) fn job(v: &JobDetailView, payload: &[u8]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "job      {}", v.key);
     let _ = writeln!(out, "state    {}", v.state);
+    if let Some(n) = v.failures {
+        let _ = writeln!(
+            out,
+            "failures {n}, last error: {}",
+            fit(v.last_error.as_deref().unwrap_or(""), 200)
+        );
+    }
     let _ = writeln!(out, "owner    {}", v.owner.as_deref().unwrap_or("-"));
     let _ = writeln!(
         out,

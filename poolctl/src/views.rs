@@ -71,12 +71,27 @@ pub(crate) struct JobsView {
     pub(crate) pool: String,
     pub(crate) server_time_ms: u64,
     pub(crate) jobs: Vec<JobView>,
+    /// Jobs that failed too often and are not restarted.
+    pub(crate) failed: Vec<FailedJobView>,
+}
+
+/// A job that failed for good.
+#[derive(Debug, Serialize)]
+pub(crate) struct FailedJobView {
+    pub(crate) key: String,
+    pub(crate) failures: u32,
+    pub(crate) failed_at_ms: u64,
+    pub(crate) last_error: String,
 }
 
 /// One running job.
 #[derive(Debug, Serialize)]
 pub(crate) struct JobView {
     pub(crate) key: String,
+    /// `running`, or `restarting` (waiting out a backoff after a failure).
+    pub(crate) state: &'static str,
+    /// Consecutive failures before this run (or before the restart).
+    pub(crate) failures: u32,
     pub(crate) owner: String,
     pub(crate) token: u64,
     /// First admission, server time (the job's `created_at`).
@@ -90,8 +105,16 @@ pub(crate) struct JobView {
 pub(crate) struct JobDetailView {
     pub(crate) pool: String,
     pub(crate) key: String,
-    /// `running`, `pending` or `orphaned` (payload only).
+    /// `running`, `restarting`, `pending`, `failed` or `orphaned` (payload
+    /// only).
     pub(crate) state: &'static str,
+    /// Consecutive failures, when the job failed.
+    pub(crate) failures: Option<u32>,
+    /// The last run's error, when the job failed.
+    pub(crate) last_error: Option<String>,
+    /// When a restarting job restarts, or when a failed job failed
+    /// (server time).
+    pub(crate) failure_at_ms: Option<u64>,
     pub(crate) owner: Option<String>,
     pub(crate) token: Option<u64>,
     pub(crate) created_at_ms: Option<u64>,
@@ -381,9 +404,17 @@ pub(crate) fn job_view(
     snap: &PoolSnapshot,
     job: &inspect::JobRecord,
     payload: Option<PayloadSummary>,
+    failure: Option<&inspect::JobFailure>,
 ) -> JobView {
+    // A record about another run is stale (the job moved on since).
+    let failure = failure.filter(|f| f.token == job.token);
     JobView {
         key: job.key.clone(),
+        state: match failure.map(|f| f.state) {
+            Some(inspect::JobFailureState::Restarting) => "restarting",
+            _ => "running",
+        },
+        failures: failure.map_or(0, |f| f.failures),
         owner: job.owner.clone(),
         token: job.token,
         created_at_ms: payload.map(|p| p.created_at_ms),

@@ -416,3 +416,66 @@ async fn read_commands_never_write() {
     assert_eq!(p["excluded"][0]["worker"], worker.as_str());
     assert!(live.run(&["status"]).await.status.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_jobs_show_as_restarting_then_failed() {
+    use flotilla_pool::{DispatchOptions, RestartPolicy};
+    let live = LivePool::start("ctl-failing").await;
+    let node = &live.nodes[0];
+    let give_up =
+        DispatchOptions::default().restart_policy(RestartPolicy::default().max_failures(1));
+    let wait_long = DispatchOptions::default().restart_policy(
+        RestartPolicy::default()
+            .first_delay(Duration::from_secs(60))
+            .max_delay(Duration::from_secs(60))
+            .max_failures(3),
+    );
+    node.dispatch_job_with("fail-now", &b"x"[..], &give_up)
+        .await
+        .unwrap();
+    node.dispatch_job_with("fail-later", &b"x"[..], &wait_long)
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "both jobs recorded their failure",
+        || async {
+            let failed = live.json(&["job", "fail-now"]).await;
+            let later = live.json(&["job", "fail-later"]).await;
+            failed["state"] == "failed" && later["state"] == "restarting"
+        },
+    )
+    .await
+    .unwrap();
+    let failed = live.json(&["job", "fail-now"]).await;
+    assert_eq!(failed["failures"], 1);
+    assert_eq!(failed["last_error"], "bad configuration");
+    let later = live.json(&["job", "fail-later"]).await;
+    assert_eq!(later["failures"], 1);
+    assert!(later["failure_at_ms"].as_u64().unwrap() > 0);
+
+    let jobs = live.json(&["jobs"]).await;
+    let row = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == "fail-later")
+        .unwrap()
+        .clone();
+    assert_eq!(row["state"], "restarting");
+    assert_eq!(row["failures"], 1);
+    assert_eq!(
+        strings(&jobs["failed"], "key"),
+        BTreeSet::from(["fail-now".to_string()])
+    );
+    let text = stdout(&live.run(&["jobs"]).await);
+    assert!(
+        text.contains("restarting") && text.contains("fail-now"),
+        "{text}"
+    );
+
+    // A stop clears the failed job.
+    node.stop_job("fail-now").await.unwrap();
+    let jobs = live.json(&["jobs"]).await;
+    assert!(jobs["failed"].as_array().unwrap().is_empty(), "{jobs}");
+}

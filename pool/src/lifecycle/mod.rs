@@ -17,7 +17,7 @@
 //! stops it for good, and if its worker dies the cleanup restarts it
 //! elsewhere, once.
 
-mod failures;
+pub(crate) mod failures;
 mod restart;
 mod status;
 

@@ -26,7 +26,8 @@ pub struct Seen {
 }
 
 /// A handler recording starts, stops and notifications. Keys starting with
-/// `slow-` wait in `start` until the gate opens.
+/// `slow-` wait in `start` until the gate opens; keys starting with `fail-`
+/// report their run failed right after it started.
 #[derive(Debug, Clone)]
 pub struct Recorder {
     pub worker: Arc<Mutex<String>>,
@@ -42,6 +43,9 @@ impl Handler for Recorder {
             gate.wait_for(|open| *open).await?;
         }
         let worker = self.worker.lock().unwrap().clone();
+        if job.key.starts_with("fail-") {
+            job.outcome().failed("bad configuration");
+        }
         self.seen
             .lock()
             .unwrap()

@@ -476,6 +476,7 @@ impl NodeInner {
                 Value::Bytes(body.clone()),
                 Value::from(INBOX_MAXLEN.to_string()),
                 Value::from(self.options.worker_ttl.as_millis().to_string()),
+                Value::from(self.jobs_revision_floor().to_string()),
             ]);
             let reply: Value = self.scripts.to_owner.run(&self.client, keys, args).await?;
             let (status, rest) = crate::scripts::status_reply(reply)?;

@@ -610,13 +610,16 @@ impl WorkerInner {
 
     async fn on_stop(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
         self.lifecycle.forget(&req.key);
+        let mut held = false;
         if let Some((_, job)) = self.jobs.remove(&req.key) {
+            held = true;
             self.stopped.record(&req.key, job.token);
             if let Err(e) = self.stop_handler(&req.key).await {
                 tracing::warn!(key = %req.key, error = %e, "handler stop failed; job dropped anyway");
             }
         }
         if let Some(job) = self.suspended.lock().await.remove(&req.key) {
+            held = true;
             self.stopped.record(&req.key, job.token);
         }
         let (reply_key, request) = match &req.reply {
@@ -632,6 +635,8 @@ impl WorkerInner {
             Value::from(self.id.as_str()),
             Value::from(event.id.as_str()),
             Value::from(request.to_string()),
+            Value::from(if held { "1" } else { "0" }),
+            Value::from(node.options.worker_ttl.as_millis().to_string()),
         ]);
         let _: String = node.scripts.stopped.run(&node.client, keys, args).await?;
         metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);

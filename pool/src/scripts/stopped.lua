@@ -1,15 +1,28 @@
 -- Records that a worker stopped a job on request: ownership and payload
 -- removed, inbox entry removed, dispatcher answered.
 -- KEYS: base, 9 worker inbox, 10 reply stream
--- ARGV: base, 4 job key, 5 worker id, 6 inbox entry id, 7 reply request (0)
+-- ARGV: base, 4 job key, 5 worker id, 6 inbox entry id, 7 reply request (0),
+--       8 '1' if the worker ran or held the job (suspended) | '0',
+--       9 worker ttl ms (the recovery window after a data loss)
 -- Returns 'ok' | 'retry' (the job moved on or is about to start elsewhere:
 -- the dispatcher sends the request again) | 'not_found'
 local key = ARGV[4]
 local status = 'not_found'
 local owner = owner_of(mget(JOBS, key))
-if owner == ARGV[5] then
+if owner == ARGV[5] and ARGV[8] == '0' and recovering(tonumber(ARGV[9])) then
+  -- A record naming a worker that does not hold the job, while the pool
+  -- recovers from Redis going back in time: it may predate the hand-off
+  -- or restart of a run that goes on elsewhere and has not re-asserted
+  -- yet. Ask again once it has (stopping here would be undone by it).
+  status = 'retry'
+elseif owner == ARGV[5] then
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
+  if ARGV[8] == '0' then
+    -- A stale record: a tombstone token, so that no older copy of the run
+    -- can re-assert over the stop (reassert.lua refuses a lower token).
+    next_token(key)
+  end
   status = 'ok'
 elseif owner or mget(PENDING, key) then
   status = 'retry'

@@ -13,7 +13,6 @@ mod handler;
 mod keys;
 mod lanes;
 mod lease;
-mod maps;
 mod membership;
 mod node;
 mod options;
@@ -21,8 +20,7 @@ mod rebalance;
 mod recorder;
 mod rollback;
 mod routing;
-mod scripts;
-mod start_record;
+mod store;
 #[cfg(test)]
 mod tests;
 mod tombstones;
@@ -45,12 +43,3 @@ pub use routing::Ring;
 pub use scheduler::{Schedule, ScheduleRun, ScheduledJobs};
 pub use ticker::{Tick, Ticker, TickerOptions};
 pub use worker::Worker;
-
-/// Validates a name or key with the rule shared by every Flotilla crate.
-pub(crate) fn check_name(what: &'static str, value: &str) -> Result<()> {
-    flotilla_rmap::check_name(value).map_err(|reason| Error::InvalidName {
-        what,
-        value: value.chars().take(64).collect(),
-        reason,
-    })
-}

@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use dashmap::DashMap;
 use flotilla_streaming::{Event, StartPosition};
-use fred::types::Value;
 use tokio::sync::{Mutex, RwLock, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -16,7 +15,8 @@ use crate::error::{Error, Result};
 use crate::handler::{Handler, Job, guarded};
 use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, LANES, SeenEntries, lane_of};
 use crate::node::{Node, NodeInner};
-use crate::start_record::StartRecord;
+use crate::store::records::job_owner;
+use crate::store::{Answer, Claimed, Moved, Reasserted, StartKept, StartToRecord};
 
 /// A request is forwarded at most this many times when views of the ring
 /// disagree; then the receiving worker takes it.
@@ -140,6 +140,7 @@ impl Worker {
                 .await?;
             inner.register_worker(&id).await?;
             inner
+                .store
                 .maps
                 .workers
                 .wait_for(inner.options.dispatch_timeout, |m| m.contains_key(&id))
@@ -254,9 +255,13 @@ impl WorkerInner {
             .reassert(self, key, &job, crate::lease::Reassert::Running)
             .await
         {
-            Ok(s) if s == "ok" => {}
+            Ok(Reasserted::Ok) => {}
             Ok(status) => {
-                tracing::info!(key, status, "a newer start exists; stopping the local run");
+                tracing::info!(
+                    key,
+                    status = status.as_str(),
+                    "a newer start exists; stopping the local run"
+                );
                 if self.jobs.remove(key).is_some() {
                     let _ = self.stop_handler(key).await;
                 }
@@ -420,13 +425,12 @@ impl WorkerInner {
                     None,
                 )
                 .await?
-                .as_str()
             {
-                "ok" | "gone" => return Ok(()),
-                _ => node.refresh_ring(), // target left: run it here
+                Moved::Ok | Moved::Gone => return Ok(()),
+                Moved::NoTarget => node.refresh_ring(), // target left: run it here
             }
         }
-        let start = StartRecord::new(node, &self.id, event, &entry)?;
+        let start = self.start_to_record(node, event, &entry)?;
         if self.stopped.covers(&key, entry.token) {
             // A start this worker ran and then stopped on request, back in
             // its inbox because Redis went back in time: the stop stands.
@@ -435,7 +439,10 @@ impl WorkerInner {
                 token = entry.token,
                 "start of a run stopped here already; dropped"
             );
-            let _ = start.finish(node, "superseded").await?;
+            let _ = node
+                .store
+                .started(&start, Answer::Superseded, node.options.worker_ttl)
+                .await?;
             return Ok(());
         }
         if let Some(running) = self.jobs.get(&key).map(|j| j.token)
@@ -444,24 +451,32 @@ impl WorkerInner {
             if running > entry.token {
                 // An older start that was moved on and came back: the key
                 // runs here already.
-                let _ = start.finish(node, "superseded").await?;
+                let _ = node
+                    .store
+                    .started(&start, Answer::Superseded, node.options.worker_ttl)
+                    .await?;
                 return Ok(());
             }
             // This very start, read again by a rewind because recording it
             // failed: record it now (it may be recorded already).
-            let status = start.record(node).await?;
-            if status == "recovering" {
+            let status = node.recorder.submit(start).await?;
+            if status == StartKept::Recovering {
                 self.reassert_start(node, &key).await;
-            } else if status != "ok" {
-                tracing::warn!(key, status, "start not kept; stopping the local run");
+            } else if status != StartKept::Ok {
+                tracing::warn!(
+                    key,
+                    status = status.as_str(),
+                    "start not kept; stopping the local run"
+                );
                 let _ = self.stop_handler(&key).await;
                 self.jobs.remove(&key);
             }
             return Ok(());
         }
-        let superseded = node.maps.jobs.get(&key).is_some_and(|v| {
-            crate::maps::job_owner(&v).is_some_and(|(w, t)| w != self.id && t >= entry.token)
-        });
+        let superseded =
+            node.store.maps.jobs.get(&key).is_some_and(|v| {
+                job_owner(&v).is_some_and(|(w, t)| w != self.id && t >= entry.token)
+            });
         if superseded {
             // Another worker runs this key with a token at least as new (a
             // start that was moved on while this process was cut off or
@@ -472,7 +487,10 @@ impl WorkerInner {
                 token = entry.token,
                 "stale start dropped: the key runs elsewhere"
             );
-            let _ = start.finish(node, "superseded").await?;
+            let _ = node
+                .store
+                .started(&start, Answer::Superseded, node.options.worker_ttl)
+                .await?;
             return Ok(());
         }
         if self.jobs.contains_key(&key) {
@@ -498,13 +516,14 @@ impl WorkerInner {
         let fresh = node.start_is_fresh(&event.id);
         if !fresh {
             metrics::counter!("flotilla_pool_start_claims_total").increment(1);
-            let claim: String = node
-                .scripts
-                .claim_start
-                .run(&node.client, start.claim_keys(node), start.args(node))
-                .await?;
-            if claim != "ok" {
-                tracing::info!(key, token = entry.token, claim, "start not claimed");
+            let claim = node.store.claim_start(&start).await?;
+            if claim != Claimed::Ok {
+                tracing::info!(
+                    key,
+                    token = entry.token,
+                    claim = claim.as_str(),
+                    "start not claimed"
+                );
                 return Ok(());
             }
         }
@@ -518,13 +537,7 @@ impl WorkerInner {
             Err(message) => {
                 tracing::info!(key, error = %message, "handler refused to start job");
                 metrics::counter!("flotilla_pool_start_failed_total").increment(1);
-                let mut args = start.args(node);
-                args.push(Value::from(message));
-                let _: Value = node
-                    .scripts
-                    .start_failed
-                    .run(&node.client, start.keys(node), args)
-                    .await?;
+                node.store.start_failed(&start, &message).await?;
                 Ok(())
             }
             Ok(()) => {
@@ -553,20 +566,22 @@ impl WorkerInner {
                 // Stopping instead would lose a job that Redis records as
                 // running here.
                 let status = if fresh {
-                    start.record(node).await?
+                    node.recorder.submit(start).await?
                 } else {
-                    start.finish(node, "ok").await?
+                    node.store
+                        .started(&start, Answer::Ok, node.options.worker_ttl)
+                        .await?
                 };
-                if status == "recovering" {
+                if status == StartKept::Recovering {
                     // Redis lost its data or went back in time since the
                     // entry was written: the run stays and is re-asserted
                     // now (and again when the worker registers again).
                     tracing::warn!(key, "start lost with Redis's data; re-asserting it");
                     self.reassert_start(node, &key).await;
-                } else if status != "ok" {
+                } else if status != StartKept::Ok {
                     tracing::warn!(
                         key,
-                        status,
+                        status = status.as_str(),
                         "start not kept (superseded, or the worker is being cleaned up); stopping the local run"
                     );
                     let _ = self.stop_handler(&key).await;
@@ -587,6 +602,27 @@ impl WorkerInner {
         }
     }
 
+    /// The Redis side of start entry `event` in this worker's inbox.
+    fn start_to_record(
+        &self,
+        node: &NodeInner,
+        event: &Event,
+        entry: &StartEntry,
+    ) -> Result<StartToRecord> {
+        let reply = match &entry.reply {
+            Some(r) => Some((node.reply_key(&r.node)?, r.request)),
+            None => None,
+        };
+        Ok(StartToRecord {
+            key: entry.body.key.clone(),
+            token: entry.token,
+            worker: self.id.clone(),
+            inbox: node.inbox(&self.id)?.key().to_string(),
+            entry_id: event.id.clone(),
+            reply,
+        })
+    }
+
     async fn on_stop(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
         if let Some((_, job)) = self.jobs.remove(&req.key) {
             self.stopped.record(&req.key, job.token);
@@ -597,21 +633,22 @@ impl WorkerInner {
         if let Some(job) = self.suspended.lock().await.remove(&req.key) {
             self.stopped.record(&req.key, job.token);
         }
-        let (reply_key, request) = match &req.reply {
-            Some(r) => (node.reply_key(&r.node)?, r.request),
-            None => (node.inbox(&self.id)?.key().to_string(), 0),
+        let reply = match &req.reply {
+            Some(r) => Some((node.reply_key(&r.node)?, r.request)),
+            None => None,
         };
-        let mut keys = node.maps.base_keys();
-        keys.push(node.inbox(&self.id)?.key().to_string());
-        keys.push(reply_key);
-        let mut args = node.maps.base_args();
-        args.extend([
-            Value::from(req.key.as_str()),
-            Value::from(self.id.as_str()),
-            Value::from(event.id.as_str()),
-            Value::from(request.to_string()),
-        ]);
-        let _: String = node.scripts.stopped.run(&node.client, keys, args).await?;
+        let inbox = node.inbox(&self.id)?;
+        node.store
+            .stopped(
+                &req.key,
+                &self.id,
+                inbox.key(),
+                &event.id,
+                reply
+                    .as_ref()
+                    .map(|(stream, request)| (stream.as_str(), *request)),
+            )
+            .await?;
         metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);
         Ok(())
     }
@@ -624,10 +661,11 @@ impl WorkerInner {
         let target = if notify {
             (!self.jobs.contains_key(&req.key) && req.hops < MAX_HOPS)
                 .then(|| {
-                    node.maps
+                    node.store
+                        .maps
                         .jobs
                         .get(&req.key)
-                        .and_then(|v| crate::maps::job_owner(&v).map(|(w, _)| w.to_string()))
+                        .and_then(|v| job_owner(&v).map(|(w, _)| w.to_string()))
                 })
                 .flatten()
                 .filter(|owner| *owner != self.id)
@@ -642,7 +680,7 @@ impl WorkerInner {
             let moved = node
                 .move_entry(&self.id, &target, &event.id, &event.name, fwd, None)
                 .await?;
-            if moved == "ok" || moved == "gone" {
+            if moved != Moved::NoTarget {
                 return Ok(());
             }
         }

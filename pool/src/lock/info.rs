@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::types::Value;
 
-use super::script::{string_at, u64_at};
 use crate::error::Result;
+use crate::store::call::{string_at, u64_at};
 
 /// A lock's holder record as stored in Redis, read by
 /// [`ClusterLock::info`](super::ClusterLock::info) and

@@ -1,0 +1,1 @@
+//! Tests of every script against a real Redis, through PoolStore alone.

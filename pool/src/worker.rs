@@ -252,7 +252,7 @@ impl WorkerInner {
             return;
         };
         match node
-            .reassert(self, key, &job, crate::lease::Reassert::Running)
+            .reassert(self, key, &job, crate::store::Reassert::Running)
             .await
         {
             Ok(Reasserted::Ok) => {}

@@ -55,7 +55,7 @@ impl LockInfo {
             Value::Array(values) if values.is_empty() => return Ok(None),
             Value::Array(values) => values,
             other => {
-                return Err(crate::Error::Malformed {
+                return Err(crate::error::Error::Malformed {
                     what: "lock holder record",
                     reason: format!("expected an array, got {other:?}"),
                 });

@@ -20,6 +20,7 @@ mod rebalance;
 mod recorder;
 mod rollback;
 mod routing;
+mod start;
 mod store;
 #[cfg(test)]
 mod tests;

@@ -81,11 +81,7 @@ impl WorkerInner {
                 token = entry.token,
                 "start of a run stopped here already; dropped"
             );
-            let _ = node
-                .store
-                .started(&start, Answer::Superseded, node.options.worker_ttl)
-                .await?;
-            return Ok(());
+            return drop_superseded(node, &start).await;
         }
         if let Some(running) = self.jobs.get(&key).map(|j| j.token)
             && running >= entry.token
@@ -93,11 +89,7 @@ impl WorkerInner {
             if running > entry.token {
                 // An older start that was moved on and came back: the key
                 // runs here already.
-                let _ = node
-                    .store
-                    .started(&start, Answer::Superseded, node.options.worker_ttl)
-                    .await?;
-                return Ok(());
+                return drop_superseded(node, &start).await;
             }
             // This very start, read again by a rewind because recording it
             // failed: record it now (it may be recorded already).
@@ -129,11 +121,7 @@ impl WorkerInner {
                 token = entry.token,
                 "stale start dropped: the key runs elsewhere"
             );
-            let _ = node
-                .store
-                .started(&start, Answer::Superseded, node.options.worker_ttl)
-                .await?;
-            return Ok(());
+            return drop_superseded(node, &start).await;
         }
         if self.jobs.contains_key(&key) {
             // Started again while running here: stop the old run first so
@@ -264,4 +252,13 @@ impl WorkerInner {
             reply,
         })
     }
+}
+
+/// Drops a start entry whose key runs elsewhere (or here with a newer
+/// token): entry removed, dispatcher told `superseded`.
+async fn drop_superseded(node: &NodeInner, start: &StartToRecord) -> Result<()> {
+    node.store
+        .started(start, Answer::Superseded, node.options.worker_ttl)
+        .await?;
+    Ok(())
 }

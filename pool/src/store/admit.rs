@@ -64,7 +64,7 @@ pub(crate) enum Admitted {
 
 impl Admitted {
     /// The script's word for this outcome.
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub(crate) fn as_str(&self) -> &'static str {
         match self {
             Admitted::Ok { .. } => "ok",

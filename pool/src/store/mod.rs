@@ -2,7 +2,7 @@
 //! joins, every Lua script of the pool with one typed method each (KEYS
 //! and ARGV are built here alone, from named arguments), the replies
 //! parsed once into enums (a status a script does not return is an
-//! [`Error::Malformed`](crate::Error::Malformed)), and the few plain
+//! [`Error::Malformed`](crate::error::Error::Malformed)), and the few plain
 //! commands the pool sends.
 //!
 //! ```text

@@ -148,38 +148,6 @@ fn answer<R>(
     }
 }
 
-/// KEYS of a batched script call: fixed keys first, then every other key
-/// the items name, once, which items refer to by its 1-based index.
-pub(crate) struct BatchKeys {
-    keys: Vec<String>,
-    index: std::collections::HashMap<String, usize>,
-}
-
-impl BatchKeys {
-    /// Starts with the script's fixed keys.
-    pub(crate) fn new(fixed: Vec<String>) -> BatchKeys {
-        BatchKeys {
-            keys: fixed,
-            index: std::collections::HashMap::new(),
-        }
-    }
-
-    /// The 1-based index of `key` in KEYS, added on first use.
-    pub(crate) fn index_of(&mut self, key: &str) -> usize {
-        if let Some(i) = self.index.get(key) {
-            return *i;
-        }
-        self.keys.push(key.to_string());
-        self.index.insert(key.to_string(), self.keys.len());
-        self.keys.len()
-    }
-
-    /// The KEYS list.
-    pub(crate) fn into_keys(self) -> Vec<String> {
-        self.keys
-    }
-}
-
 /// One item's copy of its batch's error, still matchable: connection
 /// trouble stays [`Error::Unavailable`], a Redis error stays
 /// [`Error::Redis`].
@@ -199,15 +167,6 @@ fn copy_error(e: &Error, what: &'static str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn batch_keys_name_each_key_once_after_the_fixed_ones() {
-        let mut keys = BatchKeys::new(vec!["a".into(), "b".into()]);
-        assert_eq!(keys.index_of("x"), 3);
-        assert_eq!(keys.index_of("y"), 4);
-        assert_eq!(keys.index_of("x"), 3);
-        assert_eq!(keys.into_keys(), ["a", "b", "x", "y"]);
-    }
 
     /// Items queued while a call is in flight go out together, each gets
     /// its own answer, and a failed call fails each of its items.

@@ -15,13 +15,14 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use fred::prelude::*;
-use fred::types::Value;
 use tokio::time::Instant;
 
 use crate::codec::{self, EV_START, KeyedRequest, StartEntry};
 use crate::error::{Error, Result};
-use crate::maps::{job_owner, pending_guard};
 use crate::node::NodeInner;
+use crate::store::call::from_redis;
+use crate::store::records::{WorkerEntry, job_owner, pending_guard};
+use crate::store::{ClaimStatus, Handoff, Moved, Removed};
 
 /// Most inbox entries read per page when moving a dead worker's inbox.
 const INBOX_PAGE: u64 = 200;
@@ -44,7 +45,7 @@ impl NodeInner {
 
     /// One pass: dead workers, stale nodes, stale pending guards, orphans.
     pub(crate) async fn sweep(&self, orphans: &mut HashMap<String, Instant>) -> Result<()> {
-        let now = self.server_time_ms().await?;
+        let now = self.store.server_time_ms().await?;
         if !self.recently_connected().await {
             self.clean_dead_workers(now).await;
         }
@@ -52,35 +53,15 @@ impl NodeInner {
         self.requeue_orphans(orphans).await
     }
 
-    /// Redis server time in ms.
-    pub(crate) async fn server_time_ms(&self) -> Result<u64> {
-        let (secs, micros): (String, String) = self
-            .client
-            .custom(
-                fred::types::CustomCommand::new_static(
-                    "TIME",
-                    fred::types::ClusterHash::FirstKey,
-                    false,
-                ),
-                Vec::<String>::new(),
-            )
-            .await
-            .map_err(crate::error::from_redis)?;
-        let secs: u64 = secs.parse().unwrap_or_default();
-        let micros: u64 = micros.parse().unwrap_or_default();
-        Ok(secs * 1000 + micros / 1000)
-    }
-
     async fn clean_dead_workers(&self, now: u64) {
         let ttl = self.options.worker_ttl.as_millis() as u64;
-        let keepalive = self.maps.keepalive.snapshot();
-        for (worker, raw) in self.maps.workers.snapshot().iter() {
+        let keepalive = self.store.maps.keepalive.snapshot();
+        for (worker, raw) in self.store.maps.workers.snapshot().iter() {
             if self.workers.contains_key(worker) {
                 continue;
             }
-            let created = serde_json::from_str::<serde_json::Value>(raw)
-                .ok()
-                .and_then(|v| v["created_at_ms"].as_u64())
+            let created = WorkerEntry::parse(raw)
+                .and_then(|w| w.created_at_ms)
                 .unwrap_or(0);
             let last = keepalive
                 .get(worker)
@@ -105,12 +86,12 @@ impl NodeInner {
             }
         }
         // Nodes silent for two TTLs: drop their entry and reply stream.
-        for (node, raw) in self.maps.nodes.snapshot().iter() {
+        for (node, raw) in self.store.maps.nodes.snapshot().iter() {
             let last: u64 = raw.parse().unwrap_or(0);
             if *node != self.id && now.saturating_sub(last) > 2 * ttl {
-                if let Ok(true) = self.maps.nodes.test_and_delete(node, raw).await {
+                if let Ok(true) = self.store.maps.nodes.test_and_delete(node, raw).await {
                     if let Ok(key) = self.reply_key(node) {
-                        let _: std::result::Result<i64, _> = self.client.del(key).await;
+                        let _: std::result::Result<i64, _> = self.store.client.del(key).await;
                     }
                     tracing::info!(node, "stale node removed");
                 }
@@ -123,34 +104,18 @@ impl NodeInner {
     /// (its cleaner died) is taken over. Returns how long the worker was
     /// silent when the claim is ours.
     async fn claim_cleanup(&self, worker: &str) -> Result<Option<u64>> {
-        let cleanup = self.maps.cleanup.keys_info();
-        let mut keys = self.maps.base_keys();
-        keys.extend([
-            self.maps.keepalive.keys_info().hash.clone(),
-            cleanup.hash.clone(),
-            cleanup.revision.clone(),
-        ]);
-        let mut args = self.maps.base_args();
-        args.extend([
-            Value::from(cleanup.channel.as_str()),
-            Value::from(worker),
-            Value::from(self.id.as_str()),
-            Value::from(self.options.worker_ttl.as_millis().to_string()),
-        ]);
-        let reply: Value = self
-            .scripts
-            .claim_cleanup
-            .run(&self.client, keys, args)
+        let claim = self
+            .store
+            .claim_cleanup(worker, &self.id, self.options.worker_ttl)
             .await?;
-        let (status, rest) = crate::scripts::status_reply(reply)?;
-        let silent_ms = rest.first().and_then(Value::as_u64).unwrap_or(0);
-        match status.as_str() {
-            "claimed" => Ok(Some(silent_ms)),
-            "taken_over" => {
+        let silent_ms = claim.silent_ms;
+        match claim.status {
+            ClaimStatus::Claimed => Ok(Some(silent_ms)),
+            ClaimStatus::TakenOver => {
                 tracing::info!(worker, "took over a stale cleanup claim");
                 Ok(Some(silent_ms))
             }
-            "alive" => {
+            ClaimStatus::Alive => {
                 tracing::debug!(
                     worker,
                     silent_ms,
@@ -158,7 +123,7 @@ impl NodeInner {
                 );
                 Ok(None)
             }
-            _ => Ok(None),
+            ClaimStatus::ClaimedByOther | ClaimStatus::Gone => Ok(None),
         }
     }
 
@@ -172,6 +137,7 @@ impl NodeInner {
     /// Requeues every job the jobs map says `worker` owns.
     pub(crate) async fn requeue_owned_by(&self, worker: &str) {
         let owned: Vec<String> = self
+            .store
             .maps
             .jobs
             .snapshot()
@@ -201,14 +167,14 @@ impl NodeInner {
         let attempt = || async {
             let ring = self.ring.load_full();
             let Some(target) = ring.owner_excluding(key, from).map(str::to_string) else {
-                return Ok::<_, Error>("no_worker".to_string());
+                return Ok::<_, Error>(None);
             };
             let status = self.handoff(key, from, &target).await?;
-            if status == "no_target" {
+            if status == Handoff::NoTarget {
                 self.refresh_ring();
                 return Err(Error::NoActiveWorker(self.pool.clone()));
             }
-            Ok(status)
+            Ok(Some(status))
         };
         let result = attempt
             .retry(
@@ -220,10 +186,10 @@ impl NodeInner {
             .when(|e| !matches!(e, Error::Closed))
             .await;
         match result {
-            Ok(status) if status == "ok" => {
+            Ok(Some(Handoff::Ok { .. })) => {
                 metrics::counter!("flotilla_pool_requeued_total").increment(1);
             }
-            Ok(status) if status == "no_worker" => {
+            Ok(None) => {
                 // Nobody to take it: release ownership so that the orphan
                 // sweep requeues it once a worker joins.
                 let _ = self.release_job(key, from).await;
@@ -237,10 +203,10 @@ impl NodeInner {
 
     /// Drops `from`'s ownership of `key`, keeping the payload.
     async fn release_job(&self, key: &str, from: &str) -> Result<()> {
-        if let Some(v) = self.maps.jobs.get(key)
+        if let Some(v) = self.store.maps.jobs.get(key)
             && job_owner(&v).is_some_and(|(w, _)| w == from)
         {
-            self.maps.jobs.test_and_delete(key, &v).await?;
+            self.store.maps.jobs.test_and_delete(key, &v).await?;
         }
         Ok(())
     }
@@ -252,10 +218,11 @@ impl NodeInner {
         let mut start = "-".to_string();
         loop {
             let entries: Vec<(String, HashMap<String, Bytes>)> = self
+                .store
                 .client
                 .xrange(inbox.key(), start.as_str(), "+", Some(INBOX_PAGE))
                 .await
-                .map_err(crate::error::from_redis)?;
+                .map_err(from_redis)?;
             if entries.is_empty() {
                 return Ok(());
             }
@@ -288,10 +255,11 @@ impl NodeInner {
             Err(e) => {
                 tracing::warn!(worker, id, error = %e, "malformed inbox entry dead-lettered during cleanup");
                 let _: i64 = self
+                    .store
                     .client
                     .xdel(self.inbox(worker)?.key(), id)
                     .await
-                    .map_err(crate::error::from_redis)?;
+                    .map_err(from_redis)?;
                 return Ok(());
             }
         };
@@ -301,10 +269,11 @@ impl NodeInner {
             // a stop or notify for a job nobody runs has nowhere to go.
             tracing::info!(worker, id, key, event = %name, "no worker left for inbox entry; dropping it");
             let _: i64 = self
+                .store
                 .client
                 .xdel(self.inbox(worker)?.key(), id)
                 .await
-                .map_err(crate::error::from_redis)?;
+                .map_err(from_redis)?;
             return Ok(());
         }
         let attempt = || async {
@@ -323,13 +292,12 @@ impl NodeInner {
                     (name == EV_START).then_some(key.as_str()),
                 )
                 .await?
-                .as_str()
             {
-                "no_target" => {
+                Moved::NoTarget => {
                     self.refresh_ring();
                     Err(Error::NoActiveWorker(self.pool.clone()))
                 }
-                _ => Ok(()),
+                Moved::Ok | Moved::Gone => Ok(()),
             }
         };
         attempt
@@ -347,28 +315,9 @@ impl NodeInner {
     /// once its inbox is empty; moves late entries first.
     pub(crate) async fn remove_worker_entry(&self, worker: &str) -> Result<()> {
         for _ in 0..5 {
-            let ka = self.maps.keepalive.keys_info();
-            let cl = self.maps.cleanup.keys_info();
-            let mut keys = self.maps.base_keys();
-            keys.extend([
-                ka.hash.clone(),
-                ka.revision.clone(),
-                cl.hash.clone(),
-                cl.revision.clone(),
-                self.inbox(worker)?.key().to_string(),
-            ]);
-            let mut args = self.maps.base_args();
-            args.extend([
-                Value::from(ka.channel.clone()),
-                Value::from(cl.channel.clone()),
-                Value::from(worker),
-            ]);
-            let status: String = self
-                .scripts
-                .remove_worker
-                .run(&self.client, keys, args)
-                .await?;
-            if status == "ok" {
+            let inbox = self.inbox(worker)?;
+            let status = self.store.remove_worker(worker, inbox.key()).await?;
+            if status == Removed::Ok {
                 self.inboxes.remove(worker);
                 return Ok(());
             }
@@ -380,12 +329,12 @@ impl NodeInner {
     /// Removes pending guards whose deadline (server time) passed; the job
     /// then shows up as an orphan and is requeued after the grace period.
     async fn clean_stale_pending(&self, now: u64) {
-        for (key, value) in self.maps.pending.snapshot().iter() {
+        for (key, value) in self.store.maps.pending.snapshot().iter() {
             let Some((_, deadline)) = pending_guard(value) else {
                 continue;
             };
             if deadline < now {
-                match self.maps.pending.test_and_delete(key, value).await {
+                match self.store.maps.pending.test_and_delete(key, value).await {
                     Ok(true) => tracing::info!(key, "stale pending dispatch removed"),
                     Ok(false) => {}
                     Err(e) => tracing::warn!(key, error = %e, "removing stale pending failed"),
@@ -397,14 +346,10 @@ impl NodeInner {
     /// Requeues jobs that have a payload but neither a live owner nor a
     /// pending dispatch, once they stayed so for the orphan grace period.
     async fn requeue_orphans(&self, seen: &mut HashMap<String, Instant>) -> Result<()> {
-        let stored: Vec<String> = self
-            .client
-            .hkeys(self.maps.payloads_key())
-            .await
-            .map_err(crate::error::from_redis)?;
-        let jobs = self.maps.jobs.snapshot();
-        let pending = self.maps.pending.snapshot();
-        let workers = self.maps.workers.snapshot();
+        let stored = self.store.payload_keys().await?;
+        let jobs = self.store.maps.jobs.snapshot();
+        let pending = self.store.maps.pending.snapshot();
+        let workers = self.store.maps.workers.snapshot();
         let mut current = HashMap::new();
         for key in stored {
             if pending.contains_key(&key) {
@@ -424,7 +369,7 @@ impl NodeInner {
                 let ring = self.ring.load_full();
                 if let Some(target) = ring.owner(&key) {
                     match self.handoff(&key, &owner, target).await {
-                        Ok(s) if s == "ok" => {
+                        Ok(Handoff::Ok { .. }) => {
                             tracing::warn!(key, previous_owner = %owner, "orphaned job requeued");
                             metrics::counter!("flotilla_pool_orphans_requeued_total").increment(1);
                             continue;

@@ -5,14 +5,14 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fred::prelude::*;
-use fred::types::Value;
 use tokio::time::Instant;
 
 use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_STOP, JobBody, KeyedRequest, Reply, ReplyTo};
 use crate::error::{Error, Result};
-use crate::node::{Node, NodeInner, SHUTDOWN_FLAG};
+use crate::keys::{self, SHUTDOWN_FLAG, check_name};
+use crate::node::{Node, NodeInner};
 use crate::options::DispatchOptions;
+use crate::store::{self, Admitted};
 
 /// Where a stop or notify request went.
 enum Routed {
@@ -53,9 +53,6 @@ impl SettlePause {
         Ok(())
     }
 }
-
-/// Bound of the reply streams (approximate MAXLEN).
-pub(crate) const INBOX_MAXLEN: u64 = 0;
 
 impl Node {
     /// Starts job `key` on the worker that owns it, and returns once that
@@ -145,7 +142,7 @@ impl Node {
     #[tracing::instrument(name = "stop_job", skip(self), fields(pool = %self.inner.pool))]
     pub async fn stop_job(&self, key: &str) -> Result<()> {
         self.inner.check_open()?;
-        crate::check_name("job key", key)?;
+        check_name("job key", key)?;
         let mut pause = SettlePause::new(self.inner.options.dispatch_timeout);
         loop {
             let (request, rx) = self.inner.register_waiter();
@@ -175,7 +172,7 @@ impl Node {
                 Err(Error::JobNotFound(_)) => {
                     self.inner.waiters.remove(&request);
                     // A job that failed for good is shown until stopped.
-                    if self.inner.forget_failed_job(key).await? {
+                    if self.inner.store.forget_failed_job(key).await? {
                         return Ok(());
                     }
                     return Err(Error::JobNotFound(key.to_string()));
@@ -212,7 +209,7 @@ impl Node {
     /// [`Error::Closed`], Redis errors.
     pub async fn notify_worker(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
         self.inner.check_open()?;
-        crate::check_name("job key", key)?;
+        check_name("job key", key)?;
         let payload = self.inner.check_payload(payload.into())?;
         let body = codec::encode(&KeyedRequest {
             key: key.to_string(),
@@ -235,7 +232,7 @@ impl Node {
     /// [`Error::PayloadTooLarge`], [`Error::Closed`], Redis errors.
     pub async fn dispatch_message(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
         self.inner.check_open()?;
-        crate::check_name("message key", key)?;
+        check_name("message key", key)?;
         let payload = self.inner.check_payload(payload.into())?;
         let deadline = Instant::now() + self.inner.options.dispatch_timeout;
         let owner = self.inner.wait_for_owner(key, deadline).await?;
@@ -247,24 +244,13 @@ impl Node {
         });
         let inbox = self.inner.inbox(&owner)?;
         // Fail fast like every other call while Redis does not answer (I7).
-        match tokio::time::timeout(
+        store::call::within(
             self.inner.options.redis_timeout,
+            "message",
             inbox.add(EV_MESSAGE, body),
         )
-        .await
-        {
-            Ok(added) => {
-                added?;
-                Ok(())
-            }
-            Err(_) => Err(Error::Unavailable(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                format!(
-                    "no answer from Redis within {:?} (message)",
-                    self.inner.options.redis_timeout
-                ),
-            ))),
-        }
+        .await?;
+        Ok(())
     }
 
     /// The payload of a running or pending job, read from Redis.
@@ -272,14 +258,8 @@ impl Node {
     /// # Errors
     /// [`Error::InvalidName`], Redis errors, [`Error::Malformed`].
     pub async fn job_payload(&self, key: &str) -> Result<Option<Bytes>> {
-        crate::check_name("job key", key)?;
-        let stored: Option<Bytes> = crate::scripts::bounded(
-            self.inner.options.redis_timeout,
-            "read payload",
-            self.inner.client.hget(self.inner.maps.payloads_key(), key),
-        )
-        .await?;
-        match stored {
+        check_name("job key", key)?;
+        match self.inner.store.payload(key).await? {
             None => Ok(None),
             Some(raw) => Ok(Some(Bytes::from(codec::parse_stored(&raw)?.1.payload))),
         }
@@ -291,7 +271,7 @@ impl NodeInner {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if self.maps.shutdown.contains_key(SHUTDOWN_FLAG) {
+        if self.store.maps.shutdown.contains_key(SHUTDOWN_FLAG) {
             return Err(Error::ShuttingDown(self.pool.clone()));
         }
         Ok(())
@@ -309,10 +289,10 @@ impl NodeInner {
 
     async fn dispatch(&self, key: &str, payload: Bytes, options: &DispatchOptions) -> Result<()> {
         self.check_open()?;
-        crate::check_name("job key", key)?;
+        check_name("job key", key)?;
         options.validate()?;
         let payload = self.check_payload(payload)?;
-        let marker = crate::keys::dispatched(&self.pool, key);
+        let marker = keys::dispatched(&self.pool, key);
         let window_ms = options
             .idempotency_window
             .map_or(0, |w| w.as_millis().max(1) as u64);
@@ -333,7 +313,7 @@ impl NodeInner {
             let owner = self.wait_for_owner(key, deadline).await?;
             let inbox = self.inbox(&owner)?.key().to_string();
             let (request, rx) = self.register_waiter();
-            let admission = crate::admission::Admission {
+            let admission = store::Admission {
                 key: key.to_string(),
                 body: body.clone(),
                 owner: owner.clone(),
@@ -343,22 +323,21 @@ impl NodeInner {
                 window_ms,
                 schedule: schedule.clone(),
             };
-            let (status, rest) = match self.admitter.submit(admission).await {
-                Ok(reply) => reply,
+            let admitted = match self.admitter.submit(admission).await {
+                Ok(admitted) => admitted,
                 Err(e) => {
                     self.waiters.remove(&request);
                     return Err(e);
                 }
             };
-            match status.as_str() {
-                "ok" => {
+            match admitted {
+                Admitted::Ok { token } => {
                     tracing::debug!(key, owner = %owner, "job admitted");
                     let reply = self.await_reply(request, rx, deadline).await?;
                     return match reply.status.as_str() {
                         "ok" => Ok(()),
                         "failed" => {
                             if window_ms > 0 {
-                                let token = rest.first().and_then(Value::as_u64).unwrap_or(0);
                                 self.unmark(&marker, token).await;
                             }
                             Err(crate::error::start_refused(key, reply.message))
@@ -370,29 +349,27 @@ impl NodeInner {
                         }),
                     };
                 }
-                "exists" => {
+                Admitted::Exists => {
                     self.waiters.remove(&request);
                     return Err(Error::JobExists(key.to_string()));
                 }
-                "recent" => {
+                Admitted::Recent(retry_after) => {
                     self.waiters.remove(&request);
-                    let left = rest.first().and_then(Value::as_u64).unwrap_or_default();
                     return Err(Error::AlreadyDispatched {
                         key: key.to_string(),
-                        retry_after: Duration::from_millis(left),
+                        retry_after,
                     });
                 }
-                "not_leader" => {
+                Admitted::NotLeader => {
                     self.waiters.remove(&request);
                     let name = options.schedule.as_ref().map(|f| f.name.clone());
                     return Err(Error::NotLeader(name.unwrap_or_default()));
                 }
-                "full" => {
+                Admitted::Full(len) => {
                     self.waiters.remove(&request);
-                    let len = rest.first().and_then(|v| v.as_u64()).unwrap_or_default();
                     return Err(Error::PoolFull(len));
                 }
-                "recovering" => {
+                Admitted::Recovering => {
                     // Redis lost the pool's data: workers are re-asserting
                     // their jobs. Admit nothing until they are done.
                     self.waiters.remove(&request);
@@ -402,7 +379,7 @@ impl NodeInner {
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                "no_worker" => {
+                Admitted::NoWorker => {
                     // Our view of the ring is behind: the owner left or is
                     // being cleaned. Wait for the view to move, then retry.
                     self.waiters.remove(&request);
@@ -414,13 +391,6 @@ impl NodeInner {
                     let _ =
                         tokio::time::timeout(Duration::from_millis(50), version.changed()).await;
                 }
-                other => {
-                    self.waiters.remove(&request);
-                    return Err(Error::Malformed {
-                        what: "admission reply",
-                        reason: format!("unknown status {other:?}"),
-                    });
-                }
             }
         }
     }
@@ -428,14 +398,10 @@ impl NodeInner {
     /// Removes the idempotency marker of a refused start (best effort: a
     /// marker left behind only delays a retry until the window ends).
     async fn unmark(&self, marker: &str, token: u64) {
-        let result: Result<i64> = crate::lock::script::call(
-            &self.client,
-            &crate::scripts::UNMARK,
-            vec![marker.to_string()],
-            vec![token.to_string()],
-            self.options.dispatch_timeout,
-        )
-        .await;
+        let result = self
+            .store
+            .unmark(marker, token, self.options.dispatch_timeout)
+            .await;
         if let Err(error) = result {
             tracing::warn!(marker, %error, "could not remove the idempotency marker of a refused start");
         }
@@ -460,43 +426,31 @@ impl NodeInner {
     /// Queues `event` at the owner of job `key` (stop, notify).
     async fn to_owner(&self, key: &str, event: &str, body: Bytes) -> Result<Routed> {
         let mut owner = self
+            .store
             .maps
             .jobs
             .get(key)
-            .and_then(|v| crate::maps::job_owner(&v).map(|(w, _)| w.to_string()))
+            .and_then(|v| store::records::job_owner(&v).map(|(w, _)| w.to_string()))
             .unwrap_or_else(|| "-".to_string());
         for _ in 0..5 {
-            let mut keys = self.maps.base_keys();
-            keys.push(self.inbox(&owner)?.key().to_string());
-            let mut args = self.maps.base_args();
-            args.extend([
-                Value::from(key),
-                Value::from(owner.as_str()),
-                Value::from(event),
-                Value::Bytes(body.clone()),
-                Value::from(INBOX_MAXLEN.to_string()),
-                Value::from(self.options.worker_ttl.as_millis().to_string()),
-                Value::from(self.jobs_revision_floor().to_string()),
-            ]);
-            let reply: Value = self.scripts.to_owner.run(&self.client, keys, args).await?;
-            let (status, rest) = crate::scripts::status_reply(reply)?;
-            match status.as_str() {
-                "ok" => return Ok(Routed::Queued),
-                "pending" => return Ok(Routed::Pending),
-                "stopped" => return Ok(Routed::Stopped),
-                "not_found" => return Err(Error::JobNotFound(key.to_string())),
-                "moved" => {
-                    owner = rest
-                        .first()
-                        .and_then(|v| v.as_string())
-                        .unwrap_or_else(|| "-".into());
-                }
-                other => {
-                    return Err(Error::Malformed {
-                        what: "to_owner reply",
-                        reason: format!("unknown status {other:?}"),
-                    });
-                }
+            let inbox = self.inbox(&owner)?;
+            let routed = self
+                .store
+                .to_owner(
+                    key,
+                    &owner,
+                    inbox.key(),
+                    event,
+                    body.clone(),
+                    self.options.worker_ttl,
+                )
+                .await?;
+            match routed {
+                store::Routed::Queued => return Ok(Routed::Queued),
+                store::Routed::Pending => return Ok(Routed::Pending),
+                store::Routed::Stopped => return Ok(Routed::Stopped),
+                store::Routed::NotFound => return Err(Error::JobNotFound(key.to_string())),
+                store::Routed::Moved(now) => owner = now,
             }
         }
         Err(Error::JobNotFound(key.to_string()))

@@ -81,7 +81,7 @@ pub enum Error {
     },
     /// A multi-home configuration is unusable.
     #[error(transparent)]
-    HomeConfig(#[from] crate::multihome::ConfigError),
+    HomeConfig(#[from] crate::multihome::config::ConfigError),
     /// A job key, pool, worker or lock name is invalid.
     #[error("invalid {what} {value:?}: {reason}")]
     InvalidName {

@@ -52,7 +52,6 @@ use bytes::Bytes;
 use flotilla_rmap::MapKeys;
 use flotilla_streaming::{Stream, StreamOptions};
 use fred::prelude::*;
-use fred::types::{ClusterHash, CustomCommand};
 
 use crate::error::{Error, Result, from_redis};
 use crate::routing::{Ring, hash64, mix};
@@ -154,7 +153,7 @@ impl PoolSnapshot {
     /// [`Error::InvalidName`] for a bad pool name, [`Error::Unavailable`]
     /// or [`Error::Redis`] when Redis fails.
     pub async fn read(client: &Client, pool: &str) -> Result<PoolSnapshot> {
-        crate::check_name("pool name", pool)?;
+        crate::keys::check_name("pool name", pool)?;
         let hgetall = |map: &'static str| async move {
             let keys = MapKeys::new(map, Some(pool))?;
             let raw: RawMap = client.hgetall(keys.hash).await.map_err(from_redis)?;
@@ -197,7 +196,7 @@ impl PoolSnapshot {
             jobs: decoded.jobs,
             pending: decoded.pending,
             cleanups: decoded.cleanups,
-            shutdown_requested_by: shutdown.get(crate::node::SHUTDOWN_FLAG).cloned(),
+            shutdown_requested_by: shutdown.get(keys::SHUTDOWN_FLAG).cloned(),
             inboxes,
             reply_streams,
             payloads,
@@ -266,20 +265,7 @@ pub fn placement(snapshot: &PoolSnapshot, key: &str) -> Vec<PlacementScore> {
 /// # Errors
 /// [`Error::Unavailable`] or [`Error::Redis`] when Redis fails.
 pub async fn server_time_ms(client: &Client) -> Result<u64> {
-    let (secs, micros): (String, String) = client
-        .custom(
-            CustomCommand::new_static("TIME", ClusterHash::FirstKey, false),
-            Vec::<String>::new(),
-        )
-        .await
-        .map_err(from_redis)?;
-    let parse = |s: &str| {
-        s.parse::<u64>().map_err(|_| Error::Malformed {
-            what: "TIME reply",
-            reason: format!("not a number: {s:?}"),
-        })
-    };
-    Ok(parse(&secs)? * 1000 + parse(&micros)? / 1000)
+    crate::store::call::server_time_ms(client).await
 }
 
 /// A job's stored payload and admission time; `None` when no payload is
@@ -289,7 +275,7 @@ pub async fn server_time_ms(client: &Client) -> Result<u64> {
 /// [`Error::Malformed`] when the stored value does not decode, Redis
 /// errors.
 pub async fn job_payload(client: &Client, pool: &str, key: &str) -> Result<Option<StoredPayload>> {
-    crate::check_name("pool name", pool)?;
+    crate::keys::check_name("pool name", pool)?;
     let raw: Option<Bytes> = client
         .hget(keys::payloads(pool), key)
         .await
@@ -322,7 +308,7 @@ pub async fn payload_summaries(
     pool: &str,
     keys: &[String],
 ) -> Result<Vec<Option<PayloadSummary>>> {
-    crate::check_name("pool name", pool)?;
+    crate::keys::check_name("pool name", pool)?;
     let hash = keys::payloads(pool);
     let mut out = Vec::with_capacity(keys.len());
     for chunk in keys.chunks(PAYLOAD_CHUNK) {

@@ -35,9 +35,32 @@ pub(crate) fn fencing(pool: &str) -> String {
     format!("fl:{{{pool}}}:fencing")
 }
 
+/// Prefix of the stream names of worker inboxes.
+const INBOX_PREFIX: &str = "inbox:";
+
 /// Stream name (inside the pool's tag) of a worker's inbox.
 pub(crate) fn worker_inbox(worker_id: &str) -> String {
-    format!("inbox:{worker_id}")
+    format!("{INBOX_PREFIX}{worker_id}")
+}
+
+/// The worker whose inbox the stream name `stream` is, if it is one.
+pub(crate) fn inbox_worker(stream: &str) -> Option<&str> {
+    stream.strip_prefix(INBOX_PREFIX)
+}
+
+/// Bound of the inbox and reply streams (approximate MAXLEN; 0: none).
+pub(crate) const INBOX_MAXLEN: u64 = 0;
+
+/// Key of the shutdown flag in the `shutdown` map.
+pub(crate) const SHUTDOWN_FLAG: &str = "shutdown";
+
+/// Validates a name or key with the rule shared by every Flotilla crate.
+pub(crate) fn check_name(what: &'static str, value: &str) -> crate::error::Result<()> {
+    flotilla_rmap::check_name(value).map_err(|reason| crate::error::Error::InvalidName {
+        what,
+        value: value.chars().take(64).collect(),
+        reason,
+    })
 }
 
 /// Stream name (inside the pool's tag) of a node's reply stream.

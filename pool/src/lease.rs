@@ -17,7 +17,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
-use fred::types::Value;
 use tokio::time::Instant;
 
 use crate::codec;
@@ -25,6 +24,8 @@ use crate::error::Result;
 use crate::handler::{Job, guarded};
 use crate::node::NodeInner;
 use crate::options::LeasePolicy;
+pub(crate) use crate::store::Reassert;
+use crate::store::Reasserted;
 use crate::worker::{LocalJob, WorkerInner};
 
 impl NodeInner {
@@ -112,35 +113,12 @@ impl NodeInner {
     /// Renews the node's and its workers' keep-alives. Returns Redis server
     /// time (ms) and the local workers Redis does not know.
     async fn renew(&self) -> Result<(u64, Vec<String>)> {
-        let ka = self.maps.keepalive.keys_info();
-        let nodes = self.maps.nodes.keys_info();
-        let mut keys = self.maps.base_keys();
-        keys.extend([
-            ka.hash.clone(),
-            ka.revision.clone(),
-            nodes.hash.clone(),
-            nodes.revision.clone(),
-        ]);
-        let mut args = self.maps.base_args();
-        args.extend([
-            Value::from(ka.channel.clone()),
-            Value::from(nodes.channel.clone()),
-            Value::from(self.id.as_str()),
-            Value::from(self.options.worker_ttl.as_millis().to_string()),
-        ]);
-        args.extend(self.workers.iter().map(|w| Value::from(w.key().as_str())));
-        let reply: Vec<Value> = self.scripts.keepalive.run(&self.client, keys, args).await?;
-        let server_ms = reply
-            .first()
-            .and_then(|v| v.as_string())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_default();
-        let unknown = reply
-            .into_iter()
-            .skip(1)
-            .filter_map(|v| v.as_string())
-            .collect();
-        Ok((server_ms, unknown))
+        let workers: Vec<String> = self.workers.iter().map(|w| w.key().clone()).collect();
+        let renewal = self
+            .store
+            .keepalive(&self.id, self.options.worker_ttl, workers)
+            .await?;
+        Ok((renewal.server_ms, renewal.unknown))
     }
 
     /// Registers a worker Redis forgot and re-asserts its jobs: those nobody
@@ -170,7 +148,7 @@ impl NodeInner {
             .map(|e| (e.key().clone(), e.value().clone()))
             .collect();
         for (key, job) in running {
-            if self.reassert(worker, &key, &job, Reassert::Running).await? != "ok" {
+            if self.reassert(worker, &key, &job, Reassert::Running).await? != Reasserted::Ok {
                 tracing::info!(key, worker = %worker.id, "job runs elsewhere now; stopping it here");
                 if worker.jobs.remove(&key).is_some() {
                     let _ = worker.stop_handler(&key).await;
@@ -188,14 +166,13 @@ impl NodeInner {
             match self
                 .reassert(worker, &key, &job, Reassert::Suspended)
                 .await?
-                .as_str()
             {
-                "ok" => {}
-                "orphaned" => {
+                Reasserted::Ok => {}
+                Reasserted::Orphaned => {
                     tracing::info!(key, worker = %worker.id, "suspended job left to the orphan sweep");
                     worker.suspended.lock().await.remove(&key);
                 }
-                _ => {
+                Reasserted::Lost => {
                     worker.suspended.lock().await.remove(&key);
                 }
             }
@@ -209,22 +186,16 @@ impl NodeInner {
         key: &str,
         job: &LocalJob,
         state: Reassert,
-    ) -> Result<String> {
-        let mut args = self.maps.base_args();
-        args.extend([
-            Value::from(key),
-            Value::from(worker.id.as_str()),
-            Value::from(job.token.to_string()),
-            Value::Bytes(codec::stored(job.created_at_ms, &job.raw_body)),
-            Value::from(match state {
-                Reassert::Running => "running",
-                Reassert::Suspended => "suspended",
-            }),
-            Value::from(self.options.worker_ttl.as_millis().to_string()),
-        ]);
-        self.scripts
-            .reassert
-            .run(&self.client, self.maps.base_keys(), args)
+    ) -> Result<Reasserted> {
+        self.store
+            .reassert(
+                key,
+                &worker.id,
+                job.token,
+                codec::stored(job.created_at_ms, &job.raw_body),
+                state,
+                self.options.worker_ttl,
+            )
             .await
     }
 
@@ -324,14 +295,10 @@ impl NodeInner {
         key: &str,
         job: LocalJob,
     ) -> Result<Restart> {
-        let mut keys = self.maps.base_keys();
-        keys.push(self.maps.cleanup.keys_info().hash.clone());
-        let mut args = self.maps.base_args();
-        args.extend([Value::from(key), Value::from(worker.id.as_str())]);
         if worker.lease_lost.load(Ordering::SeqCst) || !self.lease_valid() {
             return Ok(Restart::Suspended);
         }
-        let token: Option<u64> = self.scripts.resume.run(&self.client, keys, args).await?;
+        let token = self.store.resume(key, &worker.id).await?;
         let Some(token) = token else {
             return Ok(Restart::Moved);
         };
@@ -363,13 +330,6 @@ impl NodeInner {
             Err(e) => Ok(Restart::StartFailed(e)),
         }
     }
-}
-
-/// Whether a re-asserted job runs here or was suspended on lease loss.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Reassert {
-    Running,
-    Suspended,
 }
 
 /// Outcome of [`NodeInner::restart_owned`].

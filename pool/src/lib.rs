@@ -14,7 +14,6 @@ mod keys;
 mod lanes;
 mod lease;
 mod lifecycle;
-mod maps;
 mod membership;
 mod node;
 mod options;
@@ -22,8 +21,8 @@ mod rebalance;
 mod recorder;
 mod rollback;
 mod routing;
-mod scripts;
-mod start_record;
+mod start;
+mod store;
 #[cfg(test)]
 mod tests;
 mod tombstones;
@@ -50,12 +49,3 @@ pub use routing::Ring;
 pub use scheduler::{Schedule, ScheduleRun, ScheduledJobs};
 pub use ticker::{Tick, Ticker, TickerOptions};
 pub use worker::Worker;
-
-/// Validates a name or key with the rule shared by every Flotilla crate.
-pub(crate) fn check_name(what: &'static str, value: &str) -> Result<()> {
-    flotilla_rmap::check_name(value).map_err(|reason| Error::InvalidName {
-        what,
-        value: value.chars().take(64).collect(),
-        reason,
-    })
-}

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use fred::types::Value;
 
 use crate::error::Result;
 use crate::node::NodeInner;
+use crate::store::{EntryMove, Handoff, Moved};
 use crate::worker::WorkerInner;
 
 impl NodeInner {
@@ -19,17 +19,8 @@ impl NodeInner {
             "pid": self.pid,
         })
         .to_string();
-        let mut keys = self.maps.base_keys();
-        keys.push(self.maps.keepalive.keys_info().hash.clone());
-        keys.push(self.maps.keepalive.keys_info().revision.clone());
-        let mut args = self.maps.base_args();
-        args.extend([
-            Value::from(id),
-            Value::from(info),
-            Value::from(self.maps.keepalive.keys_info().channel.clone()),
-        ]);
         let sent = tokio::time::Instant::now();
-        let now: Option<u64> = self.scripts.register.run(&self.client, keys, args).await?;
+        let now = self.store.register(id, &info).await?;
         if let Some(now) = now {
             self.freshness.server_time(now, sent);
         }
@@ -47,42 +38,34 @@ impl NodeInner {
         name: &str,
         payload: Bytes,
         requeued_key: Option<&str>,
-    ) -> Result<String> {
-        let mut keys = self.maps.base_keys();
-        keys.push(self.inbox(from)?.key().to_string());
-        keys.push(self.inbox(to)?.key().to_string());
-        keys.push(self.maps.cleanup.keys_info().hash.clone());
-        let mut args = self.maps.base_args();
-        args.extend([
-            Value::from(id),
-            Value::from(name),
-            Value::Bytes(payload),
-            Value::from(to),
-            Value::from(crate::dispatch::INBOX_MAXLEN.to_string()),
-            Value::from(requeued_key.unwrap_or("")),
-        ]);
-        self.scripts.move_entry.run(&self.client, keys, args).await
+    ) -> Result<Moved> {
+        self.store
+            .move_entry(EntryMove {
+                from_inbox: self.inbox(from)?.key(),
+                to,
+                to_inbox: self.inbox(to)?.key(),
+                id,
+                name,
+                payload,
+                requeued_key,
+            })
+            .await
     }
 
     /// Hands job `key`, owned by `from`, to `to`.
-    pub(crate) async fn handoff(&self, key: &str, from: &str, to: &str) -> Result<String> {
-        let mut keys = self.maps.base_keys();
-        keys.push(self.inbox(to)?.key().to_string());
-        keys.push(self.maps.cleanup.keys_info().hash.clone());
-        let mut args = self.maps.base_args();
-        let pending_ttl =
-            (self.options.dispatch_timeout + self.options.ack_grace).as_millis() as u64;
-        args.extend([
-            Value::from(key),
-            Value::from(from),
-            Value::from(to),
-            Value::from(pending_ttl.to_string()),
-            Value::from(crate::dispatch::INBOX_MAXLEN.to_string()),
-            Value::from(self.options.worker_ttl.as_millis().to_string()),
-        ]);
-        let reply: Value = self.scripts.handoff.run(&self.client, keys, args).await?;
-        let (status, _) = crate::scripts::status_reply(reply)?;
-        if status == "ok" {
+    pub(crate) async fn handoff(&self, key: &str, from: &str, to: &str) -> Result<Handoff> {
+        let status = self
+            .store
+            .handoff(
+                key,
+                from,
+                to,
+                self.inbox(to)?.key(),
+                self.options.dispatch_timeout + self.options.ack_grace,
+                self.options.worker_ttl,
+            )
+            .await?;
+        if let Handoff::Ok { .. } = status {
             tracing::info!(key, from, to, "job handed off");
             metrics::counter!("flotilla_pool_handoffs_total").increment(1);
         }
@@ -104,7 +87,7 @@ impl NodeInner {
         if handover {
             // Leave the ring first so that dispatchers stop sending here.
             let claim = format!("{} closing", self.id);
-            let _ = self.maps.cleanup.set(&worker.id, &claim).await?;
+            let _ = self.store.maps.cleanup.set(&worker.id, &claim).await?;
             self.refresh_ring();
         }
         // Every job stops at once (each within stop_timeout), so closing a

@@ -17,15 +17,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::codec::Reply;
 use crate::error::{Error, Result};
-use crate::keys;
-use crate::maps::PoolMaps;
+use crate::keys::{self, SHUTDOWN_FLAG};
 use crate::options::NodeOptions;
 use crate::routing::Ring;
-use crate::scripts::Scripts;
+use crate::store::PoolStore;
+use crate::store::records::{WorkerEntry, job_owner};
 use crate::worker::WorkerInner;
-
-/// Key of the shutdown flag in the `shutdown` map.
-pub(crate) const SHUTDOWN_FLAG: &str = "shutdown";
 
 /// A process's handle on a pool.
 ///
@@ -58,10 +55,9 @@ pub struct Node {
 pub(crate) struct NodeInner {
     pub(crate) pool: String,
     pub(crate) id: String,
-    pub(crate) client: Client,
     pub(crate) options: NodeOptions,
-    pub(crate) maps: PoolMaps,
-    pub(crate) scripts: Scripts,
+    /// The pool in Redis: client, maps, scripts.
+    pub(crate) store: PoolStore,
     pub(crate) host: String,
     pub(crate) pid: u32,
     /// Active workers as this node sees them.
@@ -149,27 +145,19 @@ impl Node {
     /// [`Error::ShuttingDown`] when the pool is being shut down, and Redis
     /// errors.
     pub async fn join(client: &Client, pool: &str, options: NodeOptions) -> Result<Node> {
-        crate::check_name("pool name", pool)?;
+        keys::check_name("pool name", pool)?;
         options.validate()?;
         let id = options
             .node_id
             .clone()
             .unwrap_or_else(|| format!("n-{}", uuid::Uuid::new_v4().simple()));
-        let maps = PoolMaps::join(client, pool).await?;
-        if maps.shutdown.contains_key(SHUTDOWN_FLAG) {
-            maps.close().await;
+        let store = PoolStore::join(client, pool, options.redis_timeout).await?;
+        if store.maps.shutdown.contains_key(SHUTDOWN_FLAG) {
+            store.maps.close().await;
             return Err(Error::ShuttingDown(pool.to_string()));
         }
-        // The pool's epoch (see `recovering` in scripts/base.lua): created
-        // with the pool, gone when Redis loses its data.
-        let created: std::result::Result<bool, _> = crate::scripts::bounded(
-            options.redis_timeout,
-            "create epoch",
-            client.hsetnx(keys::fencing(pool), keys::EPOCH_FIELD, "0 0"),
-        )
-        .await;
-        if let Err(e) = created {
-            maps.close().await;
+        if let Err(e) = store.create_epoch().await {
+            store.maps.close().await;
             return Err(e);
         }
         let reply_stream = Stream::new(
@@ -190,16 +178,19 @@ impl Node {
         )
         .await?;
         let (ring_version, _) = watch::channel(0);
-        let redis_timeout = options.redis_timeout;
         let (recorder, recorder_queue) = crate::batch::Batcher::new();
         let (admitter, admission_queue) = crate::batch::Batcher::new();
+        let limits = crate::store::AdmitLimits {
+            node: id.clone(),
+            max_queued: options.max_queued_jobs,
+            pending_ttl: options.dispatch_timeout + options.ack_grace,
+            worker_ttl: options.worker_ttl,
+        };
         let inner = Arc::new(NodeInner {
             pool: pool.to_string(),
             id,
-            client: client.clone(),
             options,
-            maps,
-            scripts: Scripts::new(redis_timeout),
+            store,
             host: hostname::get()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_else(|_| "unknown".into()),
@@ -226,15 +217,19 @@ impl Node {
         });
         inner.refresh_ring();
         inner.spawn_tasks();
-        let me = inner.clone();
-        inner
-            .tasks
-            .spawn(async move { me.admission_loop(admission_queue).await });
+        inner.tasks.spawn(crate::admission::admit_batches(
+            inner.store.clone(),
+            inner.cancel.clone(),
+            limits,
+            admission_queue,
+        ));
         if !inner.options.client_only {
-            let me = inner.clone();
-            inner
-                .tasks
-                .spawn(async move { me.recorder_loop(recorder_queue).await });
+            inner.tasks.spawn(crate::recorder::record_batches(
+                inner.store.clone(),
+                inner.cancel.clone(),
+                inner.options.worker_ttl,
+                recorder_queue,
+            ));
         }
         tracing::info!(pool, node = %inner.id, "node joined pool");
         metrics::counter!("flotilla_pool_nodes_joined_total").increment(1);
@@ -274,10 +269,10 @@ impl Node {
 
     /// Every worker registered in the pool, from this node's replicas.
     pub fn pool_workers(&self) -> Vec<WorkerInfo> {
-        let maps = &self.inner.maps;
+        let maps = &self.inner.store.maps;
         let mut counts = std::collections::HashMap::<String, usize>::new();
         for (_, v) in maps.jobs.snapshot().iter() {
-            if let Some((owner, _)) = crate::maps::job_owner(v) {
+            if let Some((owner, _)) = job_owner(v) {
                 *counts.entry(owner.to_string()).or_default() += 1;
             }
         }
@@ -288,13 +283,13 @@ impl Node {
             .snapshot()
             .iter()
             .map(|(id, raw)| {
-                let info: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
+                let info = WorkerEntry::parse(raw).unwrap_or_default();
                 WorkerInfo {
                     id: id.clone(),
-                    node: info["node"].as_str().unwrap_or_default().to_string(),
-                    host: info["host"].as_str().unwrap_or_default().to_string(),
-                    pid: info["pid"].as_u64().unwrap_or_default() as u32,
-                    created_at_ms: info["created_at_ms"].as_u64().unwrap_or_default(),
+                    node: info.node.unwrap_or_default(),
+                    host: info.host,
+                    pid: info.pid,
+                    created_at_ms: info.created_at_ms.unwrap_or_default(),
                     keepalive_ms: keepalive.get(id).and_then(|v| v.parse().ok()),
                     cleaning: cleanup.contains_key(id),
                     jobs: counts.get(id).copied().unwrap_or(0),
@@ -307,13 +302,13 @@ impl Node {
 
     /// Keys of every job running in the pool (this node's replica).
     pub fn job_keys(&self) -> Vec<String> {
-        self.inner.maps.jobs.keys()
+        self.inner.store.maps.jobs.keys()
     }
 
     /// The owner and fencing token of a running job (this node's replica).
     pub fn job_owner(&self, key: &str) -> Option<(String, u64)> {
-        let v = self.inner.maps.jobs.get(key)?;
-        crate::maps::job_owner(&v).map(|(w, t)| (w.to_string(), t))
+        let v = self.inner.store.maps.jobs.get(key)?;
+        job_owner(&v).map(|(w, t)| (w.to_string(), t))
     }
 
     /// Stops this node's workers, hands their jobs to other workers (or
@@ -344,13 +339,14 @@ impl Node {
         self.inner.stop_tasks().await;
         let _ = self
             .inner
+            .store
             .maps
             .nodes
             .delete(&self.inner.id)
             .await
             .map_err(|e| tracing::debug!(error = %e, "removing node entry failed"));
         let _ = self.inner.reply_stream.destroy().await;
-        self.inner.maps.close().await;
+        self.inner.store.maps.close().await;
         tracing::info!(pool = %self.inner.pool, node = %self.inner.id, "node closed");
         first_error.map_or(Ok(()), Err)
     }
@@ -367,12 +363,17 @@ impl Node {
     pub async fn shutdown(&self) -> Result<()> {
         let inner = &self.inner;
         inner.shutting_down_here.store(true, Ordering::Release);
-        inner.maps.shutdown.set(SHUTDOWN_FLAG, &inner.id).await?;
+        inner
+            .store
+            .maps
+            .shutdown
+            .set(SHUTDOWN_FLAG, &inner.id)
+            .await?;
         tracing::info!(pool = %inner.pool, node = %inner.id, "pool shutdown requested");
         // Our own workers stop here; other nodes react to the flag.
         inner.stop_for_shutdown().await;
         let deadline = inner.options.worker_shutdown_ttl;
-        let maps = inner.maps.clone();
+        let maps = inner.store.maps.clone();
         let gone = maps.workers.wait_for(deadline, |m| m.is_empty()).await;
         if gone.is_err() {
             tracing::warn!(pool = %inner.pool, "workers still registered at the shutdown deadline; deleting anyway");
@@ -380,7 +381,7 @@ impl Node {
         // Other live nodes close on the flag; one still open could write
         // again after the keys are gone. Entries of nodes silent for a TTL
         // (killed processes) are not waited for.
-        let now = inner.server_time_ms().await?;
+        let now = inner.store.server_time_ms().await?;
         let ttl = inner.options.worker_ttl.as_millis() as u64;
         let live: Vec<String> = maps
             .nodes
@@ -402,35 +403,17 @@ impl Node {
             tracing::warn!(pool = %inner.pool, "nodes still open at the shutdown deadline; deleting anyway");
         }
         self.close().await?;
-        delete_pool_keys(&inner.client, &inner.pool).await
-    }
-}
-
-/// Deletes every key of a pool, by SCAN pages.
-pub(crate) async fn delete_pool_keys(client: &Client, pool: &str) -> Result<()> {
-    let pattern = keys::pool_pattern(pool);
-    let mut cursor = "0".to_string();
-    loop {
-        let (next, found): (String, Vec<String>) = client
-            .scan_page(cursor.clone(), pattern.clone(), Some(500), None)
-            .await
-            .map_err(crate::error::from_redis)?;
-        if !found.is_empty() {
-            let _: i64 = client.del(found).await.map_err(crate::error::from_redis)?;
-        }
-        if next == "0" {
-            return Ok(());
-        }
-        cursor = next;
+        inner.store.delete_pool_keys().await
     }
 }
 
 impl NodeInner {
     /// Recomputes the ring from the workers and cleanup maps.
     pub(crate) fn refresh_ring(&self) {
-        let cleaning = self.maps.cleanup.snapshot();
+        let cleaning = self.store.maps.cleanup.snapshot();
         let ring = Ring::new(
-            self.maps
+            self.store
+                .maps
                 .workers
                 .keys()
                 .into_iter()
@@ -448,7 +431,7 @@ impl NodeInner {
             return Ok(s.clone());
         }
         let s = Stream::new(
-            &self.client,
+            &self.store.client,
             &keys::worker_inbox(worker),
             StreamOptions::default().hash_tag(&self.pool),
         )?;
@@ -462,7 +445,7 @@ impl NodeInner {
             return Ok(self.reply_stream.key().to_string());
         }
         Ok(Stream::new(
-            &self.client,
+            &self.store.client,
             &keys::node_replies(node),
             StreamOptions::default().hash_tag(&self.pool),
         )?
@@ -537,7 +520,7 @@ impl NodeInner {
                 }
                 continue;
             }
-            let Some(worker_id) = event.stream.strip_prefix("inbox:") else {
+            let Some(worker_id) = keys::inbox_worker(&event.stream) else {
                 tracing::warn!(stream = %event.stream, "event from an unknown stream skipped");
                 continue;
             };
@@ -554,8 +537,8 @@ impl NodeInner {
 
     /// Keeps the ring current as workers join, leave or get cleaned.
     async fn ring_loop(self: Arc<Self>) {
-        let mut workers = self.maps.workers.subscribe();
-        let mut cleanup = self.maps.cleanup.subscribe();
+        let mut workers = self.store.maps.workers.subscribe();
+        let mut cleanup = self.store.maps.cleanup.subscribe();
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
@@ -569,7 +552,7 @@ impl NodeInner {
     /// Tracks (re)connections: after one, the node judges nobody dead for
     /// one TTL, since keep-alives could not reach Redis either.
     async fn reconnect_loop(self: Arc<Self>) {
-        let mut rx = self.client.reconnect_rx();
+        let mut rx = self.store.client.reconnect_rx();
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
@@ -590,7 +573,7 @@ impl NodeInner {
         loop {
             let seen = tokio::select! {
                 _ = self.cancel.cancelled() => return,
-                r = self.maps.shutdown.wait_for(Duration::from_secs(3600), |m| m.contains_key(SHUTDOWN_FLAG)) => r,
+                r = self.store.maps.shutdown.wait_for(Duration::from_secs(3600), |m| m.contains_key(SHUTDOWN_FLAG)) => r,
             };
             match seen {
                 Ok(()) => break,

@@ -438,7 +438,7 @@ impl ScheduleOptions {
                 reason: "must be at least 1".to_string(),
             });
         }
-        crate::LeaderOptions::default()
+        crate::leader::LeaderOptions::default()
             .ttl(self.leader_ttl)
             .follower_poll(self.follower_poll)
             .validate()

@@ -10,6 +10,7 @@ use futures::StreamExt;
 
 use crate::lease::{Reassert, Restart};
 use crate::node::NodeInner;
+use crate::store::{Handoff, Reasserted};
 use crate::worker::{LocalJob, WorkerInner};
 
 /// Wait after a ring change before moving jobs, so that a burst of joins
@@ -100,10 +101,10 @@ impl NodeInner {
                 break;
             }
             match self.handoff(key, &worker.id, &target).await {
-                Ok(s) if s == "ok" => return,
+                Ok(Handoff::Ok { .. }) => return,
                 // Nobody may own it any more (Redis lost its data before
                 // this node re-asserted), or it moved: settled below.
-                Ok(s) if s == "not_owner" => break,
+                Ok(Handoff::NotOwner) => break,
                 Ok(_) => self.refresh_ring(),
                 Err(e) => {
                     tracing::warn!(key, error = %e, "handoff failed");
@@ -121,11 +122,11 @@ impl NodeInner {
     /// worker owns or is starting moved, and is forgotten here.
     async fn run_here_again(&self, worker: &Arc<WorkerInner>, key: &str, job: LocalJob) {
         match self.reassert(worker, key, &job, Reassert::Running).await {
-            Ok(s) if s == "ok" => {}
+            Ok(Reasserted::Ok) => {}
             Ok(status) => {
                 tracing::info!(
                     key,
-                    status,
+                    status = status.as_str(),
                     "job moved while being handed off; not running it here"
                 );
                 return;

@@ -16,8 +16,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::types::Value;
-
 use crate::error::Result;
 use crate::node::NodeInner;
 use crate::worker::WorkerInner;
@@ -26,20 +24,13 @@ use crate::worker::WorkerInner;
 const RETRY: Duration = Duration::from_millis(200);
 
 impl NodeInner {
-    /// The highest jobs-map revision seen: admissions pass it, so the first
-    /// admission after Redis went back in time opens the recovery window
-    /// itself, before any replica noticed.
-    pub(crate) fn jobs_revision_floor(&self) -> u64 {
-        self.maps.jobs.revision_high_water()
-    }
-
     /// Watches the pool's maps for Redis going back in time and recovers.
     pub(crate) async fn rollback_loop(self: Arc<Self>) {
         let mut watched = [
-            self.maps.jobs.regressions(),
-            self.maps.pending.regressions(),
-            self.maps.workers.regressions(),
-            self.maps.keepalive.regressions(),
+            self.store.maps.jobs.regressions(),
+            self.store.maps.pending.regressions(),
+            self.store.maps.workers.regressions(),
+            self.store.maps.keepalive.regressions(),
         ];
         loop {
             let changed =
@@ -57,7 +48,7 @@ impl NodeInner {
                 match self.recover_from_rollback().await {
                     Ok(()) => {
                         // Redis's older revisions are the current ones now.
-                        self.maps.jobs.reset_revision_high_water();
+                        self.store.maps.jobs.reset_revision_high_water();
                         break;
                     }
                     Err(e) => {
@@ -75,14 +66,8 @@ impl NodeInner {
     /// Opens the recovery window, then reconciles every local worker.
     async fn recover_from_rollback(&self) -> Result<()> {
         self.freshness.invalidate("redis went back in time");
-        let mut args = self.maps.base_args();
-        args.push(Value::from(self.options.worker_ttl.as_millis().to_string()));
-        let opened: String = self
-            .scripts
-            .begin_recovery
-            .run(&self.client, self.maps.base_keys(), args)
-            .await?;
-        tracing::info!(node = %self.id, window = opened, "recovery window after a rollback");
+        let opened = self.store.begin_recovery(self.options.worker_ttl).await?;
+        tracing::info!(node = %self.id, window = opened.as_str(), "recovery window after a rollback");
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
@@ -93,7 +78,7 @@ impl NodeInner {
 
     /// Makes Redis show what `worker` runs, and nothing else.
     async fn reconcile(&self, worker: &Arc<WorkerInner>) -> Result<()> {
-        if !self.maps.workers.contains_key(&worker.id) {
+        if !self.store.maps.workers.contains_key(&worker.id) {
             // Registered after the state Redis went back to.
             return self.reregister(&worker.id).await;
         }
@@ -107,26 +92,21 @@ impl NodeInner {
             .cloned()
             .collect::<Vec<_>>();
         let stale: Vec<(String, String)> = self
+            .store
             .maps
             .jobs
             .snapshot()
             .iter()
             .filter(|(k, v)| {
-                crate::maps::job_owner(v).is_some_and(|(w, _)| w == worker.id)
+                crate::store::records::job_owner(v).is_some_and(|(w, _)| w == worker.id)
                     && !worker.jobs.contains_key(*k)
                     && !kept.contains(k)
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for (key, record) in stale {
-            let mut args = self.maps.base_args();
-            args.extend([Value::from(key.as_str()), Value::from(record)]);
-            let status: String = self
-                .scripts
-                .release_stale
-                .run(&self.client, self.maps.base_keys(), args)
-                .await?;
-            tracing::info!(key, worker = %worker.id, status, "record of a job not running here after a rollback");
+            let status = self.store.release_stale(&key, &record).await?;
+            tracing::info!(key, worker = %worker.id, status = status.as_str(), "record of a job not running here after a rollback");
         }
         Ok(())
     }

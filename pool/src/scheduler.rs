@@ -161,7 +161,7 @@ impl Node {
         Fut: Future<Output = Result<ScheduledJobs, HandlerError>> + Send + 'static,
     {
         self.inner.check_open()?;
-        crate::check_name("schedule name", name)?;
+        crate::keys::check_name("schedule name", name)?;
         options.validate()?;
         if interval < Duration::from_millis(10) || interval > Duration::from_secs(30 * 86_400) {
             return Err(Error::InvalidOptions {
@@ -172,7 +172,7 @@ impl Node {
         let pool = self.pool().to_string();
         let lease_name = keys::schedule_lease(name);
         let lease = LeaderLease::start(
-            &self.inner.client,
+            &self.inner.store.client,
             &lease_name,
             LeaderOptions::default()
                 .ttl(options.leader_ttl)
@@ -274,7 +274,7 @@ impl Runner {
         let pool = self.node.pool();
         tracing::info!(pool, schedule = %self.name, "leading the schedule");
         let ticker = Ticker::start(
-            &self.node.inner.client,
+            &self.node.inner.store.client,
             &keys::schedule_lease(&self.name),
             self.interval,
             TickerOptions::default().hash_tag(pool),
@@ -361,10 +361,11 @@ impl Runner {
         let recorded: Vec<String> = match self
             .node
             .inner
+            .store
             .client
             .hkeys(&self.record_key)
             .await
-            .map_err(crate::error::from_redis)
+            .map_err(crate::store::call::from_redis)
         {
             Ok(keys) => keys,
             Err(error) => {
@@ -403,7 +404,7 @@ impl Runner {
         token: u64,
         report: &mut ScheduleRun,
     ) {
-        let maps = &self.node.inner.maps;
+        let maps = &self.node.inner.store.maps;
         let options = DispatchOptions {
             schedule: Some(ScheduleFence {
                 name: self.name.clone(),
@@ -449,7 +450,7 @@ impl Runner {
         token: u64,
         report: &mut ScheduleRun,
     ) {
-        let pending = &self.node.inner.maps.pending;
+        let pending = &self.node.inner.store.maps.pending;
         // A key still pending may not be startable-yet-stoppable: leave it
         // for the next run rather than forget a job about to start.
         let extra: Vec<String> = recorded
@@ -512,15 +513,19 @@ impl Fence {
 
     /// Drops `key` from the schedule's job set while this node still leads.
     async fn forget(&self, key: &str) -> Result<()> {
-        let dropped: i64 = crate::lock::script::call(
-            &self.node.inner.client,
-            &crate::scripts::SCHEDULE_FORGET,
-            vec![self.record_key.clone(), self.lock_key.clone()],
-            vec![self.token.to_string(), key.to_string()],
-            self.node.inner.options.dispatch_timeout,
-        )
-        .await?;
-        if dropped < 0 {
+        let forgot = self
+            .node
+            .inner
+            .store
+            .forget_scheduled(
+                &self.record_key,
+                &self.lock_key,
+                self.token,
+                key,
+                self.node.inner.options.dispatch_timeout,
+            )
+            .await?;
+        if forgot == crate::store::Forgot::NotLeader {
             return Err(Error::NotLeader(self.name.clone()));
         }
         Ok(())

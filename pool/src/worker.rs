@@ -2,21 +2,21 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bytes::Bytes;
 use dashmap::DashMap;
 use flotilla_streaming::{Event, StartPosition};
-use fred::types::Value;
 use tokio::sync::{Mutex, RwLock, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::codec::{self, EV_NOTIFY, EV_START, KeyedRequest, StartEntry};
+use crate::codec::{self, EV_NOTIFY, KeyedRequest};
 use crate::error::{Error, Result};
-use crate::handler::{Handler, Job, guarded};
+use crate::handler::{Handler, guarded};
 use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, LANES, SeenEntries, lane_of};
 use crate::node::{Node, NodeInner};
-use crate::start_record::StartRecord;
+use crate::store::Moved;
+use crate::store::records::job_owner;
 
 /// A request is forwarded at most this many times when views of the ring
 /// disagree; then the receiving worker takes it.
@@ -159,6 +159,7 @@ impl Worker {
                 .await?;
             inner.register_worker(&id).await?;
             inner
+                .store
                 .maps
                 .workers
                 .wait_for(inner.options.dispatch_timeout, |m| m.contains_key(&id))
@@ -260,31 +261,6 @@ impl RewindState {
 impl WorkerInner {
     pub(crate) fn node(&self) -> Option<Arc<NodeInner>> {
         self.node.upgrade()
-    }
-
-    /// Re-asserts a run whose start Redis lost (data loss, or Redis went
-    /// back in time): takes ownership unless a newer start exists, in which
-    /// case the run here stops. Errors leave it to the re-assertion that
-    /// follows re-registration or the rollback recovery.
-    async fn reassert_start(&self, node: &NodeInner, key: &str) {
-        let Some(job) = self.jobs.get(key).map(|j| j.clone()) else {
-            return;
-        };
-        match node
-            .reassert(self, key, &job, crate::lease::Reassert::Running)
-            .await
-        {
-            Ok(s) if s == "ok" => {}
-            Ok(status) => {
-                tracing::info!(key, status, "a newer start exists; stopping the local run");
-                if self.jobs.remove(key).is_some() {
-                    let _ = self.stop_handler(key).await;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(key, error = %e, "re-asserting a start failed; retried on recovery")
-            }
-        }
     }
 
     /// Runs the handler's `stop` for `key`, bounded by the node's
@@ -409,7 +385,7 @@ impl WorkerInner {
     }
 
     /// Where a request for `key` should go instead of here, if anywhere.
-    fn forward_target(&self, node: &NodeInner, key: &str, hops: u8) -> Option<String> {
+    pub(crate) fn forward_target(&self, node: &NodeInner, key: &str, hops: u8) -> Option<String> {
         if hops >= MAX_HOPS {
             return None;
         }
@@ -417,194 +393,6 @@ impl WorkerInner {
         match ring.owner(key) {
             Some(owner) if owner != self.id => Some(owner.to_string()),
             _ => None,
-        }
-    }
-
-    #[tracing::instrument(name = "start", skip_all, fields(worker = %self.id))]
-    pub(crate) async fn on_start(
-        &self,
-        node: &NodeInner,
-        event: &Event,
-        entry: StartEntry,
-    ) -> Result<()> {
-        let key = entry.body.key.clone();
-        tracing::Span::current().record("key", key.as_str());
-        if let Some(target) = self.forward_target(node, &key, entry.hops) {
-            match node
-                .move_entry(
-                    &self.id,
-                    &target,
-                    &event.id,
-                    EV_START,
-                    entry.forwarded(),
-                    None,
-                )
-                .await?
-                .as_str()
-            {
-                "ok" | "gone" => return Ok(()),
-                _ => node.refresh_ring(), // target left: run it here
-            }
-        }
-        let start = StartRecord::new(node, &self.id, event, &entry)?;
-        if self.stopped.covers(&key, entry.token) {
-            // A start this worker ran and then stopped on request, back in
-            // its inbox because Redis went back in time: the stop stands.
-            tracing::info!(
-                key,
-                token = entry.token,
-                "start of a run stopped here already; dropped"
-            );
-            let _ = start.finish(node, "superseded").await?;
-            return Ok(());
-        }
-        if let Some(running) = self.jobs.get(&key).map(|j| j.token)
-            && running >= entry.token
-        {
-            if running > entry.token {
-                // An older start that was moved on and came back: the key
-                // runs here already.
-                let _ = start.finish(node, "superseded").await?;
-                return Ok(());
-            }
-            // This very start, read again by a rewind because recording it
-            // failed: record it now (it may be recorded already).
-            let status = start.record(node).await?;
-            if status == "recovering" {
-                self.reassert_start(node, &key).await;
-            } else if status != "ok" {
-                tracing::warn!(key, status, "start not kept; stopping the local run");
-                let _ = self.stop_handler(&key).await;
-                self.jobs.remove(&key);
-            }
-            return Ok(());
-        }
-        let superseded = node.maps.jobs.get(&key).is_some_and(|v| {
-            crate::maps::job_owner(&v).is_some_and(|(w, t)| w != self.id && t >= entry.token)
-        });
-        if superseded {
-            // Another worker runs this key with a token at least as new (a
-            // start that was moved on while this process was cut off or
-            // paused). The claim below would refuse it too; the replica
-            // saves the round trip.
-            tracing::info!(
-                key,
-                token = entry.token,
-                "stale start dropped: the key runs elsewhere"
-            );
-            let _ = start.finish(node, "superseded").await?;
-            return Ok(());
-        }
-        if self.jobs.contains_key(&key) {
-            // Started again while running here: stop the old run first so
-            // the key never runs twice.
-            let _ = self.stop_handler(&key).await;
-            self.jobs.remove(&key);
-        }
-        if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) || !node.lease_valid() {
-            // Without a lease nothing starts; the entry stays in the inbox
-            // and is read again once the lease is back (or moved by cleanup).
-            // The clock check catches a process resumed after a long pause
-            // before its lease watchdog could run.
-            return Err(Error::Unavailable(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                "lease lost",
-            )));
-        }
-        // An entry that may be stale is claimed in Redis before the
-        // handler runs: only the worker whose claim is accepted starts the
-        // key, whatever its replica says. A fresh one cannot be stale and
-        // is recorded after the start (see `freshness.rs`).
-        let fresh = node.start_is_fresh(&event.id);
-        if !fresh {
-            metrics::counter!("flotilla_pool_start_claims_total").increment(1);
-            let claim: String = node
-                .scripts
-                .claim_start
-                .run(&node.client, start.claim_keys(node), start.args(node))
-                .await?;
-            if claim != "ok" {
-                tracing::info!(key, token = entry.token, claim, "start not claimed");
-                return Ok(());
-            }
-        }
-        let job = Job::new_run(
-            &key,
-            Bytes::from(entry.body.payload.clone()),
-            SystemTime::UNIX_EPOCH + Duration::from_millis(entry.created_at_ms),
-            entry.token,
-            self.lifecycle.outcome(&key, entry.token),
-        );
-        match guarded("start", self.handler.start(job.clone())).await {
-            Err(message) => {
-                tracing::info!(key, error = %message, "handler refused to start job");
-                metrics::counter!("flotilla_pool_start_failed_total").increment(1);
-                let mut args = start.args(node);
-                args.push(Value::from(message));
-                let _: Value = node
-                    .scripts
-                    .start_failed
-                    .run(&node.client, start.keys(node), args)
-                    .await?;
-                Ok(())
-            }
-            Ok(()) => {
-                self.jobs.insert(
-                    key.clone(),
-                    LocalJob {
-                        token: entry.token,
-                        created_at_ms: entry.created_at_ms,
-                        payload: job.payload.clone(),
-                        raw_body: entry.raw_body.clone(),
-                    },
-                );
-                // A lease loss while the handler started: the watchdog's
-                // stop may have missed this job (inserted after it looked),
-                // and recording the start may wait on an unreachable Redis
-                // for a long time. Stop it now; it resumes with the others.
-                if self.lease_lost.load(std::sync::atomic::Ordering::SeqCst)
-                    && let Some((k, job)) = self.jobs.remove(&key)
-                {
-                    let _ = self.stop_handler(&k).await;
-                    self.suspended.lock().await.insert(k, job);
-                }
-                // On an error the outcome is unknown (the script may have
-                // run, removing the entry): the job keeps running, and if
-                // the entry is still there the rewind records it then.
-                // Stopping instead would lose a job that Redis records as
-                // running here.
-                let status = if fresh {
-                    start.record(node).await?
-                } else {
-                    start.finish(node, "ok").await?
-                };
-                if status == "recovering" {
-                    // Redis lost its data or went back in time since the
-                    // entry was written: the run stays and is re-asserted
-                    // now (and again when the worker registers again).
-                    tracing::warn!(key, "start lost with Redis's data; re-asserting it");
-                    self.reassert_start(node, &key).await;
-                } else if status != "ok" {
-                    tracing::warn!(
-                        key,
-                        status,
-                        "start not kept (superseded, or the worker is being cleaned up); stopping the local run"
-                    );
-                    let _ = self.stop_handler(&key).await;
-                    self.jobs.remove(&key);
-                } else if self.lease_lost.load(std::sync::atomic::Ordering::SeqCst) {
-                    // The lease lapsed while recording: stop now (unless the
-                    // watchdog or the check above did), resume later.
-                    if let Some((k, job)) = self.jobs.remove(&key) {
-                        let _ = self.stop_handler(&k).await;
-                        self.suspended.lock().await.insert(k, job);
-                    }
-                } else {
-                    tracing::debug!(key, token = entry.token, "job started");
-                    metrics::counter!("flotilla_pool_jobs_started_total").increment(1);
-                }
-                Ok(())
-            }
         }
     }
 
@@ -622,23 +410,24 @@ impl WorkerInner {
             held = true;
             self.stopped.record(&req.key, job.token);
         }
-        let (reply_key, request) = match &req.reply {
-            Some(r) => (node.reply_key(&r.node)?, r.request),
-            None => (node.inbox(&self.id)?.key().to_string(), 0),
+        let reply = match &req.reply {
+            Some(r) => Some((node.reply_key(&r.node)?, r.request)),
+            None => None,
         };
-        let mut keys = node.maps.base_keys();
-        keys.push(node.inbox(&self.id)?.key().to_string());
-        keys.push(reply_key);
-        let mut args = node.maps.base_args();
-        args.extend([
-            Value::from(req.key.as_str()),
-            Value::from(self.id.as_str()),
-            Value::from(event.id.as_str()),
-            Value::from(request.to_string()),
-            Value::from(if held { "1" } else { "0" }),
-            Value::from(node.options.worker_ttl.as_millis().to_string()),
-        ]);
-        let _: String = node.scripts.stopped.run(&node.client, keys, args).await?;
+        let inbox = node.inbox(&self.id)?;
+        node.store
+            .stopped(crate::store::StopDone {
+                key: &req.key,
+                worker: &self.id,
+                inbox: inbox.key(),
+                entry_id: &event.id,
+                reply: reply
+                    .as_ref()
+                    .map(|(stream, request)| (stream.as_str(), *request)),
+                held,
+                worker_ttl: node.options.worker_ttl,
+            })
+            .await?;
         metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);
         Ok(())
     }
@@ -651,10 +440,11 @@ impl WorkerInner {
         let target = if notify {
             (!self.jobs.contains_key(&req.key) && req.hops < MAX_HOPS)
                 .then(|| {
-                    node.maps
+                    node.store
+                        .maps
                         .jobs
                         .get(&req.key)
-                        .and_then(|v| crate::maps::job_owner(&v).map(|(w, _)| w.to_string()))
+                        .and_then(|v| job_owner(&v).map(|(w, _)| w.to_string()))
                 })
                 .flatten()
                 .filter(|owner| *owner != self.id)
@@ -669,7 +459,7 @@ impl WorkerInner {
             let moved = node
                 .move_entry(&self.id, &target, &event.id, &event.name, fwd, None)
                 .await?;
-            if moved == "ok" || moved == "gone" {
+            if moved != Moved::NoTarget {
                 return Ok(());
             }
         }

@@ -111,7 +111,7 @@ pub async fn list_pools(client: &Client) -> Result<Vec<PoolSummary>> {
 pub async fn locks(client: &Client, pool: Option<&str>) -> Result<Vec<LockRecord>> {
     let pattern = match pool {
         Some(p) => {
-            crate::check_name("pool name", p)?;
+            crate::keys::check_name("pool name", p)?;
             keys::lock(Some(&glob_escape(p)), "*")
         }
         None => "fl:{*}:lock*".to_string(),
@@ -156,7 +156,7 @@ pub async fn locks(client: &Client, pool: Option<&str>) -> Result<Vec<LockRecord
 /// # Errors
 /// Redis errors.
 pub async fn streams(client: &Client, pool: &str) -> Result<Vec<StreamDetail>> {
-    crate::check_name("pool name", pool)?;
+    crate::keys::check_name("pool name", pool)?;
     let pattern = pool_stream_key(client, &glob_escape(pool), "*")?;
     let probe = pool_stream_key(client, pool, "x")?;
     let prefix = &probe[..probe.len() - 1];

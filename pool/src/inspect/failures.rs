@@ -85,7 +85,7 @@ fn decode(key: String, value: &str) -> Option<JobFailure> {
 /// # Errors
 /// Redis errors.
 pub async fn job_failure(client: &Client, pool: &str, key: &str) -> Result<Option<JobFailure>> {
-    crate::check_name("pool name", pool)?;
+    crate::keys::check_name("pool name", pool)?;
     let raw: Option<String> = client
         .hget(keys::failures(pool), key)
         .await
@@ -99,7 +99,7 @@ pub async fn job_failure(client: &Client, pool: &str, key: &str) -> Result<Optio
 /// # Errors
 /// Redis errors.
 pub async fn job_failures(client: &Client, pool: &str) -> Result<Vec<JobFailure>> {
-    crate::check_name("pool name", pool)?;
+    crate::keys::check_name("pool name", pool)?;
     let raw: std::collections::HashMap<String, String> = client
         .hgetall(keys::failures(pool))
         .await

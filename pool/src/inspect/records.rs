@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::maps;
+use crate::store::records::{WorkerEntry, job_owner, pending_guard};
 
 /// A worker's registration (`workers` map) joined with its keep-alive,
 /// cleanup claim and job count.
@@ -176,7 +176,7 @@ impl Decoded {
             }
         }
         for (key, value) in &raw.jobs {
-            match maps::job_owner(value) {
+            match job_owner(value) {
                 Some((owner, token)) => out.jobs.push(JobRecord {
                     key: key.clone(),
                     owner: owner.to_string(),
@@ -248,18 +248,13 @@ impl Decoded {
 
 /// A `workers` map value: a JSON object with node, host, pid, created_at_ms.
 fn parse_worker(id: &str, value: &str) -> Option<WorkerRecord> {
-    let info: serde_json::Value = serde_json::from_str(value).ok()?;
-    let info = info.as_object()?;
+    let info = WorkerEntry::parse(value)?;
     Some(WorkerRecord {
         id: id.to_string(),
-        node: info.get("node")?.as_str()?.to_string(),
-        host: info
-            .get("host")
-            .and_then(|h| h.as_str())
-            .unwrap_or_default()
-            .to_string(),
-        pid: info.get("pid").and_then(|p| p.as_u64()).unwrap_or(0) as u32,
-        created_at_ms: info.get("created_at_ms")?.as_u64()?,
+        node: info.node?,
+        host: info.host,
+        pid: info.pid,
+        created_at_ms: info.created_at_ms?,
         keepalive_ms: None,
         cleanup: None,
         jobs: 0,
@@ -282,7 +277,7 @@ fn parse_cleanup(worker: &str, value: &str) -> Option<CleanupClaim> {
 
 /// A `pending` map value: `"<token> <deadline_ms>[ <node>/<request>]"`.
 fn parse_pending(key: &str, value: &str) -> Option<PendingRecord> {
-    let (token, deadline_ms) = maps::pending_guard(value)?;
+    let (token, deadline_ms) = pending_guard(value)?;
     let waiter = value.splitn(3, ' ').nth(2).and_then(|w| w.rsplit_once('/'));
     Some(PendingRecord {
         key: key.to_string(),

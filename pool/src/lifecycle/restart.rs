@@ -12,11 +12,11 @@ use std::time::{Duration, SystemTime};
 use dashmap::DashMap;
 use tokio::sync::{Mutex, mpsc};
 
-use super::failures::{EndArgs, EndRecorded};
 use super::{Ended, JobOutcome, RestartPolicy, RunEnd};
 use crate::codec::{self, JobBody};
 use crate::handler::{Job, guarded};
 use crate::node::NodeInner;
+use crate::store::{EndArgs, EndRecorded};
 use crate::worker::{LocalJob, WorkerInner};
 
 /// How long to wait before trying a report or restart again after Redis
@@ -115,6 +115,7 @@ impl WorkerInner {
             },
         };
         let recorded = node
+            .store
             .record_job_end(&ended.key, &self.id, ended.token, end)
             .await;
         let key = ended.key.as_str();
@@ -212,7 +213,7 @@ impl WorkerInner {
             self.clone().restart_after(key, token, RETRY_AFTER);
             return;
         }
-        let new_token = match node.restart_job(&key, &self.id, token).await {
+        let new_token = match node.store.restart_job(&key, &self.id, token).await {
             Ok(Some(t)) => t,
             Ok(None) => {
                 tracing::info!(key, "restart dropped: Redis names another run of the key");

@@ -2,12 +2,9 @@
 
 use std::time::SystemTime;
 
-use fred::prelude::*;
-
 use super::failures::{FailureRecord, FailureState};
 use crate::error::Result;
 use crate::node::Node;
-use crate::scripts::bounded;
 
 /// Where a job is in its life, as Redis records it
 /// ([`Node::job_status`]).
@@ -60,20 +57,8 @@ impl Node {
     /// errors; [`Error::InvalidName`](crate::Error::InvalidName) for a bad
     /// key.
     pub async fn job_status(&self, key: &str) -> Result<Option<JobStatus>> {
-        let inner = &self.inner;
-        crate::check_name("job key", key)?;
-        let failures_key = crate::keys::failures(&inner.pool);
-        let jobs_key = inner.maps.jobs.keys_info().hash.clone();
-        let pending_key = inner.maps.pending.keys_info().hash.clone();
-        let timeout = inner.options.redis_timeout;
-        // The failure record first: a run that moves on after this read
-        // shows in the owner record read next.
-        let record: Option<String> =
-            bounded(timeout, "job_status", inner.client.hget(&failures_key, key)).await?;
-        let owner: Option<String> =
-            bounded(timeout, "job_status", inner.client.hget(&jobs_key, key)).await?;
-        let pending: Option<String> =
-            bounded(timeout, "job_status", inner.client.hget(&pending_key, key)).await?;
+        crate::keys::check_name("job key", key)?;
+        let (record, owner, pending) = self.inner.store.job_records(key).await?;
         let record = record.and_then(|r| {
             let parsed = FailureRecord::parse(&r);
             if parsed.is_none() {
@@ -83,7 +68,7 @@ impl Node {
             parsed
         });
         Ok(status_of(
-            owner.as_deref().and_then(crate::maps::job_owner),
+            owner.as_deref().and_then(crate::store::records::job_owner),
             pending.is_some(),
             record,
         ))

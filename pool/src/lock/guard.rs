@@ -8,8 +8,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Shared;
-use super::script::{self, u64_at};
+use super::script;
 use crate::error::{Error, Result};
+use crate::store::call::{self, u64_at};
 
 /// Proof of holding a [`ClusterLock`](super::ClusterLock), returned by
 /// [`try_acquire`](super::ClusterLock::try_acquire) and
@@ -150,9 +151,10 @@ impl LockGuard {
             return Ok(());
         }
         let sent = Instant::now();
-        let reply: Vec<Value> = script::call(
+        let reply: Vec<Value> = call::script(
             &self.shared.client,
             &script::REFRESH,
+            "lock refresh",
             vec![self.shared.key.clone()],
             vec![self.lease.clone(), options.ttl.as_millis().to_string()],
             options.op_timeout,
@@ -186,9 +188,10 @@ impl LockGuard {
     /// * [`Error::Redis`] when Redis answers with an error.
     pub async fn release(self) -> Result<()> {
         self.released.store(true, Ordering::SeqCst);
-        let released: u64 = script::call(
+        let released: u64 = call::script(
             &self.shared.client,
             &script::RELEASE,
+            "lock release",
             vec![self.shared.key.clone()],
             vec![self.lease.clone()],
             self.shared.options.op_timeout,

@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::types::Value;
 
-use super::script::{string_at, u64_at};
 use crate::error::Result;
+use crate::store::call::{string_at, u64_at};
 
 /// A lock's holder record as stored in Redis, read by
 /// [`ClusterLock::info`](super::ClusterLock::info) and
@@ -55,7 +55,7 @@ impl LockInfo {
             Value::Array(values) if values.is_empty() => return Ok(None),
             Value::Array(values) => values,
             other => {
-                return Err(crate::Error::Malformed {
+                return Err(crate::error::Error::Malformed {
                     what: "lock holder record",
                     reason: format!("expected an array, got {other:?}"),
                 });

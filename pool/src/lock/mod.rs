@@ -61,8 +61,8 @@ pub use info::LockInfo;
 pub use options::LockOptions;
 
 use crate::error::{Error, Result};
-use crate::{check_name, keys};
-use script::{string_at, u64_at};
+use crate::keys::{self, check_name};
+use crate::store::call::{self, string_at, u64_at};
 
 /// A named distributed lock. Cheap to clone; clones share the name, options
 /// and client.
@@ -236,9 +236,10 @@ impl ClusterLock {
     /// when Redis answers wrongly.
     pub async fn info(&self) -> Result<Option<LockInfo>> {
         let s = &self.shared;
-        let reply: Value = script::call(
+        let reply: Value = call::script(
             &s.client,
             &script::INFO,
+            "lock info",
             vec![s.key.clone()],
             Vec::<String>::new(),
             s.options.op_timeout,
@@ -260,9 +261,10 @@ impl ClusterLock {
             };
             let sent = Instant::now();
             let ttl_ms = s.options.ttl.as_millis().to_string();
-            let result: Result<Vec<Value>> = script::call(
+            let result: Result<Vec<Value>> = call::script(
                 &s.client,
                 &script::ACQUIRE,
+                "lock acquire",
                 vec![s.key.clone(), s.fencing_key.clone()],
                 vec![
                     s.options.owner_id.clone(),
@@ -336,9 +338,10 @@ impl Shared {
         // generously: past the TTL the lock is gone anyway.
         let bound = (shared.options.op_timeout * 10).max(shared.options.ttl * 2);
         handle.spawn(async move {
-            let result: Result<u64> = script::call(
+            let result: Result<u64> = call::script(
                 &shared.client,
                 &script::RELEASE,
+                "lock release",
                 vec![shared.key.clone()],
                 vec![lease],
                 bound,

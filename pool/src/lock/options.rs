@@ -139,9 +139,9 @@ impl LockOptions {
         if self.effective_min_refresh_interval() >= self.ttl {
             return Err(invalid("min_refresh_interval", "must be less than ttl"));
         }
-        crate::check_name("owner id", &self.owner_id)?;
+        crate::keys::check_name("owner id", &self.owner_id)?;
         if let Some(tag) = &self.hash_tag {
-            crate::check_name("hash tag", tag)?;
+            crate::keys::check_name("hash tag", tag)?;
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 
 mod breaker;
 mod capacity;
-mod config;
+pub(crate) mod config;
 mod home;
 mod home_handler;
 mod options;

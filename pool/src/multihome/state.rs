@@ -51,7 +51,7 @@ pub struct PublishedState {
 /// # Errors
 /// Redis errors; an entry that does not parse is skipped with a log line.
 pub async fn read_published(client: &Client, pool: &str) -> Result<Vec<PublishedState>> {
-    crate::check_name("pool name", pool)?;
+    crate::keys::check_name("pool name", pool)?;
     let pattern = keys::multihome_state_pattern(pool);
     let mut cursor = "0".to_string();
     let mut out = Vec::new();

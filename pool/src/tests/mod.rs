@@ -424,6 +424,7 @@ async fn one_start_in_two_hands_is_started_once() {
         let token = 1000 + i as u64;
         // Admitted with this token, as `admit.lua` leaves it.
         a.inner
+            .store
             .maps
             .pending
             .set(key, &live_guard(token))
@@ -475,7 +476,7 @@ async fn one_start_in_two_hands_is_started_once() {
 /// each dispatcher gets one reply entry with a line per request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_start_records_settles_each_start_in_order() {
-    use crate::recorder::StartToRecord;
+    use crate::store::StartToRecord;
     use fred::prelude::StreamsInterface;
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("batch");
@@ -483,6 +484,7 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
     let inner = &node.inner;
     for (key, token) in [("b1", 11), ("b2", 22)] {
         inner
+            .store
             .maps
             .pending
             .set(key, &live_guard(token))
@@ -509,11 +511,15 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
         start("b1", 11, worker.id(), Some((&to_y, 103))),
         start("b3", 5, "w-unknown", Some((&to_y, 104))),
     ];
-    let statuses = inner.record_starts(&starts).await.unwrap();
+    let statuses = inner
+        .store
+        .record_starts(&starts, inner.options.worker_ttl)
+        .await
+        .unwrap();
     assert_eq!(statuses, ["ok", "superseded", "ok", "unregistered"]);
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let jobs_hash = inner.maps.jobs.keys_info().hash.clone();
-    let pending_hash = inner.maps.pending.keys_info().hash.clone();
+    let jobs_hash = inner.store.maps.jobs.keys_info().hash.clone();
+    let pending_hash = inner.store.maps.pending.keys_info().hash.clone();
     let owner: Option<String> =
         fred::prelude::HashesInterface::hget(&client, jobs_hash.as_str(), "b1")
             .await
@@ -543,11 +549,17 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
 /// owner that is not registered is refused; the admitted job starts once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_admissions_decides_each_in_order() {
-    use crate::admission::Admission;
+    use crate::store::{Admission, AdmitLimits, Admitted};
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("admitbatch");
     let (node, worker, handler) = pool(&server, &name).await;
     let inner = &node.inner;
+    let limits = AdmitLimits {
+        node: inner.id.clone(),
+        max_queued: inner.options.max_queued_jobs,
+        pending_ttl: inner.options.dispatch_timeout + inner.options.ack_grace,
+        worker_ttl: inner.options.worker_ttl,
+    };
     let admission = |key: &str, owner: &str, request: u64| Admission {
         key: key.to_string(),
         body: crate::codec::encode(&crate::codec::JobBody {
@@ -568,10 +580,13 @@ async fn a_batch_of_admissions_decides_each_in_order() {
         admission("a1", worker.id(), 1),
         admission("a2", "w-gone", 3),
     ];
-    let replies = inner.admit(&batch).await.unwrap();
-    let statuses: Vec<&str> = replies.iter().map(|(s, _)| s.as_str()).collect();
+    let replies = inner.store.admit(&limits, &batch).await.unwrap();
+    let statuses: Vec<&str> = replies.iter().map(Admitted::as_str).collect();
     assert_eq!(statuses, ["ok", "exists", "ok", "no_worker"]);
-    let token = |i: usize| replies[i].1.first().and_then(fred::types::Value::as_u64);
+    let token = |i: usize| match replies[i] {
+        Admitted::Ok { token } => Some(token),
+        _ => None,
+    };
     assert!(token(0).is_some());
     assert_eq!(token(0), token(2), "a retry gets the same token");
     wait_until(

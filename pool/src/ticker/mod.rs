@@ -35,9 +35,16 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::LazyLock;
+
+use fred::types::scripts::Script;
+
 use crate::error::{Error, Result};
-use crate::lock::script::{self, u64_at};
-use crate::{check_name, keys};
+use crate::keys::{self, check_name};
+use crate::store::call::{self, u64_at};
+
+/// Claims a ticker slot (`advance.lua`).
+static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::from_lua(include_str!("advance.lua")));
 
 /// Options of a [`Ticker`].
 ///
@@ -285,9 +292,10 @@ async fn claim(
     interval_ms: u64,
     op_timeout: Duration,
 ) -> Result<(bool, u64, u64)> {
-    let reply: Vec<Value> = script::call(
+    let reply: Vec<Value> = call::script(
         client,
-        &script::TICKER_ADVANCE,
+        &ADVANCE,
+        "ticker advance",
         vec![key.to_string()],
         vec![interval_ms.to_string()],
         op_timeout,

@@ -54,7 +54,7 @@ impl PoolMaps {
     }
 
     /// KEYS[1..8] of every pool script.
-    pub(crate) fn base_keys(&self) -> Vec<String> {
+    pub(super) fn base_keys(&self) -> Vec<String> {
         let (j, p, w) = (
             self.jobs.keys_info(),
             self.pending.keys_info(),
@@ -73,7 +73,7 @@ impl PoolMaps {
     }
 
     /// ARGV[1..3] of every pool script.
-    pub(crate) fn base_args(&self) -> Vec<Value> {
+    pub(super) fn base_args(&self) -> Vec<Value> {
         vec![
             self.jobs.keys_info().channel.clone().into(),
             self.pending.keys_info().channel.clone().into(),
@@ -93,17 +93,4 @@ impl PoolMaps {
             self.shutdown.close(),
         );
     }
-}
-
-/// Owner worker of a `jobs` map value (`"<worker> <token>"`).
-pub(crate) fn job_owner(value: &str) -> Option<(&str, u64)> {
-    let (worker, token) = value.split_once(' ')?;
-    Some((worker, token.parse().ok()?))
-}
-
-/// Token and deadline of a `pending` map value
-/// (`"<token> <deadline_ms>[ <node>/<request>]"`).
-pub(crate) fn pending_guard(value: &str) -> Option<(u64, u64)> {
-    let mut parts = value.split(' ');
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }

@@ -1,0 +1,265 @@
+//! Starting a job from a start entry in a worker's inbox: forwarded to
+//! the ring owner, dropped when a newer start exists, claimed in Redis
+//! unless fresh (see `freshness.rs`), started by the handler, then
+//! confirmed or recorded (see `recorder.rs`), and re-asserted when Redis
+//! lost the start meanwhile.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use flotilla_streaming::Event;
+
+use crate::codec::{EV_START, StartEntry};
+use crate::error::{Error, Result};
+use crate::handler::{Job, guarded};
+use crate::node::NodeInner;
+use crate::store::records::job_owner;
+use crate::store::{Answer, Claimed, Moved, Reasserted, StartKept, StartToRecord};
+use crate::worker::{LocalJob, WorkerInner};
+
+impl WorkerInner {
+    /// Re-asserts a run whose start Redis lost (data loss, or Redis went
+    /// back in time): takes ownership unless a newer start exists, in which
+    /// case the run here stops. Errors leave it to the re-assertion that
+    /// follows re-registration or the rollback recovery.
+    async fn reassert_start(&self, node: &NodeInner, key: &str) {
+        let Some(job) = self.jobs.get(key).map(|j| j.clone()) else {
+            return;
+        };
+        match node
+            .reassert(self, key, &job, crate::store::Reassert::Running)
+            .await
+        {
+            Ok(Reasserted::Ok) => {}
+            Ok(status) => {
+                tracing::info!(
+                    key,
+                    status = status.as_str(),
+                    "a newer start exists; stopping the local run"
+                );
+                if self.jobs.remove(key).is_some() {
+                    let _ = self.stop_handler(key).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(key, error = %e, "re-asserting a start failed; retried on recovery")
+            }
+        }
+    }
+
+    #[tracing::instrument(name = "start", skip_all, fields(worker = %self.id))]
+    pub(crate) async fn on_start(
+        &self,
+        node: &NodeInner,
+        event: &Event,
+        entry: StartEntry,
+    ) -> Result<()> {
+        let key = entry.body.key.clone();
+        tracing::Span::current().record("key", key.as_str());
+        if let Some(target) = self.forward_target(node, &key, entry.hops) {
+            match node
+                .move_entry(
+                    &self.id,
+                    &target,
+                    &event.id,
+                    EV_START,
+                    entry.forwarded(),
+                    None,
+                )
+                .await?
+            {
+                Moved::Ok | Moved::Gone => return Ok(()),
+                Moved::NoTarget => node.refresh_ring(), // target left: run it here
+            }
+        }
+        let start = self.start_to_record(node, event, &entry)?;
+        if self.stopped.covers(&key, entry.token) {
+            // A start this worker ran and then stopped on request, back in
+            // its inbox because Redis went back in time: the stop stands.
+            tracing::info!(
+                key,
+                token = entry.token,
+                "start of a run stopped here already; dropped"
+            );
+            return drop_superseded(node, &start).await;
+        }
+        if let Some(running) = self.jobs.get(&key).map(|j| j.token)
+            && running >= entry.token
+        {
+            if running > entry.token {
+                // An older start that was moved on and came back: the key
+                // runs here already.
+                return drop_superseded(node, &start).await;
+            }
+            // This very start, read again by a rewind because recording it
+            // failed: record it now (it may be recorded already).
+            let status = node.recorder.submit(start).await?;
+            if status == StartKept::Recovering {
+                self.reassert_start(node, &key).await;
+            } else if status != StartKept::Ok {
+                tracing::warn!(
+                    key,
+                    status = status.as_str(),
+                    "start not kept; stopping the local run"
+                );
+                let _ = self.stop_handler(&key).await;
+                self.jobs.remove(&key);
+            }
+            return Ok(());
+        }
+        let superseded =
+            node.store.maps.jobs.get(&key).is_some_and(|v| {
+                job_owner(&v).is_some_and(|(w, t)| w != self.id && t >= entry.token)
+            });
+        if superseded {
+            // Another worker runs this key with a token at least as new (a
+            // start that was moved on while this process was cut off or
+            // paused). The claim below would refuse it too; the replica
+            // saves the round trip.
+            tracing::info!(
+                key,
+                token = entry.token,
+                "stale start dropped: the key runs elsewhere"
+            );
+            return drop_superseded(node, &start).await;
+        }
+        if self.jobs.contains_key(&key) {
+            // Started again while running here: stop the old run first so
+            // the key never runs twice.
+            let _ = self.stop_handler(&key).await;
+            self.jobs.remove(&key);
+        }
+        if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) || !node.lease_valid() {
+            // Without a lease nothing starts; the entry stays in the inbox
+            // and is read again once the lease is back (or moved by cleanup).
+            // The clock check catches a process resumed after a long pause
+            // before its lease watchdog could run.
+            return Err(Error::Unavailable(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                "lease lost",
+            )));
+        }
+        // An entry that may be stale is claimed in Redis before the
+        // handler runs: only the worker whose claim is accepted starts the
+        // key, whatever its replica says. A fresh one cannot be stale and
+        // is recorded after the start (see `freshness.rs`).
+        let fresh = node.start_is_fresh(&event.id);
+        if !fresh {
+            metrics::counter!("flotilla_pool_start_claims_total").increment(1);
+            let claim = node.store.claim_start(&start).await?;
+            if claim != Claimed::Ok {
+                tracing::info!(
+                    key,
+                    token = entry.token,
+                    claim = claim.as_str(),
+                    "start not claimed"
+                );
+                return Ok(());
+            }
+        }
+        let job = Job::new_run(
+            &key,
+            Bytes::from(entry.body.payload.clone()),
+            SystemTime::UNIX_EPOCH + Duration::from_millis(entry.created_at_ms),
+            entry.token,
+            self.lifecycle.outcome(&key, entry.token),
+        );
+        match guarded("start", self.handler.start(job.clone())).await {
+            Err(message) => {
+                tracing::info!(key, error = %message, "handler refused to start job");
+                metrics::counter!("flotilla_pool_start_failed_total").increment(1);
+                node.store.start_failed(&start, &message).await?;
+                Ok(())
+            }
+            Ok(()) => {
+                self.jobs.insert(
+                    key.clone(),
+                    LocalJob {
+                        token: entry.token,
+                        created_at_ms: entry.created_at_ms,
+                        payload: job.payload.clone(),
+                        raw_body: entry.raw_body.clone(),
+                    },
+                );
+                // A lease loss while the handler started: the watchdog's
+                // stop may have missed this job (inserted after it looked),
+                // and recording the start may wait on an unreachable Redis
+                // for a long time. Stop it now; it resumes with the others.
+                if self.lease_lost.load(std::sync::atomic::Ordering::SeqCst)
+                    && let Some((k, job)) = self.jobs.remove(&key)
+                {
+                    let _ = self.stop_handler(&k).await;
+                    self.suspended.lock().await.insert(k, job);
+                }
+                // On an error the outcome is unknown (the script may have
+                // run, removing the entry): the job keeps running, and if
+                // the entry is still there the rewind records it then.
+                // Stopping instead would lose a job that Redis records as
+                // running here.
+                let status = if fresh {
+                    node.recorder.submit(start).await?
+                } else {
+                    node.store
+                        .started(&start, Answer::Ok, node.options.worker_ttl)
+                        .await?
+                };
+                if status == StartKept::Recovering {
+                    // Redis lost its data or went back in time since the
+                    // entry was written: the run stays and is re-asserted
+                    // now (and again when the worker registers again).
+                    tracing::warn!(key, "start lost with Redis's data; re-asserting it");
+                    self.reassert_start(node, &key).await;
+                } else if status != StartKept::Ok {
+                    tracing::warn!(
+                        key,
+                        status = status.as_str(),
+                        "start not kept (superseded, or the worker is being cleaned up); stopping the local run"
+                    );
+                    let _ = self.stop_handler(&key).await;
+                    self.jobs.remove(&key);
+                } else if self.lease_lost.load(std::sync::atomic::Ordering::SeqCst) {
+                    // The lease lapsed while recording: stop now (unless the
+                    // watchdog or the check above did), resume later.
+                    if let Some((k, job)) = self.jobs.remove(&key) {
+                        let _ = self.stop_handler(&k).await;
+                        self.suspended.lock().await.insert(k, job);
+                    }
+                } else {
+                    tracing::debug!(key, token = entry.token, "job started");
+                    metrics::counter!("flotilla_pool_jobs_started_total").increment(1);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The Redis side of start entry `event` in this worker's inbox.
+    fn start_to_record(
+        &self,
+        node: &NodeInner,
+        event: &Event,
+        entry: &StartEntry,
+    ) -> Result<StartToRecord> {
+        let reply = match &entry.reply {
+            Some(r) => Some((node.reply_key(&r.node)?, r.request)),
+            None => None,
+        };
+        Ok(StartToRecord {
+            key: entry.body.key.clone(),
+            token: entry.token,
+            worker: self.id.clone(),
+            inbox: node.inbox(&self.id)?.key().to_string(),
+            entry_id: event.id.clone(),
+            reply,
+        })
+    }
+}
+
+/// Drops a start entry whose key runs elsewhere (or here with a newer
+/// token): entry removed, dispatcher told `superseded`.
+async fn drop_superseded(node: &NodeInner, start: &StartToRecord) -> Result<()> {
+    node.store
+        .started(start, Answer::Superseded, node.options.worker_ttl)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,246 @@
+//! Moving jobs and requests between workers: a stop or notify routed to
+//! the job's owner (`to_owner.lua`), a stop recorded (`stopped.lua`), a job
+//! handed to another worker (`handoff.lua`), an inbox entry moved
+//! (`move_entry.lua`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::types::Value;
+
+use super::PoolStore;
+use super::call::{self, status_reply, u64_at};
+use crate::error::Result;
+use crate::keys;
+
+/// Where `to_owner.lua` put a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Routed {
+    /// Queued in the owner's inbox.
+    Queued,
+    /// The job is admitted or being moved but not started: nowhere to go
+    /// yet.
+    Pending,
+    /// A stop of an orphaned job (payload kept for the orphan sweep, no
+    /// owner): ended by the script itself.
+    Stopped,
+    /// No such job.
+    NotFound,
+    /// Another worker owns the job now (`"-"`: none).
+    Moved(String),
+}
+
+/// A stop a worker carried out, for `stopped.lua`.
+pub(crate) struct StopDone<'a> {
+    /// Job key.
+    pub(crate) key: &'a str,
+    /// The worker.
+    pub(crate) worker: &'a str,
+    /// The worker's inbox.
+    pub(crate) inbox: &'a str,
+    /// The stop request's entry in the inbox.
+    pub(crate) entry_id: &'a str,
+    /// Reply stream key and request id, if someone waits.
+    pub(crate) reply: Option<(&'a str, u64)>,
+    /// Whether the worker ran or held the job: a record naming a worker
+    /// that did not is stale (`Retry` while the pool recovers).
+    pub(crate) held: bool,
+    /// The recovery window after a data loss.
+    pub(crate) worker_ttl: Duration,
+}
+
+call::status!(
+    /// What `stopped.lua` recorded.
+    Stopped, "stopped reply" {
+        /// Ownership and payload removed, dispatcher answered.
+        Ok = "ok",
+        /// The job moved on: the dispatcher sends the request again.
+        Retry = "retry",
+        /// No such job.
+        NotFound = "not_found",
+    }
+);
+
+/// What `handoff.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handoff {
+    /// Moved, with a new token.
+    Ok { token: u64 },
+    /// The job is not the expected owner's (or not an orphan).
+    NotOwner,
+    /// The target is not registered (or is being cleaned up).
+    NoTarget,
+    /// The job has no payload any more.
+    NoPayload,
+    /// The pool recovers from a data loss: orphans wait.
+    Recovering,
+}
+
+impl Handoff {
+    fn parse(reply: Value) -> Result<Self> {
+        const WHAT: &str = "handoff reply";
+        let (status, rest) = status_reply(WHAT, reply)?;
+        Ok(match status.as_str() {
+            "ok" => Handoff::Ok {
+                token: u64_at(&rest, 0, WHAT)?,
+            },
+            "not_owner" => Handoff::NotOwner,
+            "no_target" => Handoff::NoTarget,
+            "no_payload" => Handoff::NoPayload,
+            "recovering" => Handoff::Recovering,
+            other => return Err(call::unknown_status(WHAT, other)),
+        })
+    }
+}
+
+call::status!(
+    /// What `move_entry.lua` did.
+    Moved, "move_entry reply" {
+        /// Moved.
+        Ok = "ok",
+        /// The target is not registered (or is being cleaned up).
+        NoTarget = "no_target",
+        /// The entry is no longer in the source inbox.
+        Gone = "gone",
+    }
+);
+
+/// One inbox entry to move from one worker's inbox to another's.
+#[derive(Debug, Clone)]
+pub(crate) struct EntryMove<'a> {
+    /// The source inbox stream key.
+    pub(crate) from_inbox: &'a str,
+    /// The target worker and its inbox stream key.
+    pub(crate) to: &'a str,
+    pub(crate) to_inbox: &'a str,
+    /// The entry's id, event name and (new) payload.
+    pub(crate) id: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) payload: Bytes,
+    /// The job key of a start entry a cleaner moves (it gets a new fencing
+    /// token); `None` when forwarding.
+    pub(crate) requeued_key: Option<&'a str>,
+}
+
+impl PoolStore {
+    /// Queues `event` with `body` at `owner` (`"-"`: none known), the owner
+    /// of job `key` as the caller's replica says. Redis below the highest
+    /// jobs-map revision this node saw went back in time: `Pending`.
+    pub(crate) async fn to_owner(
+        &self,
+        key: &str,
+        owner: &str,
+        owner_inbox: &str,
+        event: &str,
+        body: Bytes,
+        worker_ttl: Duration,
+    ) -> Result<Routed> {
+        const WHAT: &str = "to_owner reply";
+        let mut keys = self.maps.base_keys();
+        keys.push(owner_inbox.to_string());
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(key),
+            Value::from(owner),
+            Value::from(event),
+            Value::Bytes(body),
+            Value::from(keys::INBOX_MAXLEN.to_string()),
+            Value::from(worker_ttl.as_millis().to_string()),
+            Value::from(self.revision_floor().to_string()),
+        ]);
+        let reply: Value = self
+            .scripts
+            .to_owner
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        let (status, rest) = status_reply(WHAT, reply)?;
+        Ok(match status.as_str() {
+            "ok" => Routed::Queued,
+            "pending" => Routed::Pending,
+            "stopped" => Routed::Stopped,
+            "not_found" => Routed::NotFound,
+            "moved" => Routed::Moved(
+                rest.first()
+                    .and_then(Value::as_string)
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            other => return Err(call::unknown_status(WHAT, other)),
+        })
+    }
+
+    /// Records that a worker stopped a job on request (see [`StopDone`]).
+    pub(crate) async fn stopped(&self, done: StopDone<'_>) -> Result<Stopped> {
+        let (reply_key, request) = done.reply.unwrap_or((done.inbox, 0));
+        let mut keys = self.maps.base_keys();
+        keys.push(done.inbox.to_string());
+        keys.push(reply_key.to_string());
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(done.key),
+            Value::from(done.worker),
+            Value::from(done.entry_id),
+            Value::from(request.to_string()),
+            Value::from(if done.held { "1" } else { "0" }),
+            Value::from(done.worker_ttl.as_millis().to_string()),
+        ]);
+        let status: String = self
+            .scripts
+            .stopped
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        Stopped::parse(&status)
+    }
+
+    /// Hands job `key`, owned by `from` (`"-"`: an orphan), to `to`.
+    pub(crate) async fn handoff(
+        &self,
+        key: &str,
+        from: &str,
+        to: &str,
+        to_inbox: &str,
+        pending_ttl: Duration,
+        worker_ttl: Duration,
+    ) -> Result<Handoff> {
+        let mut keys = self.maps.base_keys();
+        keys.push(to_inbox.to_string());
+        keys.push(self.maps.cleanup.keys_info().hash.clone());
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(key),
+            Value::from(from),
+            Value::from(to),
+            Value::from(pending_ttl.as_millis().to_string()),
+            Value::from(keys::INBOX_MAXLEN.to_string()),
+            Value::from(worker_ttl.as_millis().to_string()),
+        ]);
+        let reply: Value = self
+            .scripts
+            .handoff
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        Handoff::parse(reply)
+    }
+
+    /// Moves one inbox entry to another worker's inbox.
+    pub(crate) async fn move_entry(&self, entry: EntryMove<'_>) -> Result<Moved> {
+        let mut keys = self.maps.base_keys();
+        keys.push(entry.from_inbox.to_string());
+        keys.push(entry.to_inbox.to_string());
+        keys.push(self.maps.cleanup.keys_info().hash.clone());
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(entry.id),
+            Value::from(entry.name),
+            Value::Bytes(entry.payload),
+            Value::from(entry.to),
+            Value::from(keys::INBOX_MAXLEN.to_string()),
+            Value::from(entry.requeued_key.unwrap_or("")),
+        ]);
+        let status: String = self
+            .scripts
+            .move_entry
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        Moved::parse(&status)
+    }
+}

@@ -1,0 +1,142 @@
+//! The pool's Redis protocol, in one place: the replicated maps a node
+//! joins, every Lua script of the pool with one typed method each (KEYS
+//! and ARGV are built here alone, from named arguments), the replies
+//! parsed once into enums (a status a script does not return is an
+//! [`Error::Malformed`](crate::error::Error::Malformed)), and the few plain
+//! commands the pool sends.
+//!
+//! ```text
+//! dispatch, worker, cleanup, lease,      PoolStore::admit / claim_start / handoff / …
+//! rebalance, membership, rollback,  ──▶  (KEYS + ARGV by position, one timed call,  ──▶ Redis
+//! admission and start batches            reply → enum, unknown → Malformed)
+//!                        locks, tickers ──▶ call::script (the same timed runner)
+//! ```
+//!
+//! The scripts (`scripts/*.lua`) all start with `scripts/base.lua`; its
+//! header names the KEYS and ARGV every script shares, and each script's
+//! header the ones of its own, which the method of the same name follows.
+
+mod admit;
+pub(crate) mod call;
+mod jobs;
+mod lifecycle;
+mod maps;
+pub(crate) mod records;
+mod registry;
+mod starts;
+#[cfg(test)]
+mod tests;
+mod workers;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+
+pub(crate) use admit::{Admission, AdmitLimits, Admitted, Forgot};
+pub(crate) use jobs::{EntryMove, Handoff, Moved, Routed, StopDone};
+pub(crate) use lifecycle::{EndArgs, EndRecorded};
+pub(crate) use maps::PoolMaps;
+pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
+pub(crate) use workers::{ClaimStatus, Reassert, Reasserted, Removed};
+
+use crate::error::Result;
+use crate::keys;
+use call::bounded;
+use registry::Scripts;
+
+/// Every node shares the compiled scripts (the same text, the same SHA).
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(Scripts::new);
+
+/// A node's handle on its pool in Redis: client, the pool's maps, the
+/// scripts and the deadline of every call. Cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolStore {
+    pub(crate) client: Client,
+    pub(crate) pool: Arc<str>,
+    pub(crate) maps: PoolMaps,
+    scripts: &'static Scripts,
+    /// Deadline of every call (the node's `redis_timeout`).
+    pub(crate) timeout: Duration,
+}
+
+impl PoolStore {
+    /// Joins every map of `pool`.
+    pub(crate) async fn join(client: &Client, pool: &str, timeout: Duration) -> Result<Self> {
+        let maps = PoolMaps::join(client, pool).await?;
+        Ok(PoolStore {
+            client: client.clone(),
+            pool: Arc::from(pool),
+            maps,
+            scripts: &SCRIPTS,
+            timeout,
+        })
+    }
+
+    /// The highest jobs-map revision this node has seen: scripts that
+    /// admit or record starts pass it, so the first of them after Redis
+    /// went back in time opens the recovery window itself, before any
+    /// replica noticed (see `went_back` in `scripts/base.lua`).
+    pub(crate) fn revision_floor(&self) -> u64 {
+        self.maps.jobs.revision_high_water()
+    }
+
+    /// Creates the pool's epoch unless it exists (see `recovering` in
+    /// `scripts/base.lua`): created with the pool, gone when Redis loses its
+    /// data.
+    pub(crate) async fn create_epoch(&self) -> Result<()> {
+        let _: bool = bounded(
+            self.timeout,
+            "create epoch",
+            self.client
+                .hsetnx(keys::fencing(&self.pool), keys::EPOCH_FIELD, "0 0"),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The stored payload (`"<created_ms> <body>"`) of a running or pending
+    /// job.
+    pub(crate) async fn payload(&self, key: &str) -> Result<Option<Bytes>> {
+        bounded(
+            self.timeout,
+            "read payload",
+            self.client.hget(self.maps.payloads_key(), key),
+        )
+        .await
+    }
+
+    /// Keys of every job with a stored payload.
+    pub(crate) async fn payload_keys(&self) -> Result<Vec<String>> {
+        self.client
+            .hkeys(self.maps.payloads_key())
+            .await
+            .map_err(call::from_redis)
+    }
+
+    /// Redis server time in ms.
+    pub(crate) async fn server_time_ms(&self) -> Result<u64> {
+        call::server_time_ms(&self.client).await
+    }
+
+    /// Deletes every key of the pool, by SCAN pages.
+    pub(crate) async fn delete_pool_keys(&self) -> Result<()> {
+        let pattern = keys::pool_pattern(&self.pool);
+        let mut cursor = "0".to_string();
+        loop {
+            let (next, found): (String, Vec<String>) = self
+                .client
+                .scan_page(cursor.clone(), pattern.clone(), Some(500), None)
+                .await
+                .map_err(call::from_redis)?;
+            if !found.is_empty() {
+                let _: i64 = self.client.del(found).await.map_err(call::from_redis)?;
+            }
+            if next == "0" {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+}

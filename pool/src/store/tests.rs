@@ -1,0 +1,535 @@
+//! Every status of every pool script, against a real Redis, through
+//! [`PoolStore`] alone: no node, no worker task; the state each status
+//! needs is made by the scripts themselves where they can make it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use flotilla_streaming::{Stream, StreamOptions};
+use flotilla_testkit::RedisServer;
+use fred::prelude::{HashesInterface, StreamsInterface};
+
+use super::jobs::Stopped;
+use super::lifecycle::{EndArgs, EndRecorded};
+use super::workers::{Recovery, Released};
+use super::*;
+use crate::codec::{self, JobBody};
+
+/// Worker TTL, pending TTL and recovery window of every call.
+const TTL: Duration = Duration::from_secs(60);
+const INFO: &str = r#"{"node":"n-test","host":"h","pid":1}"#;
+
+struct Fixture {
+    _server: RedisServer,
+    store: PoolStore,
+}
+
+async fn fixture() -> Fixture {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let pool = flotilla_testkit::unique_name("store");
+    let store = PoolStore::join(&client, &pool, Duration::from_secs(10))
+        .await
+        .unwrap();
+    store.create_epoch().await.unwrap();
+    Fixture {
+        _server: server,
+        store,
+    }
+}
+
+impl Fixture {
+    fn inbox(&self, worker: &str) -> String {
+        let options = StreamOptions::default().hash_tag(&*self.store.pool);
+        Stream::new(&self.store.client, &keys::worker_inbox(worker), options)
+            .unwrap()
+            .key()
+            .to_string()
+    }
+
+    /// Ids of the entries of `worker`'s inbox, oldest first.
+    async fn entry_ids(&self, worker: &str) -> Vec<String> {
+        let entries: Vec<(String, HashMap<String, Bytes>)> = self
+            .store
+            .client
+            .xrange(self.inbox(worker), "-", "+", None)
+            .await
+            .unwrap();
+        entries.into_iter().map(|(id, _)| id).collect()
+    }
+
+    async fn register(&self, worker: &str) -> Option<u64> {
+        self.store.register(worker, INFO).await.unwrap()
+    }
+
+    fn limits(&self) -> AdmitLimits {
+        AdmitLimits {
+            node: "n-test".into(),
+            max_queued: 0,
+            pending_ttl: TTL,
+            worker_ttl: TTL,
+        }
+    }
+
+    fn admission(&self, key: &str, owner: &str, request: u64) -> Admission {
+        Admission {
+            key: key.to_string(),
+            body: body(key),
+            owner: owner.to_string(),
+            inbox: self.inbox(owner),
+            request,
+            marker: keys::dispatched(&self.store.pool, key),
+            window_ms: 0,
+            schedule: None,
+        }
+    }
+
+    async fn admit(&self, limits: &AdmitLimits, admission: Admission) -> Admitted {
+        self.store.admit(limits, &[admission]).await.unwrap()[0]
+    }
+
+    /// Admits `key` at `owner`; its token.
+    async fn admitted(&self, key: &str, owner: &str) -> u64 {
+        match self
+            .admit(&self.limits(), self.admission(key, owner, 1))
+            .await
+        {
+            Admitted::Ok { token } => token,
+            other => panic!("{key} not admitted: {other:?}"),
+        }
+    }
+
+    fn start(&self, key: &str, token: u64, worker: &str, entry_id: &str) -> StartToRecord {
+        StartToRecord {
+            key: key.to_string(),
+            token,
+            worker: worker.to_string(),
+            inbox: self.inbox(worker),
+            entry_id: entry_id.to_string(),
+            reply: None,
+        }
+    }
+
+    /// An orphan: a payload with neither owner nor pending dispatch.
+    async fn orphan(&self, key: &str, worker: &str) {
+        self.admitted(key, worker).await;
+        self.store.maps.pending.delete(key).await.unwrap();
+    }
+
+    /// Moves entry `id` of `from`'s inbox to `to`'s.
+    async fn move_entry(&self, id: &str, from: &str, to: &str) -> Moved {
+        let (from_inbox, to_inbox) = (self.inbox(from), self.inbox(to));
+        let entry = EntryMove {
+            from_inbox: &from_inbox,
+            to,
+            to_inbox: &to_inbox,
+            id,
+            name: "notify",
+            payload: body("j1"),
+            requeued_key: None,
+        };
+        self.store.move_entry(entry).await.unwrap()
+    }
+
+    /// Redis loses the pool's epoch: the next script opens the recovery
+    /// window.
+    async fn lose_epoch(&self) {
+        let _: i64 = self
+            .store
+            .client
+            .hdel(keys::fencing(&self.store.pool), keys::EPOCH_FIELD)
+            .await
+            .unwrap();
+    }
+}
+
+fn body(key: &str) -> Bytes {
+    codec::encode(&JobBody {
+        key: key.to_string(),
+        payload: b"p".to_vec(),
+        restart: None,
+    })
+}
+
+#[tokio::test]
+async fn admit_unmark_and_schedule_forget_answer_each_status() {
+    let f = &fixture().await;
+    let s = &f.store;
+    assert!(
+        f.register("w1").await.is_some(),
+        "registered on server time"
+    );
+    let limits = f.limits();
+    let first = f.admission("a1", "w1", 1);
+    let Admitted::Ok { token } = f.admit(&limits, first.clone()).await else {
+        panic!("a1 not admitted");
+    };
+    assert_eq!(
+        f.admit(&limits, first).await,
+        Admitted::Ok { token },
+        "retry"
+    );
+    let again = f.admission("a1", "w1", 2);
+    assert_eq!(f.admit(&limits, again).await, Admitted::Exists);
+    let gone = f.admission("a2", "w-gone", 3);
+    assert_eq!(f.admit(&limits, gone).await, Admitted::NoWorker);
+    let full = AdmitLimits {
+        max_queued: 1,
+        ..f.limits()
+    };
+    assert_eq!(
+        f.admit(&full, f.admission("a3", "w1", 4)).await,
+        Admitted::Full(1)
+    );
+
+    let windowed = |request| Admission {
+        window_ms: 60_000,
+        ..f.admission("r1", "w1", request)
+    };
+    let Admitted::Ok { token: r1 } = f.admit(&limits, windowed(5)).await else {
+        panic!("r1 not admitted");
+    };
+    s.maps.pending.delete("r1").await.unwrap(); // as if it had ended
+    let recent = f.admit(&limits, windowed(6)).await;
+    assert!(
+        matches!(recent, Admitted::Recent(left) if left > Duration::ZERO && left <= TTL),
+        "{recent:?}"
+    );
+    let marker = keys::dispatched(&s.pool, "r1");
+    assert!(
+        !s.unmark(&marker, r1 + 1, TTL).await.unwrap(),
+        "not its own"
+    );
+    assert!(s.unmark(&marker, r1, TTL).await.unwrap());
+    assert!(!s.unmark(&marker, r1, TTL).await.unwrap(), "gone already");
+
+    let record = keys::schedule(&s.pool, "s");
+    let lock = keys::lock(Some(&s.pool), &keys::schedule_lease("s"));
+    let _: i64 = s.client.hset(&lock, ("token", "7")).await.unwrap();
+    let scheduled = |key, request, leader| Admission {
+        schedule: Some((leader, record.clone(), lock.clone())),
+        ..f.admission(key, "w1", request)
+    };
+    assert_eq!(
+        f.admit(&limits, scheduled("s1", 7, 8)).await,
+        Admitted::NotLeader
+    );
+    let led = f.admit(&limits, scheduled("s1", 8, 7)).await;
+    assert!(matches!(led, Admitted::Ok { .. }), "{led:?}");
+    let forget = |leader| s.forget_scheduled(&record, &lock, leader, "s1", TTL);
+    assert_eq!(forget(8).await.unwrap(), Forgot::NotLeader);
+    assert_eq!(forget(7).await.unwrap(), Forgot::Dropped);
+    assert_eq!(forget(7).await.unwrap(), Forgot::Absent);
+
+    f.lose_epoch().await;
+    let lost = f.admission("a4", "w1", 9);
+    assert_eq!(f.admit(&limits, lost).await, Admitted::Recovering);
+}
+
+#[tokio::test]
+async fn start_scripts_answer_each_status() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let keys = ["k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"];
+    let mut tokens = Vec::new();
+    for key in keys {
+        tokens.push(f.admitted(key, "w1").await);
+    }
+    let ids = f.entry_ids("w1").await;
+    let start = |i: usize| f.start(keys[i], tokens[i], "w1", &ids[i]);
+
+    let claim = |start: StartToRecord| async move { s.claim_start(&start).await.unwrap() };
+    let stranger = StartToRecord {
+        worker: "w-gone".into(),
+        ..start(0)
+    };
+    assert_eq!(claim(stranger).await, Claimed::Unregistered);
+    let moved_away = StartToRecord {
+        entry_id: "1-1".into(),
+        ..start(0)
+    };
+    assert_eq!(claim(moved_away).await, Claimed::Gone);
+    assert_eq!(claim(start(0)).await, Claimed::Ok);
+    assert_eq!(claim(start(0)).await, Claimed::Ok, "retry");
+    let older = StartToRecord {
+        token: tokens[1] - 1,
+        ..start(1)
+    };
+    assert_eq!(claim(older).await, Claimed::Superseded);
+
+    let started = |i| async move { s.started(&start(i), Answer::Ok, TTL).await.unwrap() };
+    assert_eq!(started(0).await, StartKept::Ok);
+    assert_eq!(started(2).await, StartKept::Lost, "never claimed");
+
+    s.start_failed(&start(3), "refused").await.unwrap();
+    assert_eq!(s.payload("k4").await.unwrap(), None, "the job is over");
+    assert!(s.maps.pending.get("k4").is_none());
+
+    let batch = [
+        start(6),
+        StartToRecord {
+            token: tokens[7] - 1,
+            ..start(7)
+        },
+        StartToRecord {
+            worker: "w-gone".into(),
+            ..start(6)
+        },
+    ];
+    assert_eq!(
+        s.record_starts(&batch, TTL).await.unwrap(),
+        [
+            StartKept::Ok,
+            StartKept::Superseded,
+            StartKept::Unregistered
+        ]
+    );
+
+    // A record older than the start, found while the pool recovers: Redis
+    // went back in time and lost the hand-off that led here.
+    assert_eq!(claim(start(4)).await, Claimed::Ok);
+    f.lose_epoch().await;
+    let newer = StartToRecord {
+        token: tokens[4] + 1,
+        ..start(4)
+    };
+    assert_eq!(
+        s.record_starts(&[newer], TTL).await.unwrap(),
+        [StartKept::Recovering]
+    );
+    assert_eq!(started(5).await, StartKept::Recovering);
+}
+
+#[tokio::test]
+async fn routing_scripts_answer_each_status() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let route = |key: &'static str, owner: &'static str, event: &'static str| async move {
+        s.to_owner(key, owner, &f.inbox(owner), event, body(key), TTL)
+            .await
+            .unwrap()
+    };
+    f.admitted("j1", "w1").await;
+    assert_eq!(route("j1", "-", "notify").await, Routed::Pending);
+    let t1 = {
+        let ids = f.entry_ids("w1").await;
+        let token = match s.maps.pending.get("j1") {
+            Some(guard) => records::pending_guard(&guard).unwrap().0,
+            None => panic!("no guard"),
+        };
+        let start = f.start("j1", token, "w1", &ids[0]);
+        assert_eq!(s.claim_start(&start).await.unwrap(), Claimed::Ok);
+        token
+    };
+    assert_eq!(
+        route("j1", "w2", "notify").await,
+        Routed::Moved("w1".into())
+    );
+    assert_eq!(route("j1", "w1", "notify").await, Routed::Queued);
+    assert_eq!(route("nope", "-", "stop").await, Routed::NotFound);
+
+    let hand = |from: &'static str, to: &'static str| async move {
+        s.handoff("j1", from, to, &f.inbox(to), TTL, TTL)
+            .await
+            .unwrap()
+    };
+    assert_eq!(hand("w2", "w2").await, Handoff::NotOwner);
+    assert_eq!(hand("w1", "w-gone").await, Handoff::NoTarget);
+    let Handoff::Ok { token: t2 } = hand("w1", "w2").await else {
+        panic!("not handed off");
+    };
+    assert!(t2 > t1, "a new token");
+
+    let stop = |key: &'static str| async move {
+        s.stopped(StopDone {
+            key,
+            worker: "w2",
+            inbox: &f.inbox("w2"),
+            entry_id: "1-1",
+            reply: None,
+            held: true,
+            worker_ttl: TTL,
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(stop("j1").await, Stopped::Retry, "pending at w2");
+    let entry = f.entry_ids("w2").await.pop().unwrap();
+    let start = f.start("j1", t2, "w2", &entry);
+    assert_eq!(s.claim_start(&start).await.unwrap(), Claimed::Ok);
+    assert_eq!(stop("j1").await, Stopped::Ok);
+    assert_eq!(stop("j1").await, Stopped::NotFound);
+
+    f.orphan("o1", "w1").await;
+    assert_eq!(route("o1", "-", "notify").await, Routed::Pending);
+    assert_eq!(route("o1", "-", "stop").await, Routed::Stopped);
+    let inbox = f.inbox("w1");
+    let orphan = s.handoff("o1", "-", "w1", &inbox, TTL, TTL).await.unwrap();
+    assert_eq!(orphan, Handoff::NoPayload);
+
+    let queued = f.entry_ids("w1").await;
+    let id = &queued[0];
+    assert_eq!(f.move_entry(id, "w1", "w-gone").await, Moved::NoTarget);
+    assert_eq!(f.move_entry(id, "w1", "w2").await, Moved::Ok);
+    assert_eq!(f.move_entry(id, "w1", "w2").await, Moved::Gone);
+
+    f.orphan("o2", "w1").await;
+    f.lose_epoch().await;
+    let inbox = f.inbox("w1");
+    let orphan = s.handoff("o2", "-", "w1", &inbox, TTL, TTL).await.unwrap();
+    assert_eq!(orphan, Handoff::Recovering);
+}
+
+#[tokio::test]
+async fn worker_scripts_answer_each_status() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let renewal = s
+        .keepalive("n-test", TTL, ["w1".to_string(), "w-gone".to_string()])
+        .await
+        .unwrap();
+    assert!(renewal.server_ms > 0);
+    assert_eq!(renewal.unknown, ["w-gone"]);
+
+    let stored = |key| codec::stored(0, &body(key));
+    let reassert = |key: &'static str, worker: &'static str, token, state| async move {
+        s.reassert(key, worker, token, stored(key), state, TTL)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        reassert("r1", "w1", 100, Reassert::Running).await,
+        Reasserted::Ok
+    );
+    assert_eq!(
+        reassert("r1", "w2", 50, Reassert::Running).await,
+        Reasserted::Lost
+    );
+    assert_eq!(
+        reassert("r1", "w1", 100, Reassert::Suspended).await,
+        Reasserted::Ok
+    );
+    assert!(s.resume("r1", "w1").await.unwrap().is_some_and(|t| t > 100));
+    assert_eq!(s.resume("r1", "w2").await.unwrap(), None, "not its job");
+    let record = s.maps.jobs.get("r1").unwrap();
+    assert_eq!(
+        s.release_stale("r1", "w1 100").await.unwrap(),
+        Released::Changed
+    );
+    assert_eq!(
+        s.release_stale("r1", &record).await.unwrap(),
+        Released::Released
+    );
+
+    let claim = |worker: &'static str| async move {
+        s.claim_cleanup(worker, "n-test", TTL).await.unwrap().status
+    };
+    assert_eq!(claim("w-gone").await, ClaimStatus::Gone);
+    assert_eq!(claim("w1").await, ClaimStatus::Alive);
+    s.maps.keepalive.set("w1", "1000").await.unwrap(); // silent for ages
+    assert_eq!(claim("w1").await, ClaimStatus::Claimed);
+    assert_eq!(claim("w1").await, ClaimStatus::ClaimedByOther);
+    s.maps.cleanup.set("w1", "n-dead 1000").await.unwrap();
+    assert_eq!(claim("w1").await, ClaimStatus::TakenOver);
+
+    f.admitted("x1", "w2").await;
+    let inbox = f.inbox("w2");
+    assert_eq!(
+        s.remove_worker("w2", &inbox).await.unwrap(),
+        Removed::InboxNotEmpty
+    );
+    let ids = f.entry_ids("w2").await;
+    let _: i64 = s.client.xdel(&inbox, ids).await.unwrap();
+    assert_eq!(s.remove_worker("w2", &inbox).await.unwrap(), Removed::Ok);
+
+    assert_eq!(s.begin_recovery(TTL).await.unwrap(), Recovery::Opened);
+    assert_eq!(s.begin_recovery(TTL).await.unwrap(), Recovery::Open);
+    assert_eq!(
+        reassert("r2", "w1", 5, Reassert::Suspended).await,
+        Reasserted::Orphaned
+    );
+}
+
+#[tokio::test]
+async fn lifecycle_scripts_answer_each_status() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    // A running job: admitted and claimed by w1.
+    let run = |key: &'static str| async move {
+        let token = f.admitted(key, "w1").await;
+        let id = f.entry_ids("w1").await.pop().unwrap();
+        assert_eq!(
+            s.claim_start(&f.start(key, token, "w1", &id))
+                .await
+                .unwrap(),
+            Claimed::Ok
+        );
+        token
+    };
+    let failed = |delays: &'static [u64]| EndArgs::Failed {
+        error: "boom\nat line 2",
+        reset: false,
+        delays_ms: delays,
+    };
+
+    let t = run("done").await;
+    assert_eq!(
+        s.record_job_end("done", "w2", t, EndArgs::Finished)
+            .await
+            .unwrap(),
+        EndRecorded::Moved,
+        "another worker's report"
+    );
+    assert_eq!(
+        s.record_job_end("done", "w1", t, EndArgs::Finished)
+            .await
+            .unwrap(),
+        EndRecorded::Finished
+    );
+    assert!(s.maps.jobs.get("done").is_none());
+
+    let t1 = run("flaky").await;
+    assert_eq!(
+        s.record_job_end("flaky", "w1", t1, failed(&[100, 200]))
+            .await
+            .unwrap(),
+        EndRecorded::Restarting {
+            failures: 1,
+            delay: Duration::from_millis(100)
+        }
+    );
+    assert_eq!(
+        s.restart_job("flaky", "w1", t1 - 1).await.unwrap(),
+        None,
+        "stale run"
+    );
+    let t2 = s.restart_job("flaky", "w1", t1).await.unwrap().unwrap();
+    assert!(t2 > t1);
+    assert_eq!(
+        s.record_job_end("flaky", "w1", t2, failed(&[100, 200]))
+            .await
+            .unwrap(),
+        EndRecorded::Restarting {
+            failures: 2,
+            delay: Duration::from_millis(200)
+        }
+    );
+    let t3 = s.restart_job("flaky", "w1", t2).await.unwrap().unwrap();
+    assert_eq!(
+        s.record_job_end("flaky", "w1", t3, failed(&[100, 200]))
+            .await
+            .unwrap(),
+        EndRecorded::Failed { failures: 3 }
+    );
+    let (record, owner, _) = s.job_records("flaky").await.unwrap();
+    assert!(owner.is_none());
+    assert!(record.unwrap().starts_with("failed 3 "), "one line kept");
+    assert!(s.forget_failed_job("flaky").await.unwrap());
+    assert!(!s.forget_failed_job("flaky").await.unwrap());
+}

@@ -1,0 +1,290 @@
+//! Workers' records: registration (`register.lua`), keep-alives
+//! (`keepalive.lua`), re-assertion and resumption of their jobs
+//! (`reassert.lua`, `resume.lua`), cleanup of dead ones
+//! (`claim_cleanup.lua`, `remove_worker.lua`), and recovery after Redis went
+//! back in time (`begin_recovery.lua`, `release_stale.lua`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::types::Value;
+
+use super::PoolStore;
+use super::call::{self, status_reply};
+use crate::error::Result;
+
+/// Whether a re-asserted job runs here or was suspended on lease loss.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reassert {
+    Running,
+    Suspended,
+}
+
+call::status!(
+    /// What `reassert.lua` decided.
+    Reasserted, "reassert reply" {
+        /// The worker owns the job (again).
+        Ok = "ok",
+        /// Another start of the job is newer: it is not the worker's.
+        Lost = "lost",
+        /// Payload restored, ownership not taken (the orphan sweep
+        /// requeues it).
+        Orphaned = "orphaned",
+    }
+);
+
+call::status!(
+    /// What `remove_worker.lua` did.
+    Removed, "remove_worker reply" {
+        /// Removed.
+        Ok = "ok",
+        /// Entries are left in the inbox: move them first.
+        InboxNotEmpty = "inbox_not_empty",
+    }
+);
+
+call::status!(
+    /// The state of a cleanup claim on a worker (`claim_cleanup.lua`).
+    ClaimStatus, "claim_cleanup reply" {
+        /// The worker is dead; the claim is the caller's.
+        Claimed = "claimed",
+        /// The worker is dead; a stale claim was taken over.
+        TakenOver = "taken_over",
+        /// The worker's keep-alive is within the TTL.
+        Alive = "alive",
+        /// Another node cleans the worker up.
+        ClaimedByOther = "claimed_by_other",
+        /// The worker is not registered.
+        Gone = "gone",
+    }
+);
+
+/// A claim on the cleanup of a worker, and how long it was silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeadWorkerClaim {
+    pub(crate) status: ClaimStatus,
+    pub(crate) silent_ms: u64,
+}
+
+call::status!(
+    /// What `begin_recovery.lua` did.
+    Recovery, "begin_recovery reply" {
+        /// The recovery window opened.
+        Opened = "opened",
+        /// A window was open already.
+        Open = "open",
+    }
+);
+
+call::status!(
+    /// What `release_stale.lua` did.
+    Released, "release_stale reply" {
+        /// The record and the payload are gone.
+        Released = "released",
+        /// The record changed since it was read: left alone.
+        Changed = "changed",
+    }
+);
+
+/// What a renewal of keep-alives found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Renewal {
+    /// Redis server time (ms) of the renewal.
+    pub(crate) server_ms: u64,
+    /// The workers Redis does not know (not renewed).
+    pub(crate) unknown: Vec<String>,
+}
+
+impl PoolStore {
+    /// Registers (or re-registers) worker `id` with its `info` (a JSON
+    /// object); returns the server time (ms) of the registration.
+    pub(crate) async fn register(&self, id: &str, info: &str) -> Result<Option<u64>> {
+        let ka = self.maps.keepalive.keys_info();
+        let mut keys = self.maps.base_keys();
+        keys.push(ka.hash.clone());
+        keys.push(ka.revision.clone());
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(id),
+            Value::from(info),
+            Value::from(ka.channel.clone()),
+        ]);
+        self.scripts
+            .register
+            .run(&self.client, keys, args, self.timeout)
+            .await
+    }
+
+    /// Renews the keep-alives of `node` and its `workers`.
+    pub(crate) async fn keepalive(
+        &self,
+        node: &str,
+        worker_ttl: Duration,
+        workers: impl IntoIterator<Item = String>,
+    ) -> Result<Renewal> {
+        let ka = self.maps.keepalive.keys_info();
+        let nodes = self.maps.nodes.keys_info();
+        let mut keys = self.maps.base_keys();
+        keys.extend([
+            ka.hash.clone(),
+            ka.revision.clone(),
+            nodes.hash.clone(),
+            nodes.revision.clone(),
+        ]);
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(ka.channel.clone()),
+            Value::from(nodes.channel.clone()),
+            Value::from(node),
+            Value::from(worker_ttl.as_millis().to_string()),
+        ]);
+        args.extend(workers.into_iter().map(Value::from));
+        let reply: Vec<Value> = self
+            .scripts
+            .keepalive
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        let server_ms = reply
+            .first()
+            .and_then(|v| v.as_string())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default();
+        let unknown = reply
+            .into_iter()
+            .skip(1)
+            .filter_map(|v| v.as_string())
+            .collect();
+        Ok(Renewal { server_ms, unknown })
+    }
+
+    /// Re-asserts that `worker` runs (or holds suspended) job `key` with
+    /// `token`; `stored` is the job's stored payload, restored if missing.
+    pub(crate) async fn reassert(
+        &self,
+        key: &str,
+        worker: &str,
+        token: u64,
+        stored: Bytes,
+        state: Reassert,
+        worker_ttl: Duration,
+    ) -> Result<Reasserted> {
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(key),
+            Value::from(worker),
+            Value::from(token.to_string()),
+            Value::Bytes(stored),
+            Value::from(match state {
+                Reassert::Running => "running",
+                Reassert::Suspended => "suspended",
+            }),
+            Value::from(worker_ttl.as_millis().to_string()),
+        ]);
+        let status: String = self
+            .scripts
+            .reassert
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        Reasserted::parse(&status)
+    }
+
+    /// Takes job `key` back for `worker` with a new token, if it still owns
+    /// it and no cleaner claimed it; `None` when it moved.
+    pub(crate) async fn resume(&self, key: &str, worker: &str) -> Result<Option<u64>> {
+        let mut keys = self.maps.base_keys();
+        keys.push(self.maps.cleanup.keys_info().hash.clone());
+        let mut args = self.maps.base_args();
+        args.extend([Value::from(key), Value::from(worker)]);
+        self.scripts
+            .resume
+            .run(&self.client, keys, args, self.timeout)
+            .await
+    }
+
+    /// Takes the cleanup claim on `worker` for `node` if Redis says it is
+    /// dead (keep-alive older than `worker_ttl` on server time).
+    pub(crate) async fn claim_cleanup(
+        &self,
+        worker: &str,
+        node: &str,
+        worker_ttl: Duration,
+    ) -> Result<DeadWorkerClaim> {
+        const WHAT: &str = "claim_cleanup reply";
+        let cleanup = self.maps.cleanup.keys_info();
+        let mut keys = self.maps.base_keys();
+        keys.extend([
+            self.maps.keepalive.keys_info().hash.clone(),
+            cleanup.hash.clone(),
+            cleanup.revision.clone(),
+        ]);
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(cleanup.channel.as_str()),
+            Value::from(worker),
+            Value::from(node),
+            Value::from(worker_ttl.as_millis().to_string()),
+        ]);
+        let reply: Value = self
+            .scripts
+            .claim_cleanup
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        let (status, rest) = status_reply(WHAT, reply)?;
+        Ok(DeadWorkerClaim {
+            status: ClaimStatus::parse(&status)?,
+            silent_ms: rest.first().and_then(Value::as_u64).unwrap_or(0),
+        })
+    }
+
+    /// Removes `worker`'s registration, keep-alive, cleanup claim and inbox
+    /// (stream key `inbox`) once the inbox is empty.
+    pub(crate) async fn remove_worker(&self, worker: &str, inbox: &str) -> Result<Removed> {
+        let ka = self.maps.keepalive.keys_info();
+        let cl = self.maps.cleanup.keys_info();
+        let mut keys = self.maps.base_keys();
+        keys.extend([
+            ka.hash.clone(),
+            ka.revision.clone(),
+            cl.hash.clone(),
+            cl.revision.clone(),
+            inbox.to_string(),
+        ]);
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(ka.channel.clone()),
+            Value::from(cl.channel.clone()),
+            Value::from(worker),
+        ]);
+        let status: String = self
+            .scripts
+            .remove_worker
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        Removed::parse(&status)
+    }
+
+    /// Opens the recovery window of `worker_ttl` (Redis went back in time).
+    pub(crate) async fn begin_recovery(&self, worker_ttl: Duration) -> Result<Recovery> {
+        let mut args = self.maps.base_args();
+        args.push(Value::from(worker_ttl.as_millis().to_string()));
+        let status: String = self
+            .scripts
+            .begin_recovery
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        Recovery::parse(&status)
+    }
+
+    /// Drops the jobs-map `record` of job `key` (and its payload) if it is
+    /// unchanged.
+    pub(crate) async fn release_stale(&self, key: &str, record: &str) -> Result<Released> {
+        let mut args = self.maps.base_args();
+        args.extend([Value::from(key), Value::from(record)]);
+        let status: String = self
+            .scripts
+            .release_stale
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        Released::parse(&status)
+    }
+}

@@ -125,6 +125,11 @@ impl Node {
             Err(_) => "error",
         };
         metrics::counter!("flotilla_pool_dispatch_total", "outcome" => outcome).increment(1);
+        if result.is_ok() {
+            self.inner
+                .history
+                .count(crate::history::PoolEvent::Dispatch)
+        }
         metrics::histogram!("flotilla_pool_dispatch_seconds")
             .record(started.elapsed().as_secs_f64());
         result
@@ -161,6 +166,7 @@ impl Node {
                 Ok(Routed::Stopped) => {
                     self.inner.waiters.remove(&request);
                     metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);
+                    self.inner.history.count(crate::history::PoolEvent::Stop);
                     return Ok(());
                 }
                 Ok(Routed::Pending) => {

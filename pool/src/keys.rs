@@ -102,3 +102,8 @@ pub(crate) fn multihome_state(pool: &str, worker_id: &str) -> String {
 pub(crate) fn multihome_state_pattern(pool: &str) -> String {
     format!("fl:{{{pool}}}:multihome:*")
 }
+
+/// Stream of per-node event counts, the last hour (see `history.rs`).
+pub(crate) fn history(pool: &str) -> String {
+    format!("fl:{{{pool}}}:history")
+}

@@ -99,6 +99,8 @@ pub(crate) struct NodeInner {
     pub(crate) recorder: crate::recorder::StartRecorder,
     /// Admits dispatches in batches.
     pub(crate) admitter: crate::admission::Admitter,
+    /// Event counts for the history stream.
+    pub(crate) history: crate::history::Counters,
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
     /// then leaves the closing to that call.
     shutting_down_here: AtomicBool,
@@ -222,10 +224,12 @@ impl Node {
             freshness: crate::freshness::Freshness::default(),
             recorder,
             admitter,
+            history: Default::default(),
             shutting_down_here: AtomicBool::new(false),
         });
         inner.refresh_ring();
         inner.spawn_tasks();
+        crate::history::spawn_flusher(&inner);
         let me = inner.clone();
         inner
             .tasks

@@ -581,6 +581,7 @@ impl WorkerInner {
                 } else {
                     tracing::debug!(key, token = entry.token, "job started");
                     metrics::counter!("flotilla_pool_jobs_started_total").increment(1);
+                    node.history.count(crate::history::PoolEvent::Start);
                 }
                 Ok(())
             }
@@ -613,6 +614,7 @@ impl WorkerInner {
         ]);
         let _: String = node.scripts.stopped.run(&node.client, keys, args).await?;
         metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);
+        node.history.count(crate::history::PoolEvent::Stop);
         Ok(())
     }
 

@@ -38,10 +38,16 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    // The dashboard serves requests while it decodes large readings: give
-    // it both cores; every other command is one task.
+    // The dashboard serves requests while a background task decodes a
+    // large reading (CPU-bound for a good part of a second with 100,000
+    // jobs): more workers than that task can hold, so requests and the
+    // client's I/O never wait behind it. Every other command is one task.
     let runtime = match &cli.command {
-        Command::Serve { .. } => tokio::runtime::Builder::new_multi_thread(),
+        Command::Serve { .. } => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(4);
+            b
+        }
         _ => tokio::runtime::Builder::new_current_thread(),
     }
     .enable_all()

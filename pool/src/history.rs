@@ -322,6 +322,59 @@ mod tests {
         assert_eq!((again.dispatches, again.moves, again.stops), (2, 1, 1));
     }
 
+    #[tokio::test]
+    async fn a_node_flushes_its_counts_once_a_second_and_nothing_when_idle() {
+        use fred::prelude::StreamsInterface;
+        let server = flotilla_testkit::RedisServer::start()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        let client = flotilla_testkit::client(&server.url()).await.unwrap();
+        let pool = flotilla_testkit::unique_name("history");
+        let node = crate::Node::join(&client, &pool, crate::NodeOptions::default())
+            .await
+            .unwrap();
+        let _worker = crate::Worker::new(
+            &node,
+            crate::TaskHandler::new(|_job, cancel| async move {
+                cancel.cancelled().await;
+                Ok(())
+            }),
+        )
+        .await
+        .unwrap();
+        for key in ["a", "b", "c"] {
+            node.dispatch_job(key, &b""[..]).await.unwrap();
+        }
+        node.stop_job("b").await.unwrap();
+        // Read incrementally (after the last id) until every event is in.
+        let mut total = EventCounts::default();
+        let mut last: Option<String> = None;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while (total.dispatches, total.starts, total.stops) != (3, 3, 1) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "counts not flushed within 10 s: {total:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let h = read(&client, &pool, last.as_deref(), WINDOW).await.unwrap();
+            assert_eq!(h.malformed, 0);
+            for e in &h.entries {
+                assert_eq!(e.node, node.id());
+                total.add(&e.counts);
+            }
+            last = h.last_id;
+        }
+        // Idle: no new entry over two flush periods.
+        let before: u64 = client.xlen(keys::history(&pool)).await.unwrap();
+        tokio::time::sleep(FLUSH_PERIOD * 2 + Duration::from_millis(200)).await;
+        let after: u64 = client.xlen(keys::history(&pool)).await.unwrap();
+        assert_eq!(before, after, "an idle node wrote history");
+        let newer = read(&client, &pool, last.as_deref(), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(newer.entries.is_empty());
+        node.close().await.unwrap();
+    }
+
     #[test]
     fn entries_decode_or_are_refused() {
         let mut fields: HashMap<String, String> = [("n", "n-1"), ("d", "7"), ("x", "1")]

@@ -32,39 +32,61 @@ pub(crate) struct ActionDone {
     pub(crate) message: String,
 }
 
-/// 401 with a `WWW-Authenticate` challenge.
-fn unauthorized(message: &str) -> Response {
-    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, message).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer realm=\"poolctl\""),
-    );
-    response
+/// Why an admin request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// The dashboard runs without `--admin-token` (403).
+    ReadOnly,
+    /// No `Authorization` header (401).
+    Missing,
+    /// An `Authorization` header that is not `Bearer …` (401).
+    NotBearer,
+    /// A bearer token that is not the admin token (403).
+    WrongToken,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let (status, message) = match self {
+            Refusal::ReadOnly => (
+                StatusCode::FORBIDDEN,
+                "read-only dashboard: admin actions need poolctl serve --admin-token",
+            ),
+            Refusal::Missing => (
+                StatusCode::UNAUTHORIZED,
+                "admin action: send Authorization: Bearer <token>",
+            ),
+            Refusal::NotBearer => (
+                StatusCode::UNAUTHORIZED,
+                "Authorization must be: Bearer <token>",
+            ),
+            Refusal::WrongToken => (StatusCode::FORBIDDEN, "wrong admin token"),
+        };
+        let mut response = ApiError::new(status, message).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer realm=\"poolctl\""),
+            );
+        }
+        response
+    }
 }
 
 /// Checks the bearer token of an admin request.
-fn authorize(state: &Shared, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(expected) = state.admin_token.as_deref() else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "read-only dashboard: admin actions need poolctl serve --admin-token",
-        )
-        .into_response());
-    };
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Err(unauthorized(
-            "admin action: send Authorization: Bearer <token>",
-        ));
-    };
+fn authorize(state: &Shared, headers: &HeaderMap) -> Result<(), Refusal> {
+    let expected = state.admin_token.as_deref().ok_or(Refusal::ReadOnly)?;
+    let value = headers.get(header::AUTHORIZATION).ok_or(Refusal::Missing)?;
     let given = value
         .to_str()
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match given {
-        None => Err(unauthorized("Authorization must be: Bearer <token>")),
-        Some(t) if same(t.as_bytes(), expected.as_bytes()) => Ok(()),
-        Some(_) => Err(ApiError::new(StatusCode::FORBIDDEN, "wrong admin token").into_response()),
+        .map(str::trim)
+        .ok_or(Refusal::NotBearer)?;
+    if same(given.as_bytes(), expected.as_bytes()) {
+        Ok(())
+    } else {
+        Err(Refusal::WrongToken)
     }
 }
 
@@ -109,7 +131,7 @@ pub(crate) async fn stop(
     headers: HeaderMap,
 ) -> Response {
     if let Err(refused) = authorize(&state, &headers) {
-        return refused;
+        return refused.into_response();
     }
     let k = key.clone();
     match with_node(&state, |node| async move {
@@ -132,7 +154,7 @@ pub(crate) async fn dispatch(
     body: Bytes,
 ) -> Response {
     if let Err(refused) = authorize(&state, &headers) {
-        return refused;
+        return refused.into_response();
     }
     let k = key.clone();
     match with_node(&state, |node| async move {
@@ -156,7 +178,7 @@ pub(crate) async fn requeue(
     headers: HeaderMap,
 ) -> Response {
     if let Err(refused) = authorize(&state, &headers) {
-        return refused;
+        return refused.into_response();
     }
     let stored = match inspect::job_payload(&state.client, &state.pool, &key).await {
         Ok(Some(p)) => p,
@@ -192,7 +214,7 @@ pub(crate) async fn drain(
     headers: HeaderMap,
 ) -> Response {
     if let Err(refused) = authorize(&state, &headers) {
-        return refused;
+        return refused.into_response();
     }
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
@@ -211,7 +233,7 @@ pub(crate) async fn remove(
     headers: HeaderMap,
 ) -> Response {
     if let Err(refused) = authorize(&state, &headers) {
-        return refused;
+        return refused.into_response();
     }
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,

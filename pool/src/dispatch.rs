@@ -125,11 +125,7 @@ impl Node {
             Err(_) => "error",
         };
         metrics::counter!("flotilla_pool_dispatch_total", "outcome" => outcome).increment(1);
-        if result.is_ok() {
-            self.inner
-                .history
-                .count(crate::history::PoolEvent::Dispatch)
-        }
+        self.inner.history.dispatched(result.is_ok());
         metrics::histogram!("flotilla_pool_dispatch_seconds")
             .record(started.elapsed().as_secs_f64());
         result

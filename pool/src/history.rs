@@ -160,6 +160,13 @@ impl Counters {
         self.0[event as usize].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a dispatch when it returned `Ok`.
+    pub(crate) fn dispatched(&self, ok: bool) {
+        if ok {
+            self.count(PoolEvent::Dispatch);
+        }
+    }
+
     /// Takes the counts, leaving zeros.
     fn take(&self) -> EventCounts {
         EventCounts::from_array(std::array::from_fn(|i| {

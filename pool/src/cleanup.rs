@@ -76,6 +76,7 @@ impl NodeInner {
                 Ok(Some(silent_ms)) => {
                     tracing::warn!(worker, silent_ms, "worker dead: cleaning up");
                     metrics::counter!("flotilla_pool_dead_workers_total").increment(1);
+                    self.history.count(crate::history::PoolEvent::DeadWorker);
                     self.refresh_ring();
                     if let Err(e) = self.clean_worker(worker).await {
                         tracing::warn!(worker, error = %e, "cleanup incomplete; will retry");

@@ -122,6 +122,7 @@ impl Node {
             Err(_) => "error",
         };
         metrics::counter!("flotilla_pool_dispatch_total", "outcome" => outcome).increment(1);
+        self.inner.history.dispatched(result.is_ok());
         metrics::histogram!("flotilla_pool_dispatch_seconds")
             .record(started.elapsed().as_secs_f64());
         result
@@ -160,6 +161,7 @@ impl Node {
                 Ok(Routed::Stopped) => {
                     self.inner.waiters.remove(&request);
                     metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);
+                    self.inner.history.count(crate::history::PoolEvent::Stop);
                     return Ok(());
                 }
                 Ok(Routed::Pending) => {

@@ -131,3 +131,8 @@ pub(crate) fn multihome_state_pattern(pool: &str) -> String {
 pub(crate) fn failures(pool: &str) -> String {
     format!("fl:{{{pool}}}:failures")
 }
+
+/// Stream of per-node event counts, the last hour (see `history.rs`).
+pub(crate) fn history(pool: &str) -> String {
+    format!("fl:{{{pool}}}:history")
+}

@@ -28,6 +28,7 @@ mod tests;
 mod tombstones;
 mod worker;
 
+pub mod history;
 pub mod inspect;
 pub mod leader;
 pub mod lock;

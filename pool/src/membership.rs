@@ -68,6 +68,7 @@ impl NodeInner {
         if let Handoff::Ok { .. } = status {
             tracing::info!(key, from, to, "job handed off");
             metrics::counter!("flotilla_pool_handoffs_total").increment(1);
+            self.history.count(crate::history::PoolEvent::Move);
         }
         Ok(status)
     }

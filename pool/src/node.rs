@@ -95,6 +95,8 @@ pub(crate) struct NodeInner {
     pub(crate) recorder: crate::recorder::StartRecorder,
     /// Admits dispatches in batches.
     pub(crate) admitter: crate::admission::Admitter,
+    /// Event counts for the history stream.
+    pub(crate) history: crate::history::Counters,
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
     /// then leaves the closing to that call.
     shutting_down_here: AtomicBool,
@@ -213,10 +215,12 @@ impl Node {
             freshness: crate::freshness::Freshness::default(),
             recorder,
             admitter,
+            history: Default::default(),
             shutting_down_here: AtomicBool::new(false),
         });
         inner.refresh_ring();
         inner.spawn_tasks();
+        crate::history::spawn_flusher(&inner);
         inner.tasks.spawn(crate::admission::admit_batches(
             inner.store.clone(),
             inner.cancel.clone(),

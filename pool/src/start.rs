@@ -227,6 +227,7 @@ impl WorkerInner {
                 } else {
                     tracing::debug!(key, token = entry.token, "job started");
                     metrics::counter!("flotilla_pool_jobs_started_total").increment(1);
+                    node.history.count(crate::history::PoolEvent::Start);
                 }
                 Ok(())
             }

@@ -429,6 +429,7 @@ impl WorkerInner {
             })
             .await?;
         metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);
+        node.history.count(crate::history::PoolEvent::Stop);
         Ok(())
     }
 

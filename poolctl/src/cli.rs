@@ -98,6 +98,20 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 24)]
         height: u16,
     },
+    /// Serve a web dashboard of the pool (read-only unless --admin-token).
+    ///
+    /// Pages: / (overview), /jobs, /jobs/KEY, /history; JSON under /api/;
+    /// Prometheus text at /metrics. See README.md.
+    Serve {
+        /// Address to listen on (port 0 picks a free one).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Enables admin actions for requests that send
+        /// `Authorization: Bearer TOKEN`; without it the dashboard is
+        /// read-only.
+        #[arg(long, env = "POOLCTL_ADMIN_TOKEN", hide_env_values = true)]
+        admin_token: Option<String>,
+    },
     /// Start a job (admin: needs --yes).
     Dispatch {
         /// The job key.

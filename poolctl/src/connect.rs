@@ -20,23 +20,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// answer.
 pub(crate) async fn connect(url: &str, tls_ca: Option<&Path>) -> CtlResult<Client> {
     let shown = redact(url);
-    let mut config = Config::from_url(url)
-        .map_err(|e| CtlError::Usage(format!("invalid --redis URL {shown}: {e}")))?;
-    // Without a TLS feature fred would quietly connect in plain text.
-    let scheme = url.split("://").next().unwrap_or_default();
-    if (scheme.starts_with("rediss") || scheme.starts_with("valkeys")) && !config.uses_tls() {
-        return Err(CtlError::Usage(format!(
-            "{shown} asks for TLS, which this build of poolctl does not support"
-        )));
-    }
-    if let Some(ca) = tls_ca {
-        if !config.uses_tls() {
-            return Err(CtlError::Usage(format!(
-                "--tls-ca is for rediss:// URLs, not {shown}"
-            )));
-        }
-        config.tls = Some(trusting(ca)?.into());
-    }
+    let config = config(url, tls_ca)?;
     let client = Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = CONNECT_TIMEOUT;
@@ -62,6 +46,58 @@ pub(crate) async fn connect(url: &str, tls_ca: Option<&Path>) -> CtlResult<Clien
             ),
         }),
     }
+}
+
+/// A client for a long-running process (`serve`): it reconnects forever
+/// (every 500 ms) instead of failing, and a command waiting on a lost
+/// connection fails after [`LASTING_COMMAND_TIMEOUT`]. Not connected yet:
+/// the caller starts the connection task with `Client::connect`.
+///
+/// # Errors
+/// [`CtlError::Usage`] for a URL that cannot be parsed or asks for TLS
+/// that the client cannot give.
+pub(crate) fn lasting_client(url: &str, tls_ca: Option<&Path>) -> CtlResult<Client> {
+    let shown = redact(url);
+    let mut config = config(url, tls_ca)?;
+    config.fail_fast = false;
+    let mut builder = Builder::from_config(config);
+    builder
+        .set_policy(ReconnectPolicy::new_constant(0, 500))
+        .with_connection_config(|c| {
+            c.connection_timeout = CONNECT_TIMEOUT;
+            c.internal_command_timeout = CONNECT_TIMEOUT;
+        })
+        .with_performance_config(|p| p.default_command_timeout = LASTING_COMMAND_TIMEOUT);
+    builder
+        .build()
+        .map_err(|e| CtlError::Usage(format!("invalid --redis URL {shown}: {e}")))
+}
+
+/// How long one command of a [`lasting_client`] may take, reconnection
+/// included.
+pub(crate) const LASTING_COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The client configuration of `url`, with the CA of `tls_ca` trusted.
+fn config(url: &str, tls_ca: Option<&Path>) -> CtlResult<Config> {
+    let shown = redact(url);
+    let mut config = Config::from_url(url)
+        .map_err(|e| CtlError::Usage(format!("invalid --redis URL {shown}: {e}")))?;
+    // Without a TLS feature fred would quietly connect in plain text.
+    let scheme = url.split("://").next().unwrap_or_default();
+    if (scheme.starts_with("rediss") || scheme.starts_with("valkeys")) && !config.uses_tls() {
+        return Err(CtlError::Usage(format!(
+            "{shown} asks for TLS, which this build of poolctl does not support"
+        )));
+    }
+    if let Some(ca) = tls_ca {
+        if !config.uses_tls() {
+            return Err(CtlError::Usage(format!(
+                "--tls-ca is for rediss:// URLs, not {shown}"
+            )));
+        }
+        config.tls = Some(trusting(ca)?.into());
+    }
+    Ok(config)
 }
 
 /// A TLS connector that trusts the CA certificates in the PEM file `ca`.

@@ -4,7 +4,8 @@
 //! `pending`, `locks`, `streams`, `placement`, `watch`) decode the pool's
 //! keys with `flotilla_pool::inspect`: read commands only, no join, no
 //! write. Admin commands (`dispatch`, `stop`, `notify`, `shutdown`) join as
-//! a client-only node and need `--yes`. Exit codes: 0 ok, 1 error, 2 usage.
+//! a client-only node and need `--yes`. `serve` runs a web dashboard
+//! (see `serve/mod.rs`). Exit codes: 0 ok, 1 error, 2 usage.
 //! See README.md.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
@@ -16,6 +17,7 @@ mod connect;
 mod error;
 mod format;
 mod render;
+mod serve;
 mod views;
 mod watch;
 
@@ -36,10 +38,21 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // The dashboard serves requests while a background task decodes a
+    // large reading (CPU-bound for a good part of a second with 100,000
+    // jobs): more workers than that task can hold, so requests and the
+    // client's I/O never wait behind it. Every other command is one task.
+    let runtime = match &cli.command {
+        Command::Serve { .. } => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(4);
+            b
+        }
+        _ => tokio::runtime::Builder::new_current_thread(),
+    }
+    .enable_all()
+    .build();
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -64,6 +77,19 @@ async fn run(cli: &Cli) -> CtlResult {
         Command::Notify { yes, .. } => admin::confirm("notify a job's owner", *yes)?,
         Command::Shutdown { yes, .. } => admin::confirm("shut the pool down", *yes)?,
         Command::Pools | Command::Locks => {}
+        Command::Serve {
+            listen,
+            admin_token,
+        } => {
+            let pool = commands::need_pool(cli)?;
+            let options = serve::ServeOptions {
+                listen: *listen,
+                admin_token: admin_token.clone(),
+                worker_ttl: cli.worker_ttl,
+            };
+            // Connects by itself, and keeps trying while Redis is down.
+            return serve::run(cli, pool, options).await;
+        }
         Command::Watch { frames: None, .. } => {
             commands::need_pool(cli)?;
             watch::need_terminal()?;

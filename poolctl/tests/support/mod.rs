@@ -227,3 +227,5 @@ pub fn stderr(out: &Output) -> String {
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+pub mod dashboard;

@@ -6,6 +6,7 @@ mod admission;
 mod batch;
 mod cleanup;
 mod codec;
+pub mod connect;
 mod dispatch;
 mod error;
 mod freshness;
@@ -35,7 +36,11 @@ pub mod multihome;
 pub mod scheduler;
 pub mod ticker;
 
+pub use connect::{TLS_FEATURE, client_builder};
 pub use error::{Error, Result};
+/// The fred crate this library is built on, so that callers need no
+/// version-matched dependency of their own (`flotilla_pool::fred::prelude::*`).
+pub use fred;
 pub use handler::{AtCapacity, Handler, HandlerError, Job, TaskHandler};
 pub use leader::{LeaderLease, LeaderOptions};
 pub use lock::{ClusterLock, LockGuard, LockInfo, LockOptions};

@@ -102,6 +102,8 @@ pub(crate) struct NodeInner {
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
     /// then leaves the closing to that call.
     shutting_down_here: AtomicBool,
+    /// Set when [`Node::connect`] built the client: closing quits it.
+    pub(crate) owns_client: AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
@@ -151,6 +153,7 @@ impl Node {
     pub async fn join(client: &Client, pool: &str, options: NodeOptions) -> Result<Node> {
         crate::check_name("pool name", pool)?;
         options.validate()?;
+        crate::connect::check_client(client, &options).await?;
         let id = options
             .node_id
             .clone()
@@ -223,6 +226,7 @@ impl Node {
             recorder,
             admitter,
             shutting_down_here: AtomicBool::new(false),
+            owns_client: AtomicBool::new(false),
         });
         inner.refresh_ring();
         inner.spawn_tasks();
@@ -319,7 +323,10 @@ impl Node {
     /// Stops this node's workers, hands their jobs to other workers (or
     /// leaves them for the next worker when none remains), removes the
     /// workers and their inboxes, and ends every background task.
-    /// Idempotent.
+    /// Idempotent. Returns within `worker_shutdown_ttl + redis_timeout`
+    /// even while Redis is down: the handlers are stopped all the same, and
+    /// what Redis did not take is requeued by the cleanup of the dead
+    /// workers after their TTL.
     ///
     /// # Errors
     /// Redis errors while handing jobs over (the jobs are then requeued by
@@ -328,6 +335,8 @@ impl Node {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        let options = &self.inner.options;
+        let until = Instant::now() + options.worker_shutdown_ttl + options.redis_timeout;
         let workers: Vec<Arc<WorkerInner>> = self
             .inner
             .workers
@@ -336,21 +345,27 @@ impl Node {
             .collect();
         let mut first_error = None;
         for worker in workers {
-            if let Err(e) = self.inner.retire_worker(&worker, true).await {
+            if let Err(e) = self.inner.retire_worker(&worker, true, until).await {
                 tracing::warn!(worker = %worker.id, error = %e, "handing over jobs on close failed");
                 first_error.get_or_insert(e);
             }
         }
-        self.inner.stop_tasks().await;
-        let _ = self
-            .inner
-            .maps
-            .nodes
-            .delete(&self.inner.id)
-            .await
-            .map_err(|e| tracing::debug!(error = %e, "removing node entry failed"));
-        let _ = self.inner.reply_stream.destroy().await;
-        self.inner.maps.close().await;
+        let _ = tokio::time::timeout_at(until, self.inner.stop_tasks()).await;
+        let _ = tokio::time::timeout_at(until, async {
+            let _ = self
+                .inner
+                .maps
+                .nodes
+                .delete(&self.inner.id)
+                .await
+                .map_err(|e| tracing::debug!(error = %e, "removing node entry failed"));
+            let _ = self.inner.reply_stream.destroy().await;
+        })
+        .await;
+        let _ = tokio::time::timeout_at(until, self.inner.maps.close()).await;
+        if self.inner.owns_client.load(Ordering::Acquire) {
+            let _ = tokio::time::timeout_at(until, self.inner.client.quit()).await;
+        }
         tracing::info!(pool = %self.inner.pool, node = %self.inner.id, "node closed");
         first_error.map_or(Ok(()), Err)
     }
@@ -619,8 +634,9 @@ impl NodeInner {
     pub(crate) async fn stop_for_shutdown(self: &Arc<Self>) {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
+        let until = Instant::now() + self.options.worker_shutdown_ttl + self.options.redis_timeout;
         for worker in workers {
-            if let Err(e) = self.retire_worker(&worker, false).await {
+            if let Err(e) = self.retire_worker(&worker, false, until).await {
                 tracing::warn!(worker = %worker.id, error = %e, "removing worker on shutdown failed");
             }
         }

@@ -223,26 +223,59 @@ impl HaHarness {
     }
 }
 
-/// Per key, the fencing tokens of its starts in time order, and what ran
-/// again after `after_ns` (key → gap in ms between its last stop before and
-/// its first start after, when it was stopped at all).
-fn tokens_and_restarts(ledgers: &[Vec<Line>], after_ns: u64) -> (HashMap<String, Vec<u64>>, usize) {
-    let mut starts: Vec<(u64, String, u64)> = Vec::new();
-    for l in ledgers.iter().flatten() {
-        if let Record::Start { key, token, .. } = &l.record {
-            starts.push((l.mono_ns, key.clone(), *token));
+/// What the failover cost, from the handlers' ledgers: per key the fencing
+/// tokens of its starts in time order, and for the keys that started again
+/// after `after_ns`, how long each was stopped (its stop before → its start
+/// after, ms; 0 when it was not stopped first).
+struct FailoverCost {
+    tokens: HashMap<String, Vec<u64>>,
+    gaps_ms: Vec<f64>,
+}
+
+impl FailoverCost {
+    fn measure(ledgers: &[Vec<Line>], after_ns: u64) -> FailoverCost {
+        let mut events: Vec<(u64, String, Option<u64>)> = Vec::new();
+        for l in ledgers.iter().flatten() {
+            match &l.record {
+                Record::Start { key, token, .. } => {
+                    events.push((l.mono_ns, key.clone(), Some(*token)))
+                }
+                Record::Stop { key, .. } => events.push((l.mono_ns, key.clone(), None)),
+                _ => {}
+            }
         }
-    }
-    starts.sort();
-    let mut tokens: HashMap<String, Vec<u64>> = HashMap::new();
-    let mut restarted = HashSet::new();
-    for (t, key, token) in starts {
-        if t > after_ns && tokens.contains_key(&key) {
-            restarted.insert(key.clone());
+        events.sort();
+        let mut tokens: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut last_stop: HashMap<String, u64> = HashMap::new();
+        let mut gaps_ms = Vec::new();
+        let mut counted = HashSet::new();
+        for (t, key, token) in events {
+            match token {
+                Some(token) => {
+                    if t > after_ns && tokens.contains_key(&key) && counted.insert(key.clone()) {
+                        let gap = last_stop.get(&key).map_or(0, |s| t.saturating_sub(*s));
+                        gaps_ms.push(gap as f64 / 1e6);
+                    }
+                    tokens.entry(key).or_default().push(token);
+                }
+                None => {
+                    last_stop.insert(key, t);
+                }
+            }
         }
-        tokens.entry(key).or_default().push(token);
+        gaps_ms.sort_by(f64::total_cmp);
+        FailoverCost { tokens, gaps_ms }
     }
-    (tokens, restarted.len())
+
+    fn print(&self, running: usize) {
+        let n = self.gaps_ms.len();
+        let median = if n == 0 { 0.0 } else { self.gaps_ms[n / 2] };
+        let max = self.gaps_ms.last().copied().unwrap_or(0.0);
+        println!(
+            "{n} of {running} running jobs started again after the failover (new token); \
+             stopped for median {median:.0} ms, max {max:.0} ms"
+        );
+    }
 }
 
 fn assert_tokens_increase(tokens: &HashMap<String, Vec<u64>>) {
@@ -278,15 +311,17 @@ async fn sentinel_failover_keeps_every_job_and_every_stop() {
 
     let report = h.check_now();
     assert!(report.ok(), "violations: {:#?}", report.violations);
-    let (tokens, restarted) = tokens_and_restarts(&h.ledgers(), kill_ns);
-    assert_tokens_increase(&tokens);
+    let cost = FailoverCost::measure(&h.ledgers(), kill_ns);
+    assert_tokens_increase(&cost.tokens);
     for k in &keys[..6] {
-        assert_eq!(tokens[k].len(), 1, "stopped {k} ran again: {:?}", tokens[k]);
+        assert_eq!(
+            cost.tokens[k].len(),
+            1,
+            "stopped {k} ran again: {:?}",
+            cost.tokens[k]
+        );
     }
-    println!(
-        "{restarted} of {} running jobs started again after the failover",
-        running.len()
-    );
+    cost.print(running.len());
     h.kill_all().await;
 }
 
@@ -340,11 +375,8 @@ async fn sentinel_failover_while_a_worker_process_is_frozen() {
 
     let report = h.check_now();
     assert!(report.ok(), "violations: {:#?}", report.violations);
-    let (tokens, restarted) = tokens_and_restarts(&h.ledgers(), kill_ns);
-    assert_tokens_increase(&tokens);
-    println!(
-        "{restarted} of {} jobs started again after the failover",
-        keys.len()
-    );
+    let cost = FailoverCost::measure(&h.ledgers(), kill_ns);
+    assert_tokens_increase(&cost.tokens);
+    cost.print(keys.len());
     h.kill_all().await;
 }

@@ -344,10 +344,17 @@ impl Node {
             .map(|w| w.value().clone())
             .collect();
         let mut first_error = None;
-        for worker in workers {
+        let mut workers = workers.into_iter();
+        while let Some(worker) = workers.next() {
             if let Err(e) = self.inner.retire_worker(&worker, true, until).await {
                 tracing::warn!(worker = %worker.id, error = %e, "handing over jobs on close failed");
                 first_error.get_or_insert(e);
+                // Redis is not taking the handover: retire the others at
+                // once, so that all their handlers stop within the bound.
+                let rest: Vec<Arc<WorkerInner>> = workers.by_ref().collect();
+                let inner = &self.inner;
+                futures::future::join_all(rest.iter().map(|w| inner.retire_worker(w, true, until)))
+                    .await;
             }
         }
         let _ = tokio::time::timeout_at(until, self.inner.stop_tasks()).await;

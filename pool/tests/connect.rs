@@ -129,6 +129,10 @@ async fn close_and_remove_worker_while_redis_is_down_return_within_the_bound() {
     let _second = Worker::new(&node, ledger.slow_stop_handler("w2", 20, 50))
         .await
         .unwrap();
+    // Two left for close: they stop together, within the same bound.
+    let _third = Worker::new(&node, ledger.slow_stop_handler("w3", 20, 50))
+        .await
+        .unwrap();
     for i in 0..20 {
         node.dispatch_job(&format!("job-{i}"), "p").await.unwrap();
     }

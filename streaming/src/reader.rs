@@ -379,13 +379,10 @@ async fn run(shared: Arc<Shared>) {
             _ = shared.cancel.cancelled() => break,
             _ = shared.subscribers.wait_any() => {}
         }
-        loop {
-            match reconnects.try_recv() {
-                Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {
-                    check_cursors = true;
-                }
-                Err(_) => break,
-            }
+        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
+            reconnects.try_recv()
+        {
+            check_cursors = true;
         }
         if check_cursors {
             check_cursors = !shared.rewind_cursors().await;

@@ -136,11 +136,15 @@ pub enum FaultKind {
     /// stop, so every worker suspends its jobs), started again with its
     /// AOF, then 1–3 s later `SIGKILL` of the busiest worker process.
     OutageThenKill,
+    /// Against a Sentinel deployment: `SIGKILL` of the primary; Sentinel
+    /// promotes the replica (what was not replicated yet is lost); the old
+    /// primary comes back as a replica.
+    Failover,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -150,10 +154,12 @@ impl FaultKind {
         FaultKind::RemoveWorker,
         FaultKind::Rollback,
         FaultKind::OutageThenKill,
+        FaultKind::Failover,
     ];
 
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
-    /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`).
+    /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
+    /// `failover`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -165,6 +171,7 @@ impl FaultKind {
             FaultKind::RemoveWorker => "remove",
             FaultKind::Rollback => "rollback",
             FaultKind::OutageThenKill => "outage-kill",
+            FaultKind::Failover => "failover",
         }
     }
 
@@ -185,6 +192,7 @@ impl FaultKind {
             FaultKind::RemoveWorker => "remove worker process",
             FaultKind::Rollback => "rollback redis (2-4 s lost)",
             FaultKind::OutageThenKill => "redis outage, then sigkill",
+            FaultKind::Failover => "sentinel failover (sigkill primary)",
         }
     }
 }

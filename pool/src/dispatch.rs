@@ -73,7 +73,11 @@ impl Node {
     /// loss is noticed, once workers re-asserted their jobs); [`Error::Closed`];
     /// [`Error::ShuttingDown`]; [`Error::InvalidName`];
     /// [`Error::PayloadTooLarge`]; [`Error::Unavailable`] / [`Error::Redis`].
-    pub async fn dispatch_job(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
+    ///
+    /// The payload is any bytes, borrowed or owned (`&[u8]`, `&str`,
+    /// `Vec<u8>`, `String`, `Bytes`, …); it is copied once, so a borrow
+    /// need not outlive the call.
+    pub async fn dispatch_job(&self, key: &str, payload: impl AsRef<[u8]>) -> Result<()> {
         self.dispatch_job_with(key, payload, &DispatchOptions::default())
             .await
     }
@@ -110,11 +114,14 @@ impl Node {
     pub async fn dispatch_job_with(
         &self,
         key: &str,
-        payload: impl Into<Bytes>,
+        payload: impl AsRef<[u8]>,
         options: &DispatchOptions,
     ) -> Result<()> {
         let started = Instant::now();
-        let result = self.inner.dispatch(key, payload.into(), options).await;
+        let result = self
+            .inner
+            .dispatch(key, Bytes::copy_from_slice(payload.as_ref()), options)
+            .await;
         let outcome = match &result {
             Ok(()) => "ok",
             Err(Error::JobExists(_)) => "exists",
@@ -209,10 +216,12 @@ impl Node {
     /// [`Error::JobNotFound`], [`Error::Timeout`] (the job did not start
     /// within the dispatch timeout), [`Error::PayloadTooLarge`],
     /// [`Error::Closed`], Redis errors.
-    pub async fn notify_worker(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
+    pub async fn notify_worker(&self, key: &str, payload: impl AsRef<[u8]>) -> Result<()> {
         self.inner.check_open()?;
         check_name("job key", key)?;
-        let payload = self.inner.check_payload(payload.into())?;
+        let payload = self
+            .inner
+            .check_payload(Bytes::copy_from_slice(payload.as_ref()))?;
         let body = codec::encode(&KeyedRequest {
             key: key.to_string(),
             payload: payload.to_vec(),
@@ -232,10 +241,12 @@ impl Node {
     /// # Errors
     /// [`Error::NoActiveWorker`], [`Error::InvalidName`],
     /// [`Error::PayloadTooLarge`], [`Error::Closed`], Redis errors.
-    pub async fn dispatch_message(&self, key: &str, payload: impl Into<Bytes>) -> Result<()> {
+    pub async fn dispatch_message(&self, key: &str, payload: impl AsRef<[u8]>) -> Result<()> {
         self.inner.check_open()?;
         check_name("message key", key)?;
-        let payload = self.inner.check_payload(payload.into())?;
+        let payload = self
+            .inner
+            .check_payload(Bytes::copy_from_slice(payload.as_ref()))?;
         let deadline = Instant::now() + self.inner.options.dispatch_timeout;
         let owner = self.inner.wait_for_owner(key, deadline).await?;
         let body = codec::encode(&KeyedRequest {

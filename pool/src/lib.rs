@@ -6,6 +6,7 @@ mod admission;
 mod batch;
 mod cleanup;
 mod codec;
+pub mod connect;
 mod dispatch;
 mod error;
 mod freshness;
@@ -39,7 +40,11 @@ pub mod ticker;
 /// The attribute [`Handler`] implementations use (re-exported so that they
 /// need no version-matched `async-trait` dependency).
 pub use async_trait::async_trait;
+pub use connect::{TLS_FEATURE, client_builder};
 pub use error::{Error, Result};
+/// The fred crate this library is built on, so that callers need no
+/// version-matched dependency of their own (`flotilla_pool::fred::prelude::*`).
+pub use fred;
 pub use handler::{AtCapacity, Handler, HandlerError, Job, TaskHandler};
 pub use leader::{LeaderLease, LeaderOptions};
 pub use lifecycle::{JobOutcome, JobStatus, RestartPolicy};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::store::{EntryMove, Handoff, Moved};
 use crate::worker::WorkerInner;
@@ -75,21 +75,41 @@ impl NodeInner {
 
     /// Removes a local worker. With `handover`, its jobs and queued events
     /// move to other workers first; without, its jobs are only stopped
-    /// (pool shutdown).
+    /// (pool shutdown). The Redis part gives up at `until` (Redis down or
+    /// too slow), but the handlers always stop, each within `stop_timeout`,
+    /// and the worker leaves this node: what could not be handed over is
+    /// requeued by the cleanup of the dead worker after its TTL.
     pub(crate) async fn retire_worker(
         &self,
         worker: &Arc<WorkerInner>,
         handover: bool,
+        until: tokio::time::Instant,
     ) -> Result<()> {
         let _guard = worker.ops.write().await;
         worker.cancel.cancel();
+        // What needs Redis before the stops ends by then, so that the
+        // stops still fit before `until`.
+        let stops_from = until
+            .checked_sub(self.options.stop_timeout)
+            .unwrap_or(until);
         let inbox = self.inbox(&worker.id)?;
-        let _ = self.reader.remove_stream(inbox.name()).await;
+        // Waits for the reader to let go of the inbox, which a reader stuck
+        // on an unreachable Redis never does.
+        let _ = tokio::time::timeout_at(stops_from, self.reader.remove_stream(inbox.name())).await;
+        let mut failed = None;
         if handover {
             // Leave the ring first so that dispatchers stop sending here.
             let claim = format!("{} closing", self.id);
-            let _ = self.store.maps.cleanup.set(&worker.id, &claim).await?;
-            self.refresh_ring();
+            match tokio::time::timeout_at(
+                stops_from,
+                self.store.maps.cleanup.set(&worker.id, &claim),
+            )
+            .await
+            {
+                Ok(Ok(_)) => self.refresh_ring(),
+                Ok(Err(e)) => failed = Some(Error::from(e)),
+                Err(_) => failed = Some(gave_up(&worker.id, "leaving the ring")),
+            }
         }
         // Every job stops at once (each within stop_timeout), so closing a
         // worker with many jobs takes one stop, not one per job; each is
@@ -104,20 +124,40 @@ impl NodeInner {
                 key
             }))
             .await;
-        if handover {
-            for key in stopped {
-                self.requeue_job(&key, &worker.id).await;
-            }
-        }
         worker.suspended.lock().await.clear();
-        if handover {
-            self.requeue_owned_by(&worker.id).await;
-            self.requeue_worker_inbox(&worker.id).await?;
-        }
-        self.remove_worker_entry(&worker.id).await?;
+        let result = match failed {
+            Some(e) => Err(e),
+            None => tokio::time::timeout_at(until, async {
+                if handover {
+                    for key in stopped {
+                        self.requeue_job(&key, &worker.id).await;
+                    }
+                    self.requeue_owned_by(&worker.id).await;
+                    self.requeue_worker_inbox(&worker.id).await?;
+                }
+                self.remove_worker_entry(&worker.id).await
+            })
+            .await
+            .unwrap_or_else(|_| Err(gave_up(&worker.id, "handing its jobs over"))),
+        };
         self.workers.remove(&worker.id);
         self.refresh_ring();
-        tracing::info!(worker = %worker.id, handover, "worker removed");
-        Ok(())
+        match &result {
+            Ok(()) => tracing::info!(worker = %worker.id, handover, "worker removed"),
+            Err(e) => tracing::warn!(
+                worker = %worker.id, error = %e,
+                "worker removed here with its jobs stopped; Redis did not take the handover, \
+                 so they move to other workers after the worker TTL"
+            ),
+        }
+        result
     }
+}
+
+/// The error of a retirement whose Redis part ran out of time.
+fn gave_up(worker: &str, what: &str) -> Error {
+    Error::Unavailable(fred::error::Error::new(
+        fred::error::ErrorKind::Timeout,
+        format!("no answer from Redis in time while {what} for worker {worker}"),
+    ))
 }

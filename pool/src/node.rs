@@ -100,6 +100,8 @@ pub(crate) struct NodeInner {
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
     /// then leaves the closing to that call.
     shutting_down_here: AtomicBool,
+    /// Set when [`Node::connect`] built the client: closing quits it.
+    pub(crate) owns_client: AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
@@ -149,6 +151,7 @@ impl Node {
     pub async fn join(client: &Client, pool: &str, options: NodeOptions) -> Result<Node> {
         keys::check_name("pool name", pool)?;
         options.validate()?;
+        crate::connect::check_client(client, &options).await?;
         let id = options
             .node_id
             .clone()
@@ -217,6 +220,7 @@ impl Node {
             admitter,
             history: Default::default(),
             shutting_down_here: AtomicBool::new(false),
+            owns_client: AtomicBool::new(false),
         });
         inner.refresh_ring();
         inner.spawn_tasks();
@@ -318,7 +322,10 @@ impl Node {
     /// Stops this node's workers, hands their jobs to other workers (or
     /// leaves them for the next worker when none remains), removes the
     /// workers and their inboxes, and ends every background task.
-    /// Idempotent.
+    /// Idempotent. Returns within `worker_shutdown_ttl + redis_timeout`
+    /// even while Redis is down: the handlers are stopped all the same, and
+    /// what Redis did not take is requeued by the cleanup of the dead
+    /// workers after their TTL.
     ///
     /// # Errors
     /// Redis errors while handing jobs over (the jobs are then requeued by
@@ -327,6 +334,8 @@ impl Node {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        let options = &self.inner.options;
+        let until = Instant::now() + options.worker_shutdown_ttl + options.redis_timeout;
         let workers: Vec<Arc<WorkerInner>> = self
             .inner
             .workers
@@ -334,23 +343,36 @@ impl Node {
             .map(|w| w.value().clone())
             .collect();
         let mut first_error = None;
-        for worker in workers {
-            if let Err(e) = self.inner.retire_worker(&worker, true).await {
+        let mut workers = workers.into_iter();
+        while let Some(worker) = workers.next() {
+            if let Err(e) = self.inner.retire_worker(&worker, true, until).await {
                 tracing::warn!(worker = %worker.id, error = %e, "handing over jobs on close failed");
                 first_error.get_or_insert(e);
+                // Redis is not taking the handover: retire the others at
+                // once, so that all their handlers stop within the bound.
+                let rest: Vec<Arc<WorkerInner>> = workers.by_ref().collect();
+                let inner = &self.inner;
+                futures::future::join_all(rest.iter().map(|w| inner.retire_worker(w, true, until)))
+                    .await;
             }
         }
-        self.inner.stop_tasks().await;
-        let _ = self
-            .inner
-            .store
-            .maps
-            .nodes
-            .delete(&self.inner.id)
-            .await
-            .map_err(|e| tracing::debug!(error = %e, "removing node entry failed"));
-        let _ = self.inner.reply_stream.destroy().await;
-        self.inner.store.maps.close().await;
+        let _ = tokio::time::timeout_at(until, self.inner.stop_tasks()).await;
+        let _ = tokio::time::timeout_at(until, async {
+            let _ = self
+                .inner
+                .store
+                .maps
+                .nodes
+                .delete(&self.inner.id)
+                .await
+                .map_err(|e| tracing::debug!(error = %e, "removing node entry failed"));
+            let _ = self.inner.reply_stream.destroy().await;
+        })
+        .await;
+        let _ = tokio::time::timeout_at(until, self.inner.store.maps.close()).await;
+        if self.inner.owns_client.load(Ordering::Acquire) {
+            let _ = tokio::time::timeout_at(until, self.inner.store.client.quit()).await;
+        }
         tracing::info!(pool = %self.inner.pool, node = %self.inner.id, "node closed");
         first_error.map_or(Ok(()), Err)
     }
@@ -606,8 +628,9 @@ impl NodeInner {
     pub(crate) async fn stop_for_shutdown(self: &Arc<Self>) {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
+        let until = Instant::now() + self.options.worker_shutdown_ttl + self.options.redis_timeout;
         for worker in workers {
-            if let Err(e) = self.retire_worker(&worker, false).await {
+            if let Err(e) = self.retire_worker(&worker, false, until).await {
                 tracing::warn!(worker = %worker.id, error = %e, "removing worker on shutdown failed");
             }
         }

@@ -222,7 +222,10 @@ impl Node {
         else {
             return Ok(());
         };
-        self.inner.retire_worker(&inner, true).await
+        let options = &self.inner.options;
+        let until =
+            tokio::time::Instant::now() + options.worker_shutdown_ttl + options.redis_timeout;
+        self.inner.retire_worker(&inner, true, until).await
     }
 }
 

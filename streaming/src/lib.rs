@@ -14,6 +14,7 @@ pub mod lua;
 mod members;
 mod options;
 mod reader;
+mod rewind;
 mod sink;
 mod stale;
 mod stream;

@@ -76,6 +76,8 @@ struct Cursor {
     key: String,
     last_id: String,
     epoch: u64,
+    /// Ids delivered lately, to resume after Redis went back in time.
+    history: crate::rewind::History,
 }
 
 /// What one `XREAD` asked for: key → (name, epoch).
@@ -214,6 +216,7 @@ impl Shared {
                     key: stream.key().to_string(),
                     last_id,
                     epoch,
+                    history: crate::rewind::History::default(),
                 },
             );
             epoch
@@ -264,11 +267,58 @@ impl Shared {
             .is_some_and(|c| c.epoch == epoch)
     }
 
-    fn advance(&self, name: &str, epoch: u64, id: String) {
+    /// Moves every cursor that is past its stream's newest entry back to
+    /// it (see [`crate::rewind`]); `false` when Redis could not be asked.
+    async fn rewind_cursors(&self) -> bool {
+        let cursors: Vec<(String, String, String, u64)> = lock(&self.state)
+            .streams
+            .iter()
+            .map(|(name, c)| (name.clone(), c.key.clone(), c.last_id.clone(), c.epoch))
+            .collect();
+        for (name, key, cursor, epoch) in cursors {
+            let newest = match crate::rewind::newest_id(&self.conn, &key).await {
+                Ok(id) => id,
+                Err(e) => {
+                    tracing::debug!(stream = %name, error = %e, "reading the newest id failed");
+                    return false;
+                }
+            };
+            if !crate::rewind::is_before(&newest, &cursor) {
+                continue;
+            }
+            let ids = match crate::rewind::ids_up_to(&self.conn, &key, &cursor).await {
+                Ok(ids) => ids,
+                Err(e) => {
+                    tracing::debug!(stream = %name, error = %e, "reading the stream's ids failed");
+                    return false;
+                }
+            };
+            let mut state = lock(&self.state);
+            if let Some(c) = state.streams.get_mut(&name)
+                && c.epoch == epoch
+                && c.last_id == cursor
+            {
+                let from = c
+                    .history
+                    .resume_from(&ids, ids.len() < crate::rewind::History::KEEP);
+                tracing::warn!(stream = %name, cursor = %cursor, newest = %newest, resume_after = %from,
+                    "the stream went back (entries lost by a failover or restart): reading on after the newest entry delivered that still exists");
+                c.last_id = from;
+            }
+        }
+        true
+    }
+
+    /// Moves the cursor past `done`, the ids just delivered or skipped.
+    fn advance(&self, name: &str, epoch: u64, done: Vec<String>) {
         let mut state = lock(&self.state);
-        if let Some(c) = state.streams.get_mut(name) {
-            if c.epoch == epoch {
-                c.last_id = id;
+        if let Some(c) = state.streams.get_mut(name)
+            && c.epoch == epoch
+            && let Some(last) = done.last()
+        {
+            c.last_id = last.clone();
+            for id in done {
+                c.history.push(id);
             }
         }
     }
@@ -282,17 +332,17 @@ impl Shared {
             if !self.is_current(name, *epoch) {
                 continue;
             }
-            let mut last = None;
+            let mut done = Vec::new();
             for (id, fields) in entries {
                 let event = match fields.map(|f| decode(name, id.clone(), f)) {
                     Some(Ok(event)) => event,
                     Some(Err(e)) => {
                         tracing::warn!(stream = %name, id = %id, error = %e, "skipping malformed stream entry");
-                        last = Some(id);
+                        done.push(id);
                         continue;
                     }
                     None => {
-                        last = Some(id);
+                        done.push(id);
                         continue;
                     }
                 };
@@ -305,18 +355,14 @@ impl Shared {
                         Some(true) => {}
                         Some(false) => break,
                         None => {
-                            if let Some(last) = last {
-                                self.advance(name, *epoch, last);
-                            }
+                            self.advance(name, *epoch, done);
                             return false;
                         }
                     }
                 }
-                last = Some(id);
+                done.push(id);
             }
-            if let Some(last) = last {
-                self.advance(name, *epoch, last);
-            }
+            self.advance(name, *epoch, done);
         }
         true
     }
@@ -326,10 +372,20 @@ async fn run(shared: Arc<Shared>) {
     let mut backoff = Backoff::new();
     let options = conn::blocking_options(shared.options.block);
     let block_ms = shared.options.block.as_millis() as u64;
+    let mut reconnects = shared.conn.reconnect_rx();
+    let mut check_cursors = false;
     loop {
         tokio::select! {
             _ = shared.cancel.cancelled() => break,
             _ = shared.subscribers.wait_any() => {}
+        }
+        while let Ok(_) | Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) =
+            reconnects.try_recv()
+        {
+            check_cursors = true;
+        }
+        if check_cursors {
+            check_cursors = !shared.rewind_cursors().await;
         }
         let Some((keys, ids, plan)) = shared.plan() else {
             tokio::select! {
@@ -353,6 +409,7 @@ async fn run(shared: Arc<Shared>) {
                 }
             }
             Err(e) => {
+                check_cursors = true;
                 let delay = backoff.next_delay();
                 tracing::warn!(error = %e, retry_in = ?delay, "XREAD failed; retrying");
                 tokio::select! {

@@ -4,6 +4,8 @@
 //!   (persistence off, or AOF on request), can kill and restart it on the same
 //!   port and data directory, roll it back to a saved snapshot (lost
 //!   writes, as after a replica promotion), and kills it on drop.
+//! * [`Sentinels`] starts a primary, a replica and three Sentinels, and
+//!   kills the primary so that Sentinel promotes the replica.
 //! * [`FaultProxy`] sits between a client and Redis and can cut, heal or
 //!   black-hole the connection.
 //! * [`client`] and [`redis_for_example`] hand out connected fred clients.
@@ -21,6 +23,7 @@
 
 mod proxy;
 mod rollback;
+mod sentinel;
 mod server;
 mod tls;
 
@@ -31,6 +34,7 @@ use fred::prelude::*;
 
 pub use proxy::{FaultProxy, ProxyMode};
 pub use rollback::RedisSnapshot;
+pub use sentinel::{SERVICE_NAME, SentinelOptions, Sentinels, sentinel_binary};
 pub use server::{RedisServer, ServerOptions, free_port, redis_server_binary};
 
 /// Errors of the test support crate.

@@ -30,8 +30,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Fault kinds to inject, comma-separated: kill, pause, cut,
-    /// restart-aof, restart-empty, add, remove, rollback, outage-kill
-    /// (default: all).
+    /// restart-aof, restart-empty, add, remove, rollback, outage-kill,
+    /// failover (default: all that apply; failover only with --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,
     /// Worker TTL the run used, for `--recheck` (ms).
@@ -53,6 +53,11 @@ struct Args {
     /// Distinct job keys of the load.
     #[arg(long, default_value_t = ChaosOptions::default().keys)]
     keys: usize,
+    /// Run against a Sentinel deployment (primary, replica, three
+    /// Sentinels); the faults are then kill, pause, add, remove and
+    /// failover (default: all five).
+    #[arg(long)]
+    sentinel: bool,
     /// Shortest handler stop (ms).
     #[arg(long, default_value_t = ChaosOptions::default().stop_ms.0)]
     stop_min_ms: u64,
@@ -100,7 +105,27 @@ async fn main() -> ExitCode {
         .seed(args.seed)
         .keys(args.keys)
         .stop_ms(args.stop_min_ms, args.stop_max_ms);
+    let with_sentinel = [
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::AddWorker,
+        FaultKind::RemoveWorker,
+        FaultKind::Failover,
+    ];
+    if args.sentinel {
+        options = options.sentinel(true).faults(with_sentinel.to_vec());
+    }
     if !args.faults.is_empty() {
+        let allowed = |k: &FaultKind| !args.sentinel || with_sentinel.contains(k);
+        let sentinel_only = |k: &FaultKind| *k == FaultKind::Failover && !args.sentinel;
+        if let Some(bad) = args.faults.iter().find(|k| !allowed(k) || sentinel_only(k)) {
+            eprintln!(
+                "chaos: fault {} does not apply {} --sentinel",
+                bad.cli_name(),
+                if args.sentinel { "with" } else { "without" }
+            );
+            return ExitCode::from(2);
+        }
         options = options.faults(args.faults);
     }
     if let Some(dir) = args.ledger_dir {

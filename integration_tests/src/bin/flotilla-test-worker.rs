@@ -190,7 +190,22 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let client = flotilla_testkit::client(&args.redis).await?;
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let options = NodeOptions::default()
+        .worker_ttl(ttl)
+        .ack_grace(ttl)
+        .dispatch_timeout(Duration::from_secs(5));
+    // Behind Sentinel the node connects by URL (and follows failovers);
+    // otherwise through the test client, which trusts a private TLS server.
+    let connected = if args.redis.contains("-sentinel://") {
+        Some(Node::connect(&args.redis, &args.pool, options.clone()).await?)
+    } else {
+        None
+    };
+    let client = match &connected {
+        Some(node) => node.client().clone(),
+        None => flotilla_testkit::client(&args.redis).await?,
+    };
     let clock = ServerClock::new();
     clock.sample(&client, true).await?;
     let cancel = CancellationToken::new();
@@ -203,12 +218,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let _ = metrics::set_global_recorder(LeaseLossRecorder {
         ledger: ledger.clone(),
     });
-    let ttl = Duration::from_millis(args.ttl_ms);
-    let options = NodeOptions::default()
-        .worker_ttl(ttl)
-        .ack_grace(ttl)
-        .dispatch_timeout(Duration::from_secs(5));
-    let node = Node::join(&client, &args.pool, options).await?;
+    let node = match connected {
+        Some(node) => node,
+        None => Node::join(&client, &args.pool, options).await?,
+    };
     let mut workers = Vec::new();
     let mut id_senders = Vec::new();
     for _ in 0..args.workers {

@@ -215,6 +215,25 @@ impl Run {
                 since = Instant::now();
                 self.record(kind, None, true);
             }
+            FaultKind::Failover => {
+                let Some(ha) = self.sentinels.clone() else {
+                    return Ok(());
+                };
+                self.record(kind, None, false);
+                since = Instant::now();
+                let old = tokio::task::spawn_blocking(move || {
+                    let mut ha = ha.lock().map_err(|_| {
+                        flotilla_testkit::Error::Startup("sentinels lock poisoned".into())
+                    })?;
+                    let old = ha.kill_primary()?;
+                    ha.wait_for_failover(old, Duration::from_secs(30))?;
+                    Ok::<u16, flotilla_testkit::Error>(old)
+                })
+                .await
+                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                self.record(kind, None, true);
+                self.failed_primary = Some(old);
+            }
             FaultKind::AddWorker => {
                 let addr =
                     self.server.lock().map(|s| s.addr()).map_err(|_| {
@@ -249,6 +268,18 @@ impl Run {
         *self.faults.entry(kind).or_default() += 1;
         let limit = since + self.options.recovery_limit;
         self.observe(since, limit, true, &mut recovered).await;
+        if let (Some(port), Some(ha)) = (self.failed_primary.take(), self.sentinels.clone()) {
+            // The old primary returns as a replica, for the next failover.
+            tokio::task::spawn_blocking(move || {
+                ha.lock()
+                    .map_err(|_| {
+                        flotilla_testkit::Error::Startup("sentinels lock poisoned".into())
+                    })?
+                    .restart_as_replica(port, Duration::from_secs(30))
+            })
+            .await
+            .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+        }
         match recovered {
             Some(d) => {
                 let worst = self.recovery.entry(kind).or_default();

@@ -43,6 +43,9 @@ pub(crate) struct Fleet {
     tails: Vec<LedgerTail>,
     /// key → pid → workers running it, from the ledgers.
     running: HashMap<String, HashMap<u32, HashSet<String>>>,
+    /// The URL the processes connect to instead of their proxy (a Sentinel
+    /// deployment's; the proxy then stays idle).
+    pub(crate) redis_url: Option<String>,
 }
 
 impl Fleet {
@@ -66,6 +69,7 @@ impl Fleet {
             ledgers: Vec::new(),
             tails: Vec::new(),
             running: HashMap::new(),
+            redis_url: None,
         }
     }
 
@@ -80,7 +84,7 @@ impl Fleet {
         self.tails.push(LedgerTail::new(ledger.clone()));
         let spec = WorkerSpec {
             binary: self.binary.clone(),
-            redis_url: proxy.url(),
+            redis_url: self.redis_url.clone().unwrap_or_else(|| proxy.url()),
             pool: self.pool.clone(),
             ttl: self.ttl,
             workers: self.workers_per_process,

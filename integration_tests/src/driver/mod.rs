@@ -21,8 +21,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use flotilla_pool::fred::prelude::ClientLike;
 use flotilla_pool::{Node, NodeOptions};
-use flotilla_testkit::{RedisServer, ServerOptions};
+use flotilla_testkit::{RedisServer, Sentinels, ServerOptions};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
@@ -67,8 +68,14 @@ pub struct ChaosOptions {
     /// Default: 4 × TTL.
     pub recovery_window: Duration,
     /// Fault kinds to inject, each round in a seeded order.
-    /// Default: all of [`FaultKind::ALL`].
+    /// Default: all of [`FaultKind::ALL`] but `failover` (which needs
+    /// [`sentinel`](Self::sentinel)).
     pub faults: Vec<FaultKind>,
+    /// Run against a Sentinel deployment (primary, replica, three
+    /// Sentinels) instead of one server: every process connects through
+    /// the Sentinel URL, and only `kill`, `pause`, `add`, `remove` and
+    /// `failover` faults apply. Default: `false`.
+    pub sentinel: bool,
     /// The `flotilla-test-worker` binary. Default: next to this
     /// executable.
     pub worker_binary: Option<PathBuf>,
@@ -96,7 +103,11 @@ impl Default for ChaosOptions {
             fault_gap: Duration::from_secs(1),
             recovery_limit: ttl * 5,
             recovery_window: ttl * 4,
-            faults: FaultKind::ALL.to_vec(),
+            faults: FaultKind::ALL
+                .into_iter()
+                .filter(|k| *k != FaultKind::Failover)
+                .collect(),
+            sentinel: false,
             worker_binary: None,
             ledger_dir: None,
             stop_ms: (0, 40),
@@ -123,6 +134,11 @@ impl ChaosOptions {
     /// Sets the fault kinds to inject.
     pub fn faults(mut self, kinds: Vec<FaultKind>) -> Self {
         self.faults = kinds;
+        self
+    }
+    /// Runs against a Sentinel deployment (see [`sentinel`](Self::sentinel)).
+    pub fn sentinel(mut self, on: bool) -> Self {
+        self.sentinel = on;
         self
     }
     /// Sets the worker binary.
@@ -174,6 +190,9 @@ pub enum ChaosError {
 pub(crate) struct Run {
     options: ChaosOptions,
     server: Arc<Mutex<RedisServer>>,
+    /// The Sentinel deployment when [`ChaosOptions::sentinel`] is on (then
+    /// `server` is an idle stand-in that no process uses).
+    sentinels: Option<Arc<Mutex<Sentinels>>>,
     fleet: Fleet,
     load: Load,
     ledger: LedgerWriter,
@@ -183,6 +202,9 @@ pub(crate) struct Run {
     unrecovered: Vec<String>,
     /// Cuts injected so far (they rotate through the proxy's modes).
     cuts: usize,
+    /// The port of a primary killed by a failover, to start again as a
+    /// replica once the pool recovered.
+    failed_primary: Option<u16>,
 }
 
 /// Runs the chaos suite and checks the ledgers.
@@ -205,10 +227,28 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         .unwrap_or_else(|| temp.path().to_path_buf());
     std::fs::create_dir_all(&dir)?;
     let server = RedisServer::start_with(ServerOptions::default().aof(true))?;
-    let url = server.url();
+    let sentinels = if options.sentinel {
+        Some(tokio::task::block_in_place(Sentinels::start)?)
+    } else {
+        None
+    };
+    let url = sentinels
+        .as_ref()
+        .map_or_else(|| server.url(), Sentinels::url);
     let addr = server.addr();
     let pool = flotilla_testkit::unique_name("chaos");
-    let clock_client = flotilla_testkit::client(&url).await?;
+    let clock_client = match &sentinels {
+        Some(_) => flotilla_pool::client_builder(&url, &NodeOptions::default())?
+            .build()
+            .map_err(flotilla_pool::Error::Redis)?,
+        None => flotilla_testkit::client(&url).await?,
+    };
+    if sentinels.is_some() {
+        clock_client
+            .init()
+            .await
+            .map_err(flotilla_pool::Error::Redis)?;
+    }
     let clock = ServerClock::new();
     let _ = clock.sample(&clock_client, true).await;
     let cancel = CancellationToken::new();
@@ -225,6 +265,10 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         .dispatch_timeout(Duration::from_secs(3));
     let mut nodes = Vec::new();
     for _ in 0..2 {
+        if sentinels.is_some() {
+            nodes.push(Node::connect(&url, &pool, node_options.clone()).await?);
+            continue;
+        }
         let client = flotilla_testkit::client(&url).await?;
         nodes.push(Node::join(&client, &pool, node_options.clone()).await?);
     }
@@ -236,6 +280,9 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         options.stop_ms,
         dir.clone(),
     );
+    if sentinels.is_some() {
+        fleet.redis_url = Some(url.clone());
+    }
     for _ in 0..options.worker_processes {
         fleet.add(addr).await?;
     }
@@ -244,6 +291,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         rng: StdRng::seed_from_u64(options.seed),
         options: options.clone(),
         server: Arc::new(Mutex::new(server)),
+        sentinels: sentinels.map(|s| Arc::new(Mutex::new(s))),
         fleet,
         load: load.clone(),
         ledger,
@@ -251,6 +299,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         recovery: BTreeMap::new(),
         unrecovered: Vec::new(),
         cuts: 0,
+        failed_primary: None,
     };
     let started = Instant::now();
     let load_cancel = CancellationToken::new();

@@ -389,6 +389,17 @@ mod tests {
     }
 
     #[test]
+    fn sentinel_urls_are_accepted() {
+        let c = MultiHomeConfig::from_lists(
+            "redis://a:1,redis-sentinel://u:pw@s1:26379?sentinelServiceName=m&node=s2:26379",
+            None,
+            "x",
+        )
+        .unwrap();
+        assert!(!format!("{c:?}").contains("pw"));
+    }
+
+    #[test]
     fn empty_entries_and_lists_are_refused() {
         let e = MultiHomeConfig::from_lists("redis://a:1,,redis://b:2", None, "x").unwrap_err();
         assert!(

@@ -1,0 +1,382 @@
+//! Sentinel failover under a running pool: worker processes and a
+//! dispatcher connect with `Node::connect` through the Sentinel URL; the
+//! primary is killed (`SIGKILL`) and Sentinel promotes the replica. From the
+//! handlers' ledgers: I1–I3 hold, no admitted job is lost, no stop is
+//! undone, fencing tokens increase across the failover, and dispatch works
+//! again within [`DISPATCH_BACK_WITHIN`] of the kill.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use flotilla_integration_tests::checker::{CheckOptions, Report, check};
+use flotilla_integration_tests::clock::{ServerClock, mono_ns};
+use flotilla_integration_tests::ledger::{FaultKind, LedgerWriter, Line, Record, read_ledger};
+use flotilla_integration_tests::process::{WorkerProcess, WorkerSpec};
+use flotilla_pool::{Error, Node, NodeOptions};
+use flotilla_testkit::{Sentinels, unique_name, wait_until};
+use nix::sys::signal::Signal;
+
+const TTL: Duration = Duration::from_secs(2);
+/// The bound on kill → first successful dispatch: Sentinel notices in
+/// `down-after` (1 s), elects and promotes (about 1–2 s), clients reconnect
+/// within their 1 s backoff cap, and a node that noticed the rollback waits
+/// for its workers to re-assert (about one TTL).
+const DISPATCH_BACK_WITHIN: Duration = Duration::from_secs(12);
+
+struct HaHarness {
+    ha: Sentinels,
+    dir: tempfile::TempDir,
+    processes: Vec<WorkerProcess>,
+    node: Node,
+    driver: LedgerWriter,
+}
+
+impl HaHarness {
+    async fn start(prefix: &str, processes: usize) -> HaHarness {
+        let ha = tokio::task::block_in_place(Sentinels::start).expect(
+            "redis-sentinel must be installed (apt-get install redis-sentinel redis-server)",
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let pool = unique_name(prefix);
+        let mut procs = Vec::new();
+        for i in 0..processes {
+            let spec = WorkerSpec {
+                binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
+                redis_url: ha.url(),
+                pool: pool.clone(),
+                ttl: TTL,
+                workers: 2,
+                ledger: dir.path().join(format!("worker-{i}.jsonl")),
+                stop_ms: (0, 20),
+            };
+            procs.push(
+                WorkerProcess::spawn(&spec, Duration::from_secs(20))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let options = NodeOptions::default()
+            .client_only(true)
+            .worker_ttl(TTL)
+            .dispatch_timeout(Duration::from_secs(3))
+            .redis_timeout(Duration::from_secs(1));
+        let node = Node::connect(&ha.url(), &pool, options).await.unwrap();
+        let clock = ServerClock::new();
+        clock.sample(node.client(), true).await.unwrap();
+        let driver = LedgerWriter::open(&dir.path().join("driver.jsonl"), clock).unwrap();
+        let all = processes * 2;
+        let n = node.clone();
+        wait_until(
+            Duration::from_secs(10),
+            "dispatcher sees every worker",
+            || {
+                let seen = n.pool_workers().len();
+                async move { seen == all }
+            },
+        )
+        .await
+        .unwrap();
+        HaHarness {
+            ha,
+            dir,
+            processes: procs,
+            node,
+            driver,
+        }
+    }
+
+    async fn dispatch(&self, key: &str) -> Result<(), Error> {
+        let result = self.node.dispatch_job(key, "x").await;
+        match &result {
+            Ok(()) => self.driver.record(Record::Admit {
+                key: key.to_string(),
+                node: self.node.id().to_string(),
+            }),
+            Err(Error::JobExists(_)) => self.driver.record(Record::Exists {
+                key: key.to_string(),
+            }),
+            Err(_) => self.driver.record(Record::DispatchUnknown {
+                key: key.to_string(),
+            }),
+        };
+        result
+    }
+
+    async fn stop(&self, key: &str) {
+        self.driver.record(Record::StopSent {
+            key: key.to_string(),
+        });
+        let outcome = match self.node.stop_job(key).await {
+            Ok(()) => "ok",
+            Err(Error::JobNotFound(_)) => "not_found",
+            Err(_) => "unknown",
+        };
+        self.driver.record(Record::StopDone {
+            key: key.to_string(),
+            outcome: outcome.into(),
+        });
+        assert_eq!(outcome, "ok", "stop of {key} before the failover");
+    }
+
+    fn ledgers(&self) -> Vec<Vec<Line>> {
+        let mut out = vec![read_ledger(&self.dir.path().join("driver.jsonl")).unwrap()];
+        for p in &self.processes {
+            out.push(read_ledger(&p.ledger).unwrap());
+        }
+        out
+    }
+
+    fn check_now(&self) -> Report {
+        check(
+            &self.ledgers(),
+            &CheckOptions {
+                lease_stop_after: TTL * 2 / 3,
+                end_ns: Some(mono_ns()),
+                ..CheckOptions::default()
+            },
+        )
+    }
+
+    fn running_on(&self, i: usize) -> HashSet<String> {
+        let mut open = HashSet::new();
+        for l in read_ledger(&self.processes[i].ledger).unwrap() {
+            match l.record {
+                Record::Start { key, .. } => {
+                    open.insert(key);
+                }
+                Record::Stop { key, .. } => {
+                    open.remove(&key);
+                }
+                _ => {}
+            }
+        }
+        open
+    }
+
+    /// Kills the primary, records the failover, and returns when the
+    /// Sentinels agree on the promoted replica.
+    async fn fail_over(&mut self) -> Instant {
+        self.driver.record(Record::Fault {
+            kind: FaultKind::Failover,
+            target: None,
+            end: false,
+        });
+        let killed = Instant::now();
+        let old = self.ha.kill_primary().unwrap();
+        let ha = &self.ha;
+        let new =
+            tokio::task::block_in_place(|| ha.wait_for_failover(old, Duration::from_secs(20)))
+                .unwrap();
+        println!(
+            "sentinel promoted 127.0.0.1:{new} {:?} after the kill",
+            killed.elapsed()
+        );
+        self.driver.record(Record::Fault {
+            kind: FaultKind::Failover,
+            target: None,
+            end: true,
+        });
+        killed
+    }
+
+    /// Dispatches `key` until it is admitted; returns how long after
+    /// `since` that happened.
+    async fn dispatch_until_ok(&self, key: &str, since: Instant) -> Duration {
+        loop {
+            match self.dispatch(key).await {
+                Ok(()) => return since.elapsed(),
+                Err(e) => {
+                    assert!(
+                        since.elapsed() < DISPATCH_BACK_WITHIN,
+                        "dispatch still failing {:?} after the kill: {e}",
+                        since.elapsed()
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Waits until every worker is active again and every key in `running`
+    /// has an owner.
+    async fn settle(&self, running: &[String]) {
+        let all = self.processes.len() * 2;
+        let node = self.node.clone();
+        wait_until(
+            Duration::from_secs(20),
+            "pool settled after the failover",
+            || {
+                let active = node.pool_workers().iter().filter(|w| !w.cleaning).count();
+                let owned = running.iter().all(|k| node.job_owner(k).is_some());
+                async move { active == all && owned }
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    async fn kill_all(&mut self) {
+        for mut p in self.processes.drain(..) {
+            let _ = p.signal(Signal::SIGCONT);
+            let _ = p.sigkill().await;
+        }
+    }
+}
+
+/// What the failover cost, from the handlers' ledgers: per key the fencing
+/// tokens of its starts in time order, and for the keys that started again
+/// after `after_ns`, how long each was stopped (its stop before → its start
+/// after, ms; 0 when it was not stopped first).
+struct FailoverCost {
+    tokens: HashMap<String, Vec<u64>>,
+    gaps_ms: Vec<f64>,
+}
+
+impl FailoverCost {
+    fn measure(ledgers: &[Vec<Line>], after_ns: u64) -> FailoverCost {
+        let mut events: Vec<(u64, String, Option<u64>)> = Vec::new();
+        for l in ledgers.iter().flatten() {
+            match &l.record {
+                Record::Start { key, token, .. } => {
+                    events.push((l.mono_ns, key.clone(), Some(*token)))
+                }
+                Record::Stop { key, .. } => events.push((l.mono_ns, key.clone(), None)),
+                _ => {}
+            }
+        }
+        events.sort();
+        let mut tokens: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut last_stop: HashMap<String, u64> = HashMap::new();
+        let mut gaps_ms = Vec::new();
+        let mut counted = HashSet::new();
+        for (t, key, token) in events {
+            match token {
+                Some(token) => {
+                    if t > after_ns && tokens.contains_key(&key) && counted.insert(key.clone()) {
+                        let gap = last_stop.get(&key).map_or(0, |s| t.saturating_sub(*s));
+                        gaps_ms.push(gap as f64 / 1e6);
+                    }
+                    tokens.entry(key).or_default().push(token);
+                }
+                None => {
+                    last_stop.insert(key, t);
+                }
+            }
+        }
+        gaps_ms.sort_by(f64::total_cmp);
+        FailoverCost { tokens, gaps_ms }
+    }
+
+    fn print(&self, running: usize) {
+        let n = self.gaps_ms.len();
+        let median = if n == 0 { 0.0 } else { self.gaps_ms[n / 2] };
+        let max = self.gaps_ms.last().copied().unwrap_or(0.0);
+        println!(
+            "{n} of {running} running jobs started again after the failover (new token); \
+             stopped for median {median:.0} ms, max {max:.0} ms"
+        );
+    }
+}
+
+fn assert_tokens_increase(tokens: &HashMap<String, Vec<u64>>) {
+    for (key, seq) in tokens {
+        assert!(
+            seq.windows(2).all(|w| w[0] < w[1]),
+            "fencing tokens of {key} do not increase: {seq:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_keeps_every_job_and_every_stop() {
+    let mut h = HaHarness::start("sentinel-failover", 3).await;
+    let keys: Vec<String> = (0..24).map(|i| format!("job-{i}")).collect();
+    for k in &keys {
+        h.dispatch(k).await.unwrap();
+    }
+    for k in &keys[..6] {
+        h.stop(k).await;
+    }
+    let running: Vec<String> = keys[6..].to_vec();
+    let kill_ns = mono_ns();
+    let killed = h.fail_over().await;
+    let back = h.dispatch_until_ok("after-failover", killed).await;
+    println!("first successful dispatch {back:?} after the primary's kill");
+    let mut running_after = running.clone();
+    running_after.push("after-failover".into());
+    h.settle(&running_after).await;
+    // Observation window: every node's cleanup sweep has run after the
+    // failover, so a wrong judgement would show.
+    tokio::time::sleep(TTL * 2).await;
+
+    let report = h.check_now();
+    assert!(report.ok(), "violations: {:#?}", report.violations);
+    let cost = FailoverCost::measure(&h.ledgers(), kill_ns);
+    assert_tokens_increase(&cost.tokens);
+    for k in &keys[..6] {
+        assert_eq!(
+            cost.tokens[k].len(),
+            1,
+            "stopped {k} ran again: {:?}",
+            cost.tokens[k]
+        );
+    }
+    cost.print(running.len());
+    h.kill_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_while_a_worker_process_is_frozen() {
+    let mut h = HaHarness::start("sentinel-frozen", 3).await;
+    let keys: Vec<String> = (0..18).map(|i| format!("job-{i}")).collect();
+    for k in &keys {
+        h.dispatch(k).await.unwrap();
+    }
+    let victim = (0..h.processes.len())
+        .max_by_key(|i| h.running_on(*i).len())
+        .unwrap();
+    let victim_pid = h.processes[victim].pid();
+    h.processes[victim].signal(Signal::SIGSTOP).unwrap();
+    h.driver.record(Record::Fault {
+        kind: FaultKind::Pause,
+        target: Some(victim_pid),
+        end: false,
+    });
+    let kill_ns = mono_ns();
+    let killed = h.fail_over().await;
+    let back = h.dispatch_until_ok("after-failover", killed).await;
+    println!("first successful dispatch {back:?} after the primary's kill (one process frozen)");
+    // The frozen process's jobs run elsewhere before it resumes.
+    let node = h.node.clone();
+    let victim_workers: HashSet<String> = h.processes[victim].workers.iter().cloned().collect();
+    wait_until(
+        Duration::from_secs(20),
+        "frozen process's jobs moved",
+        || {
+            let moved = keys.iter().all(|k| {
+                node.job_owner(k)
+                    .is_some_and(|(w, _)| !victim_workers.contains(&w))
+            });
+            async move { moved }
+        },
+    )
+    .await
+    .unwrap();
+    h.driver.record(Record::Fault {
+        kind: FaultKind::Pause,
+        target: Some(victim_pid),
+        end: true,
+    });
+    h.processes[victim].signal(Signal::SIGCONT).unwrap();
+    let mut running_after = keys.clone();
+    running_after.push("after-failover".into());
+    h.settle(&running_after).await;
+    tokio::time::sleep(TTL * 2).await;
+
+    let report = h.check_now();
+    assert!(report.ok(), "violations: {:#?}", report.violations);
+    let cost = FailoverCost::measure(&h.ledgers(), kill_ns);
+    assert_tokens_increase(&cost.tokens);
+    cost.print(keys.len());
+    h.kill_all().await;
+}

@@ -1,0 +1,394 @@
+//! A private high-availability deployment: a primary, a replica and three
+//! Sentinels on free loopback ports, with fast failure detection, so tests
+//! can kill the primary and watch Sentinel promote the replica.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::Error;
+use crate::server::{RedisServer, ServerOptions, free_port, redis_server_binary};
+
+/// The service name the Sentinels monitor.
+pub const SERVICE_NAME: &str = "flotilla";
+
+/// How long the deployment may take to be ready (replica in sync, every
+/// Sentinel knowing the replica and the other Sentinels).
+const READY_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Timings of the Sentinels (see [`Sentinels::start_with`]).
+#[derive(Debug, Clone)]
+pub struct SentinelOptions {
+    /// `sentinel down-after-milliseconds`: how long the primary may be
+    /// silent before a Sentinel thinks it down. Default: 1 s.
+    pub down_after: Duration,
+    /// `sentinel failover-timeout`. Default: 3 s.
+    pub failover_timeout: Duration,
+    /// Options of the two Redis servers (the second is made a replica of
+    /// the first with `REPLICAOF`). Default: no persistence.
+    pub server: ServerOptions,
+}
+
+impl Default for SentinelOptions {
+    fn default() -> Self {
+        SentinelOptions {
+            down_after: Duration::from_secs(1),
+            failover_timeout: Duration::from_secs(3),
+            server: ServerOptions::default(),
+        }
+    }
+}
+
+/// A primary, a replica and three Sentinels (quorum 2), all killed on drop.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), flotilla_testkit::Error> {
+/// let mut ha = flotilla_testkit::Sentinels::start()?;
+/// let url = ha.url(); // redis-sentinel://127.0.0.1:P1?sentinelServiceName=flotilla&node=…
+/// let old = ha.kill_primary()?;
+/// let new = ha.wait_for_failover(old, std::time::Duration::from_secs(20))?;
+/// # let _ = (url, new); Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Sentinels {
+    options: SentinelOptions,
+    servers: Vec<RedisServer>,
+    sentinels: Vec<SentinelProcess>,
+    dir: tempfile::TempDir,
+}
+
+#[derive(Debug)]
+struct SentinelProcess {
+    port: u16,
+    child: Child,
+}
+
+impl Sentinels {
+    /// Starts the deployment with the default (fast) timings.
+    ///
+    /// # Errors
+    /// [`Error::RedisServerMissing`] when neither `redis-sentinel` nor
+    /// `redis-server` is installed (the message says how to install it),
+    /// [`Error::Startup`] when a process does not start or the deployment is
+    /// not ready in time.
+    pub fn start() -> Result<Self, Error> {
+        Self::start_with(SentinelOptions::default())
+    }
+
+    /// Starts the deployment with `options`.
+    ///
+    /// # Errors
+    /// As [`Sentinels::start`].
+    pub fn start_with(options: SentinelOptions) -> Result<Self, Error> {
+        let binary = sentinel_binary()?;
+        let dir = tempfile::Builder::new()
+            .prefix("flotilla-sentinel-")
+            .tempdir()
+            .map_err(|e| Error::Startup(format!("cannot create a temp dir: {e}")))?;
+        let primary = RedisServer::start_with(options.server.clone())?;
+        let replica = RedisServer::start_with(options.server.clone())?;
+        raw_command(
+            replica.port(),
+            &["REPLICAOF", "127.0.0.1", &primary.port().to_string()],
+        );
+        let mut me = Sentinels {
+            options,
+            servers: vec![primary, replica],
+            sentinels: Vec::new(),
+            dir,
+        };
+        me.wait(READY_DEADLINE, "the replica in sync", |me| {
+            info_field(me.servers[1].port(), "replication", "master_link_status").as_deref()
+                == Some("up")
+        })?;
+        let primary_port = me.servers[0].port();
+        for i in 0..3 {
+            let sentinel = me.spawn_sentinel(&binary, i, primary_port)?;
+            me.sentinels.push(sentinel);
+        }
+        me.wait(
+            READY_DEADLINE,
+            "every sentinel knows the replica and the others",
+            |me| {
+                me.sentinels.iter().all(|s| {
+                    let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
+                    field_after(&master, "num-slaves") == Some("1".into())
+                        && field_after(&master, "num-other-sentinels") == Some("2".into())
+                })
+            },
+        )?;
+        Ok(me)
+    }
+
+    /// The Sentinel URL of the deployment, for `Node::connect` or
+    /// `fred::prelude::Config::from_url`.
+    pub fn url(&self) -> String {
+        let mut url = format!(
+            "redis-sentinel://127.0.0.1:{}?sentinelServiceName={SERVICE_NAME}",
+            self.sentinels[0].port
+        );
+        for s in &self.sentinels[1..] {
+            url.push_str(&format!("&node=127.0.0.1:{}", s.port));
+        }
+        url
+    }
+
+    /// The port of the primary as the Sentinels report it, if a majority
+    /// of them agree.
+    pub fn primary_port(&self) -> Option<u16> {
+        let answers: Vec<u16> = self
+            .sentinels
+            .iter()
+            .filter_map(|s| {
+                let reply = raw_command(
+                    s.port,
+                    &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE_NAME],
+                );
+                reply.lines().filter_map(|l| l.parse::<u16>().ok()).next()
+            })
+            .collect();
+        answers
+            .iter()
+            .copied()
+            .find(|p| answers.iter().filter(|q| *q == p).count() >= 2)
+    }
+
+    /// A plain `redis://` URL of the current primary, if known.
+    pub fn primary_url(&self) -> Option<String> {
+        self.primary_port()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+    }
+
+    /// Kills the current primary with `SIGKILL` and returns its port.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when no primary is known.
+    pub fn kill_primary(&mut self) -> Result<u16, Error> {
+        let port = self
+            .primary_port()
+            .ok_or_else(|| Error::Startup("the sentinels agree on no primary".into()))?;
+        let server = self
+            .servers
+            .iter_mut()
+            .find(|s| s.port() == port)
+            .ok_or_else(|| Error::Startup(format!("no server of ours on port {port}")))?;
+        server.kill();
+        Ok(port)
+    }
+
+    /// Waits until the Sentinels name a primary other than `old` and that
+    /// server answers as a primary; returns its port.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] past `deadline`.
+    pub fn wait_for_failover(&self, old: u16, deadline: Duration) -> Result<u16, Error> {
+        let mut found = None;
+        self.wait(deadline, "a replica promoted by the sentinels", |me| {
+            found = me.primary_port().filter(|p| {
+                *p != old && info_field(*p, "replication", "role").as_deref() == Some("master")
+            });
+            found.is_some()
+        })?;
+        found.ok_or_else(|| Error::Timeout(deadline, "a promoted replica".into()))
+    }
+
+    /// Starts the server on `port` again after [`kill_primary`](Self::kill_primary)
+    /// (empty without persistence) and waits until it is a replica of the
+    /// current primary in sync, so that the next failover has a replica.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start_again`], and [`Error::Timeout`] when it does
+    /// not become an in-sync replica within `deadline`.
+    pub fn restart_as_replica(&mut self, port: u16, deadline: Duration) -> Result<(), Error> {
+        let primary = self
+            .primary_port()
+            .ok_or_else(|| Error::Startup("the sentinels agree on no primary".into()))?;
+        let server = self
+            .servers
+            .iter_mut()
+            .find(|s| s.port() == port)
+            .ok_or_else(|| Error::Startup(format!("no server of ours on port {port}")))?;
+        server.start_again()?;
+        // Sentinel would convert it after a while; telling it at once keeps
+        // the window where it answers as an empty primary short.
+        raw_command(port, &["REPLICAOF", "127.0.0.1", &primary.to_string()]);
+        self.wait(
+            deadline,
+            "the old primary back as an in-sync replica",
+            |me| {
+                info_field(port, "replication", "master_link_status").as_deref() == Some("up")
+                    && me.sentinels.iter().all(|s| {
+                        let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
+                        field_after(&master, "num-slaves").is_some_and(|n| n != "0")
+                    })
+            },
+        )
+    }
+
+    /// The ports of the Sentinels.
+    pub fn sentinel_ports(&self) -> Vec<u16> {
+        self.sentinels.iter().map(|s| s.port).collect()
+    }
+
+    /// The Sentinels' timings.
+    pub fn options(&self) -> &SentinelOptions {
+        &self.options
+    }
+
+    fn spawn_sentinel(
+        &self,
+        binary: &Path,
+        index: usize,
+        primary_port: u16,
+    ) -> Result<SentinelProcess, Error> {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = free_port()?;
+            let conf = self.dir.path().join(format!("sentinel-{index}.conf"));
+            let o = &self.options;
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n\
+                 dir {dir}\nlogfile {dir}/sentinel-{index}.log\n\
+                 sentinel monitor {SERVICE_NAME} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {SERVICE_NAME} {down}\n\
+                 sentinel failover-timeout {SERVICE_NAME} {failover}\n\
+                 sentinel parallel-syncs {SERVICE_NAME} 1\n",
+                dir = self.dir.path().display(),
+                down = o.down_after.as_millis(),
+                failover = o.failover_timeout.as_millis(),
+            );
+            std::fs::write(&conf, text)
+                .map_err(|e| Error::Startup(format!("cannot write {}: {e}", conf.display())))?;
+            let mut cmd = Command::new(binary);
+            cmd.arg(&conf);
+            if binary.file_name().is_some_and(|n| n == "redis-server") {
+                cmd.arg("--sentinel");
+            }
+            let mut child = cmd
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| Error::Startup(format!("cannot run {}: {e}", binary.display())))?;
+            let started = Instant::now();
+            loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    last_error = format!("sentinel on port {port} exited with {status}");
+                    break;
+                }
+                if crate::server::ping(port) {
+                    return Ok(SentinelProcess { port, child });
+                }
+                if started.elapsed() > Duration::from_secs(10) {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    last_error = format!("sentinel on port {port} did not answer PING");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        Err(Error::Startup(last_error))
+    }
+
+    fn wait(
+        &self,
+        deadline: Duration,
+        what: &str,
+        mut check: impl FnMut(&Self) -> bool,
+    ) -> Result<(), Error> {
+        let end = Instant::now() + deadline;
+        loop {
+            if check(self) {
+                return Ok(());
+            }
+            if Instant::now() > end {
+                return Err(Error::Timeout(deadline, what.to_string()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Sentinels {
+    fn drop(&mut self) {
+        for s in &mut self.sentinels {
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+        }
+    }
+}
+
+/// `redis-sentinel` on `PATH` (Debian's package), else `redis-server`
+/// (run with `--sentinel`), else an error that says how to install it.
+///
+/// # Errors
+/// [`Error::RedisServerMissing`] when neither is installed.
+pub fn sentinel_binary() -> Result<PathBuf, Error> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join("redis-sentinel");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    redis_server_binary()
+}
+
+/// Sends one command in RESP and returns the reply as text lines (bulk
+/// strings and integers without their RESP prefixes); empty on failure.
+fn raw_command(port: u16, args: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+    else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(300)));
+    let mut request = format!("*{}\r\n", args.len());
+    for a in args {
+        request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    if stream.write_all(request.as_bytes()).is_err() {
+        return String::new();
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    // Read until the peer is quiet: replies here are small.
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if n < buf.len() {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out)
+        .lines()
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$'))
+        .map(|l| l.trim_start_matches([':', '+']))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The value following `name` in a flat name/value reply.
+fn field_after(reply: &str, name: &str) -> Option<String> {
+    let mut lines = reply.lines();
+    while let Some(l) = lines.next() {
+        if l == name {
+            return lines.next().map(str::to_string);
+        }
+    }
+    None
+}
+
+/// One field of `INFO section` of the server on `port`.
+fn info_field(port: u16, section: &str, field: &str) -> Option<String> {
+    let info = raw_command(port, &["INFO", section]);
+    info.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    })
+}

@@ -64,7 +64,8 @@ pub(crate) struct JobListed {
 pub(crate) struct JobDetail {
     pub(crate) pool: String,
     pub(crate) key: String,
-    /// `running`, `pending`, `orphaned` (a payload only) or `absent`.
+    /// `running`, `pending`, `restarting`, `failed`, `orphaned` (a payload
+    /// only) or `absent`.
     pub(crate) state: &'static str,
     pub(crate) owner: Option<String>,
     pub(crate) fencing_token: Option<u64>,
@@ -80,9 +81,14 @@ pub(crate) struct JobDetail {
     pub(crate) payload_json: Option<String>,
     /// Whether the hex and text were cut.
     pub(crate) payload_truncated: bool,
-    /// Restart count and last error are not recorded by the pool yet.
-    pub(crate) restarts: Option<u64>,
+    /// Consecutive failures of the job (0: none since its last start
+    /// after a success or a dispatch).
+    pub(crate) failures: u32,
+    /// The last failed run's error.
     pub(crate) last_error: Option<String>,
+    /// `restarting` (waiting out its backoff) or `failed` (not
+    /// restarted), when the job failed.
+    pub(crate) lifecycle: Option<&'static str>,
 }
 
 impl JobQuery {
@@ -185,15 +191,24 @@ pub(crate) async fn detail(
 ) -> flotilla_pool::Result<JobDetail> {
     let snap = &reading.snapshot;
     let stored = inspect::job_payload(client, &snap.pool, key).await?;
+    let failure = inspect::job_failure(client, &snap.pool, key).await?;
     let row = reading
         .rows
         .binary_search_by(|r| r.key.as_str().cmp(key))
         .ok()
         .map(|i| &reading.rows[i]);
-    let state = match (row, &stored) {
-        (Some(r), _) => r.state.as_str(),
-        (None, Some(_)) => "orphaned",
-        (None, None) => "absent",
+    // A failure record counts for the run it names, or once the job failed
+    // for good (no run left).
+    let failure = failure.filter(|f| match row {
+        Some(r) => r.owner.is_some() && f.token == r.token,
+        None => f.state == inspect::JobFailureState::Failed,
+    });
+    let state = match (row, &stored, &failure) {
+        (Some(_), _, Some(f)) if f.state == inspect::JobFailureState::Restarting => "restarting",
+        (Some(r), _, _) => r.state.as_str(),
+        (None, _, Some(_)) => "failed",
+        (None, Some(_), None) => "orphaned",
+        (None, None, None) => "absent",
     };
     let payload = stored.as_ref().map(|p| &p.payload[..]);
     let shown = payload.map(|p| &p[..p.len().min(PAYLOAD_SHOWN)]);
@@ -212,8 +227,13 @@ pub(crate) async fn detail(
         payload_text: shown.and_then(|s| std::str::from_utf8(s).ok().map(str::to_string)),
         payload_json: payload.and_then(pretty_json),
         payload_truncated: payload.is_some_and(|p| p.len() > PAYLOAD_SHOWN),
-        restarts: None,
-        last_error: None,
+        failures: failure.as_ref().map_or(0, |f| f.failures),
+        last_error: failure.as_ref().map(|f| f.last_error.clone()),
+        lifecycle: failure.as_ref().and_then(|f| match f.state {
+            inspect::JobFailureState::Restarting => Some("restarting"),
+            inspect::JobFailureState::Failed => Some("failed"),
+            _ => None,
+        }),
     })
 }
 

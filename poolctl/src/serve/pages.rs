@@ -280,7 +280,10 @@ fn job_body(d: &JobDetail, admin: bool) -> Markup {
             dt { "fencing token" } dd #job-token { (d.fencing_token.map_or("-".into(), |t| t.to_string())) }
             dt { "first admitted" } dd { (ago(d.age_ms)) }
             dt { "payload" } dd { (d.payload_size.map_or("none".into(), format::bytes)) }
-            dt { "restarts / last error" } dd { "not recorded by the pool" }
+            dt { "failures" } dd #job-failures { (d.failures) }
+            @if let Some(error) = &d.last_error {
+                dt { "last error" } dd #job-last-error { code { (error) } }
+            }
         }
         @if let Some(json) = &d.payload_json {
             h2 { "Payload (JSON)" } pre.payload #payload-json { (json) }

@@ -105,21 +105,21 @@ async fn pause_cycle(h: &Harness, keys: &[String]) -> usize {
     // ring view without one of the surviving workers.
     for path in &other_ledgers {
         for l in read_ledger(path).unwrap() {
-            if let Record::Ring { workers } = &l.record {
-                if l.mono_ns > paused_ns {
-                    let missing: Vec<_> = live_workers
-                        .iter()
-                        .filter(|w| !workers.contains(w))
-                        .collect();
-                    assert!(
-                        missing.is_empty(),
-                        "live workers {missing:?} left the ring of pid {} {:.0} ms after the \
+            if let Record::Ring { workers } = &l.record
+                && l.mono_ns > paused_ns
+            {
+                let missing: Vec<_> = live_workers
+                    .iter()
+                    .filter(|w| !workers.contains(w))
+                    .collect();
+                assert!(
+                    missing.is_empty(),
+                    "live workers {missing:?} left the ring of pid {} {:.0} ms after the \
                          pause of pid {victim_pid} began; history:\n{}",
-                        l.pid,
-                        (l.mono_ns - paused_ns) as f64 / 1e6,
-                        support::ring_history(h, paused_ns)
-                    );
-                }
+                    l.pid,
+                    (l.mono_ns - paused_ns) as f64 / 1e6,
+                    support::ring_history(h, paused_ns)
+                );
             }
         }
     }

@@ -89,13 +89,14 @@ impl NodeInner {
         // Nodes silent for two TTLs: drop their entry and reply stream.
         for (node, raw) in self.store.maps.nodes.snapshot().iter() {
             let last: u64 = raw.parse().unwrap_or(0);
-            if *node != self.id && now.saturating_sub(last) > 2 * ttl {
-                if let Ok(true) = self.store.maps.nodes.test_and_delete(node, raw).await {
-                    if let Ok(key) = self.reply_key(node) {
-                        let _: std::result::Result<i64, _> = self.store.client.del(key).await;
-                    }
-                    tracing::info!(node, "stale node removed");
+            if *node != self.id
+                && now.saturating_sub(last) > 2 * ttl
+                && let Ok(true) = self.store.maps.nodes.test_and_delete(node, raw).await
+            {
+                if let Ok(key) = self.reply_key(node) {
+                    let _: std::result::Result<i64, _> = self.store.client.del(key).await;
                 }
+                tracing::info!(node, "stale node removed");
             }
         }
     }

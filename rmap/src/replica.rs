@@ -174,10 +174,10 @@ impl Shared {
     /// A std `HashMap` copy of the current version, cached until it changes.
     pub(crate) fn snapshot(&self) -> Arc<HashMap<String, String>> {
         let state = self.state.load_full();
-        if let Some(cached) = self.snapshot.load().as_ref() {
-            if cached.0 == state.version {
-                return cached.1.clone();
-            }
+        if let Some(cached) = self.snapshot.load().as_ref()
+            && cached.0 == state.version
+        {
+            return cached.1.clone();
         }
         let map: Arc<HashMap<String, String>> = Arc::new(
             state

@@ -172,13 +172,13 @@ impl StreamOptions {
         if let Some(tag) = &self.hash_tag {
             crate::error::check_name(tag)?;
         }
-        if let Some(StreamTtl::Absolute(d) | StreamTtl::Sliding(d)) = self.ttl {
-            if d.as_millis() == 0 {
-                return Err(Error::InvalidOption {
-                    option: "ttl",
-                    reason: "must be at least 1 ms",
-                });
-            }
+        if let Some(StreamTtl::Absolute(d) | StreamTtl::Sliding(d)) = self.ttl
+            && d.as_millis() == 0
+        {
+            return Err(Error::InvalidOption {
+                option: "ttl",
+                reason: "must be at least 1 ms",
+            });
         }
         Ok(())
     }

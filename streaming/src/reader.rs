@@ -183,10 +183,10 @@ impl Reader {
     pub async fn close(&self) {
         self.shared.cancel.cancel();
         let task = self.shared.task.lock().await.take();
-        if let Some(task) = task {
-            if let Err(e) = task.await {
-                tracing::warn!(error = %e, "reader task failed");
-            }
+        if let Some(task) = task
+            && let Err(e) = task.await
+        {
+            tracing::warn!(error = %e, "reader task failed");
         }
     }
 }

@@ -356,10 +356,10 @@ impl Shared {
                 break;
             }
         }
-        if !to_ack.is_empty() {
-            if let Err(e) = self.ack_raw(key, &to_ack).await {
-                tracing::warn!(stream = %name, error = %e, "acking skipped entries failed; they will be claimed again");
-            }
+        if !to_ack.is_empty()
+            && let Err(e) = self.ack_raw(key, &to_ack).await
+        {
+            tracing::warn!(stream = %name, error = %e, "acking skipped entries failed; they will be claimed again");
         }
         ok
     }

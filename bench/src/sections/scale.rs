@@ -70,7 +70,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     while let Some(result) = admitted.next().await {
         result?;
         done += 1;
-        if done % step == 0 {
+        if done.is_multiple_of(step) {
             segments.push(step as f64 / segment_start.elapsed().as_secs_f64());
             segment_start = Instant::now();
             ctx.progress("scale", &format!("{done} running"));

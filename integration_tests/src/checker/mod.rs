@@ -589,10 +589,10 @@ fn check_moves(
         match r {
             Record::StopSent { key } => requests.entry(key).or_default().push((*t, u64::MAX)),
             Record::StopDone { key, .. } => {
-                if let Some(last) = requests.get_mut(key.as_str()).and_then(|v| v.last_mut()) {
-                    if last.1 == u64::MAX {
-                        last.1 = *t;
-                    }
+                if let Some(last) = requests.get_mut(key.as_str()).and_then(|v| v.last_mut())
+                    && last.1 == u64::MAX
+                {
+                    last.1 = *t;
                 }
             }
             _ => {}

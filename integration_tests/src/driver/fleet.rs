@@ -150,12 +150,12 @@ impl Fleet {
                             .insert(worker);
                     }
                     Record::Stop { key, worker } => {
-                        if let Some(pids) = self.running.get_mut(&key) {
-                            if let Some(workers) = pids.get_mut(&l.pid) {
-                                workers.remove(&worker);
-                                if workers.is_empty() {
-                                    pids.remove(&l.pid);
-                                }
+                        if let Some(pids) = self.running.get_mut(&key)
+                            && let Some(workers) = pids.get_mut(&l.pid)
+                        {
+                            workers.remove(&worker);
+                            if workers.is_empty() {
+                                pids.remove(&l.pid);
                             }
                         }
                     }

@@ -35,9 +35,12 @@ pub(crate) async fn admit_batches(
     limits: AdmitLimits,
     queue: BatchQueue<Admission, Admitted>,
 ) {
+    let sizes = metrics::histogram!(
+        "flotilla_pool_batch_size", "pool" => store.pool.to_string(), "call" => "admit"
+    );
     let shared = Arc::new((store, limits));
     queue
-        .run("admit", &cancel, MAX_BATCH, |admissions| {
+        .run("admit", sizes, &cancel, MAX_BATCH, |admissions| {
             let shared = shared.clone();
             Box::pin(async move {
                 let (store, limits) = &*shared;

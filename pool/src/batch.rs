@@ -69,10 +69,12 @@ impl<T, R> BatchQueue<T, R> {
     /// [`IN_FLIGHT`] calls at a time, until `cancel` fires or every batcher
     /// is gone. `call` answers each item of its batch in order; its error is
     /// every item's error. Items still queued at the end get
-    /// [`Error::Closed`] (their senders are dropped).
+    /// [`Error::Closed`] (their senders are dropped). Batch sizes go to
+    /// `sizes`.
     pub(crate) async fn run(
         self,
         what: &'static str,
+        sizes: metrics::Histogram,
         cancel: &CancellationToken,
         max: usize,
         call: impl for<'a> Fn(&'a [T]) -> BoxFuture<'a, Result<Vec<R>>>,
@@ -99,8 +101,7 @@ impl<T, R> BatchQueue<T, R> {
                     next = queue.try_recv().ok();
                 }
             }
-            metrics::histogram!("flotilla_pool_batch_size", "call" => what)
-                .record(items.len() as f64);
+            sizes.record(items.len() as f64);
             in_flight.push(async move {
                 let result = call(&items).await;
                 answer(what, waiting, items.len(), result);
@@ -179,18 +180,24 @@ mod tests {
             let cancel = cancel.clone();
             tokio::spawn(async move {
                 queue
-                    .run("test", &cancel, 8, |items: &[u32]| {
-                        let sizes_tx = sizes_tx.clone();
-                        Box::pin(async move {
-                            sizes_tx.send(items.len()).unwrap();
-                            // Hold the call so the rest queue up behind it.
-                            tokio::task::yield_now().await;
-                            if items.contains(&13) {
-                                return Err(Error::Closed);
-                            }
-                            Ok(items.iter().map(|i| i * 10).collect())
-                        })
-                    })
+                    .run(
+                        "test",
+                        metrics::Histogram::noop(),
+                        &cancel,
+                        8,
+                        |items: &[u32]| {
+                            let sizes_tx = sizes_tx.clone();
+                            Box::pin(async move {
+                                sizes_tx.send(items.len()).unwrap();
+                                // Hold the call so the rest queue up behind it.
+                                tokio::task::yield_now().await;
+                                if items.contains(&13) {
+                                    return Err(Error::Closed);
+                                }
+                                Ok(items.iter().map(|i| i * 10).collect())
+                            })
+                        },
+                    )
                     .await
             })
         };

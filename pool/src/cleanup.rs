@@ -75,7 +75,7 @@ impl NodeInner {
             match self.claim_cleanup(worker).await {
                 Ok(Some(silent_ms)) => {
                     tracing::warn!(worker, silent_ms, "worker dead: cleaning up");
-                    metrics::counter!("flotilla_pool_dead_workers_total").increment(1);
+                    self.metrics.dead_workers.increment(1);
                     self.history.count(crate::history::PoolEvent::DeadWorker);
                     self.refresh_ring();
                     if let Err(e) = self.clean_worker(worker).await {
@@ -130,6 +130,7 @@ impl NodeInner {
     }
 
     /// Requeues a dead worker's jobs and inbox, then removes it.
+    #[tracing::instrument(name = "cleanup", skip(self), fields(pool = %self.pool, node = %self.id))]
     pub(crate) async fn clean_worker(&self, worker: &str) -> Result<()> {
         self.requeue_owned_by(worker).await;
         self.requeue_worker_inbox(worker).await?;
@@ -151,7 +152,7 @@ impl NodeInner {
                 // move script reads only the owner part).
                 None => {
                     tracing::error!(key = %k, record = %v, "malformed jobs-map record");
-                    metrics::counter!("flotilla_pool_malformed_records_total").increment(1);
+                    self.metrics.malformed_records.increment(1);
                     v.split(' ').next() == Some(worker)
                 }
             })
@@ -189,7 +190,7 @@ impl NodeInner {
             .await;
         match result {
             Ok(Some(Handoff::Ok { .. })) => {
-                metrics::counter!("flotilla_pool_requeued_total").increment(1);
+                self.metrics.requeued.increment(1);
             }
             Ok(None) => {
                 // Nobody to take it: release ownership so that the orphan
@@ -373,7 +374,7 @@ impl NodeInner {
                     match self.handoff(&key, &owner, target).await {
                         Ok(Handoff::Ok { .. }) => {
                             tracing::warn!(key, previous_owner = %owner, "orphaned job requeued");
-                            metrics::counter!("flotilla_pool_orphans_requeued_total").increment(1);
+                            self.metrics.orphans_requeued.increment(1);
                             continue;
                         }
                         Ok(_) => continue,

@@ -122,16 +122,16 @@ impl Node {
             .inner
             .dispatch(key, Bytes::copy_from_slice(payload.as_ref()), options)
             .await;
-        let outcome = match &result {
-            Ok(()) => "ok",
-            Err(Error::JobExists(_)) => "exists",
-            Err(Error::AlreadyDispatched { .. }) => "recent",
-            Err(_) => "error",
-        };
-        metrics::counter!("flotilla_pool_dispatch_total", "outcome" => outcome).increment(1);
+        let m = &self.inner.metrics;
+        match &result {
+            Ok(()) => &m.dispatch_ok,
+            Err(Error::JobExists(_)) => &m.dispatch_exists,
+            Err(Error::AlreadyDispatched { .. }) => &m.dispatch_recent,
+            Err(_) => &m.dispatch_error,
+        }
+        .increment(1);
         self.inner.history.dispatched(result.is_ok());
-        metrics::histogram!("flotilla_pool_dispatch_seconds")
-            .record(started.elapsed().as_secs_f64());
+        m.dispatch_seconds.record(started.elapsed().as_secs_f64());
         result
     }
 
@@ -167,7 +167,7 @@ impl Node {
                 Ok(Routed::Queued) => {}
                 Ok(Routed::Stopped) => {
                     self.inner.waiters.remove(&request);
-                    metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);
+                    self.inner.metrics.jobs_stopped.increment(1);
                     self.inner.history.count(crate::history::PoolEvent::Stop);
                     return Ok(());
                 }

@@ -241,7 +241,12 @@ where
 /// Runs a handler's `stop` for at most `budget`. An overrun is reported
 /// (error log, `flotilla_pool_stop_overruns_total`) and returned as an
 /// error; the future is dropped, so the job counts as stopped.
-pub(crate) async fn stop_within<F>(budget: Duration, key: &str, fut: F) -> Result<(), String>
+pub(crate) async fn stop_within<F>(
+    budget: Duration,
+    key: &str,
+    overruns: &metrics::Counter,
+    fut: F,
+) -> Result<(), String>
 where
     F: Future<Output = Result<(), HandlerError>>,
 {
@@ -253,7 +258,7 @@ where
                 budget_ms = budget.as_millis() as u64,
                 "handler stop overran its budget; the job counts as stopped"
             );
-            metrics::counter!("flotilla_pool_stop_overruns_total").increment(1);
+            overruns.increment(1);
             Err(format!("stop overran its budget of {budget:?}"))
         }
     }
@@ -433,7 +438,13 @@ mod tests {
     #[tokio::test]
     async fn an_overrunning_stop_is_cut_short_and_reported() {
         let started = tokio::time::Instant::now();
-        let result = stop_within(Duration::from_millis(100), "k", SlowStop.stop("k")).await;
+        let result = stop_within(
+            Duration::from_millis(100),
+            "k",
+            &metrics::Counter::noop(),
+            SlowStop.stop("k"),
+        )
+        .await;
         assert!(result.unwrap_err().contains("overran"));
         let took = started.elapsed();
         assert!(took >= Duration::from_millis(100), "{took:?}");
@@ -462,7 +473,13 @@ mod tests {
         });
         assert_eq!(handler.stop_budget(), None);
         handler.start(job("k")).await.unwrap();
-        let result = stop_within(Duration::from_millis(50), "k", handler.stop("k")).await;
+        let result = stop_within(
+            Duration::from_millis(50),
+            "k",
+            &metrics::Counter::noop(),
+            handler.stop("k"),
+        )
+        .await;
         assert!(result.is_err());
         // The abort takes effect at the task's next poll.
         tokio::time::timeout(Duration::from_secs(5), async {

@@ -44,6 +44,7 @@ impl NodeInner {
                 _ = tokio::time::sleep_until(next) => {}
             }
             next = Instant::now() + period;
+            self.sample_gauges();
             let sent = Instant::now();
             let last_ok = *self.last_renewal.borrow();
             match tokio::time::timeout(period, self.renew()).await {
@@ -93,11 +94,12 @@ impl NodeInner {
                 self.freshness.invalidate("lease lapsed");
                 if self.options.lease_policy == LeasePolicy::StopJobs && !self.workers.is_empty() {
                     tracing::warn!(node = %self.id, since = ?last.elapsed(), "lease lost: stopping local jobs");
-                    metrics::counter!("flotilla_pool_lease_lost_total").increment(1);
+                    self.metrics.lease_lost.increment(1);
                     let stopping = Instant::now();
                     let stopped = self.suspend_all().await;
                     tracing::info!(node = %self.id, jobs = stopped, took = ?stopping.elapsed(), "local jobs stopped on lease loss");
-                    metrics::histogram!("flotilla_pool_lease_stop_seconds")
+                    self.metrics
+                        .lease_stop_seconds
                         .record(stopping.elapsed().as_secs_f64());
                 }
             }

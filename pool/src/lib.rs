@@ -16,6 +16,7 @@ mod lanes;
 mod lease;
 mod lifecycle;
 mod membership;
+mod metrics;
 mod node;
 mod options;
 mod rebalance;

@@ -67,7 +67,7 @@ impl NodeInner {
             .await?;
         if let Handoff::Ok { .. } = status {
             tracing::info!(key, from, to, "job handed off");
-            metrics::counter!("flotilla_pool_handoffs_total").increment(1);
+            self.metrics.handoffs.increment(1);
             self.history.count(crate::history::PoolEvent::Move);
         }
         Ok(status)

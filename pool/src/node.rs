@@ -97,6 +97,8 @@ pub(crate) struct NodeInner {
     pub(crate) admitter: crate::admission::Admitter,
     /// Event counts for the history stream.
     pub(crate) history: crate::history::Counters,
+    /// Metric handles labelled with the pool.
+    pub(crate) metrics: crate::metrics::PoolMetrics,
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
     /// then leaves the closing to that call.
     shutting_down_here: AtomicBool,
@@ -219,6 +221,7 @@ impl Node {
             recorder,
             admitter,
             history: Default::default(),
+            metrics: crate::metrics::PoolMetrics::new(pool),
             shutting_down_here: AtomicBool::new(false),
             owns_client: AtomicBool::new(false),
         });
@@ -240,7 +243,7 @@ impl Node {
             ));
         }
         tracing::info!(pool, node = %inner.id, "node joined pool");
-        metrics::counter!("flotilla_pool_nodes_joined_total").increment(1);
+        inner.metrics.nodes_joined.increment(1);
         Ok(Node { inner })
     }
 

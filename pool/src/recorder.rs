@@ -34,9 +34,12 @@ pub(crate) async fn record_batches(
     worker_ttl: Duration,
     queue: BatchQueue<StartToRecord, StartKept>,
 ) {
+    let sizes = metrics::histogram!(
+        "flotilla_pool_batch_size", "pool" => store.pool.to_string(), "call" => "record_starts"
+    );
     let store = Arc::new(store);
     queue
-        .run("record_starts", &cancel, MAX_BATCH, |starts| {
+        .run("record_starts", sizes, &cancel, MAX_BATCH, |starts| {
             let store = store.clone();
             Box::pin(async move { store.record_starts(starts, worker_ttl).await })
         })

@@ -43,7 +43,7 @@ impl NodeInner {
                 rx.borrow_and_update();
             }
             tracing::warn!(node = %self.id, "Redis went back in time: recovering");
-            metrics::counter!("flotilla_pool_rollbacks_total").increment(1);
+            self.metrics.rollbacks.increment(1);
             loop {
                 match self.recover_from_rollback().await {
                     Ok(()) => {

@@ -47,7 +47,7 @@ impl WorkerInner {
         }
     }
 
-    #[tracing::instrument(name = "start", skip_all, fields(worker = %self.id))]
+    #[tracing::instrument(name = "start", skip_all, fields(pool = %node.pool, worker = %self.id, key))]
     pub(crate) async fn on_start(
         &self,
         node: &NodeInner,
@@ -145,7 +145,7 @@ impl WorkerInner {
         // is recorded after the start (see `freshness.rs`).
         let fresh = node.start_is_fresh(&event.id);
         if !fresh {
-            metrics::counter!("flotilla_pool_start_claims_total").increment(1);
+            node.metrics.start_claims.increment(1);
             let claim = node.store.claim_start(&start).await?;
             if claim != Claimed::Ok {
                 tracing::info!(
@@ -167,7 +167,7 @@ impl WorkerInner {
         match guarded("start", self.handler.start(job.clone())).await {
             Err(message) => {
                 tracing::info!(key, error = %message, "handler refused to start job");
-                metrics::counter!("flotilla_pool_start_failed_total").increment(1);
+                node.metrics.start_failed.increment(1);
                 node.store.start_failed(&start, &message).await?;
                 Ok(())
             }
@@ -226,7 +226,7 @@ impl WorkerInner {
                     }
                 } else {
                     tracing::debug!(key, token = entry.token, "job started");
-                    metrics::counter!("flotilla_pool_jobs_started_total").increment(1);
+                    node.metrics.jobs_started.increment(1);
                     node.history.count(crate::history::PoolEvent::Start);
                 }
                 Ok(())

@@ -178,7 +178,7 @@ impl Worker {
         }
         inner.tasks.spawn(worker.clone().lifecycle_loop());
         tracing::info!(pool = %inner.pool, node = %inner.id, worker = %id, "worker joined");
-        metrics::counter!("flotilla_pool_workers_joined_total").increment(1);
+        inner.metrics.workers_joined.increment(1);
         Ok(Worker {
             inner: worker,
             node: node.clone(),
@@ -269,7 +269,9 @@ impl WorkerInner {
     /// Runs the handler's `stop` for `key`, bounded by the node's
     /// `stop_timeout` (an overrun counts as stopped and is reported).
     pub(crate) async fn stop_handler(&self, key: &str) -> std::result::Result<(), String> {
-        crate::handler::stop_within(self.stop_timeout, key, self.handler.stop(key)).await
+        let overruns = self.node().map(|n| n.metrics.stop_overruns.clone());
+        let overruns = overruns.unwrap_or_else(metrics::Counter::noop);
+        crate::handler::stop_within(self.stop_timeout, key, &overruns, self.handler.stop(key)).await
     }
 
     /// Hands an inbox event to the lane of its key (backpressure when the
@@ -312,7 +314,7 @@ impl WorkerInner {
                 InboxEvent::Keyed(req) => self.on_keyed(&node, &event, req).await,
                 InboxEvent::Malformed(e) => {
                     tracing::warn!(worker = %self.id, id = %event.id, event = %event.name, error = %e, "malformed inbox event dead-lettered");
-                    metrics::counter!("flotilla_pool_dead_letters_total").increment(1);
+                    node.metrics.dead_letters.increment(1);
                     self.drop_entry(&node, &event.id).await
                 }
             };
@@ -399,6 +401,7 @@ impl WorkerInner {
         }
     }
 
+    #[tracing::instrument(name = "stop", skip_all, fields(worker = %self.id, key = %req.key))]
     async fn on_stop(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
         self.lifecycle.forget(&req.key);
         let mut held = false;
@@ -431,7 +434,7 @@ impl WorkerInner {
                 worker_ttl: node.options.worker_ttl,
             })
             .await?;
-        metrics::counter!("flotilla_pool_jobs_stopped_total").increment(1);
+        node.metrics.jobs_stopped.increment(1);
         node.history.count(crate::history::PoolEvent::Stop);
         Ok(())
     }

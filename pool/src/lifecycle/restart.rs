@@ -49,18 +49,17 @@ impl WorkerLifecycle {
     /// Cancels a pending restart of `key` (it was stopped, moved or
     /// restarted); whether there was one.
     pub(crate) fn forget(&self, key: &str) -> bool {
-        let had = self.restarting.remove(key).is_some();
-        if had {
-            metrics::gauge!("flotilla_pool_jobs_restarting").decrement(1.0);
-        }
-        had
+        self.restarting.remove(key).is_some()
+    }
+
+    /// Jobs waiting to restart.
+    pub(crate) fn restarting(&self) -> usize {
+        self.restarting.len()
     }
 
     /// Marks run `token` of `key` as waiting to restart.
     fn mark(&self, key: &str, token: u64) {
-        if self.restarting.insert(key.to_string(), token).is_none() {
-            metrics::gauge!("flotilla_pool_jobs_restarting").increment(1.0);
-        }
+        self.restarting.insert(key.to_string(), token);
     }
 }
 
@@ -129,7 +128,7 @@ impl WorkerInner {
             Ok(EndRecorded::Finished) => {
                 self.end_locally(key, ended.token).await;
                 tracing::info!(key, token = ended.token, "job finished");
-                metrics::counter!("flotilla_pool_jobs_finished_total").increment(1);
+                node.metrics.jobs_finished.increment(1);
             }
             Ok(EndRecorded::Moved) => {
                 self.end_locally(key, ended.token).await;
@@ -138,8 +137,8 @@ impl WorkerInner {
             Ok(EndRecorded::Failed { failures }) => {
                 self.end_locally(key, ended.token).await;
                 tracing::error!(key, failures, error = ?ended.end, "job failed too often; not restarted");
-                metrics::counter!("flotilla_pool_job_failures_total").increment(1);
-                metrics::counter!("flotilla_pool_jobs_failed_total").increment(1);
+                node.metrics.job_failures.increment(1);
+                node.metrics.jobs_failed.increment(1);
             }
             Ok(EndRecorded::Restarting { failures, delay }) => {
                 // The handler's state of the ended run goes; the job stays
@@ -149,7 +148,7 @@ impl WorkerInner {
                 }
                 self.lifecycle.mark(key, ended.token);
                 tracing::warn!(key, failures, delay_ms = delay.as_millis() as u64, error = ?ended.end, "job failed; restarting after a backoff");
-                metrics::counter!("flotilla_pool_job_failures_total").increment(1);
+                node.metrics.job_failures.increment(1);
                 self.clone()
                     .restart_after(key.to_string(), ended.token, delay);
             }
@@ -242,7 +241,7 @@ impl WorkerInner {
             new_token,
             self.lifecycle.outcome(&key, new_token),
         );
-        metrics::counter!("flotilla_pool_job_restarts_total").increment(1);
+        node.metrics.job_restarts.increment(1);
         match guarded("start", self.handler.start(run)).await {
             Ok(()) => {
                 tracing::info!(key, token = new_token, "job restarted");

@@ -63,7 +63,7 @@ impl Node {
             let parsed = FailureRecord::parse(&r);
             if parsed.is_none() {
                 tracing::error!(key, record = %r, "malformed failure record ignored");
-                metrics::counter!("flotilla_pool_malformed_records_total").increment(1);
+                self.inner.metrics.malformed_records.increment(1);
             }
             parsed
         });

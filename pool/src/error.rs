@@ -2,6 +2,11 @@
 
 use std::time::Duration;
 
+/// Text that starts the message of a start refused for capacity; the
+/// dispatcher turns such a refusal into
+/// [`Error::WorkerAtCapacity`].
+pub(crate) const AT_CAPACITY_PREFIX: &str = "worker at capacity: ";
+
 /// Errors of the worker pool, locks, leader leases and the scheduler.
 ///
 /// Every variant is something a caller can act on; causes are kept as
@@ -147,7 +152,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// The error of a start the handler refused: [`Error::WorkerAtCapacity`]
 /// for a capacity refusal, [`Error::StartFailed`] otherwise.
 pub(crate) fn start_refused(key: &str, message: String) -> Error {
-    if message.starts_with(crate::handler::AT_CAPACITY_PREFIX) {
+    if message.starts_with(AT_CAPACITY_PREFIX) {
         Error::WorkerAtCapacity {
             key: key.to_string(),
             message,

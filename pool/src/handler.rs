@@ -12,6 +12,7 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use futures::FutureExt;
 
+use crate::error::AT_CAPACITY_PREFIX;
 use crate::lifecycle::JobOutcome;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -178,11 +179,6 @@ pub trait Handler: Send + Sync + 'static {
         Ok(())
     }
 }
-
-/// Text that starts the message of a start refused for capacity; the
-/// dispatcher turns such a refusal into
-/// [`Error::WorkerAtCapacity`](crate::Error::WorkerAtCapacity).
-pub(crate) const AT_CAPACITY_PREFIX: &str = "worker at capacity: ";
 
 /// A handler's refusal to start a job because the worker already runs as
 /// many jobs as it may. Return it (boxed) from [`Handler::start`]: the

@@ -42,7 +42,6 @@ use fred::types::streams::{XCap, XCapKind, XCapTrim};
 
 use crate::error::{Error, Result, from_redis};
 use crate::keys;
-use crate::node::NodeInner;
 
 /// How often a node flushes its counts.
 const FLUSH_PERIOD: Duration = Duration::from_secs(1);
@@ -184,13 +183,31 @@ impl Counters {
 
 /// Starts the node's flush task (owned by the node's task tracker, ended by
 /// its cancellation token).
-pub(crate) fn spawn_flusher(node: &Arc<NodeInner>) {
-    let me = node.clone();
-    node.tasks.spawn(async move { flush_loop(me).await });
+pub(crate) fn spawn_flusher(
+    tasks: &tokio_util::task::TaskTracker,
+    cancel: tokio_util::sync::CancellationToken,
+    store: crate::store::PoolStore,
+    node_id: String,
+    counters: Arc<Counters>,
+) {
+    tasks.spawn(flush_loop(Flusher {
+        store,
+        node_id,
+        counters,
+        cancel,
+    }));
 }
 
-async fn flush_loop(node: Arc<NodeInner>) {
-    let key = keys::history(&node.pool);
+/// What the flush task needs of its node.
+struct Flusher {
+    store: crate::store::PoolStore,
+    node_id: String,
+    counters: Arc<Counters>,
+    cancel: tokio_util::sync::CancellationToken,
+}
+
+async fn flush_loop(f: Flusher) {
+    let key = keys::history(&f.store.pool);
     let mut ticks = tokio::time::interval(FLUSH_PERIOD);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Server time of the last entry written: the trim threshold follows it,
@@ -198,30 +215,28 @@ async fn flush_loop(node: Arc<NodeInner>) {
     let mut last_ms = 0u64;
     loop {
         tokio::select! {
-            _ = node.cancel.cancelled() => return,
+            _ = f.cancel.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let counts = node.history.take();
+        let counts = f.counters.take();
         if counts.is_empty() {
             continue;
         }
-        match flush(&node, &key, last_ms, &counts).await {
+        match flush(&f, &key, last_ms, &counts).await {
             Ok(at_ms) => last_ms = at_ms,
             Err(e) => {
-                tracing::debug!(pool = %node.pool, error = %e, "history flush failed; counts kept for the next one");
-                node.history.give_back(&counts);
+                tracing::debug!(pool = %f.store.pool, error = %e, "history flush failed; counts kept for the next one");
+                f.counters.give_back(&counts);
             }
         }
     }
 }
 
-/// One `XADD … MINID ~ <last - window> * n <node> d … s … p … x … m …`;
-/// returns the server time of the new entry.
-async fn flush(node: &NodeInner, key: &str, last_ms: u64, counts: &EventCounts) -> Result<u64> {
+async fn flush(f: &Flusher, key: &str, last_ms: u64, counts: &EventCounts) -> Result<u64> {
     let min_id = last_ms.saturating_sub(WINDOW.as_millis() as u64);
     let cap = XCap::try_from((XCapKind::MinID, XCapTrim::AlmostExact, min_id.to_string()))
         .map_err(from_redis)?;
-    let mut fields: Vec<(&str, String)> = vec![("n", node.id.clone())];
+    let mut fields: Vec<(&str, String)> = vec![("n", f.node_id.clone())];
     fields.extend(
         FIELDS
             .iter()
@@ -229,9 +244,9 @@ async fn flush(node: &NodeInner, key: &str, last_ms: u64, counts: &EventCounts) 
             .map(|(f, n)| (*f, n.to_string())),
     );
     let id: String = crate::store::call::bounded(
-        node.options.redis_timeout,
+        f.store.timeout,
         "history flush",
-        node.store.client.xadd(key, false, cap, "*", fields),
+        f.store.client.xadd(key, false, cap, "*", fields),
     )
     .await?;
     entry_ms(&id).ok_or_else(|| Error::Malformed {

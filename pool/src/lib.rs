@@ -5,6 +5,7 @@
 mod admission;
 mod batch;
 mod cleanup;
+mod client;
 mod codec;
 pub mod connect;
 mod dispatch;
@@ -41,7 +42,7 @@ pub mod ticker;
 /// The attribute [`Handler`] implementations use (re-exported so that they
 /// need no version-matched `async-trait` dependency).
 pub use async_trait::async_trait;
-pub use connect::{TLS_FEATURE, client_builder};
+pub use client::{TLS_FEATURE, client_builder};
 pub use error::{Error, Result};
 /// The fred crate this library is built on, so that callers need no
 /// version-matched dependency of their own (`flotilla_pool::fred::prelude::*`).

@@ -79,23 +79,3 @@ impl PoolMetrics {
         }
     }
 }
-
-impl crate::node::NodeInner {
-    /// Sets the gauges from this node's local state (called on every lease
-    /// renewal).
-    pub(crate) fn sample_gauges(&self) {
-        let (mut running, mut restarting, mut suspended) = (0usize, 0usize, 0usize);
-        for w in self.workers.iter() {
-            let waiting = w.lifecycle.restarting();
-            restarting += waiting;
-            running += w.jobs.len().saturating_sub(waiting);
-            if let Ok(s) = w.suspended.try_lock() {
-                suspended += s.len();
-            }
-        }
-        self.metrics.workers.set(self.workers.len() as f64);
-        self.metrics.jobs_running.set(running as f64);
-        self.metrics.jobs_restarting.set(restarting as f64);
-        self.metrics.jobs_suspended.set(suspended as f64);
-    }
-}

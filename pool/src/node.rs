@@ -96,7 +96,7 @@ pub(crate) struct NodeInner {
     /// Admits dispatches in batches.
     pub(crate) admitter: crate::admission::Admitter,
     /// Event counts for the history stream.
-    pub(crate) history: crate::history::Counters,
+    pub(crate) history: Arc<crate::history::Counters>,
     /// Metric handles labelled with the pool.
     pub(crate) metrics: crate::metrics::PoolMetrics,
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
@@ -153,7 +153,7 @@ impl Node {
     pub async fn join(client: &Client, pool: &str, options: NodeOptions) -> Result<Node> {
         keys::check_name("pool name", pool)?;
         options.validate()?;
-        crate::connect::check_client(client, &options).await?;
+        crate::client::check_client(client, &options).await?;
         let id = options
             .node_id
             .clone()
@@ -227,7 +227,13 @@ impl Node {
         });
         inner.refresh_ring();
         inner.spawn_tasks();
-        crate::history::spawn_flusher(&inner);
+        crate::history::spawn_flusher(
+            &inner.tasks,
+            inner.cancel.clone(),
+            inner.store.clone(),
+            inner.id.clone(),
+            inner.history.clone(),
+        );
         inner.tasks.spawn(crate::admission::admit_batches(
             inner.store.clone(),
             inner.cancel.clone(),

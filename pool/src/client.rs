@@ -1,0 +1,262 @@
+//! Building and checking fred clients: the settings [`Node::connect`]
+//! uses ([`client_builder`]), the checks [`Node::join`] runs on a client it
+//! is handed, and connection errors that name the address.
+//!
+//! [`Node::connect`]: crate::Node::connect
+//! [`Node::join`]: crate::Node::join
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::socket2::TcpKeepalive;
+use fred::types::config::{ServerConfig, UnresponsiveConfig};
+
+use crate::error::{Error, Result};
+use crate::options::NodeOptions;
+
+/// The crate feature that turns TLS (`rediss://`) on.
+pub const TLS_FEATURE: &str = "tls";
+
+/// Longest `XREAD BLOCK` a node issues; a connection silent for longer than
+/// this plus `redis_timeout` is taken for dead.
+const LONGEST_BLOCK: Duration = Duration::from_secs(5);
+
+/// A fred [`Builder`] for `url` with the settings [`Node::connect`] uses,
+/// for callers that need to adjust it (a private CA, a credential
+/// provider) before building, connecting and passing the client to
+/// [`Node::join`]: reconnect forever, exponential 10 ms … 1 s; connection,
+/// internal-command and command timeouts of `options.redis_timeout`;
+/// connections that stay silent past the longest blocking read plus
+/// `redis_timeout` are closed and reopened; TCP keep-alive.
+///
+/// # Errors
+/// [`Error::InvalidOptions`] for a URL that does not parse, or a TLS URL
+/// (`rediss://`, `rediss-sentinel://`, `valkeys://`…) in a build without
+/// the `tls` feature.
+pub fn client_builder(url: &str, options: &NodeOptions) -> Result<Builder> {
+    let config = Config::from_url(url).map_err(|e| bad_url(url, e))?;
+    let scheme = url
+        .split_once("://")
+        .map(|(s, _)| s.to_ascii_lowercase())
+        .unwrap_or_default();
+    if (scheme.starts_with("rediss") || scheme.starts_with("valkeys")) && !config.uses_tls() {
+        return Err(Error::InvalidOptions {
+            option: "url",
+            reason: format!(
+                "{} asks for TLS, but flotilla-pool was built without its `{TLS_FEATURE}` feature \
+                 (fred would connect in plain text): enable it, e.g. \
+                 `flotilla-pool = {{ version = \"…\", features = [\"{TLS_FEATURE}\"] }}`",
+                redact(url)
+            ),
+        });
+    }
+    let timeout = options.redis_timeout;
+    let silent_after = LONGEST_BLOCK + timeout;
+    let mut builder = Builder::from_config(config);
+    builder
+        .set_policy(ReconnectPolicy::new_exponential(0, 10, 1_000, 2))
+        .with_connection_config(|c| {
+            c.connection_timeout = timeout;
+            c.internal_command_timeout = timeout;
+            c.max_command_attempts = 3;
+            c.unresponsive = UnresponsiveConfig {
+                max_timeout: Some(silent_after),
+                interval: (silent_after / 4).max(Duration::from_millis(100)),
+            };
+            c.tcp.keepalive = Some(
+                TcpKeepalive::new()
+                    .with_time(timeout.max(Duration::from_secs(1)))
+                    .with_interval(Duration::from_secs(1)),
+            );
+        })
+        .with_performance_config(|p| {
+            p.default_command_timeout = timeout;
+            p.broadcast_channel_capacity = 4096;
+        });
+    Ok(builder)
+}
+
+/// Connects a built client within `timeout`.
+pub(crate) async fn connect_client(client: &Client, timeout: Duration) -> Result<()> {
+    let address = address(&client.client_config());
+    match tokio::time::timeout(timeout, client.init()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => {
+            let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+            Err(unavailable(
+                e.kind().clone(),
+                format!("cannot connect to Redis at {address}: {}", reason(&e)),
+            ))
+        }
+        Err(_) => {
+            let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+            Err(unavailable(
+                fred::error::ErrorKind::Timeout,
+                format!("no connection to Redis at {address} within {timeout:?}"),
+            ))
+        }
+    }
+}
+
+/// What [`Node::join`] checks on the client it is handed: a WARN when the
+/// client has no reconnect policy (it would never recover from a Redis
+/// restart), and a connection within `redis_timeout` (a client that was
+/// never initialised would otherwise queue the node's commands forever).
+pub(crate) async fn check_client(client: &Client, options: &NodeOptions) -> Result<()> {
+    if client.client_reconnect_policy().is_none() {
+        tracing::warn!(
+            "the Redis client has no reconnect policy: after a Redis restart or failover it stays \
+             disconnected and every pool call fails; set one (Builder::set_policy with \
+             ReconnectPolicy::new_exponential(0, 10, 1_000, 2)) or use Node::connect"
+        );
+    }
+    if client.is_connected() {
+        return Ok(());
+    }
+    let timeout = options.redis_timeout;
+    match tokio::time::timeout(timeout, client.wait_for_connect()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(unavailable(
+            e.kind().clone(),
+            format!(
+                "cannot connect to Redis at {}: {}",
+                address(&client.client_config()),
+                reason(&e)
+            ),
+        )),
+        Err(_) => Err(unavailable(
+            fred::error::ErrorKind::Timeout,
+            format!(
+                "the Redis client for {} is not connected and did not connect within {timeout:?}: \
+                 call `client.init().await` before Node::join (or use Node::connect), and check \
+                 that Redis is reachable",
+                address(&client.client_config())
+            ),
+        )),
+    }
+}
+
+/// Where a client connects, for error messages (never a password).
+pub(crate) fn address(config: &Config) -> String {
+    let list = |hosts: &[fred::types::config::Server]| {
+        hosts
+            .iter()
+            .map(|s| format!("{}:{}", s.host, s.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    match &config.server {
+        ServerConfig::Centralized { server } => format!("{}:{}", server.host, server.port),
+        ServerConfig::Clustered { hosts, .. } => format!("cluster {}", list(hosts)),
+        ServerConfig::Sentinel {
+            hosts,
+            service_name,
+            ..
+        } => format!("{service_name} via sentinels {}", list(hosts)),
+        #[allow(unreachable_patterns)]
+        other => format!("{other:?}"),
+    }
+}
+
+/// The short reason of a connection error: the OS message of an I/O error
+/// (fred's text for one is a debug dump), else fred's details.
+pub(crate) fn reason(e: &fred::error::Error) -> String {
+    let details = e.details();
+    if let Some(start) = details.find("message: \"") {
+        let rest = &details[start + 10..];
+        if let Some(end) = rest.find('"') {
+            return rest[..end].to_string();
+        }
+    }
+    details.to_string()
+}
+
+fn unavailable(kind: fred::error::ErrorKind, text: String) -> Error {
+    Error::Unavailable(fred::error::Error::new(kind, text))
+}
+
+pub(crate) fn bad_url(url: &str, e: fred::error::Error) -> Error {
+    Error::InvalidOptions {
+        option: "url",
+        reason: format!("{}: {}", redact(url), e.details()),
+    }
+}
+
+/// `url` with any password replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let tail = match tail.find("sentinelPassword=") {
+        Some(i) => {
+            let end = tail[i..].find('&').map_or(tail.len(), |e| i + e);
+            format!("{}sentinelPassword=***{}", &tail[..i], &tail[end..])
+        }
+        None => tail.to_string(),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        None => format!("{scheme}://{authority}{tail}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_shown_without_passwords() {
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact("redis://u:s3cret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(
+            redact("redis-sentinel://:pw@h:1?sentinelServiceName=m&sentinelPassword=x&node=a:2"),
+            "redis-sentinel://:***@h:1?sentinelServiceName=m&sentinelPassword=***&node=a:2"
+        );
+    }
+
+    #[test]
+    fn sentinel_urls_name_every_sentinel_and_the_service() {
+        let config =
+            Config::from_url("redis-sentinel://h:1?sentinelServiceName=m&node=a:2&node=b:3")
+                .unwrap();
+        assert_eq!(address(&config), "m via sentinels a:2,b:3,h:1");
+        assert!(config.server.is_sentinel());
+    }
+
+    #[test]
+    fn tls_urls_need_the_tls_feature() {
+        let tls_built_in = Config::from_url("rediss://h:1").unwrap().uses_tls();
+        for url in [
+            "rediss://u:pw@h:1",
+            "rediss-sentinel://h:1?sentinelServiceName=m",
+        ] {
+            match client_builder(url, &NodeOptions::default()) {
+                Ok(_) => assert!(tls_built_in, "{url}"),
+                Err(e) => {
+                    assert!(!tls_built_in, "{url}: {e}");
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("`tls` feature") && !text.contains("pw"),
+                        "{text}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_urls_are_refused() {
+        let e = client_builder("redis-sentinel://h:1", &NodeOptions::default()).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidOptions { option: "url", .. }),
+            "{e}"
+        );
+    }
+}

@@ -27,8 +27,9 @@ pub(crate) const LANE_QUEUE: usize = 512;
 pub(crate) enum InboxEvent {
     /// Start a job.
     Start(StartEntry),
-    /// Stop a job.
-    Stop(KeyedRequest),
+    /// Stop a job; the token of the run the stop was sent for, when the
+    /// router knew it (`"stop <token>"`).
+    Stop(KeyedRequest, Option<u64>),
     /// A notification or message for a job's key.
     Keyed(KeyedRequest),
     /// An entry that cannot be handled; it is dead-lettered.
@@ -49,9 +50,15 @@ impl Delivery {
             EV_START => StartEntry::parse(&event.payload)
                 .map(InboxEvent::Start)
                 .unwrap_or_else(InboxEvent::Malformed),
-            EV_STOP => codec::decode("stop request", &event.payload)
-                .map(InboxEvent::Stop)
-                .unwrap_or_else(InboxEvent::Malformed),
+            name if name == EV_STOP || name.starts_with("stop ") => {
+                let target = name
+                    .strip_prefix("stop ")
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .filter(|t| *t > 0);
+                codec::decode("stop request", &event.payload)
+                    .map(|req| InboxEvent::Stop(req, target))
+                    .unwrap_or_else(InboxEvent::Malformed)
+            }
             EV_NOTIFY | EV_MESSAGE => codec::decode("keyed request", &event.payload)
                 .map(InboxEvent::Keyed)
                 .unwrap_or_else(InboxEvent::Malformed),
@@ -68,7 +75,7 @@ impl Delivery {
     pub(crate) fn lane(&self) -> usize {
         match &self.parsed {
             InboxEvent::Start(entry) => lane_of(&entry.body.key),
-            InboxEvent::Stop(req) | InboxEvent::Keyed(req) => lane_of(&req.key),
+            InboxEvent::Stop(req, _) | InboxEvent::Keyed(req) => lane_of(&req.key),
             InboxEvent::Malformed(_) => 0,
         }
     }
@@ -176,5 +183,36 @@ mod tests {
         // 250 expected per lane; a lane with under half of that would mean
         // a badly skewed hash.
         assert!(seen.iter().all(|n| *n > 125), "{seen:?}");
+    }
+}
+
+#[cfg(test)]
+mod stop_target_tests {
+    use super::*;
+
+    fn stop_event(name: &str) -> Event {
+        Event {
+            id: "1-1".into(),
+            stream: "inbox:w".into(),
+            name: name.into(),
+            topic: None,
+            payload: codec::encode(&KeyedRequest {
+                key: "k".into(),
+                payload: Vec::new(),
+                reply: None,
+                hops: 0,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_stop_names_the_run_it_was_sent_for() {
+        let target = |name: &str| match Delivery::parse(stop_event(name)).parsed {
+            InboxEvent::Stop(_, t) => t,
+            _ => panic!("{name} is not a stop"),
+        };
+        assert_eq!(target("stop"), None);
+        assert_eq!(target("stop 1795375680122012"), Some(1_795_375_680_122_012));
+        assert_eq!(target("stop 0"), None, "the router knew no run");
     }
 }

@@ -310,7 +310,7 @@ impl WorkerInner {
             let id = event.id.clone();
             let result = match parsed {
                 InboxEvent::Start(entry) => self.on_start(&node, &event, entry).await,
-                InboxEvent::Stop(req) => self.on_stop(&node, &event, req).await,
+                InboxEvent::Stop(req, target) => self.on_stop(&node, &event, req, target).await,
                 InboxEvent::Keyed(req) => self.on_keyed(&node, &event, req).await,
                 InboxEvent::Malformed(e) => {
                     tracing::warn!(worker = %self.id, id = %event.id, event = %event.name, error = %e, "malformed inbox event dead-lettered");
@@ -402,20 +402,51 @@ impl WorkerInner {
     }
 
     #[tracing::instrument(name = "stop", skip_all, fields(worker = %self.id, key = %req.key))]
-    async fn on_stop(&self, node: &NodeInner, event: &Event, req: KeyedRequest) -> Result<()> {
-        self.lifecycle.forget(&req.key);
-        let mut held = false;
-        if let Some((_, job)) = self.jobs.remove(&req.key) {
-            held = true;
-            self.stopped.record(&req.key, job.token);
-            if let Err(e) = self.stop_handler(&req.key).await {
-                tracing::warn!(key = %req.key, error = %e, "handler stop failed; job dropped anyway");
+    async fn on_stop(
+        &self,
+        node: &NodeInner,
+        event: &Event,
+        req: KeyedRequest,
+        target: Option<u64>,
+    ) -> Result<()> {
+        // A stop sent for an older run of the key (read again after Redis
+        // went back in time, or moved here by a cleanup) leaves the newer
+        // run alone; stopped.lua answers `retry` for it.
+        let newer = |token: u64| target.is_some_and(|t| token > t);
+        let local = self.jobs.get(&req.key).map(|j| j.token);
+        let suspended = self.suspended.lock().await.get(&req.key).map(|j| j.token);
+        if local.is_some_and(newer) || suspended.is_some_and(newer) {
+            tracing::info!(key = %req.key, ?target, "stop sent for an older run; the run here goes on");
+        } else {
+            self.stop_local(&req.key).await;
+        }
+        let held = local.is_some() || suspended.is_some();
+        self.record_stop(node, event, &req, held, target).await
+    }
+
+    /// Stops the local run of `key` (running or suspended).
+    async fn stop_local(&self, key: &str) {
+        self.lifecycle.forget(key);
+        if let Some((_, job)) = self.jobs.remove(key) {
+            self.stopped.record(key, job.token);
+            if let Err(e) = self.stop_handler(key).await {
+                tracing::warn!(key, error = %e, "handler stop failed; job dropped anyway");
             }
         }
-        if let Some(job) = self.suspended.lock().await.remove(&req.key) {
-            held = true;
-            self.stopped.record(&req.key, job.token);
+        if let Some(job) = self.suspended.lock().await.remove(key) {
+            self.stopped.record(key, job.token);
         }
+    }
+
+    /// Records a handled stop request in Redis and answers its sender.
+    async fn record_stop(
+        &self,
+        node: &NodeInner,
+        event: &Event,
+        req: &KeyedRequest,
+        held: bool,
+        target: Option<u64>,
+    ) -> Result<()> {
         let reply = match &req.reply {
             Some(r) => Some((node.reply_key(&r.node)?, r.request)),
             None => None,
@@ -432,6 +463,7 @@ impl WorkerInner {
                     .map(|(stream, request)| (stream.as_str(), *request)),
                 held,
                 worker_ttl: node.options.worker_ttl,
+                target,
             })
             .await?;
         node.metrics.jobs_stopped.increment(1);

@@ -47,6 +47,9 @@ pub(crate) struct StopDone<'a> {
     pub(crate) held: bool,
     /// The recovery window after a data loss.
     pub(crate) worker_ttl: Duration,
+    /// The token of the run the stop was sent for, if the router knew it:
+    /// a newer recorded run makes it `Retry`.
+    pub(crate) target: Option<u64>,
 }
 
 call::status!(
@@ -182,6 +185,7 @@ impl PoolStore {
             Value::from(request.to_string()),
             Value::from(if done.held { "1" } else { "0" }),
             Value::from(done.worker_ttl.as_millis().to_string()),
+            Value::from(done.target.unwrap_or(0).to_string()),
         ]);
         let status: String = self
             .scripts

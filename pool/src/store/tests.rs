@@ -352,6 +352,7 @@ async fn routing_scripts_answer_each_status() {
             reply: None,
             held: true,
             worker_ttl: TTL,
+            target: None,
         })
         .await
         .unwrap()
@@ -360,6 +361,21 @@ async fn routing_scripts_answer_each_status() {
     let entry = f.entry_ids("w2").await.pop().unwrap();
     let start = f.start("j1", t2, "w2", &entry);
     assert_eq!(s.claim_start(&start).await.unwrap(), Claimed::Ok);
+    // A stop sent for an older run of the key leaves the newer one.
+    let stale = s
+        .stopped(StopDone {
+            key: "j1",
+            worker: "w2",
+            inbox: &f.inbox("w2"),
+            entry_id: "1-1",
+            reply: None,
+            held: true,
+            worker_ttl: TTL,
+            target: Some(t2 - 1),
+        })
+        .await
+        .unwrap();
+    assert_eq!(stale, Stopped::Retry, "stop for an older run");
     assert_eq!(stop("j1").await, Stopped::Ok);
     assert_eq!(stop("j1").await, Stopped::NotFound);
 

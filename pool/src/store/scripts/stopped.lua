@@ -3,13 +3,22 @@
 -- KEYS: base, 9 worker inbox, 10 reply stream
 -- ARGV: base, 4 job key, 5 worker id, 6 inbox entry id, 7 reply request (0),
 --       8 '1' if the worker ran or held the job (suspended) | '0',
---       9 worker ttl ms (the recovery window after a data loss)
+--       9 worker ttl ms (the recovery window after a data loss), 10 the
+--       token of the run the stop was sent for ('0': not known)
 -- Returns 'ok' | 'retry' (the job moved on or is about to start elsewhere:
 -- the dispatcher sends the request again) | 'not_found'
 local key = ARGV[4]
 local status = 'not_found'
-local owner = owner_of(mget(JOBS, key))
-if owner == ARGV[5] and ARGV[8] == '0' and recovering(tonumber(ARGV[9])) then
+local record = mget(JOBS, key)
+local owner = owner_of(record)
+local recorded = tonumber(record and string.match(record, ' (%d+)$') or '') or 0
+local target = tonumber(ARGV[10]) or 0
+if record and target > 0 and recorded > target then
+  -- The stop was sent for an older run (read again after Redis went back
+  -- in time, or moved on by a cleanup): the dispatcher, if it still
+  -- waits, sends it again for the run that goes on now.
+  status = 'retry'
+elseif owner == ARGV[5] and ARGV[8] == '0' and recovering(tonumber(ARGV[9])) then
   -- A record naming a worker that does not hold the job, while the pool
   -- recovers from Redis going back in time: it may predate the hand-off
   -- or restart of a run that goes on elsewhere and has not re-asserted

@@ -33,5 +33,12 @@ if not j then
 end
 local owner = owner_of(j)
 if owner ~= ARGV[5] then return {'moved', owner} end
-stream_add(KEYS[9], ARGV[6], ARGV[7], tonumber(ARGV[8]))
+-- A stop names the run it is for ("stop <token>"): the same entry read
+-- again after Redis went back in time, or moved on by a cleanup, must not
+-- stop a newer run of the key.
+local name = ARGV[6]
+if name == 'stop' then
+  name = 'stop ' .. (string.match(j, ' (%d+)$') or '0')
+end
+stream_add(KEYS[9], name, ARGV[7], tonumber(ARGV[8]))
 return {'ok'}

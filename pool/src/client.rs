@@ -50,7 +50,16 @@ pub fn client_builder(url: &str, options: &NodeOptions) -> Result<Builder> {
             ),
         });
     }
-    let timeout = options.redis_timeout;
+    Ok(resilient_builder(config, options.redis_timeout))
+}
+
+/// A fred [`Builder`] that survives restarts and failovers: reconnects
+/// forever (exponential, 10 ms … 1 s); connection, internal-command and
+/// command timeouts of `timeout`; a connection silent past the longest
+/// blocking read plus `timeout` is closed and reopened; TCP keep-alive
+/// finds dead peers of idle (pub/sub) connections. Shared by
+/// [`client_builder`] and the multi-home worker's homes.
+pub(crate) fn resilient_builder(config: Config, timeout: Duration) -> Builder {
     let silent_after = LONGEST_BLOCK + timeout;
     let mut builder = Builder::from_config(config);
     builder
@@ -73,7 +82,7 @@ pub fn client_builder(url: &str, options: &NodeOptions) -> Result<Builder> {
             p.default_command_timeout = timeout;
             p.broadcast_channel_capacity = 4096;
         });
-    Ok(builder)
+    builder
 }
 
 /// Connects a built client within `timeout`.

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use fred::prelude::*;
-use fred::socket2::TcpKeepalive;
-use fred::types::config::{Config, UnresponsiveConfig};
+use fred::types::config::Config;
 use tokio::sync::watch;
 
 use super::breaker::{Breaker, BreakerState};
@@ -18,11 +17,6 @@ use crate::error::{Error, Result, from_redis};
 use crate::handler::Handler;
 use crate::node::Node;
 use crate::worker::Worker;
-
-/// Block time of a node's inbox and reply reads (`XREAD BLOCK`), set in
-/// `Node::join`. A connection is judged unresponsive only after this plus
-/// the poll timeout, so that a healthy blocked read is never cut.
-const NODE_READ_BLOCK: Duration = Duration::from_secs(5);
 
 /// A joined home: its client, node and worker.
 pub(crate) struct Joined {
@@ -151,32 +145,10 @@ impl Home {
 }
 
 /// A fred client for a home: every command, connection and internal call
-/// bounded by the poll timeout; a connection silent for longer than a
-/// blocked read plus the poll timeout is closed and reopened; TCP
-/// keep-alive detects dead peers of idle (pub/sub) connections;
-/// exponential reconnect 10 ms … 1 s, forever.
+/// bounded by the poll timeout, reconnecting forever (see
+/// [`crate::client::resilient_builder`]).
 pub(crate) fn build_client(config: Config, poll_timeout: Duration) -> Result<Client> {
-    let unresponsive_after = NODE_READ_BLOCK + poll_timeout;
-    let mut builder = Builder::from_config(config);
-    builder
-        .set_policy(ReconnectPolicy::new_exponential(0, 10, 1_000, 2))
-        .with_connection_config(|c| {
-            c.connection_timeout = poll_timeout;
-            c.internal_command_timeout = poll_timeout;
-            c.max_command_attempts = 3;
-            c.unresponsive = UnresponsiveConfig {
-                max_timeout: Some(unresponsive_after),
-                interval: (unresponsive_after / 4).max(Duration::from_millis(100)),
-            };
-            c.tcp.keepalive = Some(
-                TcpKeepalive::new()
-                    .with_time(poll_timeout.max(Duration::from_secs(1)))
-                    .with_interval(Duration::from_secs(1)),
-            );
-        })
-        .with_performance_config(|p| {
-            p.default_command_timeout = poll_timeout;
-            p.broadcast_channel_capacity = 4096;
-        });
-    builder.build().map_err(Error::Redis)
+    crate::client::resilient_builder(config, poll_timeout)
+        .build()
+        .map_err(Error::Redis)
 }

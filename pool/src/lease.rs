@@ -50,7 +50,13 @@ impl NodeInner {
             match tokio::time::timeout(period, self.renew()).await {
                 Ok(Ok((server_ms, unknown))) => {
                     if sent.saturating_duration_since(last_ok) >= self.options.lease_stop_after {
+                        // The lease lapsed (a pause, a long stall): the
+                        // watchdog may not have run yet when this renewal
+                        // succeeded, and cleanup may have moved the jobs
+                        // meanwhile. Stop them now; the resume below
+                        // restarts those still this node's.
                         self.freshness.invalidate("lease gap");
+                        self.lose_lease(last_ok).await;
                     }
                     self.freshness.server_time(server_ms, sent);
                     // Redis stamped the keep-alive after `sent`: nobody may
@@ -90,25 +96,33 @@ impl NodeInner {
                 }
                 continue; // look again: a renewal may have moved the deadline
             }
-            if !self.lease_suspended.swap(true, Ordering::SeqCst) {
-                self.freshness.invalidate("lease lapsed");
-                if self.options.lease_policy == LeasePolicy::StopJobs && !self.workers.is_empty() {
-                    tracing::warn!(node = %self.id, since = ?last.elapsed(), "lease lost: stopping local jobs");
-                    self.metrics.lease_lost.increment(1);
-                    let stopping = Instant::now();
-                    let stopped = self.suspend_all().await;
-                    tracing::info!(node = %self.id, jobs = stopped, took = ?stopping.elapsed(), "local jobs stopped on lease loss");
-                    self.metrics
-                        .lease_stop_seconds
-                        .record(stopping.elapsed().as_secs_f64());
-                }
-            }
+            self.lose_lease(last).await;
             // Until a renewal succeeds again (it resumes the jobs).
             tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return,
                 r = renewals.changed() => if r.is_err() { return },
             }
+        }
+    }
+
+    /// The lease lapsed (no renewal sent since `last` succeeded for
+    /// `lease_stop_after`): stops every local job at once, unless that was
+    /// done already for this lapse.
+    async fn lose_lease(&self, last: Instant) {
+        if self.lease_suspended.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        self.freshness.invalidate("lease lapsed");
+        if self.options.lease_policy == LeasePolicy::StopJobs && !self.workers.is_empty() {
+            tracing::warn!(node = %self.id, since = ?last.elapsed(), "lease lost: stopping local jobs");
+            self.metrics.lease_lost.increment(1);
+            let stopping = Instant::now();
+            let stopped = self.suspend_all().await;
+            tracing::info!(node = %self.id, jobs = stopped, took = ?stopping.elapsed(), "local jobs stopped on lease loss");
+            self.metrics
+                .lease_stop_seconds
+                .record(stopping.elapsed().as_secs_f64());
         }
     }
 

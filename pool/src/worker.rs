@@ -415,13 +415,17 @@ impl WorkerInner {
         let newer = |token: u64| target.is_some_and(|t| token > t);
         let local = self.jobs.get(&req.key).map(|j| j.token);
         let suspended = self.suspended.lock().await.get(&req.key).map(|j| j.token);
-        if local.is_some_and(newer) || suspended.is_some_and(newer) {
-            tracing::info!(key = %req.key, ?target, "stop sent for an older run; the run here goes on");
+        let kept = local
+            .filter(|t| newer(*t))
+            .or(suspended.filter(|t| newer(*t)));
+        if kept.is_some() {
+            tracing::info!(key = %req.key, ?target, ?kept, "stop sent for an older run; the run here goes on");
         } else {
             self.stop_local(&req.key).await;
         }
         let held = local.is_some() || suspended.is_some();
-        self.record_stop(node, event, &req, held, target).await
+        self.record_stop(node, event, &req, held, target, kept)
+            .await
     }
 
     /// Stops the local run of `key` (running or suspended).
@@ -446,6 +450,7 @@ impl WorkerInner {
         req: &KeyedRequest,
         held: bool,
         target: Option<u64>,
+        kept: Option<u64>,
     ) -> Result<()> {
         let reply = match &req.reply {
             Some(r) => Some((node.reply_key(&r.node)?, r.request)),
@@ -464,6 +469,7 @@ impl WorkerInner {
                 held,
                 worker_ttl: node.options.worker_ttl,
                 target,
+                kept,
             })
             .await?;
         node.metrics.jobs_stopped.increment(1);

@@ -50,6 +50,11 @@ pub(crate) struct StopDone<'a> {
     /// The token of the run the stop was sent for, if the router knew it:
     /// a newer recorded run makes it `Retry`.
     pub(crate) target: Option<u64>,
+    /// The token of the worker's own run of the key that it left going on
+    /// because the stop was sent for an older run: `Retry` as well, and the
+    /// record (which may still name the older run, after Redis went back in
+    /// time) is kept for the run's re-assertion.
+    pub(crate) kept: Option<u64>,
 }
 
 call::status!(
@@ -186,6 +191,7 @@ impl PoolStore {
             Value::from(if done.held { "1" } else { "0" }),
             Value::from(done.worker_ttl.as_millis().to_string()),
             Value::from(done.target.unwrap_or(0).to_string()),
+            Value::from(done.kept.unwrap_or(0).to_string()),
         ]);
         let status: String = self
             .scripts

@@ -353,6 +353,7 @@ async fn routing_scripts_answer_each_status() {
             held: true,
             worker_ttl: TTL,
             target: None,
+            kept: None,
         })
         .await
         .unwrap()
@@ -372,10 +373,30 @@ async fn routing_scripts_answer_each_status() {
             held: true,
             worker_ttl: TTL,
             target: Some(t2 - 1),
+            kept: None,
         })
         .await
         .unwrap();
     assert_eq!(stale, Stopped::Retry, "stop for an older run");
+    // (The `Ok` below shows the record was kept both times.)
+    // The record names the run the stop was sent for, but the worker runs a
+    // newer one (Redis went back in time to before its start): the worker
+    // leaves it, and the record stays for the newer run's re-assertion.
+    let behind = s
+        .stopped(StopDone {
+            key: "j1",
+            worker: "w2",
+            inbox: &f.inbox("w2"),
+            entry_id: "1-1",
+            reply: None,
+            held: true,
+            worker_ttl: TTL,
+            target: Some(t2),
+            kept: Some(t2 + 7),
+        })
+        .await
+        .unwrap();
+    assert_eq!(behind, Stopped::Retry, "the worker runs a newer run");
     assert_eq!(stop("j1").await, Stopped::Ok);
     assert_eq!(stop("j1").await, Stopped::NotFound);
 

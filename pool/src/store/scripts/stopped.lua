@@ -4,7 +4,8 @@
 -- ARGV: base, 4 job key, 5 worker id, 6 inbox entry id, 7 reply request (0),
 --       8 '1' if the worker ran or held the job (suspended) | '0',
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
---       token of the run the stop was sent for ('0': not known)
+--       token of the run the stop was sent for ('0': not known), 11 the
+--       token of the worker's own newer run it left going on ('0': none)
 -- Returns 'ok' | 'retry' (the job moved on or is about to start elsewhere:
 -- the dispatcher sends the request again) | 'not_found'
 local key = ARGV[4]
@@ -13,7 +14,14 @@ local record = mget(JOBS, key)
 local owner = owner_of(record)
 local recorded = tonumber(record and string.match(record, ' (%d+)$') or '') or 0
 local target = tonumber(ARGV[10]) or 0
-if record and target > 0 and recorded > target then
+local kept = tonumber(ARGV[11]) or 0
+if target > 0 and kept > target then
+  -- The worker runs a newer run than the one the stop was sent for, and
+  -- left it going on. The record may still name the older run (Redis went
+  -- back in time to before the newer start): keep it for the newer run's
+  -- re-assertion, and let the dispatcher send the stop again for it.
+  status = 'retry'
+elseif record and target > 0 and recorded > target then
   -- The stop was sent for an older run (read again after Redis went back
   -- in time, or moved on by a cleanup): the dispatcher, if it still
   -- waits, sends it again for the run that goes on now.

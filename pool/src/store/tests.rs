@@ -330,6 +330,23 @@ async fn routing_scripts_answer_each_status() {
     );
     assert_eq!(route("j1", "w1", "notify").await, Routed::Queued);
     assert_eq!(route("nope", "-", "stop").await, Routed::NotFound);
+    // A stop answered "not found" is a tombstone: a copy of the key held
+    // by a worker cut off while Redis lost its record cannot re-assert
+    // over it later (the stop would be undone). A notify leaves none.
+    let stored = |key| codec::stored(0, &body(key));
+    assert_eq!(
+        s.reassert("nope", "w1", 100, stored("nope"), Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Lost
+    );
+    assert_eq!(route("nope2", "-", "notify").await, Routed::NotFound);
+    assert_eq!(
+        s.reassert("nope2", "w1", 100, stored("nope2"), Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok
+    );
 
     let hand = |from: &'static str, to: &'static str| async move {
         s.handoff("j1", from, to, &f.inbox(to), TTL, TTL)

@@ -29,6 +29,11 @@ if not j then
     end
     return {'pending'}
   end
+  -- A stop of a key Redis knows nothing of leaves a tombstone token: a
+  -- copy held by a worker that was cut off while Redis lost the record
+  -- must not re-assert over the answer (reassert.lua refuses a token
+  -- below it).
+  if ARGV[6] == 'stop' then next_token(ARGV[4]) end
   return {'not_found'}
 end
 local owner = owner_of(j)

@@ -247,9 +247,16 @@ impl NodeInner {
             .get("n")
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
-        let payload = fields.get("p").cloned().unwrap_or_default();
+        let mut payload = fields.get("p").cloned().unwrap_or_default();
         let key = if name == EV_START {
-            StartEntry::parse(&payload).map(|e| e.body.key)
+            // One more hop marks the start as moved: its new stream id looks
+            // fresh, but the entry may be a copy Redis brought back by going
+            // back in time, of a run stopped since; the receiving worker
+            // claims it in Redis before starting it (`freshness.rs`).
+            StartEntry::parse(&payload).map(|e| {
+                payload = e.forwarded();
+                e.body.key
+            })
         } else {
             codec::decode::<KeyedRequest>("inbox request", &payload).map(|r| r.key)
         };

@@ -14,7 +14,12 @@
 //! lapse or gap, a re-registration, a reconnect — while the lease holds
 //! now, and when its age by server time is well within the guard's
 //! lifetime. An entry appended after the doubt was necessarily read after
-//! it, so copies read before a lapse never pass. A fresh entry is started
+//! it, so copies read before a lapse never pass. An entry forwarded or
+//! moved by a cleaner (one hop or more) is never fresh: its stream id is
+//! the time of the move, and the entry moved may be a copy that Redis
+//! brought back by going back in time, of a run stopped since (seen in a
+//! soak: a rollback, a stop, then the worker killed and its inbox moved).
+//! A fresh entry is started
 //! first and recorded after (`record_starts.lua`: two scripts on the
 //! dispatch path); any other is claimed in Redis before the handler runs
 //! (`claim_start.lua`), whatever the worker's replicas say. Server time is

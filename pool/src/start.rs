@@ -143,7 +143,9 @@ impl WorkerInner {
         // handler runs: only the worker whose claim is accepted starts the
         // key, whatever its replica says. A fresh one cannot be stale and
         // is recorded after the start (see `freshness.rs`).
-        let fresh = node.start_is_fresh(&event.id);
+        // A forwarded or moved entry (one hop or more) is never fresh: its
+        // stream id is the time of the move, not of the admission.
+        let fresh = entry.hops == 0 && node.start_is_fresh(&event.id);
         if !fresh {
             node.metrics.start_claims.increment(1);
             let claim = node.store.claim_start(&start).await?;

@@ -39,7 +39,7 @@ pub(crate) use jobs::{EntryMove, Handoff, Moved, Routed, StopDone};
 pub(crate) use lifecycle::{EndArgs, EndRecorded};
 pub(crate) use maps::PoolMaps;
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
-pub(crate) use workers::{ClaimStatus, Reassert, Reasserted, Removed};
+pub(crate) use workers::{ClaimStatus, DeadWorkerClaim, DrainMark, Reassert, Reasserted, Removed};
 
 use crate::error::Result;
 use crate::keys;

@@ -215,13 +215,13 @@ impl PoolSnapshot {
     }
 
     /// The ring the pool's nodes route with: registered workers without a
-    /// cleanup claim. (A stale worker stays in it until a node claims its
-    /// cleanup.)
+    /// cleanup claim and not drained. (A stale worker stays in it until a
+    /// node claims its cleanup.)
     pub fn ring(&self) -> Ring {
         Ring::new(
             self.workers
                 .iter()
-                .filter(|w| w.cleanup.is_none())
+                .filter(|w| w.cleanup.is_none() && w.drained_at_ms.is_none())
                 .map(|w| w.id.clone()),
         )
     }
@@ -397,6 +397,8 @@ mod tests {
                         node: "n".into(),
                         claimed_at_ms: None,
                     }),
+                    // "w-e" is drained: out of the ring like a cleaning one.
+                    drained_at_ms: (*id == "w-e").then_some(1),
                     jobs: 0,
                 })
                 .collect(),
@@ -416,14 +418,18 @@ mod tests {
     fn placement_ranks_like_the_ring() {
         let snap = snapshot_with(&["w-a", "w-b", "w-c", "w-d", "w-e"], &["w-c"]);
         let ring = snap.ring();
-        assert_eq!(ring.len(), 4);
+        assert_eq!(ring.len(), 3);
         for i in 0..500 {
             let key = format!("job-{i}");
             let ranked = placement(&snap, &key);
-            assert_eq!(ranked.len(), 4);
+            assert_eq!(ranked.len(), 3);
             assert_eq!(Some(ranked[0].worker.as_str()), ring.owner(&key));
             assert!(ranked.windows(2).all(|w| w[0].score >= w[1].score));
-            assert!(ranked.iter().all(|s| s.worker != "w-c"));
+            assert!(
+                ranked
+                    .iter()
+                    .all(|s| s.worker != "w-c" && s.worker != "w-e")
+            );
         }
         assert!(placement(&snapshot_with(&[], &[]), "k").is_empty());
     }

@@ -171,8 +171,14 @@ fn draw(f: &mut Frame, v: &StatusView) {
     );
     let mut summary = vec![
         Line::from(format!(
-            "nodes {}  workers {} ({} active, {} stale, {} cleaning)  jobs {}",
-            c.nodes, c.workers, c.active_workers, c.stale_workers, c.cleaning_workers, c.jobs
+            "nodes {}  workers {} ({} active, {} stale, {} cleaning, {} drained)  jobs {}",
+            c.nodes,
+            c.workers,
+            c.active_workers,
+            c.stale_workers,
+            c.cleaning_workers,
+            c.drained_workers,
+            c.jobs
         )),
         Line::from(format!(
             "pending {}  cleanups {}  queued {}  locks {}",

@@ -110,8 +110,10 @@ impl From<flotilla_pool::Error> for ApiError {
                 StatusCode::BAD_REQUEST
             }
             E::StartFailed { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            E::JobNotFound(_) => StatusCode::NOT_FOUND,
-            E::JobExists(_) | E::AlreadyDispatched { .. } => StatusCode::CONFLICT,
+            E::JobNotFound(_) | E::UnknownWorker(_) => StatusCode::NOT_FOUND,
+            E::JobExists(_) | E::AlreadyDispatched { .. } | E::WorkerAlive { .. } => {
+                StatusCode::CONFLICT
+            }
             E::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             E::Unavailable(_) => return ApiError::unreachable(&e.to_string()),
             E::NoActiveWorker(_)

@@ -6,7 +6,7 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_view_never_dispatches_to_a_drained_worker() {
     let server = RedisServer::start().unwrap();
-    let (_client, a, b, wa, wb, handler_a) =
+    let (_client, a, b, _wa, wb, handler_a) =
         two_nodes(&server, &flotilla_testkit::unique_name("drain-stale")).await;
     assert!(b.drain_worker(wb.id()).await.unwrap());
     wait_until(Duration::from_secs(5), "a sees the drain", || async {

@@ -86,6 +86,7 @@ impl NodeInner {
                 if let Ok(key) = self.reply_key(node) {
                     let _: std::result::Result<i64, _> = self.store.client.del(key).await;
                 }
+                let _ = self.store.forget_node(node).await;
                 tracing::info!(node, "stale node removed");
             }
         }

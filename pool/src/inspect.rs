@@ -172,6 +172,10 @@ impl PoolSnapshot {
             .hlen(keys::payloads(pool))
             .await
             .map_err(from_redis)?;
+        let node_info: RawMap = client
+            .hgetall(keys::node_info(pool))
+            .await
+            .map_err(from_redis)?;
         let server_time_ms = server_time_ms(client).await?;
         let raw = RawMaps {
             workers,
@@ -180,6 +184,7 @@ impl PoolSnapshot {
             jobs,
             pending,
             nodes,
+            node_info,
         };
         let decoded = Decoded::from_raw(&raw);
         let inbox_owners: Vec<String> = decoded.workers.iter().map(|w| w.id.clone()).collect();

@@ -25,6 +25,14 @@ pub(crate) const CLEANUP_MAP: &str = "cleanup";
 pub(crate) const JOBS_MAP: &str = "jobs";
 /// Name of the replicated map of pending dispatches (job key → deadline).
 pub(crate) const PENDING_MAP: &str = "pending";
+/// Plain hash of what each node is (node id → JSON object `{version, host,
+/// pid, joined_at_ms}`), written once as the node joins
+/// (`store/scripts/node_info.lua`) and removed with the node's keep-alive;
+/// read by inspectors only (no node routes by it).
+pub(crate) fn node_info(pool: &str) -> String {
+    format!("fl:{{{pool}}}:nodeinfo")
+}
+
 /// Name of the replicated map of node keep-alives.
 pub(crate) const NODES_MAP: &str = "nodes";
 /// Name of the replicated map holding the shutdown flag.

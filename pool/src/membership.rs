@@ -42,6 +42,20 @@ impl NodeInner {
         }
     }
 
+    /// Records this node's version, host and pid with its join time, for
+    /// inspectors. Informational: a failure is logged, not fatal.
+    pub(crate) async fn record_node_info(&self) {
+        let info = serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "host": self.host,
+            "pid": self.pid,
+        })
+        .to_string();
+        if let Err(e) = self.store.record_node(&self.id, &info).await {
+            tracing::warn!(node = %self.id, error = %e, "recording the node's info failed");
+        }
+    }
+
     /// Registers (or re-registers) a worker on Redis.
     pub(crate) async fn register_worker(&self, id: &str) -> Result<()> {
         let info = serde_json::json!({

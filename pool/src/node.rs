@@ -233,6 +233,7 @@ impl Node {
             owns_client: AtomicBool::new(false),
         });
         inner.refresh_ring();
+        inner.record_node_info().await;
         inner.spawn_tasks();
         crate::history::spawn_flusher(
             &inner.tasks,
@@ -383,6 +384,7 @@ impl Node {
                 .delete(&self.inner.id)
                 .await
                 .map_err(|e| tracing::debug!(error = %e, "removing node entry failed"));
+            let _ = self.inner.store.forget_node(&self.inner.id).await;
             let _ = self.inner.reply_stream.destroy().await;
         })
         .await;

@@ -65,6 +65,10 @@ pub(crate) struct NodeView {
     pub(crate) workers: usize,
     pub(crate) jobs: usize,
     pub(crate) reply_stream_length: u64,
+    /// The `flotilla-pool` version it runs (`None`: not recorded).
+    pub(crate) version: Option<String>,
+    /// When it joined (server ms; `None`: not recorded).
+    pub(crate) joined_at_ms: Option<u64>,
 }
 
 /// `jobs`.
@@ -366,6 +370,8 @@ pub(crate) fn node_views(snap: &PoolSnapshot) -> Vec<NodeView> {
                 .iter()
                 .find(|s| s.owner == n.id)
                 .map_or(0, |s| s.length),
+            version: n.version.clone(),
+            joined_at_ms: n.joined_at_ms,
         })
         .collect()
 }

@@ -29,6 +29,17 @@ async fn every_page_and_api_route_answers() {
     assert_eq!(v["jobs_by_state"]["pending"], 0);
     assert_eq!(v["workers"].as_array().unwrap().len(), 3);
     assert_eq!(v["node_details"].as_array().unwrap().len(), 2);
+    // Each node recorded its version (the workspace's, poolctl's too) and
+    // its join time.
+    for n in v["node_details"].as_array().unwrap() {
+        assert_eq!(n["version"], env!("CARGO_PKG_VERSION"), "{n}");
+        assert!(n["age_ms"].as_u64().is_some(), "{n}");
+    }
+    assert!(
+        v["nodes"][0]["joined_at_ms"].as_u64().is_some(),
+        "{}",
+        v["nodes"]
+    );
     assert_eq!(v["locks"][0]["name"], "scheduler");
     assert_eq!(v["locks"][0]["owner"], "test-owner");
     // The streams are those the pool's inspector finds (an inbox exists

@@ -93,6 +93,11 @@ pub struct NodeRecord {
     pub id: String,
     /// Last keep-alive (Redis server time, ms), when one was recorded.
     pub keepalive_ms: Option<u64>,
+    /// The `flotilla-pool` version the node runs, when it recorded one (a
+    /// node records its version, host, pid and join time as it joins).
+    pub version: Option<String>,
+    /// When the node joined (Redis server time, ms), when recorded.
+    pub joined_at_ms: Option<u64>,
 }
 
 /// A running job (`jobs` map).
@@ -171,6 +176,8 @@ pub(crate) struct RawMaps {
     pub(crate) jobs: RawMap,
     pub(crate) pending: RawMap,
     pub(crate) nodes: RawMap,
+    /// Node id → info JSON (`nodeinfo` hash).
+    pub(crate) node_info: RawMap,
 }
 
 impl Decoded {
@@ -204,6 +211,8 @@ impl Decoded {
                 Ok(keepalive_ms) => out.nodes.push(NodeRecord {
                     id: id.clone(),
                     keepalive_ms: Some(keepalive_ms),
+                    version: None,
+                    joined_at_ms: None,
                 }),
                 Err(_) => out.bad("nodes", id, value),
             }
@@ -228,7 +237,28 @@ impl Decoded {
                 out.nodes.push(NodeRecord {
                     id: w.node.clone(),
                     keepalive_ms: None,
+                    version: None,
+                    joined_at_ms: None,
                 });
+            }
+        }
+        for node in &mut out.nodes {
+            let Some(raw) = raw.node_info.get(&node.id) else {
+                continue;
+            };
+            match serde_json::from_str::<serde_json::Value>(raw) {
+                Ok(info) if info.is_object() => {
+                    node.version = info["version"].as_str().map(str::to_string);
+                    node.joined_at_ms = info["joined_at_ms"].as_u64();
+                }
+                _ => out.malformed.push(MalformedField {
+                    map: "nodeinfo",
+                    field: node.id.clone(),
+                    reason: format!(
+                        "cannot decode {:?}",
+                        raw.chars().take(80).collect::<String>()
+                    ),
+                }),
             }
         }
         out.workers
@@ -331,6 +361,10 @@ mod tests {
             jobs: raw(&[("k1", "w-a 3"), ("k2", "w-a 4"), ("k3", "w-b")]),
             pending: raw(&[("k9", "5 2000 n1/17"), ("k8", "6 3000")]),
             nodes: raw(&[("n0", "1000")]),
+            node_info: raw(&[(
+                "n1",
+                r#"{"version":"0.1.0","host":"h","pid":7,"joined_at_ms":5}"#,
+            )]),
         };
         let d = Decoded::from_raw(&maps);
         assert_eq!(d.workers.len(), 3);
@@ -366,6 +400,9 @@ mod tests {
             .map(|n| (n.id.as_str(), n.keepalive_ms))
             .collect();
         assert_eq!(nodes, vec![("n0", Some(1000)), ("n1", None)]);
+        assert_eq!(d.nodes[1].version.as_deref(), Some("0.1.0"));
+        assert_eq!(d.nodes[1].joined_at_ms, Some(5));
+        assert_eq!(d.nodes[0].version, None);
         let bad: Vec<_> = d
             .malformed
             .iter()

@@ -96,6 +96,36 @@ impl PoolStore {
         Ok(())
     }
 
+    /// Records `node`'s `info` (a JSON object) with its join time on server
+    /// time, for inspectors.
+    pub(crate) async fn record_node(&self, node: &str, info: &str) -> Result<()> {
+        let _: u64 = self
+            .scripts
+            .node_info
+            .run(
+                &self.client,
+                vec![keys::node_info(&self.pool)],
+                vec![
+                    fred::types::Value::from(node),
+                    fred::types::Value::from(info),
+                ],
+                self.timeout,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Removes `node`'s info (it left, or was found gone).
+    pub(crate) async fn forget_node(&self, node: &str) -> Result<()> {
+        let _: i64 = bounded(
+            self.timeout,
+            "forget node",
+            self.client.hdel(keys::node_info(&self.pool), node),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// The stored payload (`"<created_ms> <body>"`) of a running or pending
     /// job.
     pub(crate) async fn payload(&self, key: &str) -> Result<Option<Bytes>> {

@@ -85,6 +85,8 @@ pub(crate) struct Scripts {
     /// Drops a job from a schedule's job set while the caller leads
     /// (plain).
     pub(crate) schedule_forget: PoolScript,
+    /// Records a joining node's info with its join time (plain).
+    pub(crate) node_info: PoolScript,
 }
 
 /// A pool script by its file name.
@@ -123,6 +125,7 @@ impl Scripts {
                 "schedule_forget",
                 include_str!("scripts/schedule_forget.lua"),
             ),
+            node_info: PoolScript::plain("node_info", include_str!("scripts/node_info.lua")),
         }
     }
 }

@@ -210,6 +210,7 @@ fn draw(f: &mut Frame, v: &StatusView) {
         let style = match w.state {
             "active" => Style::default().fg(Color::Green),
             "stale" => Style::default().fg(Color::Yellow),
+            "drained" => Style::default().fg(Color::Gray),
             _ => Style::default().fg(Color::Red),
         };
         Row::new(vec![

@@ -309,6 +309,12 @@ async fn admin_actions_need_the_bearer_token() {
     )
     .await
     .unwrap();
+    let (_, metrics) = dash.get("/metrics").await;
+    let gauge = format!(
+        "flotilla_pool_workers{{pool=\"{}\",state=\"drained\"}} 1",
+        live.pool
+    );
+    assert!(metrics.contains(&gauge), "{metrics}");
     let (_, page) = dash.get("/").await;
     assert!(
         page.contains("data-worker-action=\"undrain\""),

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::store::call::from_redis;
 use crate::store::records::{WorkerEntry, job_owner, pending_guard};
-use crate::store::{ClaimStatus, Handoff, Moved, Removed};
+use crate::store::{ClaimStatus, DeadWorkerClaim, Handoff, Moved, Removed};
 
 /// Most inbox entries read per page when moving a dead worker's inbox.
 const INBOX_PAGE: u64 = 200;
@@ -72,18 +72,8 @@ impl NodeInner {
             }
             // The replica only picks candidates: the script decides on the
             // keep-alive in Redis, so a stale replica judges nobody dead.
-            match self.claim_cleanup(worker).await {
-                Ok(Some(silent_ms)) => {
-                    tracing::warn!(worker, silent_ms, "worker dead: cleaning up");
-                    self.metrics.dead_workers.increment(1);
-                    self.history.count(crate::history::PoolEvent::DeadWorker);
-                    self.refresh_ring();
-                    if let Err(e) = self.clean_worker(worker).await {
-                        tracing::warn!(worker, error = %e, "cleanup incomplete; will retry");
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(worker, error = %e, "claiming cleanup failed"),
+            if let Err(e) = self.clean_if_dead(worker).await {
+                tracing::warn!(worker, error = %e, "dead-worker cleanup failed or incomplete; will retry");
             }
         }
         // Nodes silent for two TTLs: drop their entry and reply stream.
@@ -96,26 +86,33 @@ impl NodeInner {
                 if let Ok(key) = self.reply_key(node) {
                     let _: std::result::Result<i64, _> = self.store.client.del(key).await;
                 }
+                let _ = self.store.forget_node(node).await;
                 tracing::info!(node, "stale node removed");
             }
         }
     }
 
     /// Takes the cleanup claim on `worker` if Redis says it is dead (its
-    /// keep-alive older than a TTL on server time); a claim older than a TTL
-    /// (its cleaner died) is taken over. Returns how long the worker was
-    /// silent when the claim is ours.
-    async fn claim_cleanup(&self, worker: &str) -> Result<Option<u64>> {
+    /// keep-alive older than a TTL on server time; a claim older than a TTL,
+    /// whose cleaner died, is taken over) and, when the claim is ours,
+    /// requeues its jobs and inbox and removes it. Returns the claim's
+    /// status and how long the worker was silent.
+    pub(crate) async fn clean_if_dead(&self, worker: &str) -> Result<DeadWorkerClaim> {
         let claim = self
             .store
             .claim_cleanup(worker, &self.id, self.options.worker_ttl)
             .await?;
         let silent_ms = claim.silent_ms;
         match claim.status {
-            ClaimStatus::Claimed => Ok(Some(silent_ms)),
-            ClaimStatus::TakenOver => {
-                tracing::info!(worker, "took over a stale cleanup claim");
-                Ok(Some(silent_ms))
+            ClaimStatus::Claimed | ClaimStatus::TakenOver => {
+                if claim.status == ClaimStatus::TakenOver {
+                    tracing::info!(worker, "took over a stale cleanup claim");
+                }
+                tracing::warn!(worker, silent_ms, "worker dead: cleaning up");
+                self.metrics.dead_workers.increment(1);
+                self.history.count(crate::history::PoolEvent::DeadWorker);
+                self.refresh_ring();
+                self.clean_worker(worker).await?;
             }
             ClaimStatus::Alive => {
                 tracing::debug!(
@@ -123,10 +120,10 @@ impl NodeInner {
                     silent_ms,
                     "replica was stale: worker alive in Redis"
                 );
-                Ok(None)
             }
-            ClaimStatus::ClaimedByOther | ClaimStatus::Gone => Ok(None),
+            ClaimStatus::ClaimedByOther | ClaimStatus::Gone => {}
         }
+        Ok(claim)
     }
 
     /// Requeues a dead worker's jobs and inbox, then removes it.

@@ -50,6 +50,20 @@ pub enum Error {
     /// No job with this key runs in the pool.
     #[error("job {0:?} not found")]
     JobNotFound(String),
+    /// No worker with this id is registered in the pool (never was, or it
+    /// left or was removed).
+    #[error("no worker {0:?} in the pool")]
+    UnknownWorker(String),
+    /// [`Node::remove_dead_worker`](crate::Node::remove_dead_worker) was
+    /// refused: Redis holds a keep-alive of the worker within the worker
+    /// TTL (by Redis server time), so it is alive and keeps its jobs.
+    #[error("worker {worker:?} is alive: last keep-alive {silent:?} ago, within the worker TTL")]
+    WorkerAlive {
+        /// The worker.
+        worker: String,
+        /// Time since its last keep-alive (Redis server time).
+        silent: Duration,
+    },
     /// No worker is active in the pool, and none joined before the timeout.
     #[error("no active worker in pool {0:?}")]
     NoActiveWorker(String),

@@ -172,6 +172,10 @@ impl PoolSnapshot {
             .hlen(keys::payloads(pool))
             .await
             .map_err(from_redis)?;
+        let node_info: RawMap = client
+            .hgetall(keys::node_info(pool))
+            .await
+            .map_err(from_redis)?;
         let server_time_ms = server_time_ms(client).await?;
         let raw = RawMaps {
             workers,
@@ -180,6 +184,7 @@ impl PoolSnapshot {
             jobs,
             pending,
             nodes,
+            node_info,
         };
         let decoded = Decoded::from_raw(&raw);
         let inbox_owners: Vec<String> = decoded.workers.iter().map(|w| w.id.clone()).collect();
@@ -215,13 +220,13 @@ impl PoolSnapshot {
     }
 
     /// The ring the pool's nodes route with: registered workers without a
-    /// cleanup claim. (A stale worker stays in it until a node claims its
-    /// cleanup.)
+    /// cleanup claim and not drained. (A stale worker stays in it until a
+    /// node claims its cleanup.)
     pub fn ring(&self) -> Ring {
         Ring::new(
             self.workers
                 .iter()
-                .filter(|w| w.cleanup.is_none())
+                .filter(|w| w.cleanup.is_none() && w.drained_at_ms.is_none())
                 .map(|w| w.id.clone()),
         )
     }
@@ -397,6 +402,8 @@ mod tests {
                         node: "n".into(),
                         claimed_at_ms: None,
                     }),
+                    // "w-e" is drained: out of the ring like a cleaning one.
+                    drained_at_ms: (*id == "w-e").then_some(1),
                     jobs: 0,
                 })
                 .collect(),
@@ -416,14 +423,18 @@ mod tests {
     fn placement_ranks_like_the_ring() {
         let snap = snapshot_with(&["w-a", "w-b", "w-c", "w-d", "w-e"], &["w-c"]);
         let ring = snap.ring();
-        assert_eq!(ring.len(), 4);
+        assert_eq!(ring.len(), 3);
         for i in 0..500 {
             let key = format!("job-{i}");
             let ranked = placement(&snap, &key);
-            assert_eq!(ranked.len(), 4);
+            assert_eq!(ranked.len(), 3);
             assert_eq!(Some(ranked[0].worker.as_str()), ring.owner(&key));
             assert!(ranked.windows(2).all(|w| w[0].score >= w[1].score));
-            assert!(ranked.iter().all(|s| s.worker != "w-c"));
+            assert!(
+                ranked
+                    .iter()
+                    .all(|s| s.worker != "w-c" && s.worker != "w-e")
+            );
         }
         assert!(placement(&snapshot_with(&[], &[]), "k").is_empty());
     }

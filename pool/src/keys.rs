@@ -6,8 +6,17 @@
 //! own crates (`flotilla-rmap`, `flotilla-streaming`), given the pool as hash
 //! tag.
 
-/// Name of the replicated map of worker registrations.
+/// Name of the replicated map of worker registrations: worker id → JSON
+/// object `{node, host, pid, created_at_ms}` (`register.lua`), plus
+/// [`DRAINED_FIELD`] while the worker is drained.
 pub(crate) const WORKERS_MAP: &str = "workers";
+/// Field of a worker's record (in the workers map) that marks it drained:
+/// the server time (ms) of the drain. A drained worker is out of the ring
+/// and no script gives it a job (`worker_active` in `store/scripts/base.lua`
+/// looks for this name); the mark lives in the record so that every node,
+/// which mirrors the workers map already, sees it with the registration,
+/// and it goes away with the worker.
+pub(crate) const DRAINED_FIELD: &str = "drained_at_ms";
 /// Name of the replicated map of worker keep-alives (server time, ms).
 pub(crate) const KEEPALIVE_MAP: &str = "keepalive";
 /// Name of the replicated map of cleanup claims on dead workers.
@@ -16,6 +25,14 @@ pub(crate) const CLEANUP_MAP: &str = "cleanup";
 pub(crate) const JOBS_MAP: &str = "jobs";
 /// Name of the replicated map of pending dispatches (job key → deadline).
 pub(crate) const PENDING_MAP: &str = "pending";
+/// Plain hash of what each node is (node id → JSON object `{version, host,
+/// pid, joined_at_ms}`), written once as the node joins
+/// (`store/scripts/node_info.lua`) and removed with the node's keep-alive;
+/// read by inspectors only (no node routes by it).
+pub(crate) fn node_info(pool: &str) -> String {
+    format!("fl:{{{pool}}}:nodeinfo")
+}
+
 /// Name of the replicated map of node keep-alives.
 pub(crate) const NODES_MAP: &str = "nodes";
 /// Name of the replicated map holding the shutdown flag.

@@ -9,6 +9,7 @@ mod client;
 mod codec;
 pub mod connect;
 mod dispatch;
+mod drain;
 mod error;
 mod freshness;
 mod handler;
@@ -43,6 +44,7 @@ pub mod ticker;
 /// need no version-matched `async-trait` dependency).
 pub use async_trait::async_trait;
 pub use client::{TLS_FEATURE, client_builder};
+pub use drain::WorkerRemoval;
 pub use error::{Error, Result};
 /// The fred crate this library is built on, so that callers need no
 /// version-matched dependency of their own (`flotilla_pool::fred::prelude::*`).

@@ -1,16 +1,61 @@
-//! Membership: registering and retiring workers, and moving their jobs
-//! and inbox entries to other workers.
+//! Membership: registering and retiring workers, moving their jobs and
+//! inbox entries to other workers, and the node's view of who is active.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::node::NodeInner;
+use crate::routing::Ring;
+use crate::store::records::WorkerEntry;
 use crate::store::{EntryMove, Handoff, Moved};
 use crate::worker::WorkerInner;
 
 impl NodeInner {
+    /// Recomputes the ring and the drained set from the workers and
+    /// cleanup maps: the ring holds the registered workers that are neither
+    /// being cleaned up nor drained (the same test as `worker_active` in
+    /// `store/scripts/base.lua`).
+    pub(crate) fn refresh_ring(&self) {
+        let cleaning = self.store.maps.cleanup.snapshot();
+        let mut active = Vec::new();
+        let mut drained = HashSet::new();
+        for (id, raw) in self.store.maps.workers.snapshot().iter() {
+            if cleaning.contains_key(id) {
+                continue;
+            }
+            if WorkerEntry::parse(raw).is_some_and(|w| w.drained_at_ms.is_some()) {
+                drained.insert(id.clone());
+            } else {
+                active.push(id.clone());
+            }
+        }
+        if **self.drained.load() != drained {
+            self.drained.store(Arc::new(drained));
+        }
+        let ring = Ring::new(active);
+        if **self.ring.load() != ring {
+            self.ring.store(Arc::new(ring));
+            self.ring_version.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// Records this node's version, host and pid with its join time, for
+    /// inspectors. Informational: a failure is logged, not fatal.
+    pub(crate) async fn record_node_info(&self) {
+        let info = serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "host": self.host,
+            "pid": self.pid,
+        })
+        .to_string();
+        if let Err(e) = self.store.record_node(&self.id, &info).await {
+            tracing::warn!(node = %self.id, error = %e, "recording the node's info failed");
+        }
+    }
+
     /// Registers (or re-registers) a worker on Redis.
     pub(crate) async fn register_worker(&self, id: &str) -> Result<()> {
         let info = serde_json::json!({

@@ -62,6 +62,9 @@ pub(crate) struct NodeInner {
     pub(crate) pid: u32,
     /// Active workers as this node sees them.
     pub(crate) ring: ArcSwap<Ring>,
+    /// Drained workers (registered, not being cleaned up, out of the ring),
+    /// as this node sees them: their jobs move elsewhere.
+    pub(crate) drained: ArcSwap<std::collections::HashSet<String>>,
     /// Bumped whenever `ring` changes.
     pub(crate) ring_version: watch::Sender<u64>,
     /// Dispatchers waiting for a worker's reply, by request id.
@@ -135,6 +138,9 @@ pub struct WorkerInfo {
     pub keepalive_ms: Option<u64>,
     /// Whether a cleanup of this worker is under way (it was found dead).
     pub cleaning: bool,
+    /// Whether the worker is drained ([`Node::drain_worker`]): out of the
+    /// ring, its jobs moving or moved to other workers.
+    pub drained: bool,
     /// Jobs it owns.
     pub jobs: usize,
 }
@@ -203,6 +209,7 @@ impl Node {
                 .unwrap_or_else(|_| "unknown".into()),
             pid: std::process::id(),
             ring: ArcSwap::from_pointee(Ring::default()),
+            drained: ArcSwap::from_pointee(Default::default()),
             ring_version,
             waiters: DashMap::new(),
             next_request: AtomicU64::new(1),
@@ -226,6 +233,7 @@ impl Node {
             owns_client: AtomicBool::new(false),
         });
         inner.refresh_ring();
+        inner.record_node_info().await;
         inner.spawn_tasks();
         crate::history::spawn_flusher(
             &inner.tasks,
@@ -309,6 +317,7 @@ impl Node {
                     created_at_ms: info.created_at_ms.unwrap_or_default(),
                     keepalive_ms: keepalive.get(id).and_then(|v| v.parse().ok()),
                     cleaning: cleanup.contains_key(id),
+                    drained: info.drained_at_ms.is_some(),
                     jobs: counts.get(id).copied().unwrap_or(0),
                 }
             })
@@ -375,6 +384,7 @@ impl Node {
                 .delete(&self.inner.id)
                 .await
                 .map_err(|e| tracing::debug!(error = %e, "removing node entry failed"));
+            let _ = self.inner.store.forget_node(&self.inner.id).await;
             let _ = self.inner.reply_stream.destroy().await;
         })
         .await;
@@ -443,23 +453,6 @@ impl Node {
 }
 
 impl NodeInner {
-    /// Recomputes the ring from the workers and cleanup maps.
-    pub(crate) fn refresh_ring(&self) {
-        let cleaning = self.store.maps.cleanup.snapshot();
-        let ring = Ring::new(
-            self.store
-                .maps
-                .workers
-                .keys()
-                .into_iter()
-                .filter(|w| !cleaning.contains_key(w)),
-        );
-        if **self.ring.load() != ring {
-            self.ring.store(Arc::new(ring));
-            self.ring_version.send_modify(|v| *v += 1);
-        }
-    }
-
     /// The inbox stream of any worker (cached handle).
     pub(crate) fn inbox(&self, worker: &str) -> Result<Stream> {
         if let Some(s) = self.inboxes.get(worker) {

@@ -1,7 +1,11 @@
 //! Rebalance: when the set of active workers changes, each worker hands
 //! off the jobs that now hash elsewhere — stop locally first, then one
 //! script moves ownership and enqueues the start at the new owner. The job
-//! is never owned by two workers: handoff is at-most-once.
+//! is never owned by two workers: handoff is at-most-once. A drained
+//! worker (see `drain.rs`) is out of the ring, so every job it runs hashes
+//! elsewhere and leaves by this same path; while a local worker is drained,
+//! the pass also runs every cleanup interval, to move a job that started
+//! there from an entry queued before the drain.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,10 +26,18 @@ const HANDOFFS_IN_FLIGHT: usize = 64;
 impl NodeInner {
     pub(crate) async fn rebalance_loop(self: Arc<Self>) {
         let mut version = self.ring_version.subscribe();
+        let mut drained_pass = tokio::time::interval(self.options.cleanup_interval);
+        drained_pass.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 r = version.changed() => if r.is_err() { return },
+                _ = drained_pass.tick() => {
+                    if self.hosts_busy_drained_worker() {
+                        self.rebalance().await;
+                    }
+                    continue;
+                }
             }
             // Let the ring settle.
             loop {
@@ -48,7 +60,7 @@ impl NodeInner {
             self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
             let ring = self.ring.load_full();
-            if !ring.contains(&worker.id) {
+            if !ring.contains(&worker.id) && !self.drained.load().contains(&worker.id) {
                 continue; // leaving or being cleaned: not ours to move
             }
             let moving: Vec<String> = worker
@@ -75,6 +87,16 @@ impl NodeInner {
                 })
                 .await;
         }
+    }
+
+    /// Whether a local worker is drained and still runs jobs.
+    fn hosts_busy_drained_worker(&self) -> bool {
+        let drained = self.drained.load();
+        !drained.is_empty()
+            && self
+                .workers
+                .iter()
+                .any(|w| drained.contains(w.key()) && !w.jobs.is_empty())
     }
 
     pub(crate) async fn hand_off_local(&self, worker: &Arc<WorkerInner>, key: &str) {

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flotilla_pool::{Node, NodeOptions};
+use flotilla_pool::{Node, NodeOptions, WorkerRemoval};
 use fred::prelude::Client;
 
 use crate::cli::{Cli, Command};
@@ -35,6 +35,11 @@ pub(crate) async fn run(cli: &Cli, client: &Client) -> CtlResult {
             NodeOptions::default().worker_shutdown_ttl(*timeout),
             "shutdown",
         ),
+        // A dead worker is judged on this TTL (in Redis, on server time).
+        Command::RemoveWorker { .. } => (
+            NodeOptions::default().worker_ttl(cli.worker_ttl),
+            "remove-worker",
+        ),
         _ => (NodeOptions::default(), "admin"),
     };
     // Read the payload before joining, so a bad file changes nothing.
@@ -62,6 +67,24 @@ pub(crate) async fn run(cli: &Cli, client: &Client) -> CtlResult {
             .shutdown()
             .await
             .map(|()| format!("pool {pool:?} shut down and its keys deleted")),
+        Command::Drain { worker, .. } => node.drain_worker(worker).await.map(|changed| {
+            if changed {
+                format!("drained {worker:?}: no new job goes to it; its jobs move to other workers")
+            } else {
+                format!("{worker:?} was drained already")
+            }
+        }),
+        Command::Undrain { worker, .. } => node.undrain_worker(worker).await.map(|changed| {
+            if changed {
+                format!("undrained {worker:?}: it takes its share of jobs again")
+            } else {
+                format!("{worker:?} was not drained")
+            }
+        }),
+        Command::RemoveWorker { worker, .. } => node
+            .remove_dead_worker(worker)
+            .await
+            .map(|removed| removal_text(worker, removed)),
         _ => Ok(format!("nothing to do for {what}")),
     };
     // `shutdown` closed the node already; closing again is a no-op.
@@ -72,6 +95,20 @@ pub(crate) async fn run(cli: &Cli, client: &Client) -> CtlResult {
     }
     println!("{message}");
     Ok(())
+}
+
+/// What a dead-worker removal did, in words.
+pub(crate) fn removal_text(worker: &str, removal: WorkerRemoval) -> String {
+    match removal {
+        WorkerRemoval::Removed { silent } => format!(
+            "removed {worker:?} (silent for {:.1}s): its jobs were requeued to live workers",
+            silent.as_secs_f64()
+        ),
+        WorkerRemoval::InProgress => {
+            format!("{worker:?} is being cleaned up by another node already")
+        }
+        _ => format!("{worker:?}: {removal:?}"),
+    }
 }
 
 fn owner_text(node: &Node, key: &str) -> String {

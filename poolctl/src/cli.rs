@@ -145,6 +145,37 @@ pub(crate) enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Drain a worker: no new job goes to it, and its jobs move to other
+    /// workers (admin: needs --yes).
+    ///
+    /// With no other active worker its jobs stay until one joins.
+    Drain {
+        /// The worker id.
+        worker: String,
+        /// Really do it.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Undrain a worker: it takes its share of jobs again (admin: needs
+    /// --yes).
+    Undrain {
+        /// The worker id.
+        worker: String,
+        /// Really do it.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Remove a dead worker now and requeue its jobs (admin: needs --yes).
+    ///
+    /// Refused while Redis holds a keep-alive of the worker within
+    /// --worker-ttl (pass the pool's worker TTL).
+    RemoveWorker {
+        /// The worker id.
+        worker: String,
+        /// Really do it.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Stop every job on every node and delete the pool (admin: needs --yes).
     Shutdown {
         /// How long to wait for the workers to go.

@@ -76,6 +76,9 @@ async fn run(cli: &Cli) -> CtlResult {
         Command::Stop { yes, .. } => admin::confirm("stop a job", *yes)?,
         Command::Notify { yes, .. } => admin::confirm("notify a job's owner", *yes)?,
         Command::Shutdown { yes, .. } => admin::confirm("shut the pool down", *yes)?,
+        Command::Drain { yes, .. } => admin::confirm("drain a worker", *yes)?,
+        Command::Undrain { yes, .. } => admin::confirm("undrain a worker", *yes)?,
+        Command::RemoveWorker { yes, .. } => admin::confirm("remove a worker", *yes)?,
         Command::Pools | Command::Locks => {}
         Command::Serve {
             listen,
@@ -103,7 +106,10 @@ async fn run(cli: &Cli) -> CtlResult {
         Command::Dispatch { .. }
         | Command::Stop { .. }
         | Command::Notify { .. }
-        | Command::Shutdown { .. } => admin::run(cli, &client).await,
+        | Command::Shutdown { .. }
+        | Command::Drain { .. }
+        | Command::Undrain { .. }
+        | Command::RemoveWorker { .. } => admin::run(cli, &client).await,
         Command::Watch {
             frames,
             interval,

@@ -320,8 +320,14 @@ pub(crate) fn status(v: &StatusView) -> String {
     );
     let _ = writeln!(
         out,
-        "nodes {}  workers {} ({} active, {} stale, {} cleaning)  jobs {}",
-        c.nodes, c.workers, c.active_workers, c.stale_workers, c.cleaning_workers, c.jobs
+        "nodes {}  workers {} ({} active, {} stale, {} cleaning, {} drained)  jobs {}",
+        c.nodes,
+        c.workers,
+        c.active_workers,
+        c.stale_workers,
+        c.cleaning_workers,
+        c.drained_workers,
+        c.jobs
     );
     let _ = writeln!(
         out,

@@ -30,9 +30,11 @@ pub(crate) struct WorkerView {
     pub(crate) keepalive_age_ms: Option<u64>,
     pub(crate) jobs: usize,
     pub(crate) inbox_length: u64,
-    /// `active`, `stale` or `cleaning`.
+    /// `active`, `stale`, `cleaning` or `drained`.
     pub(crate) state: &'static str,
     pub(crate) cleanup: Option<CleanupView>,
+    /// When the worker was drained (server ms), while it is.
+    pub(crate) drained_at_ms: Option<u64>,
 }
 
 /// A cleanup claim.
@@ -63,6 +65,10 @@ pub(crate) struct NodeView {
     pub(crate) workers: usize,
     pub(crate) jobs: usize,
     pub(crate) reply_stream_length: u64,
+    /// The `flotilla-pool` version it runs (`None`: not recorded).
+    pub(crate) version: Option<String>,
+    /// When it joined (server ms; `None`: not recorded).
+    pub(crate) joined_at_ms: Option<u64>,
 }
 
 /// `jobs`.
@@ -276,6 +282,7 @@ pub(crate) struct Counts {
     pub(crate) active_workers: usize,
     pub(crate) stale_workers: usize,
     pub(crate) cleaning_workers: usize,
+    pub(crate) drained_workers: usize,
     pub(crate) jobs: usize,
     pub(crate) pending: usize,
     pub(crate) cleanups: usize,
@@ -316,6 +323,7 @@ pub(crate) fn worker_view(snap: &PoolSnapshot, w: &WorkerRecord, ttl: Duration) 
             .map_or(0, |s| s.length),
         state: w.state(now, ttl).as_str(),
         cleanup: w.cleanup.as_ref().map(|c| cleanup_view(now, c)),
+        drained_at_ms: w.drained_at_ms,
     }
 }
 
@@ -362,6 +370,8 @@ pub(crate) fn node_views(snap: &PoolSnapshot) -> Vec<NodeView> {
                 .iter()
                 .find(|s| s.owner == n.id)
                 .map_or(0, |s| s.length),
+            version: n.version.clone(),
+            joined_at_ms: n.joined_at_ms,
         })
         .collect()
 }
@@ -475,13 +485,17 @@ pub(crate) fn placement_view(snap: &PoolSnapshot, key: &str, ttl: Duration) -> P
             .workers
             .iter()
             .filter_map(|w| {
-                let c = w.cleanup.as_ref()?;
-                Some(ExcludedView {
-                    worker: w.id.clone(),
-                    reason: match c.claimed_at_ms {
+                let reason = match (&w.cleanup, w.drained_at_ms) {
+                    (Some(c), _) => match c.claimed_at_ms {
                         Some(_) => format!("being cleaned up by node {}", c.node),
                         None => format!("its node {} is closing it", c.node),
                     },
+                    (None, Some(_)) => "drained".to_string(),
+                    (None, None) => return None,
+                };
+                Some(ExcludedView {
+                    worker: w.id.clone(),
+                    reason,
                 })
             })
             .collect(),
@@ -506,6 +520,7 @@ pub(crate) fn status_view(snap: &PoolSnapshot, locks: &[LockRecord], ttl: Durati
             active_workers: count("active"),
             stale_workers: count("stale"),
             cleaning_workers: count("cleaning"),
+            drained_workers: count("drained"),
             jobs: snap.jobs.len(),
             pending: snap.pending.len(),
             cleanups: snap.cleanups.len(),

@@ -171,8 +171,14 @@ fn draw(f: &mut Frame, v: &StatusView) {
     );
     let mut summary = vec![
         Line::from(format!(
-            "nodes {}  workers {} ({} active, {} stale, {} cleaning)  jobs {}",
-            c.nodes, c.workers, c.active_workers, c.stale_workers, c.cleaning_workers, c.jobs
+            "nodes {}  workers {} ({} active, {} stale, {} cleaning, {} drained)  jobs {}",
+            c.nodes,
+            c.workers,
+            c.active_workers,
+            c.stale_workers,
+            c.cleaning_workers,
+            c.drained_workers,
+            c.jobs
         )),
         Line::from(format!(
             "pending {}  cleanups {}  queued {}  locks {}",
@@ -204,6 +210,7 @@ fn draw(f: &mut Frame, v: &StatusView) {
         let style = match w.state {
             "active" => Style::default().fg(Color::Green),
             "stale" => Style::default().fg(Color::Yellow),
+            "drained" => Style::default().fg(Color::Gray),
             _ => Style::default().fg(Color::Red),
         };
         Row::new(vec![

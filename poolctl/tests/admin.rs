@@ -36,6 +36,9 @@ async fn admin_commands_need_yes_and_act_on_the_pool() {
         &["stop", "job-a"],
         &["notify", "job-a"],
         &["shutdown"],
+        &["drain", "w"],
+        &["undrain", "w"],
+        &["remove-worker", "w"],
     ] {
         let out = live.run(cmd).await;
         assert_eq!(out.status.code(), Some(2), "{cmd:?}");
@@ -145,4 +148,51 @@ async fn admin_commands_need_yes_and_act_on_the_pool() {
     .await
     .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_undrain_and_remove_worker_act_on_any_worker() {
+    let live = LivePool::start("ctl-drain").await;
+    let drained = live.workers[2].id().to_string();
+
+    let out = live.run(&["drain", &drained, "--yes"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("drained"), "{}", stdout(&out));
+    wait_until(Duration::from_secs(10), "its jobs moved", || {
+        let (live, drained) = (&live, &drained);
+        async move {
+            let seen = live.seen.lock().unwrap();
+            seen.running.len() == 5 && seen.running.values().all(|(w, _)| w != drained)
+        }
+    })
+    .await
+    .unwrap();
+    let workers = live.json(&["workers"]).await;
+    let row = workers["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["id"] == drained.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(row["state"], "drained");
+    let table = live.run(&["workers"]).await;
+    assert!(stdout(&table).contains("drained"), "{}", stdout(&table));
+    let out = live.run(&["undrain", &drained, "--yes"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A live worker is not removed; an unknown one is an error.
+    let out = live.run(&["remove-worker", &drained, "--yes"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("is alive"), "{}", stderr(&out));
+    let out = live.run(&["drain", "no-such-worker", "--yes"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("no worker"), "{}", stderr(&out));
+    // Undrained, it takes some back: every job runs once moves settle.
+    wait_until(Duration::from_secs(10), "all five jobs run", || {
+        let n = live.seen.lock().unwrap().running.len();
+        async move { n == 5 }
+    })
+    .await
+    .unwrap();
 }

@@ -2,7 +2,8 @@
 //! WebDriver (Debian's `chromium` and `chromium-driver`). Loads the
 //! overview of a live pool, checks that worker ids and job counts are in
 //! the rendered DOM and that the page refreshes itself, clicks through to
-//! a job, stops it with the admin token, and saves screenshots under
+//! a job, stops it with the admin token, drains a worker from its row of
+//! the overview, and saves screenshots under
 //! `<target>/screenshots/`.
 
 mod support;
@@ -208,6 +209,58 @@ async fn overview_and_job_page_in_a_real_browser() {
     .unwrap();
     assert!(!live.seen.lock().unwrap().running.contains_key("job-b"));
     screenshot(&b, "job.png").await;
+
+    // Drain a worker from its row on the overview (the token is kept in
+    // this tab): its state shows "drained" and its jobs move away.
+    b.goto(&dash.url("/")).await.unwrap();
+    let drained = live.workers[0].id().to_string();
+    let row = format!(r#"tr[data-worker="{drained}"]"#);
+    // The rows are re-rendered every refresh: a button found just before
+    // may be gone when clicked, so a miss is tried again (a drain is
+    // idempotent).
+    let button = format!(r#"{row} button[data-worker-action="drain"]"#);
+    wait_until(
+        Duration::from_secs(15),
+        "the Drain button is clicked",
+        || {
+            let (b, button) = (&b, &button);
+            async move {
+                match b.find(Locator::Css(button)).await {
+                    Ok(el) => el.click().await.is_ok(),
+                    Err(_) => false,
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    wait_until(Duration::from_secs(15), "the drain is answered", || {
+        let b = &b;
+        async move { text(b, "#action-result").await.starts_with("200") }
+    })
+    .await
+    .unwrap();
+    wait_until(Duration::from_secs(15), "the row shows drained", || {
+        let (b, row) = (&b, &row);
+        async move {
+            match b.find(Locator::Css(&format!("{row} .state"))).await {
+                Ok(el) => el.text().await.is_ok_and(|t| t == "drained"),
+                Err(_) => false,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    wait_until(Duration::from_secs(15), "its jobs moved", || {
+        let (live, drained) = (&live, &drained);
+        async move {
+            let seen = live.seen.lock().unwrap();
+            seen.running.values().all(|(w, _)| w != drained)
+        }
+    })
+    .await
+    .unwrap();
+    screenshot(&b, "overview-drained.png").await;
 
     b.goto(&dash.url("/history")).await.unwrap();
     b.wait()

@@ -29,6 +29,17 @@ async fn every_page_and_api_route_answers() {
     assert_eq!(v["jobs_by_state"]["pending"], 0);
     assert_eq!(v["workers"].as_array().unwrap().len(), 3);
     assert_eq!(v["node_details"].as_array().unwrap().len(), 2);
+    // Each node recorded its version (the workspace's, poolctl's too) and
+    // its join time.
+    for n in v["node_details"].as_array().unwrap() {
+        assert_eq!(n["version"], env!("CARGO_PKG_VERSION"), "{n}");
+        assert!(n["age_ms"].as_u64().is_some(), "{n}");
+    }
+    assert!(
+        v["nodes"][0]["joined_at_ms"].as_u64().is_some(),
+        "{}",
+        v["nodes"]
+    );
     assert_eq!(v["locks"][0]["name"], "scheduler");
     assert_eq!(v["locks"][0]["owner"], "test-owner");
     // The streams are those the pool's inspector finds (an inbox exists
@@ -175,6 +186,7 @@ async fn admin_actions_need_the_bearer_token() {
         "/api/jobs/job-a/requeue",
         "/api/jobs/new-1/dispatch",
         "/api/workers/w/drain",
+        "/api/workers/w/undrain",
         "/api/workers/w/remove",
     ] {
         let r = dash.post(path, None, b"").await;
@@ -242,11 +254,112 @@ async fn admin_actions_need_the_bearer_token() {
         .await;
     assert_eq!(r.status().as_u16(), 404);
 
-    // What the pool's public API does not offer is said so.
-    for path in ["/api/workers/w/drain", "/api/workers/w/remove"] {
+    // Drain: the worker's jobs move to the others, the overview says so.
+    let drained = live.workers[0].id().to_string();
+    let path = format!("/api/workers/{drained}/drain");
+    let read_only_drain = read_only.post(&path, Some(&bearer()), b"").await;
+    assert_eq!(read_only_drain.status().as_u16(), 403);
+    let r = dash.post(&path, Some(&bearer()), b"").await;
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
+    let body: serde_json::Value = dash
+        .post(&path, Some(&bearer()), b"")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("drained already"),
+        "{body}"
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "the drained worker's jobs moved",
+        || {
+            let (live, drained) = (&live, &drained);
+            async move {
+                let seen = live.seen.lock().unwrap();
+                seen.running.len() == 5 && seen.running.values().all(|(w, _)| w != drained)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the overview shows it drained",
+        || {
+            let (dash, drained) = (&dash, &drained);
+            async move {
+                let v = dash.json("/api/overview").await;
+                let w = v["workers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|w| w["id"] == drained.as_str())
+                    .cloned();
+                v["counts"]["drained_workers"] == 1
+                    && w.is_some_and(|w| {
+                        w["state"] == "drained" && w["drained_at_ms"].as_u64().is_some()
+                    })
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let (_, metrics) = dash.get("/metrics").await;
+    let gauge = format!(
+        "flotilla_pool_workers{{pool=\"{}\",state=\"drained\"}} 1",
+        live.pool
+    );
+    assert!(metrics.contains(&gauge), "{metrics}");
+    let (_, page) = dash.get("/").await;
+    assert!(
+        page.contains("data-worker-action=\"undrain\""),
+        "an Undrain button"
+    );
+    let (_, page) = read_only.get("/").await;
+    assert!(
+        !page.contains("data-worker-action"),
+        "no button without a token"
+    );
+    let r = dash
+        .post(
+            &format!("/api/workers/{drained}/undrain"),
+            Some(&bearer()),
+            b"",
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 200, "{:?}", r.text().await);
+
+    // Remove: a live worker is refused (409), an unknown one is 404.
+    let live_worker = live.workers[1].id().to_string();
+    let r = dash
+        .post(
+            &format!("/api/workers/{live_worker}/remove"),
+            Some(&bearer()),
+            b"",
+        )
+        .await;
+    assert_eq!(r.status().as_u16(), 409);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("alive"), "{body}");
+    for path in [
+        "/api/workers/no-such-worker/drain",
+        "/api/workers/no-such-worker/undrain",
+        "/api/workers/no-such-worker/remove",
+    ] {
         let r = dash.post(path, Some(&bearer()), b"").await;
-        assert_eq!(r.status().as_u16(), 501, "{path}");
+        assert_eq!(r.status().as_u16(), 404, "{path}");
     }
+    wait_until(Duration::from_secs(10), "all five jobs run", || {
+        let n = live.seen.lock().unwrap().running.len();
+        async move { n == 5 }
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

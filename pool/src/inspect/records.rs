@@ -26,6 +26,9 @@ pub struct WorkerRecord {
     pub keepalive_ms: Option<u64>,
     /// The cleanup claim on this worker, when one exists.
     pub cleanup: Option<CleanupClaim>,
+    /// When the worker was drained (Redis server time, ms), while it is
+    /// ([`Node::drain_worker`](crate::Node::drain_worker)).
+    pub drained_at_ms: Option<u64>,
     /// Jobs the `jobs` map says it owns.
     pub jobs: usize,
 }
@@ -42,15 +45,19 @@ pub enum WorkerState {
     /// A cleanup claim exists (found dead, or its node is closing it): out
     /// of the ring, its jobs are moving.
     Cleaning,
+    /// Alive but drained: out of the ring, its jobs move (or moved) to
+    /// other workers and nothing new is given to it.
+    Drained,
 }
 
 impl WorkerState {
-    /// Lower-case name: `active`, `stale` or `cleaning`.
+    /// Lower-case name: `active`, `stale`, `cleaning` or `drained`.
     pub fn as_str(self) -> &'static str {
         match self {
             WorkerState::Active => "active",
             WorkerState::Stale => "stale",
             WorkerState::Cleaning => "cleaning",
+            WorkerState::Drained => "drained",
         }
     }
 }
@@ -69,6 +76,7 @@ impl WorkerRecord {
             return WorkerState::Cleaning;
         }
         match self.keepalive_age(server_time_ms) {
+            Some(age) if age <= worker_ttl && self.drained_at_ms.is_some() => WorkerState::Drained,
             Some(age) if age <= worker_ttl => WorkerState::Active,
             _ => WorkerState::Stale,
         }
@@ -85,6 +93,11 @@ pub struct NodeRecord {
     pub id: String,
     /// Last keep-alive (Redis server time, ms), when one was recorded.
     pub keepalive_ms: Option<u64>,
+    /// The `flotilla-pool` version the node runs, when it recorded one (a
+    /// node records its version, host, pid and join time as it joins).
+    pub version: Option<String>,
+    /// When the node joined (Redis server time, ms), when recorded.
+    pub joined_at_ms: Option<u64>,
 }
 
 /// A running job (`jobs` map).
@@ -163,6 +176,8 @@ pub(crate) struct RawMaps {
     pub(crate) jobs: RawMap,
     pub(crate) pending: RawMap,
     pub(crate) nodes: RawMap,
+    /// Node id → info JSON (`nodeinfo` hash).
+    pub(crate) node_info: RawMap,
 }
 
 impl Decoded {
@@ -196,6 +211,8 @@ impl Decoded {
                 Ok(keepalive_ms) => out.nodes.push(NodeRecord {
                     id: id.clone(),
                     keepalive_ms: Some(keepalive_ms),
+                    version: None,
+                    joined_at_ms: None,
                 }),
                 Err(_) => out.bad("nodes", id, value),
             }
@@ -220,7 +237,28 @@ impl Decoded {
                 out.nodes.push(NodeRecord {
                     id: w.node.clone(),
                     keepalive_ms: None,
+                    version: None,
+                    joined_at_ms: None,
                 });
+            }
+        }
+        for node in &mut out.nodes {
+            let Some(raw) = raw.node_info.get(&node.id) else {
+                continue;
+            };
+            match serde_json::from_str::<serde_json::Value>(raw) {
+                Ok(info) if info.is_object() => {
+                    node.version = info["version"].as_str().map(str::to_string);
+                    node.joined_at_ms = info["joined_at_ms"].as_u64();
+                }
+                _ => out.malformed.push(MalformedField {
+                    map: "nodeinfo",
+                    field: node.id.clone(),
+                    reason: format!(
+                        "cannot decode {:?}",
+                        raw.chars().take(80).collect::<String>()
+                    ),
+                }),
             }
         }
         out.workers
@@ -257,6 +295,7 @@ fn parse_worker(id: &str, value: &str) -> Option<WorkerRecord> {
         created_at_ms: info.created_at_ms?,
         keepalive_ms: None,
         cleanup: None,
+        drained_at_ms: info.drained_at_ms,
         jobs: 0,
     })
 }
@@ -312,15 +351,32 @@ mod tests {
                     r#"{"node":"n1","host":"h","pid":7,"created_at_ms":10}"#,
                 ),
                 ("w-bad", "not json"),
+                (
+                    "w-c",
+                    r#"{"node":"n1","host":"h","pid":7,"created_at_ms":30,"drained_at_ms":40}"#,
+                ),
             ]),
-            keepalive: raw(&[("w-a", "1000"), ("w-b", "oops")]),
+            keepalive: raw(&[("w-a", "1000"), ("w-b", "oops"), ("w-c", "1000")]),
             cleanup: raw(&[("w-b", "n2 closing")]),
             jobs: raw(&[("k1", "w-a 3"), ("k2", "w-a 4"), ("k3", "w-b")]),
             pending: raw(&[("k9", "5 2000 n1/17"), ("k8", "6 3000")]),
             nodes: raw(&[("n0", "1000")]),
+            node_info: raw(&[(
+                "n1",
+                r#"{"version":"0.1.0","host":"h","pid":7,"joined_at_ms":5}"#,
+            )]),
         };
         let d = Decoded::from_raw(&maps);
-        assert_eq!(d.workers.len(), 2);
+        assert_eq!(d.workers.len(), 3);
+        assert_eq!(d.workers[2].drained_at_ms, Some(40));
+        assert_eq!(
+            d.workers[2].state(1500, Duration::from_secs(1)),
+            WorkerState::Drained
+        );
+        assert_eq!(
+            d.workers[2].state(2500, Duration::from_secs(1)),
+            WorkerState::Stale
+        );
         assert_eq!(d.workers[0].id, "w-a");
         assert_eq!(d.workers[0].jobs, 2);
         assert_eq!(d.workers[0].keepalive_ms, Some(1000));
@@ -344,6 +400,9 @@ mod tests {
             .map(|n| (n.id.as_str(), n.keepalive_ms))
             .collect();
         assert_eq!(nodes, vec![("n0", Some(1000)), ("n1", None)]);
+        assert_eq!(d.nodes[1].version.as_deref(), Some("0.1.0"));
+        assert_eq!(d.nodes[1].joined_at_ms, Some(5));
+        assert_eq!(d.nodes[0].version, None);
         let bad: Vec<_> = d
             .malformed
             .iter()

@@ -39,7 +39,7 @@ pub(crate) use jobs::{EntryMove, Handoff, Moved, Routed, StopDone};
 pub(crate) use lifecycle::{EndArgs, EndRecorded};
 pub(crate) use maps::PoolMaps;
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
-pub(crate) use workers::{ClaimStatus, Reassert, Reasserted, Removed};
+pub(crate) use workers::{ClaimStatus, DeadWorkerClaim, DrainMark, Reassert, Reasserted, Removed};
 
 use crate::error::Result;
 use crate::keys;
@@ -91,6 +91,36 @@ impl PoolStore {
             "create epoch",
             self.client
                 .hsetnx(keys::fencing(&self.pool), keys::EPOCH_FIELD, "0 0"),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Records `node`'s `info` (a JSON object) with its join time on server
+    /// time, for inspectors.
+    pub(crate) async fn record_node(&self, node: &str, info: &str) -> Result<()> {
+        let _: u64 = self
+            .scripts
+            .node_info
+            .run(
+                &self.client,
+                vec![keys::node_info(&self.pool)],
+                vec![
+                    fred::types::Value::from(node),
+                    fred::types::Value::from(info),
+                ],
+                self.timeout,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Removes `node`'s info (it left, or was found gone).
+    pub(crate) async fn forget_node(&self, node: &str) -> Result<()> {
+        let _: i64 = bounded(
+            self.timeout,
+            "forget node",
+            self.client.hdel(keys::node_info(&self.pool), node),
         )
         .await?;
         Ok(())

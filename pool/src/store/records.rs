@@ -15,7 +15,8 @@ pub(crate) fn pending_guard(value: &str) -> Option<(u64, u64)> {
 }
 
 /// A `workers` map value: a JSON object with node, host, pid and
-/// created_at_ms (written by `register.lua`). Fields that are missing or of
+/// created_at_ms (written by `register.lua`), and drained_at_ms while the
+/// worker is drained (`drain_worker.lua`). Fields that are missing or of
 /// another type read as `None` / empty / 0.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct WorkerEntry {
@@ -23,6 +24,7 @@ pub(crate) struct WorkerEntry {
     pub(crate) host: String,
     pub(crate) pid: u32,
     pub(crate) created_at_ms: Option<u64>,
+    pub(crate) drained_at_ms: Option<u64>,
 }
 
 impl WorkerEntry {
@@ -42,6 +44,9 @@ impl WorkerEntry {
                 .to_string(),
             pid: info.get("pid").and_then(|p| p.as_u64()).unwrap_or(0) as u32,
             created_at_ms: info.get("created_at_ms").and_then(|c| c.as_u64()),
+            drained_at_ms: info
+                .get(crate::keys::DRAINED_FIELD)
+                .and_then(|d| d.as_u64()),
         })
     }
 }

@@ -73,6 +73,7 @@ pub(crate) struct Scripts {
     pub(crate) resume: PoolScript,
     pub(crate) remove_worker: PoolScript,
     pub(crate) claim_cleanup: PoolScript,
+    pub(crate) drain_worker: PoolScript,
     pub(crate) begin_recovery: PoolScript,
     pub(crate) release_stale: PoolScript,
     pub(crate) job_ended: PoolScript,
@@ -84,6 +85,8 @@ pub(crate) struct Scripts {
     /// Drops a job from a schedule's job set while the caller leads
     /// (plain).
     pub(crate) schedule_forget: PoolScript,
+    /// Records a joining node's info with its join time (plain).
+    pub(crate) node_info: PoolScript,
 }
 
 /// A pool script by its file name.
@@ -111,6 +114,7 @@ impl Scripts {
             resume: pool_script!("resume"),
             remove_worker: pool_script!("remove_worker"),
             claim_cleanup: pool_script!("claim_cleanup"),
+            drain_worker: pool_script!("drain_worker"),
             begin_recovery: pool_script!("begin_recovery"),
             release_stale: pool_script!("release_stale"),
             job_ended: pool_script!("job_ended"),
@@ -121,6 +125,7 @@ impl Scripts {
                 "schedule_forget",
                 include_str!("scripts/schedule_forget.lua"),
             ),
+            node_info: PoolScript::plain("node_info", include_str!("scripts/node_info.lua")),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Workers' records: registration (`register.lua`), keep-alives
 //! (`keepalive.lua`), re-assertion and resumption of their jobs
 //! (`reassert.lua`, `resume.lua`), cleanup of dead ones
-//! (`claim_cleanup.lua`, `remove_worker.lua`), and recovery after Redis went
-//! back in time (`begin_recovery.lua`, `release_stale.lua`).
+//! (`claim_cleanup.lua`, `remove_worker.lua`), drain marks
+//! (`drain_worker.lua`), and recovery after Redis went back in time
+//! (`begin_recovery.lua`, `release_stale.lua`).
 
 use std::time::Duration;
 
@@ -40,6 +41,20 @@ call::status!(
         Ok = "ok",
         /// Entries are left in the inbox: move them first.
         InboxNotEmpty = "inbox_not_empty",
+    }
+);
+
+call::status!(
+    /// What `drain_worker.lua` did to a worker's drain mark.
+    DrainMark, "drain_worker reply" {
+        /// The mark was set (or cleared).
+        Changed = "changed",
+        /// The mark was set (or cleared) already.
+        Unchanged = "unchanged",
+        /// The worker is not registered.
+        Unknown = "unknown",
+        /// The worker's record is not a JSON object: left alone.
+        Malformed = "malformed",
     }
 );
 
@@ -261,6 +276,21 @@ impl PoolStore {
             .run(&self.client, keys, args, self.timeout)
             .await?;
         Removed::parse(&status)
+    }
+
+    /// Sets (`drain`) or clears the drain mark of `worker` in its record.
+    pub(crate) async fn set_drained(&self, worker: &str, drain: bool) -> Result<DrainMark> {
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(worker),
+            Value::from(if drain { "drain" } else { "undrain" }),
+        ]);
+        let status: String = self
+            .scripts
+            .drain_worker
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        DrainMark::parse(&status)
     }
 
     /// Opens the recovery window of `worker_ttl` (Redis went back in time).

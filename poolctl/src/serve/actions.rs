@@ -124,25 +124,50 @@ fn done(action: &'static str, key: String, message: String) -> Response {
     .into_response()
 }
 
+/// The one path of every action: checks the bearer token, runs `act` on
+/// a client-only node, answers with [`ActionDone`] or the error. `subject`
+/// is the job key or worker id the action is about.
+async fn run_action<F, Fut>(
+    state: &Shared,
+    headers: &HeaderMap,
+    action: &'static str,
+    subject: String,
+    act: F,
+) -> Response
+where
+    F: FnOnce(Node) -> Fut,
+    Fut: std::future::Future<Output = Result<String, ApiError>>,
+{
+    if let Err(refused) = authorize(state, headers) {
+        return refused.into_response();
+    }
+    match with_node(state, act).await {
+        Ok(message) => done(action, subject, message),
+        Err(e) => e.into_response(),
+    }
+}
+
 /// `POST /api/jobs/{key}/stop`: stops a running job.
 pub(crate) async fn stop(
     State(state): State<Shared>,
     Path(key): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refused) = authorize(&state, &headers) {
-        return refused.into_response();
-    }
     let k = key.clone();
-    match with_node(&state, |node| async move {
+    run_action(&state, &headers, "stop", key, |node| async move {
         node.stop_job(&k).await?;
         Ok(format!("stopped {k:?}"))
     })
     .await
-    {
-        Ok(message) => done("stop", key, message),
-        Err(e) => e.into_response(),
-    }
+}
+
+/// Where the payload of a (re)start comes from.
+enum Payload {
+    /// The request's body: a new dispatch.
+    Given(Bytes),
+    /// The job's stored payload: the running job is stopped first and
+    /// dispatched again.
+    Stored,
 }
 
 /// `POST /api/jobs/{key}/dispatch` (body: the payload bytes): starts a job
@@ -153,19 +178,7 @@ pub(crate) async fn dispatch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = authorize(&state, &headers) {
-        return refused.into_response();
-    }
-    let k = key.clone();
-    match with_node(&state, |node| async move {
-        node.dispatch_job(&k, body).await?;
-        Ok(format!("dispatched {k:?}: running on {}", owner(&node, &k)))
-    })
-    .await
-    {
-        Ok(message) => done("dispatch", key, message),
-        Err(e) => e.into_response(),
-    }
+    start_job(&state, &headers, key, Payload::Given(body)).await
 }
 
 /// `POST /api/jobs/{key}/requeue`: stops the job (when it runs) and
@@ -177,73 +190,95 @@ pub(crate) async fn requeue(
     Path(key): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refused) = authorize(&state, &headers) {
-        return refused.into_response();
-    }
-    let stored = match inspect::job_payload(&state.client, &state.pool, &key).await {
-        Ok(Some(p)) => p,
-        Ok(None) => {
-            return ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("no stored payload for {key:?}: nothing to requeue"),
-            )
-            .into_response();
-        }
-        Err(e) => return ApiError::from(e).into_response(),
-    };
-    let k = key.clone();
-    match with_node(&state, |node| async move {
-        match node.stop_job(&k).await {
-            Ok(()) | Err(flotilla_pool::Error::JobNotFound(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-        node.dispatch_job(&k, stored.payload).await?;
-        Ok(format!("requeued {k:?}: running on {}", owner(&node, &k)))
-    })
-    .await
-    {
-        Ok(message) => done("requeue", key, message),
-        Err(e) => e.into_response(),
-    }
+    start_job(&state, &headers, key, Payload::Stored).await
 }
 
-/// `POST /api/workers/{id}/drain`: not offered by the pool's public API.
+/// Dispatch and requeue: one path, the payload's source apart.
+async fn start_job(state: &Shared, headers: &HeaderMap, key: String, payload: Payload) -> Response {
+    // The stored payload is read only for an authorized request.
+    if let Err(refused) = authorize(state, headers) {
+        return refused.into_response();
+    }
+    let (action, payload, restart) = match payload {
+        Payload::Given(body) => ("dispatch", body, false),
+        Payload::Stored => match inspect::job_payload(&state.client, &state.pool, &key).await {
+            Ok(Some(p)) => ("requeue", p.payload, true),
+            Ok(None) => {
+                return ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("no stored payload for {key:?}: nothing to requeue"),
+                )
+                .into_response();
+            }
+            Err(e) => return ApiError::from(e).into_response(),
+        },
+    };
+    let k = key.clone();
+    run_action(state, headers, action, key, |node| async move {
+        if restart {
+            match node.stop_job(&k).await {
+                Ok(()) | Err(flotilla_pool::Error::JobNotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        node.dispatch_job(&k, payload).await?;
+        let verb = if restart { "requeued" } else { "dispatched" };
+        Ok(format!("{verb} {k:?}: running on {}", owner(&node, &k)))
+    })
+    .await
+}
+
+/// `POST /api/workers/{id}/drain`: no new job goes to the worker and its
+/// jobs move to other workers (they stay while no other worker is
+/// active). 404 for an unknown worker.
 pub(crate) async fn drain(
     State(state): State<Shared>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refused) = authorize(&state, &headers) {
-        return refused.into_response();
-    }
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        format!(
-            "cannot drain {id:?}: the pool's public API has no call to drain another \
-             process's worker (only its own node can: Node::remove_worker or Node::close)"
-        ),
-    )
-    .into_response()
+    let w = id.clone();
+    run_action(&state, &headers, "drain", id, |node| async move {
+        Ok(if node.drain_worker(&w).await? {
+            format!("drained {w:?}: no new job goes to it; its jobs move to other workers")
+        } else {
+            format!("{w:?} was drained already")
+        })
+    })
+    .await
 }
 
-/// `POST /api/workers/{id}/remove`: not offered by the pool's public API.
+/// `POST /api/workers/{id}/undrain`: the worker takes its share of jobs
+/// again. 404 for an unknown worker.
+pub(crate) async fn undrain(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let w = id.clone();
+    run_action(&state, &headers, "undrain", id, |node| async move {
+        Ok(if node.undrain_worker(&w).await? {
+            format!("undrained {w:?}: it takes its share of jobs again")
+        } else {
+            format!("{w:?} was not drained")
+        })
+    })
+    .await
+}
+
+/// `POST /api/workers/{id}/remove`: removes a dead worker now (its jobs
+/// and queued events are requeued to live workers). 409 while Redis holds
+/// a keep-alive of it within the worker TTL, 404 for an unknown worker.
 pub(crate) async fn remove(
     State(state): State<Shared>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refused) = authorize(&state, &headers) {
-        return refused.into_response();
-    }
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        format!(
-            "cannot remove {id:?}: the pool's public API has no call for it; every \
-             worker node removes a dead worker by itself one worker TTL after its \
-             last keep-alive (its jobs move then)"
-        ),
-    )
-    .into_response()
+    let w = id.clone();
+    run_action(&state, &headers, "remove", id, |node| async move {
+        let removal = node.remove_dead_worker(&w).await?;
+        Ok(crate::admin::removal_text(&w, removal))
+    })
+    .await
 }
 
 fn owner(node: &Node, key: &str) -> String {

@@ -57,13 +57,13 @@ pub(crate) struct NodeDetail {
     pub(crate) id: String,
     pub(crate) host: Option<String>,
     pub(crate) pid: Option<u32>,
-    /// Since its oldest worker registered (Redis does not record when a
-    /// node joined).
+    /// Since it joined (recorded by the node), else since its oldest
+    /// worker registered.
     pub(crate) age_ms: Option<u64>,
     pub(crate) keepalive_age_ms: Option<u64>,
     pub(crate) workers: usize,
     pub(crate) jobs: usize,
-    /// Not recorded in Redis.
+    /// The `flotilla-pool` version it runs, as it recorded on joining.
     pub(crate) version: Option<String>,
 }
 
@@ -110,8 +110,10 @@ impl From<flotilla_pool::Error> for ApiError {
                 StatusCode::BAD_REQUEST
             }
             E::StartFailed { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            E::JobNotFound(_) => StatusCode::NOT_FOUND,
-            E::JobExists(_) | E::AlreadyDispatched { .. } => StatusCode::CONFLICT,
+            E::JobNotFound(_) | E::UnknownWorker(_) => StatusCode::NOT_FOUND,
+            E::JobExists(_) | E::AlreadyDispatched { .. } | E::WorkerAlive { .. } => {
+                StatusCode::CONFLICT
+            }
             E::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             E::Unavailable(_) => return ApiError::unreachable(&e.to_string()),
             E::NoActiveWorker(_)
@@ -148,15 +150,14 @@ pub(crate) fn overview_of(state: &Shared, reading: &Reading) -> Overview {
                 id: n.id.clone(),
                 host: workers.first().map(|w| w.host.clone()),
                 pid: workers.first().map(|w| w.pid),
-                age_ms: workers
-                    .iter()
-                    .map(|w| w.created_at_ms)
-                    .min()
+                age_ms: n
+                    .joined_at_ms
+                    .or_else(|| workers.iter().map(|w| w.created_at_ms).min())
                     .map(|t| snap.server_time_ms.saturating_sub(t)),
                 keepalive_age_ms: n.keepalive_age_ms,
                 workers: n.workers,
                 jobs: n.jobs,
-                version: None,
+                version: n.version.clone(),
             }
         })
         .collect();

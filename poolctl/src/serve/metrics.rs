@@ -48,7 +48,7 @@ fn pool_gauges(out: &mut String, state: &Shared, reading: &Reading) {
     let snap = &reading.snapshot;
     let pool = label(&snap.pool);
     gauge_help(out, "flotilla_pool_workers", "Registered workers by state.");
-    for s in ["active", "stale", "cleaning"] {
+    for s in ["active", "stale", "cleaning", "drained"] {
         let n = snap
             .workers
             .iter()

@@ -111,6 +111,7 @@ pub(crate) fn router(state: Shared) -> Router {
         .route("/api/jobs/{key}/dispatch", post(actions::dispatch))
         .route("/api/jobs/{key}/requeue", post(actions::requeue))
         .route("/api/workers/{id}/drain", post(actions::drain))
+        .route("/api/workers/{id}/undrain", post(actions::undrain))
         .route("/api/workers/{id}/remove", post(actions::remove))
         .fallback(api::not_found)
         .with_state(state)

@@ -47,7 +47,8 @@ fn layout(state: &Shared, page: &str, error: Option<&ApiError>, content: Markup)
                 title { (title) " · " (state.pool) " · poolctl" }
                 link rel="stylesheet" href="/static/app.css";
             }
-            body data-page=(page) data-pool=(state.pool) data-empty=[error.map(|_| "1")] {
+            body data-page=(page) data-pool=(state.pool) data-empty=[error.map(|_| "1")]
+                data-admin=[state.admin_token.as_ref().map(|_| "1")] {
                 header {
                     div.brand { "Flotilla " span.pool { (state.pool) } }
                     nav {
@@ -91,7 +92,11 @@ pub(crate) async fn overview(State(state): State<Shared>) -> Response {
         let reading = api::reading(&state).await?;
         let view = api::overview_of(&state, &reading);
         let history = api::history_series(&state).await.ok();
-        Ok(overview_body(&view, history.as_ref()))
+        Ok(overview_body(
+            &view,
+            history.as_ref(),
+            state.admin_token.is_some(),
+        ))
     }
     .await;
     page(&state, "overview", content)
@@ -101,7 +106,21 @@ fn ago(ms: Option<u64>) -> String {
     format::ago(ms)
 }
 
-fn overview_body(v: &Overview, history: Option<&HistorySeries>) -> Markup {
+/// The admin buttons of a worker row (`app.js` renders the same).
+fn worker_actions(state: &str) -> Markup {
+    html! {
+        td.actions {
+            @if state == "drained" {
+                button data-worker-action="undrain" { "Undrain" }
+            } @else {
+                button data-worker-action="drain" { "Drain" }
+            }
+            button data-worker-action="remove" { "Remove" }
+        }
+    }
+}
+
+fn overview_body(v: &Overview, history: Option<&HistorySeries>, admin: bool) -> Markup {
     let s = &v.status;
     let c = &s.counts;
     let card = |key: &str, value: String, label: &str| {
@@ -128,9 +147,21 @@ fn overview_body(v: &Overview, history: Option<&HistorySeries>) -> Markup {
             }
         }
         h2 { "Workers" }
+        @if admin {
+            section.actions #worker-actions {
+                p {
+                    "Drain: no new job goes to the worker and its jobs move to others. "
+                    "Remove: requeue a dead worker's jobs now (refused while it renews). "
+                    "Sent with your admin token as a bearer header (kept in this tab only)."
+                }
+                input #admin-token type="password" placeholder="admin token" autocomplete="off";
+                pre #action-result {}
+            }
+        }
         table #workers {
             thead { tr { th { "worker" } th { "state" } th { "node" } th { "host" } th { "pid" }
-                th { "keep-alive" } th.n { "jobs" } th.n { "inbox" } } }
+                th { "keep-alive" } th.n { "jobs" } th.n { "inbox" }
+                @if admin { th { "actions" } } } }
             tbody #workers-body {
                 @for w in &s.workers {
                     tr data-worker=(w.id) {
@@ -140,9 +171,10 @@ fn overview_body(v: &Overview, history: Option<&HistorySeries>) -> Markup {
                         td { (w.host) } td { (w.pid) }
                         td { (ago(w.keepalive_age_ms)) }
                         td.n { (w.jobs) } td.n { (w.inbox_length) }
+                        @if admin { (worker_actions(w.state)) }
                     }
                 }
-                @if s.workers.is_empty() { tr { td colspan="8" { "no worker" } } }
+                @if s.workers.is_empty() { tr { td colspan=(if admin { "9" } else { "8" }) { "no worker" } } }
             }
         }
         h2 { "Nodes" }

@@ -14,7 +14,8 @@
 --       ms (0: none), the schedule leader token (0: not a schedule's
 --       dispatch), and the KEYS indices of the schedule's job set and lock
 -- Returns, per admission: {'ok', token} | {'exists'} | {'recovering'}
---       | {'recent', ms left} | {'not_leader'} | {'no_worker'} | {'full', len}.
+--       | {'recent', ms left} | {'not_leader'} | {'no_worker'} (the owner is
+--       gone, being cleaned up or drained) | {'full', len}.
 -- The pending guard is "<token> <deadline_ms> <node>/<request>", which makes
 -- a retry of the same admission (lost reply) answer 'ok' again.
 -- The marker is "<admitted_ms> <token>"; with a window, a key admitted less
@@ -32,8 +33,7 @@ local pending = rmap_batch(PENDING[1], PENDING[2], PENDING[3])
 local live = {}
 local function worker_live(worker)
   if live[worker] == nil then
-    live[worker] = redis.call('HEXISTS', WORKERS[1], worker) == 1
-      and redis.call('HEXISTS', cleanup, worker) == 0
+    live[worker] = worker_active(worker, cleanup)
   end
   return live[worker]
 end

@@ -83,6 +83,19 @@ local function next_token(key)
   return token
 end
 
+-- Whether `worker` may be given jobs: registered, not being cleaned up
+-- (`cleanup`: the cleanup hash) and not drained. A drained worker's record
+-- carries "drained_at_ms" (see drain_worker.lua); records are written by
+-- cjson alone (no spaces), and a host or node name holding that text is
+-- escaped (\"), so a plain find cannot match anything but the field.
+local function worker_active(worker, cleanup)
+  local record = mget(WORKERS, worker)
+  if not record or redis.call('HEXISTS', cleanup, worker) == 1 then
+    return false
+  end
+  return not string.find(record, '"drained_at_ms":', 1, true)
+end
+
 -- "<worker> <token>" → worker
 local function owner_of(v)
   if not v then return nil end

@@ -5,7 +5,8 @@
 -- ARGV: base, 4 job key, 5 expected owner ('-': the job must be an orphan:
 --       no owner, no pending dispatch), 6 target worker, 7 pending ttl ms,
 --       8 inbox maxlen, 9 worker ttl ms (the recovery window after a data loss)
--- Returns {'ok', token} | {'not_owner'} | {'no_target'} | {'no_payload'}
+-- Returns {'ok', token} | {'not_owner'} | {'no_target'} (the target is gone,
+--       being cleaned up or drained) | {'no_payload'}
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
 --       from a data loss: a worker that runs it may not have re-asserted yet)
 local key, expected, target = ARGV[4], ARGV[5], ARGV[6]
@@ -19,7 +20,7 @@ if expected == '-' then
 elseif owner_of(mget(JOBS, key)) ~= expected then
   return {'not_owner'}
 end
-if redis.call('HEXISTS', WORKERS[1], target) == 0 or redis.call('HEXISTS', KEYS[10], target) == 1 then
+if not worker_active(target, KEYS[10]) then
   return {'no_target'}
 end
 if expected ~= '-' then mdel(JOBS, key) end

@@ -8,8 +8,9 @@
 -- pending guard alike): the dead or silent worker may have started it just
 -- before it went quiet (a start is recorded after the handler's `start`),
 -- and the run elsewhere must be fenced off from that one.
--- Returns 'ok' | 'no_target' | 'gone'
-if redis.call('HEXISTS', WORKERS[1], ARGV[7]) == 0 or redis.call('HEXISTS', KEYS[11], ARGV[7]) == 1 then
+-- Returns 'ok' | 'no_target' (the target is gone, being cleaned up or
+-- drained) | 'gone'
+if not worker_active(ARGV[7], KEYS[11]) then
   return 'no_target'
 end
 if redis.call('XDEL', KEYS[9], ARGV[4]) == 0 then

@@ -4,6 +4,7 @@
 (function () {
   "use strict";
   var page = document.body.dataset.page;
+  var admin = document.body.dataset.admin === "1";
   var banner = document.getElementById("banner");
   var status = document.getElementById("redis-status");
   // Chart geometry: keep in step with charts.rs.
@@ -53,6 +54,14 @@
   function td(v, cls) { return "<td" + (cls ? ' class="' + cls + '"' : "") + ">" + v + "</td>"; }
   function code(v) { return "<code>" + esc(v) + "</code>"; }
 
+  // The admin buttons of a worker row (pages.rs renders the same).
+  function workerActions(state) {
+    var drain = state === "drained"
+      ? '<button data-worker-action="undrain">Undrain</button>'
+      : '<button data-worker-action="drain">Drain</button>';
+    return td(drain + '<button data-worker-action="remove">Remove</button>', "actions");
+  }
+
   function renderOverview(v) {
     var counts = {
       running: v.jobs_by_state.running,
@@ -77,8 +86,9 @@
         td('<a href="/jobs?worker=' + encodeURIComponent(w.id) + '">' + code(w.id) + "</a>") +
         td('<span class="state ' + esc(w.state) + '">' + esc(w.state) + "</span>") +
         td(code(w.node)) + td(esc(w.host)) + td(esc(w.pid)) + td(esc(ago(w.keepalive_age_ms))) +
-        td(esc(w.jobs), "n") + td(esc(w.inbox_length), "n") + "</tr>";
-    }, "no worker", 8);
+        td(esc(w.jobs), "n") + td(esc(w.inbox_length), "n") +
+        (admin ? workerActions(w.state) : "") + "</tr>";
+    }, "no worker", admin ? 9 : 8);
     fill("nodes-body", v.node_details, function (n) {
       return "<tr>" + td(code(n.id)) + td(esc(n.host)) + td(esc(n.pid)) +
         td(esc(n.age_ms == null ? "-" : dur(n.age_ms))) + td(esc(ago(n.keepalive_age_ms))) +
@@ -140,25 +150,44 @@
     poll("/api/overview", null, 5000);
   }
 
-  var actions = document.getElementById("actions");
-  if (actions) {
+  // Posts an admin action with the token of the input, shows the answer.
+  function act(url, what) {
     var input = document.getElementById("admin-token");
     var out = document.getElementById("action-result");
-    if (input) input.value = sessionStorage.getItem("poolctl-admin-token") || "";
+    var token = input ? input.value : "";
+    sessionStorage.setItem("poolctl-admin-token", token);
+    out.textContent = what + "…";
+    fetch(url, { method: "POST", headers: { Authorization: "Bearer " + token } })
+      .then(function (r) {
+        return r.json().catch(function () { return {}; }).then(function (body) {
+          out.textContent = r.status + ": " + (body.message || body.error || "");
+        });
+      })
+      .catch(function (e) { out.textContent = e.message; });
+  }
+
+  var tokenInput = document.getElementById("admin-token");
+  if (tokenInput) tokenInput.value = sessionStorage.getItem("poolctl-admin-token") || "";
+
+  var actions = document.getElementById("actions");
+  if (actions) {
     actions.querySelectorAll("button[data-action]").forEach(function (button) {
       button.addEventListener("click", function () {
-        var token = input ? input.value : "";
-        sessionStorage.setItem("poolctl-admin-token", token);
         var url = "/api/jobs/" + encodeURIComponent(actions.dataset.key) + "/" + button.dataset.action;
-        out.textContent = button.dataset.action + "…";
-        fetch(url, { method: "POST", headers: { Authorization: "Bearer " + token } })
-          .then(function (r) {
-            return r.json().catch(function () { return {}; }).then(function (body) {
-              out.textContent = r.status + ": " + (body.message || body.error || "");
-            });
-          })
-          .catch(function (e) { out.textContent = e.message; });
+        act(url, button.dataset.action);
       });
+    });
+  }
+
+  // Worker rows are re-rendered on every refresh: one listener on the table.
+  var workers = document.getElementById("workers");
+  if (workers && admin) {
+    workers.addEventListener("click", function (e) {
+      var button = e.target.closest("button[data-worker-action]");
+      if (!button) return;
+      var id = button.closest("tr").dataset.worker;
+      var action = button.dataset.workerAction;
+      act("/api/workers/" + encodeURIComponent(id) + "/" + action, action + " " + id);
     });
   }
 })();

@@ -686,3 +686,4 @@ impl Handler for HookOnStop {
 }
 
 mod data_loss;
+mod sweeper;

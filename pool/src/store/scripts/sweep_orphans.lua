@@ -40,23 +40,38 @@ local function is_registered(worker)
   return registered[worker]
 end
 
--- The orphan state of `key` ('-' or its record), or nil when not an orphan.
--- A record that does not parse is not an orphan (cleanup reports it).
-local function orphan_state(key)
+-- The page's keys, and their records read in chunks (one HMGET per
+-- chunk rather than one call per key; a chunk stays far below what
+-- `unpack` can take).
+local fields = page[2]
+local keys = {}
+for i = 1, #fields, stride do keys[#keys + 1] = fields[i] end
+local records = {}
+for first = 1, #keys, 1000 do
+  local last = math.min(first + 999, #keys)
+  local chunk = redis.call('HMGET', JOBS[1], unpack(keys, first, last))
+  for i = 1, #chunk do records[first + i - 1] = chunk[i] end
+end
+
+-- The orphan state of a key ('-' or its record), or nil when not an
+-- orphan. A record that does not parse is not an orphan (cleanup reports
+-- it). Most keys have a live owner and cost no further call.
+local function orphan_state(key, record)
+  local state = '-'
+  if record then
+    local owner = string.match(record, '^(%S+) %d+$')
+    if (not owner) or is_registered(owner) then return nil end
+    state = record
+  end
   if redis.call('HEXISTS', PENDING[1], key) == 1 then return nil end
-  local record = mget(JOBS, key)
-  if not record then return '-' end
-  local owner = string.match(record, '^(%S+) %d+$')
-  if owner and not is_registered(owner) then return record end
-  return nil
+  return state
 end
 
 local marked = redis.call('HLEN', MARKS) > 0
 local reply = {page[1], '0'}
-local fields = page[2]
-for i = 1, #fields, stride do
-  local key = fields[i]
-  local state = orphan_state(key)
+for i = 1, #keys do
+  local key = keys[i]
+  local state = orphan_state(key, records[i] or nil)
   if state then
     local seen = state .. ' ' .. (redis.call('HGET', FENCING, key) or '0')
     local mark = marked and redis.call('HGET', MARKS, key)

@@ -31,8 +31,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     .await?;
 
     ctx.progress("idle", &format!("starting {nodes} worker processes"));
-    let spawns = (0..nodes)
-        .map(|_| WorkerProcess::spawn(&ctx.url, &pool, ttl, 1, Duration::from_secs(120)));
+    let spawns =
+        (0..nodes).map(|_| WorkerProcess::spawn(&ctx.url, &pool, ttl, 1, Duration::from_secs(120)));
     let children = futures::future::try_join_all(spawns).await?;
     flotilla_testkit::wait_until(Duration::from_secs(60), "all workers registered", || {
         let node = dispatcher.clone();
@@ -95,7 +95,9 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     report.push(
         nodes_figure
             .at_most(2.0, "< 2% of a core, all together")
-            .detail(format!("/proc/<pid>/stat of every worker process, summed; {shape}")),
+            .detail(format!(
+                "/proc/<pid>/stat of every worker process, summed; {shape}"
+            )),
     );
 
     ctx.progress("idle", "stopping the worker processes");

@@ -153,7 +153,10 @@ async fn orphans_are_requeued_once_and_not_before_the_grace() {
     for key in &keys {
         assert_eq!(starts.count(key), 1, "{key} started once");
     }
-    assert_eq!(sweeper(&client, &name).await.as_deref(), Some(holder.as_str()));
+    assert_eq!(
+        sweeper(&client, &name).await.as_deref(),
+        Some(holder.as_str())
+    );
     for node in nodes {
         node.close().await.unwrap();
     }
@@ -189,10 +192,7 @@ async fn a_stale_pending_guard_is_removed_and_its_job_runs() {
     })
     .await
     .unwrap();
-    let live: bool = client
-        .hexists(pending_hash.as_str(), "live")
-        .await
-        .unwrap();
+    let live: bool = client.hexists(pending_hash.as_str(), "live").await.unwrap();
     assert!(live, "a guard within its deadline was removed");
     node.close().await.unwrap();
 }
@@ -215,9 +215,11 @@ async fn another_node_sweeps_when_the_sweeper_closes() {
     let second = Node::join(&client, &name, options()).await.unwrap();
     let _w2 = Worker::new(&second, starts.clone()).await.unwrap();
     first.close().await.unwrap();
-    wait_until(Duration::from_secs(10), "the second node sweeps", || async {
-        sweeper(&client, &name).await.as_deref() == Some(second.id())
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "the second node sweeps",
+        || async { sweeper(&client, &name).await.as_deref() == Some(second.id()) },
+    )
     .await
     .unwrap();
     plant_orphan(&second, "after-close", None).await;

@@ -550,3 +550,6 @@ async fn lifecycle_scripts_answer_each_status() {
     assert!(s.forget_failed_job("flaky").await.unwrap());
     assert!(!s.forget_failed_job("flaky").await.unwrap());
 }
+
+#[path = "sweep_tests.rs"]
+mod sweep_tests;

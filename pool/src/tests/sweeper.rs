@@ -272,3 +272,45 @@ async fn another_node_sweeps_when_the_sweeper_is_cut_off() {
     survivor.close().await.unwrap();
     drop(doomed);
 }
+
+/// A dead worker's jobs are listed from Redis, not from the cleaner's
+/// replica: a job recorded behind the replica's back (as a replica can be
+/// stale after a restart) moves with the dead worker's cleanup, long
+/// before the orphan sweep's grace would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_workers_job_the_replica_never_saw_is_requeued_by_its_cleanup() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("sweep-hidden");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let starts = Starts::default();
+    let options = options().orphan_grace(Duration::from_secs(600));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let _worker = Worker::new(&node, starts.clone()).await.unwrap();
+    let store = &node.inner.store;
+    // A worker that registers and never renews: dead after a TTL.
+    store
+        .register("ghost", r#"{"node":"n-gone","host":"h","pid":1}"#)
+        .await
+        .unwrap();
+    plant_orphan(&node, "hidden", None).await;
+    let jobs_hash = store.maps.jobs.keys_info().hash.clone();
+    let _: i64 = client
+        .hset(jobs_hash.as_str(), ("hidden", "ghost 9"))
+        .await
+        .unwrap();
+    assert!(store.maps.jobs.get("hidden").is_none(), "replica saw it");
+    wait_until(Duration::from_secs(10), "the hidden job runs", || async {
+        starts.count("hidden") == 1
+    })
+    .await
+    .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the dead worker removed",
+        || async { !node.pool_workers().iter().any(|w| w.id == "ghost") },
+    )
+    .await
+    .unwrap();
+    assert_eq!(starts.count("hidden"), 1);
+    node.close().await.unwrap();
+}

@@ -68,6 +68,15 @@ struct Cli {
     /// Workers of the scale section.
     #[arg(long, default_value_t = 500)]
     scale_workers: usize,
+    /// Running jobs of the idle section.
+    #[arg(long, default_value_t = 200_000)]
+    idle_jobs: usize,
+    /// Worker processes (one node, one worker each) of the idle section.
+    #[arg(long, default_value_t = 8)]
+    idle_nodes: usize,
+    /// Length of the idle section's measuring window, in seconds.
+    #[arg(long, default_value_t = 30)]
+    idle_seconds: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,6 +102,8 @@ enum Section {
     Rebalance,
     /// 100,000 jobs on 500 workers: memory, node join.
     Scale,
+    /// 200,000 jobs on 8 idle nodes: Redis and node CPU.
+    Idle,
     /// Replicated map figures.
     Rmap,
     /// Stream figures.
@@ -114,6 +125,12 @@ pub struct Opts {
     pub scale_jobs: usize,
     /// `--scale-workers`.
     pub scale_workers: usize,
+    /// `--idle-jobs`.
+    pub idle_jobs: usize,
+    /// `--idle-nodes`.
+    pub idle_nodes: usize,
+    /// `--idle-seconds`.
+    pub idle_seconds: u64,
 }
 
 impl Opts {
@@ -188,6 +205,9 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
         kills: cli.kills.max(1),
         scale_jobs: cli.scale_jobs.max(1),
         scale_workers: cli.scale_workers.max(1),
+        idle_jobs: cli.idle_jobs.max(1),
+        idle_nodes: cli.idle_nodes.max(1),
+        idle_seconds: cli.idle_seconds.max(1),
     };
     let ctx = Ctx {
         url,
@@ -221,6 +241,7 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
             Section::Failover => sections::failover::run(&ctx, &mut report).await,
             Section::Rebalance => sections::rebalance::run(&ctx, &mut report).await,
             Section::Scale => sections::scale::run(&ctx, &mut report).await,
+            Section::Idle => sections::idle::run(&ctx, &mut report).await,
             Section::Rmap => sections::rmap::run(&ctx, &mut report).await,
             Section::Stream => sections::stream::run(&ctx, &mut report).await,
         };

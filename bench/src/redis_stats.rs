@@ -103,7 +103,17 @@ pub async fn redis_cpu_seconds(client: &Client) -> Result<f64, BoxError> {
 /// `/proc/self/stat` (clock ticks of 10 ms, the Linux default); `None`
 /// where `/proc` is missing.
 pub fn process_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    process_cpu_seconds_of(None)
+}
+
+/// CPU seconds (user + system) of process `pid` (`None`: this one), from
+/// `/proc/<pid>/stat`; `None` where `/proc` is missing.
+pub fn process_cpu_seconds_of(pid: Option<u32>) -> Option<f64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".to_string(),
+    };
+    let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the command name, which is in parentheses.
     let rest = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();

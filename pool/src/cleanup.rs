@@ -1,4 +1,5 @@
-//! Cleanup: dead workers, stale pending dispatches and orphaned jobs.
+//! Cleanup of dead workers (orphaned jobs and stale pending dispatches
+//! are swept by the pool's sweeper, see `sweeper.rs`).
 //!
 //! Any node may find a worker dead: its keep-alive (server time) is older
 //! than the TTL by the server's clock. The node claims the cleanup with
@@ -6,7 +7,11 @@
 //! taken over), requeues the worker's jobs and the unprocessed events of
 //! its inbox to their new owners — retrying with exponential backoff, never
 //! dropping — and then removes the worker. Every step is a conditional
-//! script, so concurrent cleaners requeue each job once (I3).
+//! script, so concurrent cleaners requeue each job once (I3). The dead
+//! worker's jobs are listed from Redis (`owned_page.lua`, an `HSCAN` of
+//! the jobs hash filtered by owner), never from a node's replica, which
+//! can be stale after a restart. The check itself reads only the small
+//! membership maps, so an idle node does no per-job work.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,21 +20,24 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use fred::prelude::*;
-use tokio::time::Instant;
 
 use crate::codec::{self, EV_START, KeyedRequest, StartEntry};
 use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::store::call::from_redis;
-use crate::store::records::{WorkerEntry, job_owner, pending_guard};
-use crate::store::{ClaimStatus, DeadWorkerClaim, Handoff, Moved, Removed};
+use crate::store::records::{WorkerEntry, job_owner};
+use crate::store::{ClaimStatus, DeadWorkerClaim, Handoff, Moved, Removed, SCAN_START};
 
 /// Most inbox entries read per page when moving a dead worker's inbox.
 const INBOX_PAGE: u64 = 200;
 
+/// Jobs-hash entries read per page when listing a worker's jobs (a
+/// cleanup lists them all at once: it must be done within the failover
+/// bound, so pages are larger than the sweeper's).
+const OWNED_PAGE: usize = 1000;
+
 impl NodeInner {
     pub(crate) async fn cleanup_loop(self: Arc<Self>) {
-        let mut orphans: HashMap<String, Instant> = HashMap::new();
         let mut interval = tokio::time::interval(self.options.cleanup_interval);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -37,20 +45,20 @@ impl NodeInner {
                 _ = self.cancel.cancelled() => return,
                 _ = interval.tick() => {}
             }
-            if let Err(e) = self.sweep(&mut orphans).await {
-                tracing::warn!(node = %self.id, error = %e, "cleanup sweep failed");
+            if let Err(e) = self.check_dead_workers().await {
+                tracing::warn!(node = %self.id, error = %e, "dead-worker check failed");
             }
         }
     }
 
-    /// One pass: dead workers, stale nodes, stale pending guards, orphans.
-    pub(crate) async fn sweep(&self, orphans: &mut HashMap<String, Instant>) -> Result<()> {
-        let now = self.store.server_time_ms().await?;
-        if !self.recently_connected().await {
-            self.clean_dead_workers(now).await;
+    /// One pass over the membership maps: dead workers, stale nodes.
+    pub(crate) async fn check_dead_workers(&self) -> Result<()> {
+        if self.recently_connected().await {
+            return Ok(());
         }
-        self.clean_stale_pending(now).await;
-        self.requeue_orphans(orphans).await
+        let now = self.store.server_time_ms().await?;
+        self.clean_dead_workers(now).await;
+        Ok(())
     }
 
     async fn clean_dead_workers(&self, now: u64) {
@@ -134,29 +142,36 @@ impl NodeInner {
         self.remove_worker_entry(worker).await
     }
 
-    /// Requeues every job the jobs map says `worker` owns.
+    /// Requeues every job Redis says `worker` owns, listed page by page
+    /// from the jobs hash. A page that fails is retried with backoff; past
+    /// that the rest waits for the orphan sweep (the worker is removed
+    /// afterwards, which makes its jobs orphans).
     pub(crate) async fn requeue_owned_by(&self, worker: &str) {
-        let owned: Vec<String> = self
-            .store
-            .maps
-            .jobs
-            .snapshot()
-            .iter()
-            .filter(|(k, v)| match job_owner(v) {
-                Some((w, _)) => w == worker,
-                // A record that does not parse is an error to see, not a
-                // job to skip: it is requeued if it names this worker (the
-                // move script reads only the owner part).
-                None => {
-                    tracing::error!(key = %k, record = %v, "malformed jobs-map record");
-                    self.metrics.malformed_records.increment(1);
-                    v.split(' ').next() == Some(worker)
+        let mut cursor = SCAN_START.to_string();
+        loop {
+            let page = (|| self.store.owned_page(worker, &cursor, OWNED_PAGE))
+                .retry(
+                    ExponentialBuilder::default()
+                        .with_min_delay(Duration::from_millis(20))
+                        .with_max_delay(Duration::from_secs(2))
+                        .with_max_times(8),
+                )
+                .when(|e| !matches!(e, Error::Closed))
+                .await;
+            let page = match page {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(worker, error = %e, "listing a worker's jobs failed; the orphan sweep requeues the rest");
+                    return;
                 }
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in owned {
-            self.requeue_job(&key, worker).await;
+            };
+            for key in page.keys {
+                self.requeue_job(&key, worker).await;
+            }
+            if page.cursor == SCAN_START {
+                return;
+            }
+            cursor = page.cursor;
         }
     }
 
@@ -331,64 +346,5 @@ impl NodeInner {
             self.requeue_worker_inbox(worker).await?;
         }
         Err(Error::Timeout(Duration::ZERO))
-    }
-
-    /// Removes pending guards whose deadline (server time) passed; the job
-    /// then shows up as an orphan and is requeued after the grace period.
-    async fn clean_stale_pending(&self, now: u64) {
-        for (key, value) in self.store.maps.pending.snapshot().iter() {
-            let Some((_, deadline)) = pending_guard(value) else {
-                continue;
-            };
-            if deadline < now {
-                match self.store.maps.pending.test_and_delete(key, value).await {
-                    Ok(true) => tracing::info!(key, "stale pending dispatch removed"),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(key, error = %e, "removing stale pending failed"),
-                }
-            }
-        }
-    }
-
-    /// Requeues jobs that have a payload but neither a live owner nor a
-    /// pending dispatch, once they stayed so for the orphan grace period.
-    async fn requeue_orphans(&self, seen: &mut HashMap<String, Instant>) -> Result<()> {
-        let stored = self.store.payload_keys().await?;
-        let jobs = self.store.maps.jobs.snapshot();
-        let pending = self.store.maps.pending.snapshot();
-        let workers = self.store.maps.workers.snapshot();
-        let mut current = HashMap::new();
-        for key in stored {
-            if pending.contains_key(&key) {
-                continue;
-            }
-            let orphan_owner = match jobs.get(&key) {
-                None => Some("-".to_string()),
-                Some(v) => match job_owner(v) {
-                    Some((w, _)) if workers.contains_key(w) => None,
-                    Some((w, _)) => Some(w.to_string()),
-                    None => None,
-                },
-            };
-            let Some(owner) = orphan_owner else { continue };
-            let since = seen.get(&key).copied().unwrap_or_else(Instant::now);
-            if since.elapsed() >= self.options.orphan_grace {
-                let ring = self.ring.load_full();
-                if let Some(target) = ring.owner(&key) {
-                    match self.handoff(&key, &owner, target).await {
-                        Ok(Handoff::Ok { .. }) => {
-                            tracing::warn!(key, previous_owner = %owner, "orphaned job requeued");
-                            self.metrics.orphans_requeued.increment(1);
-                            continue;
-                        }
-                        Ok(_) => continue,
-                        Err(e) => tracing::warn!(key, error = %e, "orphan requeue failed"),
-                    }
-                }
-            }
-            current.insert(key, since);
-        }
-        *seen = current;
-        Ok(())
     }
 }

@@ -52,6 +52,17 @@ pub(crate) fn fencing(pool: &str) -> String {
     format!("fl:{{{pool}}}:fencing")
 }
 
+/// Plain hash of orphan marks (job key → `"<since_ms> <record or '-'>
+/// <token>"`): when the orphan sweep first saw the key orphaned, and in
+/// which state (see `scripts/sweep_orphans.lua`).
+pub(crate) fn orphan_marks(pool: &str) -> String {
+    format!("fl:{{{pool}}}:orphans")
+}
+
+/// Name of the pool's sweeper lease (a leader lease with the pool as hash
+/// tag: `fl:{pool}:lock:sweeper`): its holder runs the pool-wide sweeps.
+pub(crate) const SWEEPER_LEASE: &str = "sweeper";
+
 /// Prefix of the stream names of worker inboxes.
 const INBOX_PREFIX: &str = "inbox:";
 

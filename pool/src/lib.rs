@@ -27,6 +27,7 @@ mod rollback;
 mod routing;
 mod start;
 mod store;
+mod sweeper;
 #[cfg(test)]
 mod tests;
 mod tombstones;

@@ -500,6 +500,8 @@ impl NodeInner {
             let me = self.clone();
             self.tasks.spawn(async move { me.cleanup_loop().await });
             let me = self.clone();
+            self.tasks.spawn(async move { me.sweeper_loop().await });
+            let me = self.clone();
             self.tasks.spawn(async move { me.rebalance_loop().await });
         }
     }

@@ -186,7 +186,20 @@ async fn json_reports_match_the_live_pool() {
     assert_eq!(st["counts"]["nodes"], 2);
     assert_eq!(st["counts"]["jobs"], 6);
     assert_eq!(st["counts"]["pending"], 0);
-    assert_eq!(st["counts"]["locks"], 1);
+    // The test's lock and the pool's sweeper lease, held by one of its nodes.
+    assert_eq!(st["counts"]["locks"], 2);
+    let l = live.json(&["locks", "--pool", &live.pool]).await;
+    let sweeper = l["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "sweeper")
+        .unwrap_or_else(|| panic!("no sweeper lease in {l}"));
+    assert!(
+        live.nodes.iter().any(|n| sweeper["owner"] == n.id()),
+        "sweeper lease held by {}",
+        sweeper["owner"]
+    );
     assert_eq!(st["shutdown_requested_by"], Value::Null);
     let pools = live.json(&["pools"]).await;
     let me = pools["pools"]

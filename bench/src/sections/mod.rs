@@ -2,6 +2,7 @@
 
 pub mod dispatch;
 pub mod failover;
+pub mod idle;
 pub mod rebalance;
 pub mod rmap;
 pub mod scale;

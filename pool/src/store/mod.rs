@@ -24,6 +24,7 @@ mod maps;
 pub(crate) mod records;
 mod registry;
 mod starts;
+mod sweep;
 #[cfg(test)]
 mod tests;
 mod workers;
@@ -39,6 +40,7 @@ pub(crate) use jobs::{EntryMove, Handoff, Moved, Routed, StopDone};
 pub(crate) use lifecycle::{EndArgs, EndRecorded};
 pub(crate) use maps::PoolMaps;
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
+pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{ClaimStatus, DeadWorkerClaim, DrainMark, Reassert, Reasserted, Removed};
 
 use crate::error::Result;
@@ -135,14 +137,6 @@ impl PoolStore {
             self.client.hget(self.maps.payloads_key(), key),
         )
         .await
-    }
-
-    /// Keys of every job with a stored payload.
-    pub(crate) async fn payload_keys(&self) -> Result<Vec<String>> {
-        self.client
-            .hkeys(self.maps.payloads_key())
-            .await
-            .map_err(call::from_redis)
     }
 
     /// Redis server time in ms.

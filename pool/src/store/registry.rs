@@ -79,6 +79,10 @@ pub(crate) struct Scripts {
     pub(crate) job_ended: PoolScript,
     pub(crate) job_restart: PoolScript,
     pub(crate) job_forget_failed: PoolScript,
+    pub(crate) sweep_orphans: PoolScript,
+    pub(crate) requeue_orphan: PoolScript,
+    pub(crate) sweep_pending: PoolScript,
+    pub(crate) owned_page: PoolScript,
     /// Removes the idempotency marker of an admission whose start was
     /// refused (plain).
     pub(crate) unmark: PoolScript,
@@ -120,6 +124,10 @@ impl Scripts {
             job_ended: pool_script!("job_ended"),
             job_restart: pool_script!("job_restart"),
             job_forget_failed: pool_script!("job_forget_failed"),
+            sweep_orphans: pool_script!("sweep_orphans"),
+            requeue_orphan: pool_script!("requeue_orphan"),
+            sweep_pending: pool_script!("sweep_pending"),
+            owned_page: pool_script!("owned_page"),
             unmark: PoolScript::plain("unmark", include_str!("scripts/unmark.lua")),
             schedule_forget: PoolScript::plain(
                 "schedule_forget",

@@ -674,3 +674,6 @@ async fn drain_script_answers_each_status_and_a_drained_worker_is_never_a_target
         DrainMark::Malformed
     );
 }
+
+#[path = "sweep_tests.rs"]
+mod sweep_tests;

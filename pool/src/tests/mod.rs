@@ -687,3 +687,4 @@ impl Handler for HookOnStop {
 
 mod data_loss;
 mod drain;
+mod sweeper;

@@ -1,0 +1,102 @@
+-- One step of the orphan sweep (run by the pool's elected sweeper): a page
+-- of the payloads hash (HSCAN cursor), each key checked against Redis's
+-- current state. An orphan is a payload with no pending dispatch and
+-- either no owner record or a record naming a worker that is not
+-- registered. A key is reported due only once it has been seen orphaned,
+-- in the same state (record and fencing token), for at least the grace
+-- period on server time: its first sighting leaves a mark
+-- "<since_ms> <record or '-'> <token>" in the marks hash, and a key seen
+-- not orphaned loses its mark. So a job between two dispatch steps, or a
+-- worker about to re-register and re-assert, is never requeued early, and
+-- a sweeper that takes over from another one keeps the marks it left.
+-- The same step prunes a page of the marks hash (marks of keys whose
+-- payload is gone). Nothing is requeued here: the caller picks the target
+-- on its ring and `requeue_orphan.lua` checks everything again.
+-- KEYS: base, 9 orphan marks hash
+-- ARGV: base, 4 payloads cursor, 5 marks cursor, 6 page size (HSCAN COUNT),
+--       7 grace ms, 8 worker ttl ms (the recovery window after a data
+--       loss), 9 the highest jobs-map revision the caller has seen
+-- Returns {payloads cursor, marks cursor, key 1, record 1 ('-': none), ...}
+-- for the due orphans (none while the pool recovers from a data loss).
+local MARKS = KEYS[9]
+local count, grace, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local now = now_ms()
+local paused = went_back(ARGV[9], ttl) or recovering(ttl)
+
+-- Keys only where the server has HSCAN NOVALUES (Redis 7.4); the values
+-- (payloads) otherwise come along and are skipped.
+local page = redis.pcall('HSCAN', PAYLOADS, ARGV[4], 'COUNT', count, 'NOVALUES')
+local stride = 1
+if page.err then
+  page = redis.call('HSCAN', PAYLOADS, ARGV[4], 'COUNT', count)
+  stride = 2
+end
+
+local registered = {}
+local function is_registered(worker)
+  if registered[worker] == nil then
+    registered[worker] = redis.call('HEXISTS', WORKERS[1], worker) == 1
+  end
+  return registered[worker]
+end
+
+-- The page's keys, and their records read in chunks (one HMGET per
+-- chunk rather than one call per key; a chunk stays far below what
+-- `unpack` can take).
+local fields = page[2]
+local keys = {}
+for i = 1, #fields, stride do keys[#keys + 1] = fields[i] end
+local records = {}
+for first = 1, #keys, 1000 do
+  local last = math.min(first + 999, #keys)
+  local chunk = redis.call('HMGET', JOBS[1], unpack(keys, first, last))
+  for i = 1, #chunk do records[first + i - 1] = chunk[i] end
+end
+
+-- The orphan state of a key ('-' or its record), or nil when not an
+-- orphan. A record that does not parse is not an orphan (cleanup reports
+-- it). Most keys have a live owner and cost no further call.
+local function orphan_state(key, record)
+  local state = '-'
+  if record then
+    local owner = string.match(record, '^(%S+) %d+$')
+    if (not owner) or is_registered(owner) then return nil end
+    state = record
+  end
+  if redis.call('HEXISTS', PENDING[1], key) == 1 then return nil end
+  return state
+end
+
+local marked = redis.call('HLEN', MARKS) > 0
+local reply = {page[1], '0'}
+for i = 1, #keys do
+  local key = keys[i]
+  local state = orphan_state(key, records[i] or nil)
+  if state then
+    local seen = state .. ' ' .. (redis.call('HGET', FENCING, key) or '0')
+    local mark = marked and redis.call('HGET', MARKS, key)
+    local since, what = nil, nil
+    if mark then since, what = string.match(mark, '^(%d+) (.*)$') end
+    if what ~= seen then
+      redis.call('HSET', MARKS, key, string.format('%d ', now) .. seen)
+      marked = true
+    elseif (not paused) and now - tonumber(since) >= grace then
+      reply[#reply + 1] = key
+      reply[#reply + 1] = state
+    end
+  elseif marked then
+    redis.call('HDEL', MARKS, key)
+  end
+end
+
+if marked then
+  local marks = redis.call('HSCAN', MARKS, ARGV[5], 'COUNT', count)
+  reply[2] = marks[1]
+  local listed = marks[2]
+  for i = 1, #listed, 2 do
+    if redis.call('HEXISTS', PAYLOADS, listed[i]) == 0 then
+      redis.call('HDEL', MARKS, listed[i])
+    end
+  end
+end
+return reply

@@ -21,6 +21,7 @@ use fred::types::Message as FredMessage;
 use tokio::sync::{Mutex, broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use crate::error::Error;
 
@@ -126,6 +127,8 @@ struct Inner {
     resyncs: watch::Receiver<u64>,
     next_id: AtomicU64,
     cancel: CancellationToken,
+    /// Tracks the router and, through each [`Subscription`]'s token, every
+    /// map joined here: [`Subscriptions::close`] returns once all ended.
     tracker: TaskTracker,
 }
 
@@ -134,6 +137,8 @@ pub(crate) struct Subscription {
     id: u64,
     channel: String,
     hub: Subscriptions,
+    /// Keeps [`Subscriptions::close`] waiting until the map has closed.
+    token: Option<TaskTrackerToken>,
     /// The map owns the connection (a map joined with its own): closing
     /// the map closes it.
     owns_hub: bool,
@@ -164,10 +169,11 @@ impl Subscriptions {
                 .unwrap_or_else(|| ReconnectPolicy::new_exponential(0, 50, 2_000, 2)),
         );
         let subscriber = builder.build_subscriber_client()?;
-        // Receivers first: nothing published after `init` is missed.
+        subscriber.init().await?;
+        // After `init`, whose first connection is not a reconnect; before
+        // any channel is subscribed, so no message is missed.
         let messages = subscriber.message_rx();
         let reconnects = subscriber.reconnect_rx();
-        subscriber.init().await?;
         let routes = Arc::new(ArcSwap::from_pointee(Routes::new()));
         let (resyncs_tx, resyncs) = watch::channel(0);
         let cancel = CancellationToken::new();
@@ -216,9 +222,9 @@ impl Subscriptions {
         self.inner.cancel.is_cancelled()
     }
 
-    /// Ends the router and the connection, and waits for them. Every map
-    /// still joined through it closes (its local reads keep the last
-    /// content; writes fail with [`Error::Closed`]). Idempotent.
+    /// Ends the router and the connection, and waits for them and for
+    /// every map still joined through it to close (their local reads keep
+    /// the last content; writes fail with [`Error::Closed`]). Idempotent.
     pub async fn close(&self) {
         self.inner.cancel.cancel();
         self.inner.tracker.wait().await;
@@ -262,6 +268,7 @@ impl Subscriptions {
             id,
             channel: channel.to_string(),
             hub: self.clone(),
+            token: Some(inner.tracker.token()),
             owns_hub,
         };
         if let Err(error) = inner.subscriber.ssubscribe(channel).await {
@@ -304,7 +311,9 @@ impl Subscription {
 
     /// Leaves the channel: `SUNSUBSCRIBE` once no other map on this
     /// connection listens to it; closes the connection when the map owns it.
-    pub(crate) async fn close(self) {
+    pub(crate) async fn close(mut self) {
+        // Its own close must not wait for it.
+        drop(self.token.take());
         if self.owns_hub {
             self.hub.close().await;
             return;

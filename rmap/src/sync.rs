@@ -356,7 +356,9 @@ impl SyncTask {
     }
 
     async fn shutdown(self) {
-        self.subscription.close().await;
+        // Closed first: once the connection's close returns, no map on it
+        // takes writes any more.
         self.shared.close();
+        self.subscription.close().await;
     }
 }

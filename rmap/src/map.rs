@@ -18,7 +18,7 @@ use crate::keys::MapKeys;
 use crate::lua::SCRIPTS;
 use crate::options::MapOptions;
 use crate::replica::{Shared, State};
-use crate::subscriptions::{Subscriptions, SubscriptionsOptions};
+use crate::subscriptions::{Subscribed, Subscriptions, SubscriptionsOptions};
 use crate::sync::{ResyncRequest, SyncTask, load_snapshot, new_token};
 
 /// A Redis hash mirrored in memory, kept current over pub/sub.
@@ -122,7 +122,11 @@ impl Map {
     ) -> Result<Map, Error> {
         let keys = MapKeys::new(name, options.hash_tag.as_deref())?;
         let client = subscriptions.client();
-        let (subscription, messages, resyncs) = subscriptions
+        let Subscribed {
+            subscription,
+            messages,
+            resyncs,
+        } = subscriptions
             .subscribe(
                 keys.channel.as_str(),
                 options.message_buffer,

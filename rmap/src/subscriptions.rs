@@ -132,6 +132,16 @@ struct Inner {
     tracker: TaskTracker,
 }
 
+/// What a map gets when it subscribes: its handle on the channel, its
+/// queue of messages, and the signal to resubscribe and resync.
+pub(crate) struct Subscribed {
+    pub(crate) subscription: Subscription,
+    pub(crate) messages: broadcast::Receiver<FredMessage>,
+    /// Changes when the connection reconnected (or the router dropped
+    /// messages); closed when the connection ends.
+    pub(crate) resyncs: watch::Receiver<u64>,
+}
+
 /// One map's subscription to its channel on a [`Subscriptions`].
 pub(crate) struct Subscription {
     id: u64,
@@ -238,14 +248,7 @@ impl Subscriptions {
         channel: &str,
         buffer: usize,
         owns_hub: bool,
-    ) -> Result<
-        (
-            Subscription,
-            broadcast::Receiver<FredMessage>,
-            watch::Receiver<u64>,
-        ),
-        Error,
-    > {
+    ) -> Result<Subscribed, Error> {
         let inner = &self.inner;
         let _order = inner.changes.lock().await;
         if self.is_closed() {
@@ -275,7 +278,11 @@ impl Subscriptions {
             self.remove_route(id, channel);
             return Err(error.into());
         }
-        Ok((subscription, messages, resyncs))
+        Ok(Subscribed {
+            subscription,
+            messages,
+            resyncs,
+        })
     }
 
     /// Removes one route; `true` when nobody else listens on `channel`.

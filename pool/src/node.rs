@@ -149,8 +149,10 @@ impl Node {
     /// Joins `pool`: joins its replicated maps, starts reading this node's
     /// reply stream, and starts the keep-alive, cleanup and rebalance tasks.
     ///
-    /// The client is shared (its commands are multiplexed); blocking reads
-    /// run on a dedicated connection the node opens itself.
+    /// The client is shared (its commands are multiplexed). The node opens
+    /// two more connections itself, whatever its worker count: one
+    /// subscriber shared by its replicated maps, and one for the blocking
+    /// read of its reply stream and all its workers' inboxes.
     ///
     /// # Errors
     /// [`Error::InvalidName`] for a bad pool name, [`Error::InvalidOptions`],

@@ -28,6 +28,10 @@ pub enum Error {
     /// The map was closed (or destroyed); no more writes or waits.
     #[error("the map is closed")]
     Closed,
+    /// The shared subscriber connection ([`Subscriptions`](crate::Subscriptions))
+    /// was closed: no map can join or resubscribe through it.
+    #[error("the shared subscriber connection is closed")]
+    SubscriptionsClosed,
     /// A wait did not finish in time.
     #[error("timed out after {0:?}")]
     Timeout(Duration),

@@ -9,6 +9,7 @@ pub mod lua;
 mod map;
 mod options;
 mod replica;
+mod subscriptions;
 mod sync;
 
 pub use error::Error;
@@ -16,3 +17,4 @@ pub use events::{MapEvent, MapEventKind, MapEvents};
 pub use keys::{MAX_NAME_LEN, MapKeys, check_name};
 pub use map::Map;
 pub use options::{MapOptions, MapTtl};
+pub use subscriptions::{Subscriptions, SubscriptionsOptions};

@@ -18,7 +18,8 @@ use crate::keys::MapKeys;
 use crate::lua::SCRIPTS;
 use crate::options::MapOptions;
 use crate::replica::{Shared, State};
-use crate::sync::{ResyncRequest, SyncTask, connect_subscriber, load_snapshot, new_token};
+use crate::subscriptions::{Subscribed, Subscriptions, SubscriptionsOptions};
+use crate::sync::{ResyncRequest, SyncTask, load_snapshot, new_token};
 
 /// A Redis hash mirrored in memory, kept current over pub/sub.
 ///
@@ -58,31 +59,90 @@ impl Map {
     /// Joins map `name`: subscribes to its channel first, then loads its
     /// content and revision atomically, then starts the task that applies
     /// the changes published after that snapshot. The map has its own
-    /// subscriber connection, built from `client`'s configuration.
+    /// subscriber connection, built from `client`'s configuration and
+    /// closed with the map; to share one connection among many maps, use
+    /// [`join_shared`](Map::join_shared).
     ///
     /// # Errors
     /// [`Error::InvalidName`] / [`Error::InvalidOptions`] for bad input,
     /// [`Error::Redis`] when Redis cannot be reached.
     pub async fn join(client: &Client, name: &str, options: MapOptions) -> Result<Map, Error> {
         options.validate()?;
-        let keys = MapKeys::new(name, options.hash_tag.as_deref())?;
-        let subscriber = connect_subscriber(client, &options).await?;
-        let messages = subscriber.message_rx();
-        let joined = async {
-            subscriber.ssubscribe(keys.channel.as_str()).await?;
-            let token = new_token();
-            let snapshot = load_snapshot(client, &keys, &token).await?;
-            Ok::<_, Error>((token, snapshot))
+        MapKeys::new(name, options.hash_tag.as_deref())?;
+        let own = Subscriptions::connect(
+            client,
+            SubscriptionsOptions::default().message_buffer(options.message_buffer),
+        )
+        .await?;
+        let joined = Map::join_via(&own, true, name, options).await;
+        if joined.is_err() {
+            own.close().await;
         }
-        .await;
-        let (token, snapshot) = match joined {
-            Ok(joined) => joined,
+        joined
+    }
+
+    /// Joins map `name` as [`join`](Map::join) does, but subscribes on the
+    /// shared connection `subscriptions` (and runs its commands on
+    /// [`Subscriptions::client`]) instead of opening a connection of its
+    /// own. Closing the map unsubscribes its channel only; closing
+    /// `subscriptions` closes the map.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(client: &fred::prelude::Client) -> Result<(), flotilla_rmap::Error> {
+    /// use flotilla_rmap::{Map, MapOptions, Subscriptions, SubscriptionsOptions};
+    /// let shared = Subscriptions::connect(client, SubscriptionsOptions::default()).await?;
+    /// let options = || MapOptions::default().hash_tag("app");
+    /// let (a, b) = tokio::try_join!(
+    ///     Map::join_shared(&shared, "a", options()),
+    ///     Map::join_shared(&shared, "b", options()),
+    /// )?;
+    /// a.set_and_wait("k", "v").await?;
+    /// shared.close().await; // closes `a` and `b` too
+    /// # drop(b); Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`join`](Map::join); [`Error::SubscriptionsClosed`] when
+    /// `subscriptions` was closed.
+    pub async fn join_shared(
+        subscriptions: &Subscriptions,
+        name: &str,
+        options: MapOptions,
+    ) -> Result<Map, Error> {
+        options.validate()?;
+        Map::join_via(subscriptions, false, name, options).await
+    }
+
+    async fn join_via(
+        subscriptions: &Subscriptions,
+        owns_subscriptions: bool,
+        name: &str,
+        options: MapOptions,
+    ) -> Result<Map, Error> {
+        let keys = MapKeys::new(name, options.hash_tag.as_deref())?;
+        let client = subscriptions.client();
+        let Subscribed {
+            subscription,
+            messages,
+            resyncs,
+        } = subscriptions
+            .subscribe(
+                keys.channel.as_str(),
+                options.message_buffer,
+                owns_subscriptions,
+            )
+            .await?;
+        let token = new_token();
+        let snapshot = match load_snapshot(client, &keys, &token).await {
+            Ok(snapshot) => snapshot,
             Err(error) => {
-                let _ = tokio::time::timeout(Duration::from_secs(1), subscriber.quit()).await;
+                if !owns_subscriptions {
+                    subscription.close().await;
+                }
                 return Err(error);
             }
         };
-        let reconnects = subscriber.reconnect_rx();
         let shared = Arc::new(Shared::new(State {
             data: snapshot.data,
             rev: snapshot.rev,
@@ -94,10 +154,10 @@ impl Map {
         let task = SyncTask {
             shared: shared.clone(),
             client: client.clone(),
-            subscriber,
+            subscription,
             keys: keys.clone(),
             messages,
-            reconnects,
+            resyncs,
             requests,
             cancel: cancel.clone(),
             revision_check: options.revision_check,

@@ -42,8 +42,9 @@ pub struct MapOptions {
     /// before it drops events and later yields one coalesced
     /// [`Resynced`](crate::MapEventKind::Resynced). Default: `1024`.
     pub event_buffer: usize,
-    /// Pub/sub messages the map's subscriber connection buffers before the
-    /// replica falls behind and resyncs. Default: `4096`.
+    /// Pub/sub messages queued for the map before its replica falls behind
+    /// and resyncs (with [`Map::join`](crate::Map::join), also the buffer of
+    /// its own subscriber connection). Default: `4096`.
     pub message_buffer: usize,
     /// How often the replica compares its revision with Redis's, to heal
     /// from lost messages or expired keys even when nobody writes.

@@ -1,5 +1,6 @@
-//! Keeping the replica current: the map's subscriber connection, snapshots,
-//! and the background task that applies changes.
+//! Keeping the replica current: snapshots, and the background task that
+//! applies the changes its subscription (see [`crate::subscriptions`])
+//! delivers.
 //!
 //! The task is the only writer of the replica. It applies a message whose
 //! revision is exactly one more than the local one; anything else (a gap, a
@@ -13,10 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::Message as FredMessage;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -24,8 +24,8 @@ use crate::error::Error;
 use crate::events::{MapEvent, MapEventKind};
 use crate::keys::MapKeys;
 use crate::lua::SCRIPTS;
-use crate::options::MapOptions;
 use crate::replica::{Message, Op, Shared, State, apply, parse_message};
+use crate::subscriptions::Subscription;
 
 /// Most messages applied in one stored version.
 const MAX_BATCH: usize = 1024;
@@ -34,8 +34,6 @@ const RETRY_DELAY: Duration = Duration::from_millis(250);
 /// Tick used to re-check a missing snapshot marker when the revision check
 /// is off.
 const MARKER_CHECK: Duration = Duration::from_secs(5);
-/// Bound on the unsubscribe/quit at close, so a dead server cannot hang it.
-const QUIT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A request to the task to reload the snapshot now.
 pub(crate) type ResyncRequest = oneshot::Sender<Result<(), Error>>;
@@ -45,28 +43,6 @@ pub(crate) type ResyncRequest = oneshot::Sender<Result<(), Error>>;
 pub(crate) struct Snapshot {
     pub(crate) rev: u64,
     pub(crate) data: imbl::HashMap<String, String>,
-}
-
-/// Builds and connects the map's own subscriber connection with the
-/// client's settings (a client without a reconnect policy gets one: a
-/// replica that never reconnects would go stale silently).
-pub(crate) async fn connect_subscriber(
-    client: &Client,
-    options: &MapOptions,
-) -> Result<SubscriberClient, Error> {
-    let mut builder = Builder::from_config(client.client_config());
-    builder.set_connection_config(client.connection_config().clone());
-    let mut perf = client.perf_config();
-    perf.broadcast_channel_capacity = options.message_buffer;
-    builder.set_performance_config(perf);
-    builder.set_policy(
-        client
-            .client_reconnect_policy()
-            .unwrap_or_else(|| ReconnectPolicy::new_exponential(0, 50, 2_000, 2)),
-    );
-    let subscriber = builder.build_subscriber_client()?;
-    subscriber.init().await?;
-    Ok(subscriber)
 }
 
 /// A token naming one snapshot's marker, unique across processes.
@@ -141,10 +117,12 @@ pub(crate) async fn load_snapshot(
 pub(crate) struct SyncTask {
     pub(crate) shared: Arc<Shared>,
     pub(crate) client: Client,
-    pub(crate) subscriber: SubscriberClient,
+    pub(crate) subscription: Subscription,
     pub(crate) keys: MapKeys,
     pub(crate) messages: broadcast::Receiver<FredMessage>,
-    pub(crate) reconnects: broadcast::Receiver<Server>,
+    /// Changes when the subscription reconnected (or dropped messages for
+    /// every map): resubscribe and resync. Closed with the connection.
+    pub(crate) resyncs: watch::Receiver<u64>,
     pub(crate) requests: mpsc::Receiver<ResyncRequest>,
     pub(crate) cancel: CancellationToken,
     pub(crate) revision_check: Option<Duration>,
@@ -173,13 +151,13 @@ impl SyncTask {
             tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => break,
-                r = self.reconnects.recv() => match r {
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                r = self.resyncs.changed() => match r {
+                    Ok(()) => {
                         tracing::debug!(map = %self.keys.hash, "pub/sub reconnected: resubscribing and resyncing");
                         self.resubscribe = true;
                         self.mark_dirty(Instant::now());
                     }
-                    Err(broadcast::error::RecvError::Closed) => break,
+                    Err(_) => break, // the connection was closed
                 },
                 Some(reply) = self.requests.recv() => {
                     let result = self.resync().await;
@@ -298,11 +276,8 @@ impl SyncTask {
     /// Reloads the snapshot and installs it.
     pub(crate) async fn resync(&mut self) -> Result<(), Error> {
         if self.resubscribe {
-            // Only the map's sharded channel: `resubscribe_all` would also
-            // send a SUBSCRIBE with no channels, which Redis refuses.
-            self.subscriber
-                .ssubscribe(self.keys.channel.as_str())
-                .await?;
+            // Only the map's sharded channel (the connection may be shared).
+            self.subscription.resubscribe().await?;
             self.resubscribe = false;
         }
         // Messages already received predate the snapshot. Those that follow
@@ -381,13 +356,9 @@ impl SyncTask {
     }
 
     async fn shutdown(self) {
-        let quit = async {
-            let _ = self.subscriber.unsubscribe_all().await;
-            let _ = self.subscriber.quit().await;
-        };
-        if tokio::time::timeout(QUIT_TIMEOUT, quit).await.is_err() {
-            tracing::debug!(map = %self.keys.hash, "subscriber did not quit in time");
-        }
+        // Closed first: once the connection's close returns, no map on it
+        // takes writes any more.
         self.shared.close();
+        self.subscription.close().await;
     }
 }

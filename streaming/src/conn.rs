@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use fred::prelude::*;
-use fred::types::ClientUnblockFlag;
 use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand};
 
 use crate::Error;
 
@@ -34,13 +34,27 @@ pub(crate) fn blocking_options(block: Duration) -> Options {
     }
 }
 
-/// Interrupts a blocking read on `conn` (`CLIENT UNBLOCK <id> TIMEOUT`, sent
-/// on fred's backchannel); errors are ignored (the read ends by itself).
-pub(crate) async fn unblock(conn: &Client) {
-    let ids: Vec<i64> = conn.connection_ids().into_values().collect();
-    for id in ids {
-        let r: Result<Value, _> = conn
-            .client_unblock(id, Some(ClientUnblockFlag::Timeout))
+/// Interrupts a blocking read on `conn`: `CLIENT UNBLOCK <id> TIMEOUT` sent
+/// on `client`, the shared multiplexed client (on Redis Cluster to the node
+/// `conn` is blocked on). Not fred's `client_unblock`: that one keeps a
+/// backchannel connection open per blocking connection, one more
+/// connection per reader for good. Errors are ignored (the read ends by
+/// itself).
+pub(crate) async fn unblock(client: &Client, conn: &Client) {
+    let clustered = client.is_clustered();
+    for (server, id) in conn.connection_ids() {
+        let options = Options {
+            cluster_node: clustered.then_some(server),
+            timeout: Some(Duration::from_secs(1)),
+            ..Options::default()
+        };
+        let command = CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
+        let r: Result<Value, _> = client
+            .with_options(&options)
+            .custom(
+                command,
+                vec![Value::from("UNBLOCK"), id.into(), "TIMEOUT".into()],
+            )
             .await;
         if let Err(e) = r {
             tracing::debug!(error = %e, "CLIENT UNBLOCK failed");
@@ -73,10 +87,11 @@ impl Backoff {
     }
 }
 
-/// Closes a dedicated connection, interrupting a blocked read first; gives
-/// up after 1 s (the connection is dropped anyway).
-pub(crate) async fn quit(conn: &Client) -> Result<(), Error> {
-    unblock(conn).await;
+/// Closes a dedicated connection, interrupting a blocked read first (on
+/// `client`, see [`unblock`]); gives up after 1 s (the connection is
+/// dropped anyway).
+pub(crate) async fn quit(client: &Client, conn: &Client) -> Result<(), Error> {
+    unblock(client, conn).await;
     match tokio::time::timeout(Duration::from_secs(1), conn.quit()).await {
         Ok(r) => r.map_err(Error::from),
         Err(_) => Ok(()),

@@ -236,7 +236,7 @@ impl Shared {
             if self.cancel.is_cancelled() || tokio::time::Instant::now() > deadline {
                 return;
             }
-            conn::unblock(&self.conn).await;
+            conn::unblock(&self.client, &self.conn).await;
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
@@ -421,7 +421,7 @@ async fn run(shared: Arc<Shared>) {
     }
     lock(&shared.state).reading = None;
     shared.subscribers.close();
-    if let Err(e) = conn::quit(&shared.conn).await {
+    if let Err(e) = conn::quit(&shared.client, &shared.conn).await {
         tracing::debug!(error = %e, "closing the reader's connection failed");
     }
 }

@@ -251,7 +251,7 @@ impl Sink {
         self.shared.subscribers.close();
         crate::claim::leave(&self.shared).await;
         self.shared.members.close().await;
-        if let Err(e) = conn::quit(&self.shared.conn).await {
+        if let Err(e) = conn::quit(&self.shared.client, &self.shared.conn).await {
             tracing::debug!(error = %e, "closing the sink's connection failed");
         }
     }
@@ -322,7 +322,7 @@ impl Shared {
             if self.cancel.is_cancelled() || tokio::time::Instant::now() > deadline {
                 return;
             }
-            conn::unblock(&self.conn).await;
+            conn::unblock(&self.client, &self.conn).await;
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }

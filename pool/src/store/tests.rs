@@ -677,3 +677,43 @@ async fn drain_script_answers_each_status_and_a_drained_worker_is_never_a_target
 
 #[path = "sweep_tests.rs"]
 mod sweep_tests;
+
+#[tokio::test]
+async fn a_renewal_publishes_one_message_per_map_whatever_the_worker_count() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let workers: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    for w in &workers {
+        f.register(w).await;
+    }
+    let revision = |key: String| async move {
+        let rev: Option<String> = fred::prelude::KeysInterface::get(&s.client, key)
+            .await
+            .unwrap();
+        rev.and_then(|r| r.parse::<u64>().ok()).unwrap_or(0)
+    };
+    let ka_rev = s.maps.keepalive.keys_info().revision.clone();
+    let nodes_rev = s.maps.nodes.keys_info().revision.clone();
+    // A first renewal creates the nodes map's revision (it starts at server
+    // time); the second is measured.
+    s.keepalive("n-test", TTL, workers.clone()).await.unwrap();
+    let (ka_before, nodes_before) = (
+        revision(ka_rev.clone()).await,
+        revision(nodes_rev.clone()).await,
+    );
+    let renewal = s.keepalive("n-test", TTL, workers.clone()).await.unwrap();
+    assert!(renewal.unknown.is_empty(), "{:?}", renewal.unknown);
+    // Every publish bumps its map's revision by one.
+    assert_eq!(revision(ka_rev).await, ka_before + 1, "keepalive map");
+    assert_eq!(revision(nodes_rev).await, nodes_before + 1, "nodes map");
+    let now = renewal.server_ms.to_string();
+    s.maps
+        .keepalive
+        .wait_for(Duration::from_secs(10), |m| {
+            workers
+                .iter()
+                .all(|w| m.get(w).as_deref() == Some(now.as_str()))
+        })
+        .await
+        .expect("the replica applies the batched renewal");
+}

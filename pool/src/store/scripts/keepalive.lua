@@ -6,16 +6,21 @@
 -- Returns {now_ms, unknown worker ids...}: workers no longer registered
 -- (cleaned up, or Redis lost its data) are not renewed. Finding the pool's
 -- epoch gone (data loss) opens the recovery window.
+-- One change message per map whatever the worker count: the workers'
+-- renewals go out as one batch on the keepalive map, the node's on the
+-- nodes map.
 local now = string.format('%d', now_ms())
 local unknown = {now}
 recovering(tonumber(ARGV[7]))
+local renewed = rmap_batch(KEYS[9], KEYS[10], ARGV[4])
 for i = 8, #ARGV do
   local w = ARGV[i]
   if redis.call('HEXISTS', WORKERS[1], w) == 1 then
-    rmap_set(KEYS[9], KEYS[10], ARGV[4], w, now)
+    rmap_batch_set(renewed, w, now)
   else
     unknown[#unknown + 1] = w
   end
 end
+rmap_batch_flush(renewed)
 rmap_set(KEYS[11], KEYS[12], ARGV[5], ARGV[6], now)
 return unknown

@@ -77,6 +77,13 @@ struct Cli {
     /// Length of the idle section's measuring window, in seconds.
     #[arg(long, default_value_t = 30)]
     idle_seconds: u64,
+    /// Worker processes of each round of the fleet section
+    /// (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 4, 16, 48])]
+    fleet_nodes: Vec<usize>,
+    /// Jobs dispatched in each round of the fleet section.
+    #[arg(long, default_value_t = 20_000)]
+    fleet_jobs: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -104,6 +111,8 @@ enum Section {
     Scale,
     /// 200,000 jobs on 8 idle nodes: Redis and node CPU.
     Idle,
+    /// Dispatch cost with 1, 4, 16 and 48 worker processes.
+    Fleet,
     /// Replicated map figures.
     Rmap,
     /// Stream figures.
@@ -131,6 +140,10 @@ pub struct Opts {
     pub idle_nodes: usize,
     /// `--idle-seconds`.
     pub idle_seconds: u64,
+    /// `--fleet-nodes`.
+    pub fleet_nodes: Vec<usize>,
+    /// `--fleet-jobs`.
+    pub fleet_jobs: usize,
 }
 
 impl Opts {
@@ -208,6 +221,8 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
         idle_jobs: cli.idle_jobs.max(1),
         idle_nodes: cli.idle_nodes.max(1),
         idle_seconds: cli.idle_seconds.max(1),
+        fleet_nodes: cli.fleet_nodes.clone(),
+        fleet_jobs: cli.fleet_jobs.max(1),
     };
     let ctx = Ctx {
         url,
@@ -242,6 +257,7 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
             Section::Rebalance => sections::rebalance::run(&ctx, &mut report).await,
             Section::Scale => sections::scale::run(&ctx, &mut report).await,
             Section::Idle => sections::idle::run(&ctx, &mut report).await,
+            Section::Fleet => sections::fleet::run(&ctx, &mut report).await,
             Section::Rmap => sections::rmap::run(&ctx, &mut report).await,
             Section::Stream => sections::stream::run(&ctx, &mut report).await,
         };

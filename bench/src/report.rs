@@ -1,6 +1,8 @@
 //! The figures a run collects, printed as one table or as JSON
 //! (schema in `bench/README.md`).
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 /// Version of the JSON document; bumped when a field changes meaning.
@@ -12,7 +14,7 @@ pub struct Figure {
     /// Section that measured it (`dispatch`, `commands`, `failover`, …).
     pub section: &'static str,
     /// Stable machine id within the section.
-    pub id: &'static str,
+    pub id: Cow<'static, str>,
     /// Human label.
     pub label: String,
     /// The value; `None` when it could not be measured.
@@ -29,10 +31,14 @@ pub struct Figure {
 
 impl Figure {
     /// A figure without target.
-    pub fn new(section: &'static str, id: &'static str, label: impl Into<String>) -> Figure {
+    pub fn new(
+        section: &'static str,
+        id: impl Into<Cow<'static, str>>,
+        label: impl Into<String>,
+    ) -> Figure {
         Figure {
             section,
-            id,
+            id: id.into(),
             label: label.into(),
             value: None,
             unit: "",

@@ -109,7 +109,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
 }
 
 /// Deletes every key of `pool`, by SCAN pages.
-async fn delete_pool_keys(ctx: &Ctx, pool: &str) -> Result<(), BoxError> {
+pub(crate) async fn delete_pool_keys(ctx: &Ctx, pool: &str) -> Result<(), BoxError> {
     use fred::prelude::*;
     let pattern = format!("fl:{{{pool}}}:*");
     let mut cursor = "0".to_string();

@@ -2,6 +2,7 @@
 
 pub mod dispatch;
 pub mod failover;
+pub mod fleet;
 pub mod idle;
 pub mod rebalance;
 pub mod rmap;

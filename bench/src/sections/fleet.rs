@@ -1,0 +1,199 @@
+//! Fleet scale: what a dispatch costs as the pool gains processes. For
+//! each K of `--fleet-nodes`, a fresh pool with K worker processes (one
+//! node and one worker each, default options) and one client-only
+//! dispatcher in this process, which admits `--fleet-jobs` jobs with
+//! `--concurrency` in flight. Per K: jobs/s, Redis CPU per job, the CPU of
+//! every process (this one and the K children) per job, Redis commands per
+//! job and Redis bytes sent per job (replication to every mirroring node is
+//! what grows with K).
+
+use std::time::{Duration, Instant};
+
+use flotilla_pool::{Node, NodeOptions};
+use fred::types::InfoKind;
+use futures::StreamExt;
+
+use crate::child::WorkerProcess;
+use crate::redis_stats::{
+    CommandStats, info_field, process_cpu_seconds, process_cpu_seconds_of, redis_cpu_seconds,
+};
+use crate::report::{Figure, Report};
+use crate::{BoxError, Ctx};
+
+/// What one K measured.
+struct Round {
+    nodes: usize,
+    jobs_per_s: f64,
+    redis_cpu_us: f64,
+    all_cpu_us: f64,
+    commands: f64,
+    bytes_out: f64,
+}
+
+/// Runs the section.
+pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
+    let mut rounds = Vec::new();
+    for &nodes in &ctx.opts.fleet_nodes {
+        let round = measure(ctx, nodes.max(1)).await?;
+        ctx.progress(
+            "fleet",
+            &format!(
+                "K={}: {:.0} jobs/s, Redis {:.1} µs/job, all processes {:.1} µs/job, {:.1} commands/job, {:.0} B out/job",
+                round.nodes,
+                round.jobs_per_s,
+                round.redis_cpu_us,
+                round.all_cpu_us,
+                round.commands,
+                round.bytes_out
+            ),
+        );
+        rounds.push(round);
+    }
+    let shape = |r: &Round| {
+        format!(
+            "{} jobs, {} in flight, one client-only dispatcher, {} worker processes",
+            ctx.opts.fleet_jobs, ctx.opts.concurrency, r.nodes
+        )
+    };
+    for r in &rounds {
+        let k = r.nodes;
+        report.push(
+            Figure::new(
+                "fleet",
+                format!("k{k}_jobs_per_s"),
+                format!("K={k}: throughput"),
+            )
+            .value(r.jobs_per_s, "jobs/s")
+            .detail(shape(r)),
+        );
+        report.push(
+            Figure::new(
+                "fleet",
+                format!("k{k}_redis_cpu"),
+                format!("K={k}: Redis CPU"),
+            )
+            .value(r.redis_cpu_us, "µs/job")
+            .detail("INFO cpu (user + sys) over the dispatch window"),
+        );
+        report.push(
+            Figure::new(
+                "fleet",
+                format!("k{k}_all_cpu"),
+                format!("K={k}: CPU of all processes"),
+            )
+            .value(r.all_cpu_us, "µs/job")
+            .detail("this process and every worker process (/proc/<pid>/stat), not Redis"),
+        );
+        report.push(
+            Figure::new(
+                "fleet",
+                format!("k{k}_commands"),
+                format!("K={k}: Redis commands"),
+            )
+            .value(r.commands, "/job")
+            .detail("INFO commandstats, every command of every client"),
+        );
+        report.push(
+            Figure::new(
+                "fleet",
+                format!("k{k}_bytes_out"),
+                format!("K={k}: Redis bytes out"),
+            )
+            .value(r.bytes_out, "B/job")
+            .detail("INFO stats total_net_output_bytes: replies and change messages"),
+        );
+    }
+    // The target compares the 16-node pool with the 1-node one.
+    let one = rounds.iter().find(|r| r.nodes == 1);
+    let sixteen = rounds.iter().find(|r| r.nodes == 16);
+    if let (Some(one), Some(sixteen)) = (one, sixteen) {
+        report.push(
+            Figure::new("fleet", "k16_vs_k1", "K=16 throughput / K=1")
+                .value(sixteen.jobs_per_s / one.jobs_per_s * 100.0, "%")
+                .at_least(90.0, ">= 90%"),
+        );
+        report.push(
+            Figure::new("fleet", "k16_vs_k1_redis_cpu", "K=16 Redis CPU / K=1")
+                .value(sixteen.redis_cpu_us / one.redis_cpu_us, "x")
+                .at_most(1.2, "<= 1.2x"),
+        );
+    }
+    Ok(())
+}
+
+/// One pool with `nodes` worker processes: dispatch, measure, tear down.
+async fn measure(ctx: &Ctx, nodes: usize) -> Result<Round, BoxError> {
+    let jobs = ctx.opts.fleet_jobs.max(1);
+    let pool = flotilla_testkit::unique_name("bench-fleet");
+    let ttl = NodeOptions::default().worker_ttl;
+    ctx.progress("fleet", &format!("K={nodes}: starting worker processes"));
+    let spawns =
+        (0..nodes).map(|_| WorkerProcess::spawn(&ctx.url, &pool, ttl, 1, Duration::from_secs(120)));
+    let children = futures::future::try_join_all(spawns).await?;
+    let dispatcher = Node::join(
+        &ctx.client,
+        &pool,
+        NodeOptions::default()
+            .client_only(true)
+            .dispatch_timeout(Duration::from_secs(60)),
+    )
+    .await?;
+    flotilla_testkit::wait_until(Duration::from_secs(60), "all workers registered", || {
+        let node = dispatcher.clone();
+        async move { node.pool_workers().len() == nodes }
+    })
+    .await?;
+
+    let pids: Vec<u32> = children.iter().map(|c| c.pid).collect();
+    let all_cpu = || -> Option<f64> {
+        let children: Option<f64> = pids
+            .iter()
+            .map(|pid| process_cpu_seconds_of(Some(*pid)))
+            .sum();
+        Some(children? + process_cpu_seconds()?)
+    };
+    let bytes_out = || info_field(&ctx.client, InfoKind::Stats, "total_net_output_bytes");
+    let commands_before = CommandStats::read(&ctx.client).await?;
+    let bytes_before: f64 = bytes_out().await?.parse()?;
+    let redis_before = redis_cpu_seconds(&ctx.client).await?;
+    let cpu_before = all_cpu();
+    let t0 = Instant::now();
+    let mut admitted = futures::stream::iter((0..jobs).map(|i| {
+        let node = dispatcher.clone();
+        async move {
+            node.dispatch_job(&format!("fleet-{i:06}"), &b"{}"[..])
+                .await
+        }
+    }))
+    .buffer_unordered(ctx.opts.concurrency.max(1));
+    while let Some(result) = admitted.next().await {
+        result?;
+    }
+    drop(admitted);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let redis_after = redis_cpu_seconds(&ctx.client).await?;
+    let cpu_after = all_cpu();
+    let bytes_after: f64 = bytes_out().await?.parse()?;
+    let commands = CommandStats::read(&ctx.client)
+        .await?
+        .since(&commands_before);
+    let n = jobs as f64;
+    let round = Round {
+        nodes,
+        jobs_per_s: n / elapsed,
+        redis_cpu_us: (redis_after - redis_before) * 1e6 / n,
+        all_cpu_us: match (cpu_before, cpu_after) {
+            (Some(b), Some(a)) => (a - b) * 1e6 / n,
+            _ => f64::NAN,
+        },
+        commands: commands.total() as f64 / n,
+        bytes_out: (bytes_after - bytes_before) / n,
+    };
+
+    dispatcher.close().await?;
+    for child in children {
+        child.wait().await?;
+    }
+    super::idle::delete_pool_keys(ctx, &pool).await?;
+    Ok(round)
+}

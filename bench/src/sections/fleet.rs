@@ -7,13 +7,11 @@
 //! job and Redis bytes sent per job (replication to every mirroring node is
 //! what grows with K).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use flotilla_pool::{Node, NodeOptions};
 use fred::types::InfoKind;
 use futures::StreamExt;
 
-use crate::child::WorkerProcess;
 use crate::redis_stats::{
     CommandStats, info_field, process_cpu_seconds, process_cpu_seconds_of, redis_cpu_seconds,
 };
@@ -125,24 +123,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
 async fn measure(ctx: &Ctx, nodes: usize) -> Result<Round, BoxError> {
     let jobs = ctx.opts.fleet_jobs.max(1);
     let pool = flotilla_testkit::unique_name("bench-fleet");
-    let ttl = NodeOptions::default().worker_ttl;
     ctx.progress("fleet", &format!("K={nodes}: starting worker processes"));
-    let spawns =
-        (0..nodes).map(|_| WorkerProcess::spawn(&ctx.url, &pool, ttl, 1, Duration::from_secs(120)));
-    let children = futures::future::try_join_all(spawns).await?;
-    let dispatcher = Node::join(
-        &ctx.client,
-        &pool,
-        NodeOptions::default()
-            .client_only(true)
-            .dispatch_timeout(Duration::from_secs(60)),
-    )
-    .await?;
-    flotilla_testkit::wait_until(Duration::from_secs(60), "all workers registered", || {
-        let node = dispatcher.clone();
-        async move { node.pool_workers().len() == nodes }
-    })
-    .await?;
+    let (dispatcher, children) = super::idle::start_fleet(ctx, &pool, nodes).await?;
 
     let pids: Vec<u32> = children.iter().map(|c| c.pid).collect();
     let all_cpu = || -> Option<f64> {

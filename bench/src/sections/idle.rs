@@ -21,24 +21,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let window = Duration::from_secs(ctx.opts.idle_seconds.max(1));
     let pool = flotilla_testkit::unique_name("bench-idle");
     let ttl = NodeOptions::default().worker_ttl;
-    let dispatcher = Node::join(
-        &ctx.client,
-        &pool,
-        NodeOptions::default()
-            .client_only(true)
-            .dispatch_timeout(Duration::from_secs(60)),
-    )
-    .await?;
-
     ctx.progress("idle", &format!("starting {nodes} worker processes"));
-    let spawns =
-        (0..nodes).map(|_| WorkerProcess::spawn(&ctx.url, &pool, ttl, 1, Duration::from_secs(120)));
-    let children = futures::future::try_join_all(spawns).await?;
-    flotilla_testkit::wait_until(Duration::from_secs(60), "all workers registered", || {
-        let node = dispatcher.clone();
-        async move { node.pool_workers().len() == nodes }
-    })
-    .await?;
+    let (dispatcher, children) = start_fleet(ctx, &pool, nodes).await?;
 
     ctx.progress("idle", &format!("dispatching {jobs} jobs"));
     let t0 = Instant::now();
@@ -106,6 +90,34 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     }
     // The workers exited without closing: delete what they left.
     delete_pool_keys(ctx, &pool).await
+}
+
+/// Starts `nodes` worker processes on `pool` (one node and one worker
+/// each, default options) and a client-only dispatcher here, and waits
+/// until every worker is registered.
+pub(crate) async fn start_fleet(
+    ctx: &Ctx,
+    pool: &str,
+    nodes: usize,
+) -> Result<(Node, Vec<WorkerProcess>), BoxError> {
+    let ttl = NodeOptions::default().worker_ttl;
+    let spawns =
+        (0..nodes).map(|_| WorkerProcess::spawn(&ctx.url, pool, ttl, 1, Duration::from_secs(120)));
+    let children = futures::future::try_join_all(spawns).await?;
+    let dispatcher = Node::join(
+        &ctx.client,
+        pool,
+        NodeOptions::default()
+            .client_only(true)
+            .dispatch_timeout(Duration::from_secs(60)),
+    )
+    .await?;
+    flotilla_testkit::wait_until(Duration::from_secs(60), "all workers registered", || {
+        let node = dispatcher.clone();
+        async move { node.pool_workers().len() == nodes }
+    })
+    .await?;
+    Ok((dispatcher, children))
 }
 
 /// Deletes every key of `pool`, by SCAN pages.

@@ -360,7 +360,9 @@ async fn routing_scripts_answer_each_status() {
     };
     assert!(t2 > t1, "a new token");
 
-    let stop = |key: &'static str| async move {
+    // A stop at w2 for the run with token `target`, w2 holding a run with
+    // token `kept` it leaves going on (both `None`: not known / none).
+    let stop_run = |key: &'static str, target: Option<u64>, kept: Option<u64>| async move {
         s.stopped(StopDone {
             key,
             worker: "w2",
@@ -369,50 +371,25 @@ async fn routing_scripts_answer_each_status() {
             reply: None,
             held: true,
             worker_ttl: TTL,
-            target: None,
-            kept: None,
+            target,
+            kept,
         })
         .await
         .unwrap()
     };
+    let stop = |key: &'static str| stop_run(key, None, None);
     assert_eq!(stop("j1").await, Stopped::Retry, "pending at w2");
     let entry = f.entry_ids("w2").await.pop().unwrap();
     let start = f.start("j1", t2, "w2", &entry);
     assert_eq!(s.claim_start(&start).await.unwrap(), Claimed::Ok);
     // A stop sent for an older run of the key leaves the newer one.
-    let stale = s
-        .stopped(StopDone {
-            key: "j1",
-            worker: "w2",
-            inbox: &f.inbox("w2"),
-            entry_id: "1-1",
-            reply: None,
-            held: true,
-            worker_ttl: TTL,
-            target: Some(t2 - 1),
-            kept: None,
-        })
-        .await
-        .unwrap();
+    let stale = stop_run("j1", Some(t2 - 1), None).await;
     assert_eq!(stale, Stopped::Retry, "stop for an older run");
     // (The `Ok` below shows the record was kept both times.)
     // The record names the run the stop was sent for, but the worker runs a
     // newer one (Redis went back in time to before its start): the worker
     // leaves it, and the record stays for the newer run's re-assertion.
-    let behind = s
-        .stopped(StopDone {
-            key: "j1",
-            worker: "w2",
-            inbox: &f.inbox("w2"),
-            entry_id: "1-1",
-            reply: None,
-            held: true,
-            worker_ttl: TTL,
-            target: Some(t2),
-            kept: Some(t2 + 7),
-        })
-        .await
-        .unwrap();
+    let behind = stop_run("j1", Some(t2), Some(t2 + 7)).await;
     assert_eq!(behind, Stopped::Retry, "the worker runs a newer run");
     assert_eq!(stop("j1").await, Stopped::Ok);
     assert_eq!(stop("j1").await, Stopped::NotFound);

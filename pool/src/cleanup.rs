@@ -53,10 +53,13 @@ impl NodeInner {
 
     /// One pass over the membership maps: dead workers, stale nodes.
     pub(crate) async fn check_dead_workers(&self) -> Result<()> {
+        // Server time first: the call waits out a Redis restart, and the
+        // reconnect it needed must count before anyone is judged dead (the
+        // keep-alives Redis restored from an older state look stale).
+        let now = self.store.server_time_ms().await?;
         if self.recently_connected().await {
             return Ok(());
         }
-        let now = self.store.server_time_ms().await?;
         self.clean_dead_workers(now).await;
         Ok(())
     }
@@ -77,6 +80,11 @@ impl NodeInner {
                 .unwrap_or(created);
             if now.saturating_sub(last) <= ttl {
                 continue;
+            }
+            // A reconnect since the pass began (Redis restarted, perhaps
+            // from an older state): judge nobody dead for a TTL.
+            if self.recently_connected().await {
+                return;
             }
             // The replica only picks candidates: the script decides on the
             // keep-alive in Redis, so a stale replica judges nobody dead.

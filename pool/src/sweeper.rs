@@ -131,6 +131,12 @@ impl NodeInner {
             .await?;
         cursors.payloads = page.cursor;
         cursors.marks = page.marks_cursor;
+        if self.recently_connected().await {
+            // Redis restarted, perhaps from an older state whose records
+            // (and grace marks) workers have not re-asserted over yet:
+            // requeue nothing for a TTL.
+            return Ok(());
+        }
         for (key, record) in page.due {
             self.requeue_orphan(&key, &record).await;
         }

@@ -22,6 +22,9 @@ use crate::worker::WorkerInner;
 
 /// Pause between attempts when Redis is not answering yet.
 const RETRY: Duration = Duration::from_millis(200);
+/// How far back stops are made to stand again after a rollback (a rollback
+/// loses seconds of writes, not minutes).
+const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
 
 impl NodeInner {
     /// Watches the pool's maps for Redis going back in time and recovers.
@@ -72,6 +75,7 @@ impl NodeInner {
             self.workers.iter().map(|w| w.value().clone()).collect();
         for worker in workers {
             self.reconcile(&worker).await?;
+            self.stops_stand(&worker).await?;
         }
         Ok(())
     }
@@ -107,6 +111,22 @@ impl NodeInner {
         for (key, record) in stale {
             let status = self.store.release_stale(&key, &record).await?;
             tracing::info!(key, worker = %worker.id, status = status.as_str(), "record of a job not running here after a rollback");
+        }
+        Ok(())
+    }
+
+    /// Makes the stops `worker` carried out lately stand again: Redis may
+    /// have lost them, and the older state may show a stopped run under
+    /// another (perhaps dead) worker, which a cleanup would start again.
+    async fn stops_stand(&self, worker: &WorkerInner) -> Result<()> {
+        for (key, token) in worker.stopped.recent(STOPS_REMEMBERED) {
+            if worker.jobs.get(&key).is_some_and(|j| j.token > token) {
+                continue; // a newer run goes on here
+            }
+            let status = self.store.stop_stands(&key, token).await?;
+            if status == crate::store::StopStands::Removed {
+                tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
+            }
         }
         Ok(())
     }

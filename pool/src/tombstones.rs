@@ -47,6 +47,21 @@ impl StopTombstones {
         inner.order.push_back((now, key.to_string(), kept));
     }
 
+    /// The stops recorded within `within` (key, newest stopped token).
+    pub(crate) fn recent(&self, within: Duration) -> Vec<(String, u64)> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out: HashMap<&str, u64> = HashMap::new();
+        for (at, key, _) in inner.order.iter().rev() {
+            if at.elapsed() > within {
+                break;
+            }
+            if let Some(token) = inner.tokens.get(key) {
+                out.insert(key.as_str(), *token);
+            }
+        }
+        out.into_iter().map(|(k, t)| (k.to_string(), t)).collect()
+    }
+
     /// Whether a start of `key` with `token` was stopped here already.
     pub(crate) fn covers(&self, key: &str, token: u64) -> bool {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -69,5 +84,9 @@ mod tests {
         t.record("k", 3);
         assert!(t.covers("k", 5), "an older stop does not shrink it");
         assert!(!t.covers("other", 1));
+        let mut recent = t.recent(Duration::from_secs(60));
+        recent.sort();
+        assert_eq!(recent, [("k".to_string(), 5)]);
+        assert!(t.recent(Duration::ZERO).is_empty());
     }
 }

@@ -41,7 +41,9 @@ pub(crate) use lifecycle::{EndArgs, EndRecorded};
 pub(crate) use maps::PoolMaps;
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
-pub(crate) use workers::{ClaimStatus, DeadWorkerClaim, DrainMark, Reassert, Reasserted, Removed};
+pub(crate) use workers::{
+    ClaimStatus, DeadWorkerClaim, DrainMark, Reassert, Reasserted, Removed, StopStands,
+};
 
 use crate::error::Result;
 use crate::keys;

@@ -101,6 +101,18 @@ call::status!(
     }
 );
 
+call::status!(
+    /// What `stop_stands.lua` did.
+    StopStands, "stop_stands reply" {
+        /// Records, guard or payload of the stopped run (or older) removed.
+        Removed = "removed",
+        /// A newer run of the key is recorded or pending: left alone.
+        Newer = "newer",
+        /// Nothing of the stopped run was there.
+        None = "none",
+    }
+);
+
 /// What a renewal of keep-alives found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Renewal {
@@ -316,5 +328,18 @@ impl PoolStore {
             .run(&self.client, self.maps.base_keys(), args, self.timeout)
             .await?;
         Released::parse(&status)
+    }
+
+    /// Makes a stop of the run of `key` with fencing token `stopped` stand
+    /// again after Redis went back in time (see `stop_stands.lua`).
+    pub(crate) async fn stop_stands(&self, key: &str, stopped: u64) -> Result<StopStands> {
+        let mut args = self.maps.base_args();
+        args.extend([Value::from(key), Value::from(stopped.to_string())]);
+        let status: String = self
+            .scripts
+            .stop_stands
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        StopStands::parse(&status)
     }
 }

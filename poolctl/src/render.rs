@@ -318,17 +318,7 @@ pub(crate) fn status(v: &StatusView) -> String {
             None => String::new(),
         }
     );
-    let _ = writeln!(
-        out,
-        "nodes {}  workers {} ({} active, {} stale, {} cleaning, {} drained)  jobs {}",
-        c.nodes,
-        c.workers,
-        c.active_workers,
-        c.stale_workers,
-        c.cleaning_workers,
-        c.drained_workers,
-        c.jobs
-    );
+    let _ = writeln!(out, "{}", c.membership_line());
     let _ = writeln!(
         out,
         "pending {}  cleanups {}  queued events {}  payloads {}  locks {}",

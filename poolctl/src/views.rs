@@ -292,6 +292,23 @@ pub(crate) struct Counts {
     pub(crate) locks: usize,
 }
 
+impl Counts {
+    /// The membership line of `status` and `watch`: nodes, workers by
+    /// state, jobs.
+    pub(crate) fn membership_line(&self) -> String {
+        format!(
+            "nodes {}  workers {} ({} active, {} stale, {} cleaning, {} drained)  jobs {}",
+            self.nodes,
+            self.workers,
+            self.active_workers,
+            self.stale_workers,
+            self.cleaning_workers,
+            self.drained_workers,
+            self.jobs
+        )
+    }
+}
+
 /// A map field that did not decode.
 #[derive(Debug, Serialize)]
 pub(crate) struct MalformedView {

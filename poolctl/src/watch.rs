@@ -170,16 +170,7 @@ fn draw(f: &mut Frame, v: &StatusView) {
         secs % 60
     );
     let mut summary = vec![
-        Line::from(format!(
-            "nodes {}  workers {} ({} active, {} stale, {} cleaning, {} drained)  jobs {}",
-            c.nodes,
-            c.workers,
-            c.active_workers,
-            c.stale_workers,
-            c.cleaning_workers,
-            c.drained_workers,
-            c.jobs
-        )),
+        Line::from(c.membership_line()),
         Line::from(format!(
             "pending {}  cleanups {}  queued {}  locks {}",
             c.pending, c.cleanups, c.queued_events, c.locks

@@ -25,7 +25,7 @@ use crate::codec::{self, EV_START, KeyedRequest, StartEntry};
 use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::store::call::from_redis;
-use crate::store::records::{WorkerEntry, job_owner};
+use crate::store::records::WorkerEntry;
 use crate::store::{ClaimStatus, DeadWorkerClaim, Handoff, Moved, Removed, SCAN_START};
 
 /// Most inbox entries read per page when moving a dead worker's inbox.
@@ -226,11 +226,7 @@ impl NodeInner {
 
     /// Drops `from`'s ownership of `key`, keeping the payload.
     async fn release_job(&self, key: &str, from: &str) -> Result<()> {
-        if let Some(v) = self.store.maps.jobs.get(key)
-            && job_owner(&v).is_some_and(|(w, _)| w == from)
-        {
-            self.store.maps.jobs.test_and_delete(key, &v).await?;
-        }
+        self.store.release_owner(key, from).await?;
         Ok(())
     }
 

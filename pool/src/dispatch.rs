@@ -438,12 +438,13 @@ impl NodeInner {
 
     /// Queues `event` at the owner of job `key` (stop, notify).
     async fn to_owner(&self, key: &str, event: &str, body: Bytes) -> Result<Routed> {
+        // The replica's owner, where the node mirrors the jobs map, is a
+        // guess the script checks; without one the script names the owner
+        // (one more round trip).
         let mut owner = self
             .store
             .maps
-            .jobs
-            .get(key)
-            .and_then(|v| store::records::job_owner(&v).map(|(w, _)| w.to_string()))
+            .replica_owner(key)
             .unwrap_or_else(|| "-".to_string());
         for _ in 0..5 {
             let inbox = self.inbox(&owner)?;

@@ -82,6 +82,12 @@ pub(crate) struct NodeInner {
     /// When the node last (re)connected to Redis: it judges nobody dead for
     /// one TTL after that.
     pub(crate) connected_at: Mutex<Instant>,
+    /// The run id of the Redis server holding the pool's keys, as last
+    /// read (`None`: not read yet).
+    pub(crate) server_run_id: Mutex<Option<String>>,
+    /// Bumped when a reconnect finds a new server run id (a restart or a
+    /// failover, which may have lost writes): the rollback task recovers.
+    pub(crate) server_restarts: watch::Sender<u64>,
     /// When the last successful keep-alive renewal was sent (the start of
     /// the node's lease), on this process's monotonic clock; the lease
     /// watchdog waits on its changes.
@@ -166,7 +172,8 @@ impl Node {
             .node_id
             .clone()
             .unwrap_or_else(|| format!("n-{}", uuid::Uuid::new_v4().simple()));
-        let store = PoolStore::join(client, pool, options.redis_timeout).await?;
+        let store =
+            PoolStore::join(client, pool, options.redis_timeout, options.mirror_jobs).await?;
         if store.maps.shutdown.contains_key(SHUTDOWN_FLAG) {
             store.maps.close().await;
             return Err(Error::ShuttingDown(pool.to_string()));
@@ -175,6 +182,8 @@ impl Node {
             store.maps.close().await;
             return Err(e);
         }
+        // Known from the start, so that the first restart is seen as one.
+        let server_run_id = store.server_run_id().await.ok();
         let reply_stream = Stream::new(
             client,
             &keys::node_replies(&id),
@@ -223,6 +232,8 @@ impl Node {
             cancel: CancellationToken::new(),
             closed: AtomicBool::new(false),
             connected_at: Mutex::new(Instant::now()),
+            server_run_id: Mutex::new(server_run_id),
+            server_restarts: watch::Sender::new(0),
             last_renewal: tokio::sync::watch::Sender::new(Instant::now()),
             lease_suspended: AtomicBool::new(false),
             lease_transition: Mutex::new(()),
@@ -294,13 +305,25 @@ impl Node {
         self.inner.workers.iter().map(|w| w.key().clone()).collect()
     }
 
-    /// Every worker registered in the pool, from this node's replicas.
+    /// Every worker registered in the pool, from this node's replicas. A
+    /// worker's job count comes from the jobs map's replica; on a node that
+    /// does not mirror it ([`NodeOptions::mirror_jobs`]) only this node's
+    /// workers have a count (the others show 0).
     pub fn pool_workers(&self) -> Vec<WorkerInfo> {
         let maps = &self.inner.store.maps;
         let mut counts = std::collections::HashMap::<String, usize>::new();
-        for (_, v) in maps.jobs.snapshot().iter() {
-            if let Some((owner, _)) = job_owner(v) {
-                *counts.entry(owner.to_string()).or_default() += 1;
+        match &maps.jobs {
+            Some(jobs) => {
+                for (_, v) in jobs.snapshot().iter() {
+                    if let Some((owner, _)) = job_owner(v) {
+                        *counts.entry(owner.to_string()).or_default() += 1;
+                    }
+                }
+            }
+            None => {
+                for w in self.inner.workers.iter() {
+                    counts.insert(w.key().clone(), w.value().jobs.len());
+                }
             }
         }
         let cleanup = maps.cleanup.snapshot();
@@ -328,15 +351,65 @@ impl Node {
         out
     }
 
-    /// Keys of every job running in the pool (this node's replica).
+    /// Keys of every job running in the pool, from this node's replica of
+    /// the jobs map; on a node that does not mirror it
+    /// ([`NodeOptions::mirror_jobs`]), the keys this node's workers run
+    /// (see [`lookup_job_keys`](Self::lookup_job_keys) for the pool's).
     pub fn job_keys(&self) -> Vec<String> {
-        self.inner.store.maps.jobs.keys()
+        match &self.inner.store.maps.jobs {
+            Some(jobs) => jobs.keys(),
+            None => self
+                .inner
+                .workers
+                .iter()
+                .flat_map(|w| {
+                    w.value()
+                        .jobs
+                        .iter()
+                        .map(|j| j.key().clone())
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+        }
     }
 
-    /// The owner and fencing token of a running job (this node's replica).
+    /// The owner and fencing token of a running job, from this node's
+    /// replica of the jobs map; on a node that does not mirror it
+    /// ([`NodeOptions::mirror_jobs`]), only for jobs this node's workers
+    /// run (see [`lookup_job_owner`](Self::lookup_job_owner) for any job).
     pub fn job_owner(&self, key: &str) -> Option<(String, u64)> {
-        let v = self.inner.store.maps.jobs.get(key)?;
-        job_owner(&v).map(|(w, t)| (w.to_string(), t))
+        match &self.inner.store.maps.jobs {
+            Some(jobs) => {
+                let v = jobs.get(key)?;
+                job_owner(&v).map(|(w, t)| (w.to_string(), t))
+            }
+            None => self.inner.workers.iter().find_map(|w| {
+                let token = w.value().jobs.get(key)?.token;
+                Some((w.key().clone(), token))
+            }),
+        }
+    }
+
+    /// The owner and fencing token of a running job, as Redis has it now
+    /// (one `HGET`, whether or not this node mirrors the jobs map).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when Redis does not answer within
+    /// `redis_timeout`; [`Error::Malformed`] for a record that does not
+    /// parse.
+    pub async fn lookup_job_owner(&self, key: &str) -> Result<Option<(String, u64)>> {
+        self.inner.store.job_owner(key).await
+    }
+
+    /// Keys of every job running in the pool, as Redis has them now (an
+    /// `HSCAN` of the jobs map, whether or not this node mirrors it: cost
+    /// grows with the pool).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when Redis does not answer within
+    /// `redis_timeout`.
+    pub async fn lookup_job_keys(&self) -> Result<Vec<String>> {
+        self.inner.store.job_keys().await
     }
 
     /// Stops this node's workers, hands their jobs to other workers (or
@@ -593,6 +666,7 @@ impl NodeInner {
                         *self.connected_at.lock().await = Instant::now();
                         self.freshness.invalidate("reconnected");
                         tracing::info!(node = %self.id, "reconnected to redis");
+                        self.check_server_identity().await;
                     }
                     Err(_) => return,
                 },

@@ -98,6 +98,27 @@ pub struct NodeOptions {
     /// Keys read per sweep step (the `COUNT` of each `HSCAN` page; Redis
     /// may return a few more). Between 1 and 10,000. Default: 500.
     pub sweep_batch: usize,
+    /// Whether this node keeps a replica of the pool's jobs and pending
+    /// maps (every job's owner and every pending dispatch, updated on every
+    /// change). Default: `true`.
+    ///
+    /// A replica costs each node CPU and Redis network output on *every*
+    /// dispatch in the pool, so in a large fleet it is the pool's scaling
+    /// limit: turn it off on nodes that do not need it. A node that does not
+    /// mirror still knows its own workers' jobs; [`Node::job_keys`] and
+    /// [`Node::job_owner`](crate::Node::job_owner) then answer from this
+    /// node's workers only, and [`Node::lookup_job_owner`] and
+    /// [`Node::lookup_job_keys`] ask Redis. It still sees Redis go back in
+    /// time through the keep-alive map (see the pool README, "Rollback"),
+    /// which every node mirrors: a rollback that loses less than one renewal
+    /// interval of writes (`worker_ttl / 3` over the renewing nodes) is then
+    /// seen only by the nodes that wrote what was lost, so keep at least the
+    /// nodes that dispatch mirroring where such rollbacks can happen.
+    ///
+    /// [`Node::job_keys`]: crate::Node::job_keys
+    /// [`Node::lookup_job_owner`]: crate::Node::lookup_job_owner
+    /// [`Node::lookup_job_keys`]: crate::Node::lookup_job_keys
+    pub mirror_jobs: bool,
     /// Fixed node id; `None` generates a unique one. Default: `None`.
     pub node_id: Option<String>,
     /// Longest wait for Redis to answer one of the pool's calls (scripts,
@@ -131,6 +152,7 @@ impl Default for NodeOptions {
             cleanup_interval: ttl / 4,
             sweep_interval: Duration::from_secs(1),
             sweep_batch: 500,
+            mirror_jobs: true,
             node_id: None,
             redis_timeout: Duration::from_secs(5),
             restart_policy: RestartPolicy::default(),
@@ -240,6 +262,12 @@ impl NodeOptions {
     /// Sets [`sweep_batch`](Self::sweep_batch).
     pub fn sweep_batch(mut self, keys: usize) -> Self {
         self.sweep_batch = keys;
+        self
+    }
+
+    /// Sets [`mirror_jobs`](Self::mirror_jobs).
+    pub fn mirror_jobs(mut self, mirror: bool) -> Self {
+        self.mirror_jobs = mirror;
         self
     }
 

@@ -25,16 +25,14 @@ const RETRY: Duration = Duration::from_millis(200);
 /// How far back stops are made to stand again after a rollback (a rollback
 /// loses seconds of writes, not minutes).
 const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
+/// Jobs-map keys read per page when a worker looks for records naming it.
+const OWNED_PAGE: usize = 1000;
 
 impl NodeInner {
     /// Watches the pool's maps for Redis going back in time and recovers.
     pub(crate) async fn rollback_loop(self: Arc<Self>) {
-        let mut watched = [
-            self.store.maps.jobs.regressions(),
-            self.store.maps.pending.regressions(),
-            self.store.maps.workers.regressions(),
-            self.store.maps.keepalive.regressions(),
-        ];
+        let mut watched = self.store.maps.regressions();
+        watched.push(self.server_restarts.subscribe());
         loop {
             let changed =
                 futures::future::select_all(watched.iter_mut().map(|rx| Box::pin(rx.changed())));
@@ -51,7 +49,7 @@ impl NodeInner {
                 match self.recover_from_rollback().await {
                     Ok(()) => {
                         // Redis's older revisions are the current ones now.
-                        self.store.maps.jobs.reset_revision_high_water();
+                        self.store.maps.reset_revision_high_waters();
                         break;
                     }
                     Err(e) => {
@@ -63,6 +61,31 @@ impl NodeInner {
                     }
                 }
             }
+        }
+    }
+
+    /// After a reconnect: reads the run id of the server holding the pool's
+    /// keys and, when it changed (the server restarted or another took
+    /// over), has the rollback task recover. A replica's revisions alone can
+    /// miss a rollback: the writes made after it may bring a revision back
+    /// above what a node saw before the node resyncs.
+    pub(crate) async fn check_server_identity(&self) {
+        let run_id = loop {
+            match self.store.server_run_id().await {
+                Ok(run_id) => break run_id,
+                Err(e) => {
+                    tracing::debug!(node = %self.id, error = %e, "reading the server's run id failed; retrying");
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => return,
+                        _ = tokio::time::sleep(RETRY) => {}
+                    }
+                }
+            }
+        };
+        let previous = self.server_run_id.lock().await.replace(run_id.clone());
+        if previous.is_some_and(|previous| previous != run_id) {
+            tracing::warn!(node = %self.id, run_id, "Redis restarted or failed over (new run id): it may have lost writes");
+            self.server_restarts.send_modify(|n| *n += 1);
         }
     }
 
@@ -95,24 +118,30 @@ impl NodeInner {
             .keys()
             .cloned()
             .collect::<Vec<_>>();
-        let stale: Vec<(String, String)> = self
-            .store
-            .maps
-            .jobs
-            .snapshot()
-            .iter()
-            .filter(|(k, v)| {
-                crate::store::records::job_owner(v).is_some_and(|(w, _)| w == worker.id)
-                    && !worker.jobs.contains_key(*k)
-                    && !kept.contains(k)
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for (key, record) in stale {
-            let status = self.store.release_stale(&key, &record).await?;
-            tracing::info!(key, worker = %worker.id, status = status.as_str(), "record of a job not running here after a rollback");
+        // The records naming this worker, read from Redis page by page (a
+        // replica, where the node has one, may not show Redis's older state
+        // yet); release_stale.lua checks each record again.
+        let mut cursor = crate::store::SCAN_START.to_string();
+        loop {
+            let page = self
+                .store
+                .owned_page(&worker.id, &cursor, OWNED_PAGE)
+                .await?;
+            for key in page.keys {
+                if worker.jobs.contains_key(&key) || kept.contains(&key) {
+                    continue;
+                }
+                let Some(record) = self.store.job_record(&key).await? else {
+                    continue;
+                };
+                let status = self.store.release_stale(&key, &record).await?;
+                tracing::info!(key, worker = %worker.id, status = status.as_str(), "record of a job not running here after a rollback");
+            }
+            if page.cursor == crate::store::SCAN_START {
+                return Ok(());
+            }
+            cursor = page.cursor;
         }
-        Ok(())
     }
 
     /// Makes the stops `worker` carried out lately stand again: Redis may

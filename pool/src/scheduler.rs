@@ -404,7 +404,7 @@ impl Runner {
         token: u64,
         report: &mut ScheduleRun,
     ) {
-        let maps = &self.node.inner.store.maps;
+        let store = &self.node.inner.store;
         let options = DispatchOptions {
             schedule: Some(ScheduleFence {
                 name: self.name.clone(),
@@ -414,9 +414,21 @@ impl Runner {
             }),
             ..DispatchOptions::default()
         };
+        // Read from Redis: this node may not mirror the jobs map, and a
+        // key found running is one admission saved (the admission itself
+        // answers `JobExists` for a key that started meanwhile).
+        let wanted: Vec<String> = desired.keys().cloned().collect();
+        let running = match store.running_or_pending(&wanted).await {
+            Ok(running) => running,
+            Err(error) => {
+                tracing::warn!(schedule = %self.name, %error, "reading which scheduled keys run failed; retrying next interval");
+                report.failed += desired.len();
+                return;
+            }
+        };
         let missing: Vec<(String, Bytes)> = desired
             .iter()
-            .filter(|(key, _)| !maps.jobs.contains_key(key) && !maps.pending.contains_key(key))
+            .filter(|(key, _)| !running.contains(*key))
             .map(|(key, payload)| (key.clone(), payload.clone()))
             .collect();
         let options = Arc::new(options);
@@ -450,12 +462,23 @@ impl Runner {
         token: u64,
         report: &mut ScheduleRun,
     ) {
-        let pending = &self.node.inner.store.maps.pending;
-        // A key still pending may not be startable-yet-stoppable: leave it
-        // for the next run rather than forget a job about to start.
         let extra: Vec<String> = recorded
             .into_iter()
-            .filter(|key| !desired.contains_key(key) && !pending.contains_key(key))
+            .filter(|key| !desired.contains_key(key))
+            .collect();
+        // A key still pending may not be startable-yet-stoppable: leave it
+        // for the next run rather than forget a job about to start.
+        let pending = match self.node.inner.store.pending_among(&extra).await {
+            Ok(pending) => pending,
+            Err(error) => {
+                tracing::warn!(schedule = %self.name, %error, "reading which keys wait to start failed; retrying next interval");
+                report.failed += extra.len();
+                return;
+            }
+        };
+        let extra: Vec<String> = extra
+            .into_iter()
+            .filter(|key| !pending.contains(key))
             .collect();
         let mut results = futures::stream::iter(extra)
             .map(|key| {

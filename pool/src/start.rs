@@ -107,15 +107,16 @@ impl WorkerInner {
             }
             return Ok(());
         }
-        let superseded =
-            node.store.maps.jobs.get(&key).is_some_and(|v| {
+        let superseded = node.store.maps.jobs.as_ref().is_some_and(|jobs| {
+            jobs.get(&key).is_some_and(|v| {
                 job_owner(&v).is_some_and(|(w, t)| w != self.id && t >= entry.token)
-            });
+            })
+        });
         if superseded {
             // Another worker runs this key with a token at least as new (a
             // start that was moved on while this process was cut off or
-            // paused). The claim below would refuse it too; the replica
-            // saves the round trip.
+            // paused). The claim below would refuse it too; the replica,
+            // where the node mirrors the jobs map, saves the round trip.
             tracing::info!(
                 key,
                 token = entry.token,

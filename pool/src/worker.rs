@@ -16,7 +16,6 @@ use crate::handler::{Handler, guarded};
 use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, LANES, SeenEntries, lane_of};
 use crate::node::{Node, NodeInner};
 use crate::store::Moved;
-use crate::store::records::job_owner;
 
 /// A request is forwarded at most this many times when views of the ring
 /// disagree; then the receiving worker takes it.
@@ -483,16 +482,23 @@ impl WorkerInner {
         // A notification goes to the job's owner, a message to the key's
         // owner under the ring.
         let target = if notify {
-            (!self.jobs.contains_key(&req.key) && req.hops < MAX_HOPS)
-                .then(|| {
-                    node.store
-                        .maps
-                        .jobs
-                        .get(&req.key)
-                        .and_then(|v| job_owner(&v).map(|(w, _)| w.to_string()))
-                })
-                .flatten()
-                .filter(|owner| *owner != self.id)
+            if !self.jobs.contains_key(&req.key) && req.hops < MAX_HOPS {
+                let owner = match node.store.maps.jobs {
+                    Some(_) => node.store.maps.replica_owner(&req.key),
+                    // No replica: Redis says (a failed read leaves the
+                    // notification here, as an unknown owner does).
+                    None => node
+                        .store
+                        .job_owner(&req.key)
+                        .await
+                        .ok()
+                        .flatten()
+                        .map(|(w, _)| w),
+                };
+                owner.filter(|owner| *owner != self.id)
+            } else {
+                None
+            }
         } else {
             self.forward_target(node, &req.key, req.hops)
         };

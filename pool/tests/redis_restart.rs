@@ -171,6 +171,18 @@ async fn rollback_never_reissues_a_job_token() {
 /// never admitted again, and no fencing token repeats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_keeps_every_job_and_every_stop() {
+    rollback_case(true).await;
+}
+
+/// The same with nodes that do not mirror the jobs and pending maps
+/// (`NodeOptions::mirror_jobs(false)`): they see Redis go back in time
+/// through the keep-alive map, which every node mirrors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_keeps_every_job_and_every_stop_without_job_replicas() {
+    rollback_case(false).await;
+}
+
+async fn rollback_case(mirror_jobs: bool) {
     support::init_tracing();
     let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
     let pool = flotilla_testkit::unique_name("rollback");
@@ -180,7 +192,7 @@ async fn rollback_keeps_every_job_and_every_stop() {
     for i in 0..3 {
         let client = flotilla_testkit::client(&server.url()).await.unwrap();
         nodes.push(
-            flotilla_pool::Node::join(&client, &pool, fast())
+            flotilla_pool::Node::join(&client, &pool, fast().mirror_jobs(mirror_jobs))
                 .await
                 .unwrap(),
         );

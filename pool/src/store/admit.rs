@@ -117,6 +117,7 @@ impl PoolStore {
     ) -> Result<Vec<Admitted>> {
         let mut fixed = self.maps.base_keys();
         fixed.push(self.maps.cleanup.keys_info().hash.clone());
+        fixed.push(self.maps.keepalive_revision_key());
         let mut keys = BatchKeys::new(fixed);
         let mut args = self.maps.base_args();
         args.extend([
@@ -125,7 +126,7 @@ impl PoolStore {
             Value::from(limits.pending_ttl.as_millis().to_string()),
             Value::from(keys::INBOX_MAXLEN.to_string()),
             Value::from(limits.worker_ttl.as_millis().to_string()),
-            Value::from(self.revision_floor().to_string()),
+            Value::from(self.revision_floor()),
         ]);
         for a in admissions {
             let inbox = keys.index_of(&a.inbox);

@@ -146,6 +146,7 @@ impl PoolStore {
         const WHAT: &str = "to_owner reply";
         let mut keys = self.maps.base_keys();
         keys.push(owner_inbox.to_string());
+        keys.push(self.maps.keepalive_revision_key());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
@@ -154,7 +155,7 @@ impl PoolStore {
             Value::Bytes(body),
             Value::from(keys::INBOX_MAXLEN.to_string()),
             Value::from(worker_ttl.as_millis().to_string()),
-            Value::from(self.revision_floor().to_string()),
+            Value::from(self.revision_floor()),
         ]);
         let reply: Value = self
             .scripts

@@ -159,10 +159,10 @@ impl PoolStore {
             self.client.hget(keys::failures(&self.pool), key),
         )
         .await?;
-        let jobs = self.maps.jobs.keys_info().hash.clone();
+        let jobs = self.maps.jobs_keys.hash.clone();
         let owner: Option<String> =
             bounded(self.timeout, WHAT, self.client.hget(jobs, key)).await?;
-        let pending = self.maps.pending.keys_info().hash.clone();
+        let pending = self.maps.pending_keys.hash.clone();
         let guard: Option<String> =
             bounded(self.timeout, WHAT, self.client.hget(pending, key)).await?;
         Ok((failure, owner, guard))

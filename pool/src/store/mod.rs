@@ -21,6 +21,7 @@ pub(crate) mod call;
 mod jobs;
 mod lifecycle;
 mod maps;
+mod reads;
 pub(crate) mod records;
 mod registry;
 mod starts;
@@ -66,9 +67,15 @@ pub(crate) struct PoolStore {
 }
 
 impl PoolStore {
-    /// Joins every map of `pool`.
-    pub(crate) async fn join(client: &Client, pool: &str, timeout: Duration) -> Result<Self> {
-        let maps = PoolMaps::join(client, pool).await?;
+    /// Joins the maps of `pool` (the jobs and pending maps only when
+    /// `mirror_jobs`).
+    pub(crate) async fn join(
+        client: &Client,
+        pool: &str,
+        timeout: Duration,
+        mirror_jobs: bool,
+    ) -> Result<Self> {
+        let maps = PoolMaps::join(client, pool, mirror_jobs).await?;
         Ok(PoolStore {
             client: client.clone(),
             pool: Arc::from(pool),
@@ -78,12 +85,13 @@ impl PoolStore {
         })
     }
 
-    /// The highest jobs-map revision this node has seen: scripts that
-    /// admit or record starts pass it, so the first of them after Redis
-    /// went back in time opens the recovery window itself, before any
-    /// replica noticed (see `went_back` in `scripts/base.lua`).
-    pub(crate) fn revision_floor(&self) -> u64 {
-        self.maps.jobs.revision_high_water()
+    /// The highest revisions this node has seen (see
+    /// [`PoolMaps::seen_revisions`]): scripts that admit, route or record
+    /// starts pass them, so the first of them after Redis went back in time
+    /// opens the recovery window itself, before any replica noticed (see
+    /// `went_back` in `scripts/base.lua`).
+    pub(crate) fn revision_floor(&self) -> String {
+        self.maps.seen_revisions()
     }
 
     /// Creates the pool's epoch unless it exists (see `recovering` in
@@ -117,6 +125,21 @@ impl PoolStore {
             )
             .await?;
         Ok(())
+    }
+
+    /// The run id of the Redis server holding the pool's keys: a new one
+    /// means that server restarted or another took over, and may have lost
+    /// writes.
+    pub(crate) async fn server_run_id(&self) -> Result<String> {
+        self.scripts
+            .server_id
+            .run(
+                &self.client,
+                vec![keys::fencing(&self.pool)],
+                Vec::new(),
+                self.timeout,
+            )
+            .await
     }
 
     /// Removes `node`'s info (it left, or was found gone).

@@ -76,6 +76,7 @@ pub(crate) struct Scripts {
     pub(crate) drain_worker: PoolScript,
     pub(crate) begin_recovery: PoolScript,
     pub(crate) release_stale: PoolScript,
+    pub(crate) release_owner: PoolScript,
     pub(crate) stop_stands: PoolScript,
     pub(crate) job_ended: PoolScript,
     pub(crate) job_restart: PoolScript,
@@ -92,6 +93,8 @@ pub(crate) struct Scripts {
     pub(crate) schedule_forget: PoolScript,
     /// Records a joining node's info with its join time (plain).
     pub(crate) node_info: PoolScript,
+    /// Reads the run id of the server holding the pool's keys (plain).
+    pub(crate) server_id: PoolScript,
 }
 
 /// A pool script by its file name.
@@ -122,6 +125,7 @@ impl Scripts {
             drain_worker: pool_script!("drain_worker"),
             begin_recovery: pool_script!("begin_recovery"),
             release_stale: pool_script!("release_stale"),
+            release_owner: pool_script!("release_owner"),
             stop_stands: pool_script!("stop_stands"),
             job_ended: pool_script!("job_ended"),
             job_restart: pool_script!("job_restart"),
@@ -136,6 +140,7 @@ impl Scripts {
                 include_str!("scripts/schedule_forget.lua"),
             ),
             node_info: PoolScript::plain("node_info", include_str!("scripts/node_info.lua")),
+            server_id: PoolScript::plain("server_id", include_str!("scripts/server_id.lua")),
         }
     }
 }

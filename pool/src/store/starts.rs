@@ -121,12 +121,14 @@ impl PoolStore {
         args.extend([
             Value::from(answer.as_str()),
             Value::from(worker_ttl.as_millis().to_string()),
-            Value::from(self.revision_floor().to_string()),
+            Value::from(self.revision_floor()),
         ]);
+        let mut keys = start.keys(self);
+        keys.push(self.maps.keepalive_revision_key());
         let status: String = self
             .scripts
             .started
-            .run(&self.client, start.keys(self), args, self.timeout)
+            .run(&self.client, keys, args, self.timeout)
             .await?;
         StartKept::parse(&status)
     }
@@ -151,10 +153,12 @@ impl PoolStore {
         starts: &[StartToRecord],
         worker_ttl: Duration,
     ) -> Result<Vec<StartKept>> {
-        let mut keys = BatchKeys::new(self.maps.base_keys());
+        let mut fixed = self.maps.base_keys();
+        fixed.push(self.maps.keepalive_revision_key());
+        let mut keys = BatchKeys::new(fixed);
         let mut args = self.maps.base_args();
         args.push(Value::from(worker_ttl.as_millis().to_string()));
-        args.push(Value::from(self.revision_floor().to_string()));
+        args.push(Value::from(self.revision_floor()));
         for start in starts {
             let inbox = keys.index_of(&start.inbox);
             let (request, reply) = match &start.reply {

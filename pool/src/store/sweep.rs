@@ -90,6 +90,7 @@ impl PoolStore {
         const WHAT: &str = "sweep_orphans reply";
         let mut keys = self.maps.base_keys();
         keys.push(keys::orphan_marks(&self.pool));
+        keys.push(self.maps.keepalive_revision_key());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(cursor),
@@ -97,7 +98,7 @@ impl PoolStore {
             Value::from(count.to_string()),
             Value::from(grace.as_millis().to_string()),
             Value::from(worker_ttl.as_millis().to_string()),
-            Value::from(self.revision_floor().to_string()),
+            Value::from(self.revision_floor()),
         ]);
         let reply: Value = self
             .scripts
@@ -140,6 +141,7 @@ impl PoolStore {
         keys.push(to_inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         keys.push(keys::orphan_marks(&self.pool));
+        keys.push(self.maps.keepalive_revision_key());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),

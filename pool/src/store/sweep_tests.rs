@@ -84,7 +84,7 @@ async fn a_record_of_an_unregistered_worker_is_an_orphan_and_a_new_token_restart
     let f = fixture().await;
     f.register("w1").await;
     f.orphan("o1", "w1").await;
-    f.store.maps.jobs.set("o1", "gone 3").await.unwrap();
+    f.store.maps.jobs_map().set("o1", "gone 3").await.unwrap();
     let grace = Duration::from_millis(300);
     assert!(full_pass(&f, grace).await.is_empty());
     tokio::time::sleep(grace).await;
@@ -111,7 +111,7 @@ async fn a_record_of_an_unregistered_worker_is_an_orphan_and_a_new_token_restart
     let record: Option<String> = f
         .store
         .client
-        .hget(f.store.maps.jobs.keys_info().hash.as_str(), "o1")
+        .hget(f.store.maps.jobs_map().keys_info().hash.as_str(), "o1")
         .await
         .unwrap();
     assert_eq!(record, None, "the dead owner's record dropped");
@@ -124,7 +124,7 @@ async fn the_pending_sweep_removes_only_guards_past_their_deadline() {
     f.admitted("live", "w1").await;
     f.store
         .maps
-        .pending
+        .pending_map()
         .set("stale", "4 1000 -/0")
         .await
         .unwrap();
@@ -139,7 +139,7 @@ async fn the_pending_sweep_removes_only_guards_past_their_deadline() {
         }
     }
     assert_eq!(removed, vec!["stale".to_string()]);
-    let pending = f.store.maps.pending.keys_info().hash.clone();
+    let pending = f.store.maps.pending_map().keys_info().hash.clone();
     let live: bool = f
         .store
         .client
@@ -152,7 +152,7 @@ async fn the_pending_sweep_removes_only_guards_past_their_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owned_pages_list_a_workers_jobs_from_redis() {
     let f = fixture().await;
-    let jobs = &f.store.maps.jobs;
+    let jobs = f.store.maps.jobs_map();
     for i in 0..30 {
         let owner = if i % 3 == 0 { "w1" } else { "w2" };
         jobs.set(&format!("k{i}"), &format!("{owner} {i}"))

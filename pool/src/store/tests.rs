@@ -28,7 +28,7 @@ async fn fixture() -> Fixture {
     let server = RedisServer::start().unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let pool = flotilla_testkit::unique_name("store");
-    let store = PoolStore::join(&client, &pool, Duration::from_secs(10))
+    let store = PoolStore::join(&client, &pool, Duration::from_secs(10), true)
         .await
         .unwrap();
     store.create_epoch().await.unwrap();
@@ -113,7 +113,7 @@ impl Fixture {
     /// An orphan: a payload with neither owner nor pending dispatch.
     async fn orphan(&self, key: &str, worker: &str) {
         self.admitted(key, worker).await;
-        self.store.maps.pending.delete(key).await.unwrap();
+        self.store.maps.pending_map().delete(key).await.unwrap();
     }
 
     /// Moves entry `id` of `from`'s inbox to `to`'s.
@@ -189,7 +189,7 @@ async fn admit_unmark_and_schedule_forget_answer_each_status() {
     let Admitted::Ok { token: r1 } = f.admit(&limits, windowed(5)).await else {
         panic!("r1 not admitted");
     };
-    s.maps.pending.delete("r1").await.unwrap(); // as if it had ended
+    s.maps.pending_map().delete("r1").await.unwrap(); // as if it had ended
     let recent = f.admit(&limits, windowed(6)).await;
     assert!(
         matches!(recent, Admitted::Recent(left) if left > Duration::ZERO && left <= TTL),

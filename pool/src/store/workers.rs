@@ -3,7 +3,7 @@
 //! (`reassert.lua`, `resume.lua`), cleanup of dead ones
 //! (`claim_cleanup.lua`, `remove_worker.lua`), drain marks
 //! (`drain_worker.lua`), and recovery after Redis went back in time
-//! (`begin_recovery.lua`, `release_stale.lua`).
+//! (`begin_recovery.lua`, `release_stale.lua`, `release_owner.lua`).
 
 use std::time::Duration;
 
@@ -325,6 +325,19 @@ impl PoolStore {
         let status: String = self
             .scripts
             .release_stale
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        Released::parse(&status)
+    }
+
+    /// Drops `worker`'s ownership of job `key`, keeping its payload for the
+    /// orphan sweep, if Redis still records `worker` as its owner.
+    pub(crate) async fn release_owner(&self, key: &str, worker: &str) -> Result<Released> {
+        let mut args = self.maps.base_args();
+        args.extend([Value::from(key), Value::from(worker)]);
+        let status: String = self
+            .scripts
+            .release_owner
             .run(&self.client, self.maps.base_keys(), args, self.timeout)
             .await?;
         Released::parse(&status)

@@ -26,7 +26,7 @@ async fn suspended_job_does_not_win_over_the_running_copy_after_data_loss() {
     flushall(&client).await;
     a.inner.reregister(wa.id()).await.unwrap();
     // Read Redis itself: the replicas learn of the flush only later.
-    let jobs_hash = a.inner.store.maps.jobs.keys_info().hash.clone();
+    let jobs_hash = a.inner.store.maps.jobs_map().keys_info().hash.clone();
     let owned_by_b = format!("{} {running}", wb.id());
     wait_until(
         Duration::from_secs(15),
@@ -149,7 +149,7 @@ async fn a_moved_entry_is_not_claimed_by_its_old_holder() {
     node.inner
         .store
         .maps
-        .pending
+        .pending_map()
         .set(key, &live_guard(token))
         .await
         .unwrap();
@@ -177,7 +177,7 @@ async fn a_moved_entry_is_not_claimed_by_its_old_holder() {
     );
     assert!(worker.job_token(key).is_none());
     assert!(
-        node.inner.store.maps.pending.get(key).is_some(),
+        node.inner.store.maps.pending_map().get(key).is_some(),
         "the live copy's admission is untouched"
     );
     node.close().await.unwrap();
@@ -216,7 +216,7 @@ async fn time_based_tokens_round_trip_through_every_job_record() {
     a.dispatch_job(&key, &b"p"[..]).await.unwrap();
     let first = wa.job_token(&key).unwrap();
     assert!(first > 1_000_000_000_000_000, "time-based: {first}");
-    let jobs_hash = a.inner.store.maps.jobs.keys_info().hash.clone();
+    let jobs_hash = a.inner.store.maps.jobs_map().keys_info().hash.clone();
     let record = |client: fred::prelude::Client, key: String, hash: String| async move {
         let v: String = client.hget(&hash, &key).await.unwrap();
         v
@@ -280,7 +280,13 @@ async fn a_stop_of_an_orphan_ends_it_and_no_older_copy_comes_back() {
         .lock()
         .await
         .insert("ok1".into(), job.clone());
-    node.inner.store.maps.jobs.delete("ok1").await.unwrap();
+    node.inner
+        .store
+        .maps
+        .jobs_map()
+        .delete("ok1")
+        .await
+        .unwrap();
     assert!(
         node.job_payload("ok1").await.unwrap().is_some(),
         "an orphan"
@@ -319,11 +325,11 @@ async fn reassert_over_the_guard_of_its_own_start_keeps_the_job() {
     node.dispatch_job("g1", &b"p"[..]).await.unwrap();
     let job = worker.inner.jobs.get("g1").unwrap().clone();
     // The state before the start was recorded: guard, no record.
-    node.inner.store.maps.jobs.delete("g1").await.unwrap();
+    node.inner.store.maps.jobs_map().delete("g1").await.unwrap();
     node.inner
         .store
         .maps
-        .pending
+        .pending_map()
         .set("g1", &format!("{} 99999999999999", job.token))
         .await
         .unwrap();
@@ -335,7 +341,7 @@ async fn reassert_over_the_guard_of_its_own_start_keeps_the_job() {
     assert_eq!(status, "ok");
     wait_until(Duration::from_secs(5), "record and no guard", || {
         let ok = node.job_owner("g1") == Some((worker.id().to_string(), job.token))
-            && node.inner.store.maps.pending.get("g1").is_none();
+            && node.inner.store.maps.pending_map().get("g1").is_none();
         async move { ok }
     })
     .await
@@ -358,7 +364,7 @@ async fn a_requeued_start_entry_gets_a_new_token() {
     a.inner
         .store
         .maps
-        .pending
+        .pending_map()
         .set(key, &live_guard(token))
         .await
         .unwrap();
@@ -402,7 +408,7 @@ async fn dispatch_works_after_an_empty_restart_of_an_idle_pool() {
     let (node, worker, _handler) = pool(&server, &name).await;
     node.dispatch_job("i1", &b"p"[..]).await.unwrap();
     node.stop_job("i1").await.unwrap();
-    assert!(node.inner.store.maps.jobs.revision_high_water() > 0);
+    assert!(node.inner.store.maps.jobs_map().revision_high_water() > 0);
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     flushall(&client).await;
     // Within the dispatch timeout (8 s) of this pool: the window of the

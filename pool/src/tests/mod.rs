@@ -426,7 +426,7 @@ async fn one_start_in_two_hands_is_started_once() {
         a.inner
             .store
             .maps
-            .pending
+            .pending_map()
             .set(key, &live_guard(token))
             .await
             .unwrap();
@@ -486,7 +486,7 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
         inner
             .store
             .maps
-            .pending
+            .pending_map()
             .set(key, &live_guard(token))
             .await
             .unwrap();
@@ -518,8 +518,8 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
         .unwrap();
     assert_eq!(statuses, ["ok", "superseded", "ok", "unregistered"]);
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let jobs_hash = inner.store.maps.jobs.keys_info().hash.clone();
-    let pending_hash = inner.store.maps.pending.keys_info().hash.clone();
+    let jobs_hash = inner.store.maps.jobs_map().keys_info().hash.clone();
+    let pending_hash = inner.store.maps.pending_map().keys_info().hash.clone();
     let owner: Option<String> =
         fred::prelude::HashesInterface::hget(&client, jobs_hash.as_str(), "b1")
             .await

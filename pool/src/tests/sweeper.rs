@@ -93,7 +93,7 @@ async fn plant_orphan(node: &Node, key: &str, record: Option<&str>) {
         .await
         .unwrap();
     if let Some(record) = record {
-        store.maps.jobs.set(key, record).await.unwrap();
+        store.maps.jobs_map().set(key, record).await.unwrap();
     }
 }
 
@@ -174,7 +174,7 @@ async fn a_stale_pending_guard_is_removed_and_its_job_runs() {
     let node = Node::join(&client, &name, options()).await.unwrap();
     let _worker = Worker::new(&node, starts.clone()).await.unwrap();
     plant_orphan(&node, "stale", None).await;
-    let pending = &node.inner.store.maps.pending;
+    let pending = node.inner.store.maps.pending_map();
     pending.set("stale", "5 1000 -/0").await.unwrap();
     pending.set("live", &live_guard(6)).await.unwrap();
     let pending_hash = pending.keys_info().hash.clone();
@@ -293,12 +293,15 @@ async fn a_dead_workers_job_the_replica_never_saw_is_requeued_by_its_cleanup() {
         .await
         .unwrap();
     plant_orphan(&node, "hidden", None).await;
-    let jobs_hash = store.maps.jobs.keys_info().hash.clone();
+    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
     let _: i64 = client
         .hset(jobs_hash.as_str(), ("hidden", "ghost 9"))
         .await
         .unwrap();
-    assert!(store.maps.jobs.get("hidden").is_none(), "replica saw it");
+    assert!(
+        store.maps.jobs_map().get("hidden").is_none(),
+        "replica saw it"
+    );
     wait_until(Duration::from_secs(10), "the hidden job runs", || async {
         starts.count("hidden") == 1
     })

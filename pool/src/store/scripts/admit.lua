@@ -2,13 +2,14 @@
 -- One call admits every dispatch the node queued while its previous calls
 -- were in flight (see `admission.rs`); admissions are taken in order, as if
 -- each had its own call (two of one key: the second finds the first).
--- KEYS: base, 9 cleanup hash, 10.. the keys the admissions name: owner
+-- KEYS: base, 9 cleanup hash, 10 keep-alive revision (`went_back`),
+--       11.. the keys the admissions name: owner
 --       inbox streams, idempotency markers (string, PX = window), schedule
 --       job sets (hash) and schedule leader-lease locks (hash)
 -- ARGV: base, 4 node id, 5 max queued (0: no limit), 6 pending ttl ms,
 --       7 inbox maxlen (0: none), 8 worker ttl ms (the recovery window
---       after a data loss), 9 the highest jobs-map revision the node has
---       seen (0: none), then 10 per admission: job key, body (msgpack
+--       after a data loss), 9 the revisions the node has seen (see
+--       `went_back`), then 10 per admission: job key, body (msgpack
 --       job body), owner worker id, reply request id, and the KEYS indices
 --       of the owner's inbox and the key's marker, the idempotency window
 --       ms (0: none), the schedule leader token (0: not a schedule's
@@ -38,7 +39,7 @@ local function worker_live(worker)
   return live[worker]
 end
 local recovering_now = nil
-if went_back(ARGV[9], ttl) then
+if went_back(ARGV[9], ttl, KEYS[10]) then
   recovering_now = true
 end
 

@@ -49,18 +49,28 @@ local function recovering(ttl)
   return now < until_ms
 end
 
--- Whether Redis is behind what the caller has seen of the jobs map (`seen`,
--- the highest revision of its replica; 0: unknown): Redis went back in time
--- (a restart from an older snapshot, a replica promoted with lost writes)
--- and may have lost starts of keys that still run. Opens the recovery
--- window then, at once, rather than wait for a replica to notice.
+-- Whether Redis is behind what the caller has seen: Redis went back in
+-- time (a restart from an older snapshot, a replica promoted with lost
+-- writes) and may have lost starts of keys that still run. Opens the
+-- recovery window then, at once, rather than wait for a replica to notice.
+-- `seen` is "<jobs> <keep-alives>": the highest revisions of the jobs map
+-- (0: the caller does not mirror it) and of the keep-alive map the caller
+-- has applied; `keepalive_rev` is the keep-alive map's revision key. The
+-- keep-alive map changes with every renewal of every node, so a caller
+-- that does not mirror the jobs still sees a loss of any stretch of writes
+-- that holds a renewal.
 -- A missing revision is not a sign: after an empty restart the epoch's
--- absence opens the window, and the revision only comes back with the next
--- change of the jobs map (there may be none while nothing runs).
-local function went_back(seen, ttl)
-  seen = tonumber(seen) or 0
-  local rev = tonumber(redis.call('GET', JOBS[2]) or '')
-  if seen == 0 or not rev or rev >= seen then
+-- absence opens the window, and a revision only comes back with the next
+-- change of its map (there may be none while nothing runs).
+local function went_back(seen, ttl, keepalive_rev)
+  local jobs_seen, keepalive_seen = string.match(seen or '', '^(%d+) (%d+)$')
+  local function behind(revision_key, highest)
+    highest = tonumber(highest) or 0
+    if highest == 0 then return false end
+    local rev = tonumber(redis.call('GET', revision_key) or '')
+    return rev ~= nil and rev < highest
+  end
+  if not (behind(JOBS[2], jobs_seen) or behind(keepalive_rev, keepalive_seen)) then
     return false
   end
   local now = now_ms()

@@ -8,9 +8,10 @@
 -- after). One call records every start the node's workers queued while
 -- its previous calls were in flight (see `recorder.rs`); starts are taken
 -- in order, as if each had its own call.
--- KEYS: base, 9.. the streams the starts name (worker inboxes, reply streams)
--- ARGV: base, 4 worker ttl ms, 5 the highest jobs-map revision the node
---       has seen (see `went_back`), then 7 per start: job key, token, worker id,
+-- KEYS: base, 9 keep-alive revision (`went_back`), 10.. the streams the
+--       starts name (worker inboxes, reply streams)
+-- ARGV: base, 4 worker ttl ms, 5 the revisions the node has seen (see
+--       `went_back`), then 7 per start: job key, token, worker id,
 --       inbox entry id, index in KEYS of the worker's inbox, reply request
 --       id ('0': none), index in KEYS of the reply stream ('0': none)
 -- Returns one status per start: 'ok' | 'superseded' (the caller stops its
@@ -21,7 +22,7 @@
 -- "<request> <status>" line per start.
 local ttl = tonumber(ARGV[4])
 -- Redis went back in time: starts it lost are re-asserted, not dropped.
-went_back(ARGV[5], ttl)
+went_back(ARGV[5], ttl, KEYS[9])
 local registered = {}
 local function is_registered(worker)
   if registered[worker] == nil then

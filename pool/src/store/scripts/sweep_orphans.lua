@@ -12,16 +12,16 @@
 -- The same step prunes a page of the marks hash (marks of keys whose
 -- payload is gone). Nothing is requeued here: the caller picks the target
 -- on its ring and `requeue_orphan.lua` checks everything again.
--- KEYS: base, 9 orphan marks hash
+-- KEYS: base, 9 orphan marks hash, 10 keep-alive revision (`went_back`)
 -- ARGV: base, 4 payloads cursor, 5 marks cursor, 6 page size (HSCAN COUNT),
 --       7 grace ms, 8 worker ttl ms (the recovery window after a data
---       loss), 9 the highest jobs-map revision the caller has seen
+--       loss), 9 the revisions the caller has seen (`went_back`)
 -- Returns {payloads cursor, marks cursor, key 1, record 1 ('-': none), ...}
 -- for the due orphans (none while the pool recovers from a data loss).
 local MARKS = KEYS[9]
 local count, grace, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local now = now_ms()
-local paused = went_back(ARGV[9], ttl) or recovering(ttl)
+local paused = went_back(ARGV[9], ttl, KEYS[10]) or recovering(ttl)
 
 -- Keys only where the server has HSCAN NOVALUES (Redis 7.4); the values
 -- (payloads) otherwise come along and are skipped.

@@ -1,8 +1,8 @@
 -- Sends a stop or notify request to the current owner of a job.
--- KEYS: base, 9 owner inbox
+-- KEYS: base, 9 owner inbox, 10 keep-alive revision (`went_back`)
 -- ARGV: base, 4 job key, 5 expected owner, 6 event name, 7 body, 8 maxlen,
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
---       highest jobs-map revision the caller has seen (see `went_back`)
+--       revisions the caller has seen (see `went_back`)
 -- Returns {'ok'} | {'pending'} (admitted or being moved, not started yet;
 --       or Redis lost its data and the job may run on a worker that has
 --       not re-asserted it yet; or an orphan a notify waits for) |
@@ -11,7 +11,7 @@
 -- Redis went back in time and no replica may have noticed yet: the record
 -- (or its absence) may be older than the run that goes on somewhere; wait
 -- for the workers to re-assert what they run.
-if went_back(ARGV[10], tonumber(ARGV[9])) then return {'pending'} end
+if went_back(ARGV[10], tonumber(ARGV[9]), KEYS[10]) then return {'pending'} end
 local j = mget(JOBS, ARGV[4])
 if not j then
   if mget(PENDING, ARGV[4]) then return {'pending'} end

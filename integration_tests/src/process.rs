@@ -32,6 +32,9 @@ pub struct WorkerSpec {
     /// How long each handler `stop` takes: a random duration in this range
     /// (milliseconds), like closing a connection. `(0, 0)`: at once.
     pub stop_ms: (u64, u64),
+    /// Whether the process's node mirrors the pool's jobs and pending maps
+    /// (`NodeOptions::mirror_jobs`).
+    pub mirror_jobs: bool,
 }
 
 /// A running worker process.
@@ -67,7 +70,11 @@ impl WorkerProcess {
     /// # Errors
     /// [`ProcessError::Spawn`], [`ProcessError::NotReady`].
     pub async fn spawn(spec: &WorkerSpec, ready_timeout: Duration) -> Result<Self, ProcessError> {
-        let mut child = Command::new(&spec.binary)
+        let mut command = Command::new(&spec.binary);
+        if !spec.mirror_jobs {
+            command.arg("--no-job-replicas");
+        }
+        let mut child = command
             .arg("--redis")
             .arg(&spec.redis_url)
             .arg("--pool")

@@ -41,6 +41,7 @@ impl HaHarness {
         let mut procs = Vec::new();
         for i in 0..processes {
             let spec = WorkerSpec {
+                mirror_jobs: true,
                 binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
                 redis_url: ha.url(),
                 pool: pool.clone(),

@@ -64,6 +64,10 @@ struct Args {
     /// Longest handler stop (ms).
     #[arg(long, default_value_t = ChaosOptions::default().stop_ms.1)]
     stop_max_ms: u64,
+    /// Half the nodes do not mirror the jobs and pending maps (every other
+    /// worker process, and one of the two dispatching nodes).
+    #[arg(long)]
+    lean_nodes: bool,
 }
 
 fn parse_fault(s: &str) -> Result<FaultKind, String> {
@@ -104,7 +108,8 @@ async fn main() -> ExitCode {
         .worker_processes(args.workers)
         .seed(args.seed)
         .keys(args.keys)
-        .stop_ms(args.stop_min_ms, args.stop_max_ms);
+        .stop_ms(args.stop_min_ms, args.stop_max_ms)
+        .lean_nodes(args.lean_nodes);
     let with_sentinel = [
         FaultKind::Kill,
         FaultKind::Pause,

@@ -54,6 +54,10 @@ struct Args {
     /// Longest time a handler `stop` takes (ms).
     #[arg(long, default_value_t = 0)]
     stop_max_ms: u64,
+    /// Do not mirror the pool's jobs and pending maps
+    /// (`NodeOptions::mirror_jobs(false)`).
+    #[arg(long)]
+    no_job_replicas: bool,
 }
 
 /// Records starts and stops; runs nothing else (a job "runs" between them).
@@ -194,7 +198,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let options = NodeOptions::default()
         .worker_ttl(ttl)
         .ack_grace(ttl)
-        .dispatch_timeout(Duration::from_secs(5));
+        .dispatch_timeout(Duration::from_secs(5))
+        .mirror_jobs(!args.no_job_replicas);
     // Behind Sentinel the node connects by URL (and follows failovers);
     // otherwise through the test client, which trusts a private TLS server.
     let connected = if args.redis.contains("-sentinel://") {

@@ -36,6 +36,9 @@ pub(crate) struct Fleet {
     ttl: Duration,
     workers_per_process: usize,
     stop_ms: (u64, u64),
+    /// Every other process started does not mirror the jobs and pending
+    /// maps.
+    pub(crate) lean: bool,
     dir: PathBuf,
     next: usize,
     /// Every ledger file ever used (also of processes gone).
@@ -64,6 +67,7 @@ impl Fleet {
             ttl,
             workers_per_process,
             stop_ms,
+            lean: false,
             dir,
             next: 0,
             ledgers: Vec::new(),
@@ -90,6 +94,7 @@ impl Fleet {
             workers: self.workers_per_process,
             ledger,
             stop_ms: self.stop_ms,
+            mirror_jobs: !(self.lean && self.next % 2 == 0),
         };
         let process = WorkerProcess::spawn(&spec, Duration::from_secs(30)).await?;
         let pid = process.pid();

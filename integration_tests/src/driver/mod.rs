@@ -86,6 +86,10 @@ pub struct ChaosOptions {
     /// duration in this range (ms), like closing a connection.
     /// Default: 0–40 ms.
     pub stop_ms: (u64, u64),
+    /// Half the nodes do not mirror the pool's jobs and pending maps
+    /// (`NodeOptions::mirror_jobs(false)`): every other worker process and
+    /// one of the two dispatching nodes. Default: off (every node mirrors).
+    pub lean_nodes: bool,
 }
 
 impl Default for ChaosOptions {
@@ -111,6 +115,7 @@ impl Default for ChaosOptions {
             worker_binary: None,
             ledger_dir: None,
             stop_ms: (0, 40),
+            lean_nodes: false,
         }
     }
 }
@@ -149,6 +154,11 @@ impl ChaosOptions {
     /// Sets the range of handler stop durations (ms).
     pub fn stop_ms(mut self, min: u64, max: u64) -> Self {
         self.stop_ms = (min, max.max(min));
+        self
+    }
+    /// Sets [`lean_nodes`](Self::lean_nodes).
+    pub fn lean_nodes(mut self, on: bool) -> Self {
+        self.lean_nodes = on;
         self
     }
     /// Sets the number of distinct job keys.
@@ -264,13 +274,16 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         .ack_grace(options.ttl)
         .dispatch_timeout(Duration::from_secs(3));
     let mut nodes = Vec::new();
-    for _ in 0..2 {
+    for i in 0..2 {
+        let node_options = node_options
+            .clone()
+            .mirror_jobs(!(options.lean_nodes && i == 1));
         if sentinels.is_some() {
-            nodes.push(Node::connect(&url, &pool, node_options.clone()).await?);
+            nodes.push(Node::connect(&url, &pool, node_options).await?);
             continue;
         }
         let client = flotilla_testkit::client(&url).await?;
-        nodes.push(Node::join(&client, &pool, node_options.clone()).await?);
+        nodes.push(Node::join(&client, &pool, node_options).await?);
     }
     let mut fleet = Fleet::new(
         binary,
@@ -280,6 +293,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         options.stop_ms,
         dir.clone(),
     );
+    fleet.lean = options.lean_nodes;
     if sentinels.is_some() {
         fleet.redis_url = Some(url.clone());
     }

@@ -94,7 +94,7 @@ impl Fleet {
             workers: self.workers_per_process,
             ledger,
             stop_ms: self.stop_ms,
-            mirror_jobs: !(self.lean && self.next % 2 == 0),
+            mirror_jobs: !(self.lean && self.next.is_multiple_of(2)),
         };
         let process = WorkerProcess::spawn(&spec, Duration::from_secs(30)).await?;
         let pid = process.pid();

@@ -26,6 +26,10 @@ pub struct WorkerArgs {
     /// Workers to host.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// Do not mirror the pool's jobs and pending maps
+    /// (`NodeOptions::mirror_jobs(false)`).
+    #[arg(long)]
+    pub no_job_replicas: bool,
 }
 
 /// What a worker process reports once its workers are registered.
@@ -54,7 +58,9 @@ impl Handler for Noop {
 /// happens to the pool (kill, shutdown).
 pub async fn run_worker(args: WorkerArgs) -> Result<(), BoxError> {
     let client = flotilla_testkit::client(&args.url).await?;
-    let options = NodeOptions::default().worker_ttl(Duration::from_millis(args.ttl_ms));
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_millis(args.ttl_ms))
+        .mirror_jobs(!args.no_job_replicas);
     let node = Node::join(&client, &args.pool, options).await?;
     let mut workers = Vec::with_capacity(args.workers);
     for _ in 0..args.workers {
@@ -92,18 +98,24 @@ pub struct WorkerProcess {
 }
 
 impl WorkerProcess {
-    /// Starts `bench worker …` and waits (up to `ready_within`) until its
+    /// Starts `bench worker …` (its node mirroring the jobs and pending maps
+    /// when `mirror_jobs`) and waits (up to `ready_within`) until its
     /// workers are registered.
     pub async fn spawn(
         url: &str,
         pool: &str,
         ttl: Duration,
         workers: usize,
+        mirror_jobs: bool,
         ready_within: Duration,
     ) -> Result<WorkerProcess, BoxError> {
         let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
-            .arg("worker")
+        let mut command = Command::new(exe);
+        command.arg("worker");
+        if !mirror_jobs {
+            command.arg("--no-job-replicas");
+        }
+        let mut child = command
             .args(["--url", url, "--pool", pool])
             .args(["--ttl-ms", &ttl.as_millis().to_string()])
             .args(["--workers", &workers.to_string()])

@@ -25,6 +25,7 @@ use fred::prelude::*;
 use fred::types::InfoKind;
 
 use crate::report::{Report, SectionError};
+use crate::sections::fleet::FleetMode;
 
 /// Errors of the benchmark: anything, reported as text.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -84,6 +85,10 @@ struct Cli {
     /// Jobs dispatched in each round of the fleet section.
     #[arg(long, default_value_t = 20_000)]
     fleet_jobs: usize,
+    /// Node kinds of the fleet section (comma-separated): `mirror` (default
+    /// options) and `lean` (`NodeOptions::mirror_jobs(false)`).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [FleetMode::Mirror, FleetMode::Lean])]
+    fleet_modes: Vec<FleetMode>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,6 +149,8 @@ pub struct Opts {
     pub fleet_nodes: Vec<usize>,
     /// `--fleet-jobs`.
     pub fleet_jobs: usize,
+    /// `--fleet-modes`.
+    pub fleet_modes: Vec<FleetMode>,
 }
 
 impl Opts {
@@ -223,6 +230,7 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
         idle_seconds: cli.idle_seconds.max(1),
         fleet_nodes: cli.fleet_nodes.clone(),
         fleet_jobs: cli.fleet_jobs.max(1),
+        fleet_modes: cli.fleet_modes.clone(),
     };
     let ctx = Ctx {
         url,

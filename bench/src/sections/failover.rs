@@ -30,7 +30,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let mut moved_total = 0usize;
     for round in 0..ctx.opts.kills {
         let mut victim =
-            WorkerProcess::spawn(&ctx.url, &pool, ttl, 1, Duration::from_secs(30)).await?;
+            WorkerProcess::spawn(&ctx.url, &pool, ttl, 1, true, Duration::from_secs(30)).await?;
         let victim_id = victim.workers.first().cloned().ok_or("no victim worker")?;
         flotilla_testkit::wait_until(Duration::from_secs(10), "victim in the ring", || {
             let node = node.clone();

@@ -1,11 +1,13 @@
 //! Fleet scale: what a dispatch costs as the pool gains processes. For
 //! each K of `--fleet-nodes`, a fresh pool with K worker processes (one
-//! node and one worker each, default options) and one client-only
-//! dispatcher in this process, which admits `--fleet-jobs` jobs with
-//! `--concurrency` in flight. Per K: jobs/s, Redis CPU per job, the CPU of
-//! every process (this one and the K children) per job, Redis commands per
-//! job and Redis bytes sent per job (replication to every mirroring node is
-//! what grows with K).
+//! node and one worker each) and one client-only dispatcher in this
+//! process, which admits `--fleet-jobs` jobs with `--concurrency` in
+//! flight. Per K: jobs/s, Redis CPU per job, the CPU of every process (this
+//! one and the K children) per job, Redis commands per job and Redis bytes
+//! sent per job (replication to every mirroring node is what grows with K).
+//! Each K runs twice: with default options (every node mirrors the jobs and
+//! pending maps) and with lean nodes (`NodeOptions::mirror_jobs(false)` on
+//! every node); `--fleet-modes` picks.
 
 use std::time::Instant;
 
@@ -18,8 +20,30 @@ use crate::redis_stats::{
 use crate::report::{Figure, Report};
 use crate::{BoxError, Ctx};
 
+/// Whether the nodes of a round mirror the jobs and pending maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FleetMode {
+    /// Default options: every node mirrors them.
+    Mirror,
+    /// `mirror_jobs(false)` on every node.
+    Lean,
+}
+
+impl FleetMode {
+    /// The prefix of the mode's figure ids and labels (none for the
+    /// default, so that its ids stay those of earlier runs).
+    fn prefix(self) -> (&'static str, &'static str) {
+        match self {
+            FleetMode::Mirror => ("", ""),
+            FleetMode::Lean => ("lean_", "lean nodes, "),
+        }
+    }
+}
+
 /// What one K measured.
 struct Round {
+    mode: FleetMode,
     nodes: usize,
     jobs_per_s: f64,
     redis_cpu_us: f64,
@@ -32,11 +56,13 @@ struct Round {
 pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let mut rounds = Vec::new();
     for &nodes in &ctx.opts.fleet_nodes {
-        let round = measure(ctx, nodes.max(1)).await?;
-        ctx.progress(
+        for &mode in &ctx.opts.fleet_modes {
+            let round = measure(ctx, nodes.max(1), mode).await?;
+            ctx.progress(
             "fleet",
             &format!(
-                "K={}: {:.0} jobs/s, Redis {:.1} µs/job, all processes {:.1} µs/job, {:.1} commands/job, {:.0} B out/job",
+                "{}K={}: {:.0} jobs/s, Redis {:.1} µs/job, all processes {:.1} µs/job, {:.1} commands/job, {:.0} B out/job",
+                round.mode.prefix().1,
                 round.nodes,
                 round.jobs_per_s,
                 round.redis_cpu_us,
@@ -45,21 +71,29 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
                 round.bytes_out
             ),
         );
-        rounds.push(round);
+            rounds.push(round);
+        }
     }
     let shape = |r: &Round| {
         format!(
-            "{} jobs, {} in flight, one client-only dispatcher, {} worker processes",
-            ctx.opts.fleet_jobs, ctx.opts.concurrency, r.nodes
+            "{} jobs, {} in flight, one client-only dispatcher, {} worker processes{}",
+            ctx.opts.fleet_jobs,
+            ctx.opts.concurrency,
+            r.nodes,
+            match r.mode {
+                FleetMode::Mirror => "",
+                FleetMode::Lean => "; no node mirrors the jobs and pending maps",
+            }
         )
     };
     for r in &rounds {
         let k = r.nodes;
+        let (id, label) = r.mode.prefix();
         report.push(
             Figure::new(
                 "fleet",
-                format!("k{k}_jobs_per_s"),
-                format!("K={k}: throughput"),
+                format!("{id}k{k}_jobs_per_s"),
+                format!("{label}K={k}: throughput"),
             )
             .value(r.jobs_per_s, "jobs/s")
             .detail(shape(r)),
@@ -67,8 +101,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
         report.push(
             Figure::new(
                 "fleet",
-                format!("k{k}_redis_cpu"),
-                format!("K={k}: Redis CPU"),
+                format!("{id}k{k}_redis_cpu"),
+                format!("{label}K={k}: Redis CPU"),
             )
             .value(r.redis_cpu_us, "µs/job")
             .detail("INFO cpu (user + sys) over the dispatch window"),
@@ -76,8 +110,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
         report.push(
             Figure::new(
                 "fleet",
-                format!("k{k}_all_cpu"),
-                format!("K={k}: CPU of all processes"),
+                format!("{id}k{k}_all_cpu"),
+                format!("{label}K={k}: CPU of all processes"),
             )
             .value(r.all_cpu_us, "µs/job")
             .detail("this process and every worker process (/proc/<pid>/stat), not Redis"),
@@ -85,8 +119,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
         report.push(
             Figure::new(
                 "fleet",
-                format!("k{k}_commands"),
-                format!("K={k}: Redis commands"),
+                format!("{id}k{k}_commands"),
+                format!("{label}K={k}: Redis commands"),
             )
             .value(r.commands, "/job")
             .detail("INFO commandstats, every command of every client"),
@@ -94,37 +128,52 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
         report.push(
             Figure::new(
                 "fleet",
-                format!("k{k}_bytes_out"),
-                format!("K={k}: Redis bytes out"),
+                format!("{id}k{k}_bytes_out"),
+                format!("{label}K={k}: Redis bytes out"),
             )
             .value(r.bytes_out, "B/job")
             .detail("INFO stats total_net_output_bytes: replies and change messages"),
         );
     }
     // The target compares the 16-node pool with the 1-node one.
-    let one = rounds.iter().find(|r| r.nodes == 1);
-    let sixteen = rounds.iter().find(|r| r.nodes == 16);
-    if let (Some(one), Some(sixteen)) = (one, sixteen) {
-        report.push(
-            Figure::new("fleet", "k16_vs_k1", "K=16 throughput / K=1")
+    for &mode in &ctx.opts.fleet_modes {
+        let (id, label) = mode.prefix();
+        let one = rounds.iter().find(|r| r.mode == mode && r.nodes == 1);
+        let sixteen = rounds.iter().find(|r| r.mode == mode && r.nodes == 16);
+        if let (Some(one), Some(sixteen)) = (one, sixteen) {
+            report.push(
+                Figure::new(
+                    "fleet",
+                    format!("{id}k16_vs_k1"),
+                    format!("{label}K=16 throughput / K=1"),
+                )
                 .value(sixteen.jobs_per_s / one.jobs_per_s * 100.0, "%")
                 .at_least(90.0, ">= 90%"),
-        );
-        report.push(
-            Figure::new("fleet", "k16_vs_k1_redis_cpu", "K=16 Redis CPU / K=1")
+            );
+            report.push(
+                Figure::new(
+                    "fleet",
+                    format!("{id}k16_vs_k1_redis_cpu"),
+                    format!("{label}K=16 Redis CPU / K=1"),
+                )
                 .value(sixteen.redis_cpu_us / one.redis_cpu_us, "x")
                 .at_most(1.2, "<= 1.2x"),
-        );
+            );
+        }
     }
     Ok(())
 }
 
 /// One pool with `nodes` worker processes: dispatch, measure, tear down.
-async fn measure(ctx: &Ctx, nodes: usize) -> Result<Round, BoxError> {
+async fn measure(ctx: &Ctx, nodes: usize, mode: FleetMode) -> Result<Round, BoxError> {
     let jobs = ctx.opts.fleet_jobs.max(1);
     let pool = flotilla_testkit::unique_name("bench-fleet");
-    ctx.progress("fleet", &format!("K={nodes}: starting worker processes"));
-    let (dispatcher, children) = super::idle::start_fleet(ctx, &pool, nodes).await?;
+    ctx.progress(
+        "fleet",
+        &format!("{}K={nodes}: starting worker processes", mode.prefix().1),
+    );
+    let (dispatcher, children) =
+        super::idle::start_fleet(ctx, &pool, nodes, mode == FleetMode::Mirror).await?;
 
     let pids: Vec<u32> = children.iter().map(|c| c.pid).collect();
     let all_cpu = || -> Option<f64> {
@@ -161,6 +210,7 @@ async fn measure(ctx: &Ctx, nodes: usize) -> Result<Round, BoxError> {
         .since(&commands_before);
     let n = jobs as f64;
     let round = Round {
+        mode,
         nodes,
         jobs_per_s: n / elapsed,
         redis_cpu_us: (redis_after - redis_before) * 1e6 / n,

@@ -22,7 +22,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let pool = flotilla_testkit::unique_name("bench-idle");
     let ttl = NodeOptions::default().worker_ttl;
     ctx.progress("idle", &format!("starting {nodes} worker processes"));
-    let (dispatcher, children) = start_fleet(ctx, &pool, nodes).await?;
+    let (dispatcher, children) = start_fleet(ctx, &pool, nodes, true).await?;
 
     ctx.progress("idle", &format!("dispatching {jobs} jobs"));
     let t0 = Instant::now();
@@ -93,22 +93,32 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
 }
 
 /// Starts `nodes` worker processes on `pool` (one node and one worker
-/// each, default options) and a client-only dispatcher here, and waits
-/// until every worker is registered.
+/// each, default options but `mirror_jobs`) and a client-only dispatcher
+/// here, and waits until every worker is registered.
 pub(crate) async fn start_fleet(
     ctx: &Ctx,
     pool: &str,
     nodes: usize,
+    mirror_jobs: bool,
 ) -> Result<(Node, Vec<WorkerProcess>), BoxError> {
     let ttl = NodeOptions::default().worker_ttl;
-    let spawns =
-        (0..nodes).map(|_| WorkerProcess::spawn(&ctx.url, pool, ttl, 1, Duration::from_secs(120)));
+    let spawns = (0..nodes).map(|_| {
+        WorkerProcess::spawn(
+            &ctx.url,
+            pool,
+            ttl,
+            1,
+            mirror_jobs,
+            Duration::from_secs(120),
+        )
+    });
     let children = futures::future::try_join_all(spawns).await?;
     let dispatcher = Node::join(
         &ctx.client,
         pool,
         NodeOptions::default()
             .client_only(true)
+            .mirror_jobs(mirror_jobs)
             .dispatch_timeout(Duration::from_secs(60)),
     )
     .await?;

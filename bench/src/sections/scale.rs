@@ -34,7 +34,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let t0 = Instant::now();
     let spawns = (0..processes).map(|p| {
         let count = workers / processes + usize::from(p < workers % processes);
-        WorkerProcess::spawn(&ctx.url, &pool, ttl, count, Duration::from_secs(300))
+        WorkerProcess::spawn(&ctx.url, &pool, ttl, count, true, Duration::from_secs(300))
     });
     let children = futures::future::try_join_all(spawns).await?;
     flotilla_testkit::wait_until(Duration::from_secs(60), "all workers registered", || {

@@ -49,12 +49,18 @@ pub(crate) async fn run(cli: &Cli, client: &Client) -> CtlResult {
         }
         _ => Bytes::new(),
     };
-    let node = Node::join(client, pool, options.client_only(true)).await?;
+    // A one-shot node: no replica of the jobs map (a large pool's would
+    // cost more than the command); it asks Redis what it needs.
+    let options = options.client_only(true).mirror_jobs(false);
+    let node = Node::join(client, pool, options).await?;
     let result = match &cli.command {
-        Command::Dispatch { key, .. } => node
-            .dispatch_job(key, payload)
-            .await
-            .map(|()| format!("dispatched {key:?}: running on {}", owner_text(&node, key))),
+        Command::Dispatch { key, .. } => match node.dispatch_job(key, payload).await {
+            Ok(()) => Ok(format!(
+                "dispatched {key:?}: running on {}",
+                owner_text(&node, key).await
+            )),
+            Err(e) => Err(e),
+        },
         Command::Stop { key, .. } => node
             .stop_job(key)
             .await
@@ -111,11 +117,13 @@ pub(crate) fn removal_text(worker: &str, removal: WorkerRemoval) -> String {
     }
 }
 
-fn owner_text(node: &Node, key: &str) -> String {
-    node.job_owner(key).map_or_else(
-        || "its worker".to_string(),
-        |(w, t)| format!("{w} (fencing token {t})"),
-    )
+/// Where job `key` runs, as Redis records it ("its worker" when Redis
+/// does not say).
+pub(crate) async fn owner_text(node: &Node, key: &str) -> String {
+    match node.lookup_job_owner(key).await {
+        Ok(Some((w, t))) => format!("{w} (fencing token {t})"),
+        _ => "its worker".to_string(),
+    }
 }
 
 fn read_payload(path: Option<&Path>) -> CtlResult<Bytes> {

@@ -103,6 +103,7 @@ where
 {
     let options = NodeOptions::default()
         .client_only(true)
+        .mirror_jobs(false)
         .worker_ttl(state.worker_ttl)
         .dispatch_timeout(state.action_timeout);
     let node = Node::join(&state.client, &state.pool, options).await?;
@@ -223,7 +224,10 @@ async fn start_job(state: &Shared, headers: &HeaderMap, key: String, payload: Pa
         }
         node.dispatch_job(&k, payload).await?;
         let verb = if restart { "requeued" } else { "dispatched" };
-        Ok(format!("{verb} {k:?}: running on {}", owner(&node, &k)))
+        Ok(format!(
+            "{verb} {k:?}: running on {}",
+            crate::admin::owner_text(&node, &k).await
+        ))
     })
     .await
 }
@@ -279,13 +283,6 @@ pub(crate) async fn remove(
         Ok(crate::admin::removal_text(&w, removal))
     })
     .await
-}
-
-fn owner(node: &Node, key: &str) -> String {
-    node.job_owner(key).map_or_else(
-        || "its worker".to_string(),
-        |(w, t)| format!("{w} (fencing token {t})"),
-    )
 }
 
 #[cfg(test)]

@@ -164,6 +164,10 @@ pub struct JoinProbeArgs {
     /// Pool to join.
     #[arg(long)]
     pub pool: String,
+    /// Join without replicas of the jobs and pending maps
+    /// (`NodeOptions::mirror_jobs(false)`).
+    #[arg(long)]
+    pub no_job_replicas: bool,
 }
 
 /// What `join-probe` measures: a node joining in a fresh process, so its
@@ -172,7 +176,8 @@ pub struct JoinProbeArgs {
 pub struct JoinProbe {
     /// `Node::join` duration in milliseconds.
     pub join_ms: f64,
-    /// Jobs in the node's replica when `join` returned.
+    /// Jobs the node knows when `join` returned (its replica's; 0 without
+    /// one).
     pub jobs: usize,
     /// RSS just before `Node::join` (client connected), bytes.
     pub rss_before: Option<u64>,
@@ -186,7 +191,8 @@ pub async fn run_join_probe(args: JoinProbeArgs) -> Result<(), BoxError> {
     let client = flotilla_testkit::client(&args.url).await?;
     let rss_before = crate::redis_stats::rss_bytes(None);
     let t0 = std::time::Instant::now();
-    let node = Node::join(&client, &args.pool, NodeOptions::default()).await?;
+    let options = NodeOptions::default().mirror_jobs(!args.no_job_replicas);
+    let node = Node::join(&client, &args.pool, options).await?;
     let join_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let rss_after = crate::redis_stats::rss_bytes(None);
     let probe = JoinProbe {
@@ -201,10 +207,14 @@ pub async fn run_join_probe(args: JoinProbeArgs) -> Result<(), BoxError> {
 }
 
 /// Runs `bench join-probe` in a new process and returns what it measured.
-pub async fn join_probe(url: &str, pool: &str) -> Result<JoinProbe, BoxError> {
+pub async fn join_probe(url: &str, pool: &str, mirror_jobs: bool) -> Result<JoinProbe, BoxError> {
     let exe = std::env::current_exe()?;
-    let output = Command::new(exe)
-        .arg("join-probe")
+    let mut command = Command::new(exe);
+    command.arg("join-probe");
+    if !mirror_jobs {
+        command.arg("--no-job-replicas");
+    }
+    let output = command
         .args(["--url", url, "--pool", pool])
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())

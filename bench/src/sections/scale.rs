@@ -47,7 +47,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
 
     // A node's fixed memory (runtime, connections, channel buffers), from a
     // join into the pool before it has jobs.
-    let empty = join_probe(&ctx.url, &pool).await?;
+    let empty = join_probe(&ctx.url, &pool, true).await?;
+    let lean_empty = join_probe(&ctx.url, &pool, false).await?;
     let redis_before = used_memory(&ctx.client).await?;
     let rss_before = rss_bytes(None);
     let children_before: Option<u64> = children.iter().map(|c| rss_bytes(Some(c.pid))).sum();
@@ -89,7 +90,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let children_after: Option<u64> = children.iter().map(|c| rss_bytes(Some(c.pid))).sum();
 
     ctx.progress("scale", "fresh node joins (new process)");
-    let fresh = join_probe(&ctx.url, &pool).await?;
+    let fresh = join_probe(&ctx.url, &pool, true).await?;
+    let lean = join_probe(&ctx.url, &pool, false).await?;
 
     let per_job = |before: Option<u64>, after: Option<u64>| match (before, after) {
         (Some(b), Some(a)) => Some(a.saturating_sub(b) as f64 / jobs as f64),
@@ -146,6 +148,29 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
             "RSS growth of a new process across Node::join, minus the same join into the pool without jobs ({:.1} MiB fixed); {:.0} bytes/job without that subtraction",
             growth(&empty).unwrap_or(0) as f64 / (1024.0 * 1024.0),
             per_job(fresh.rss_before, fresh.rss_after).unwrap_or(f64::NAN)
+        )),
+    );
+    report.push(
+        Figure::new("scale", "lean_join_time", "scale: fresh lean node join")
+            .value(lean.join_ms / 1000.0, "s")
+            .at_most(2.0, "< 2 s")
+            .detail(format!(
+                "{shape}; NodeOptions::mirror_jobs(false); {:.0} ms into the pool without jobs",
+                lean_empty.join_ms
+            )),
+    );
+    let lean_marginal = match (growth(&lean), growth(&lean_empty)) {
+        (Some(full), Some(base)) => Some(full as f64 - base as f64),
+        _ => None,
+    };
+    report.push(
+        bytes_figure(
+            "lean_node_rss_growth",
+            "scale: lean node memory for the pool's jobs",
+            lean_marginal,
+        )
+        .detail(format!(
+            "RSS growth across Node::join with mirror_jobs(false) into the pool with {jobs} jobs, minus the same into the pool without jobs: whatever the pool holds, a lean node keeps only its own workers' jobs"
         )),
     );
     report.push(

@@ -21,10 +21,10 @@ pub const TLS_FEATURE: &str = "tls";
 /// this plus `redis_timeout` is taken for dead.
 const LONGEST_BLOCK: Duration = Duration::from_secs(5);
 
-/// A fred [`Builder`] for `url` with the settings [`Node::connect`] uses,
+/// A fred [`Builder`] for `url` with the settings [`Node::connect`](crate::Node::connect) uses,
 /// for callers that need to adjust it (a private CA, a credential
 /// provider) before building, connecting and passing the client to
-/// [`Node::join`]: reconnect forever, exponential 10 ms … 1 s; connection,
+/// [`Node::join`](crate::Node::join): reconnect forever, exponential 10 ms … 1 s; connection,
 /// internal-command and command timeouts of `options.redis_timeout`;
 /// connections that stay silent past the longest blocking read plus
 /// `redis_timeout` are closed and reopened; TCP keep-alive.

@@ -58,9 +58,9 @@ impl Node {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidOptions`] for a URL that does not parse, or a TLS
+    /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) for a URL that does not parse, or a TLS
     /// URL in a build without the `tls` feature (the message names it);
-    /// [`Error::Unavailable`] naming the address when Redis does not answer
+    /// [`Error::Unavailable`](crate::Error::Unavailable) naming the address when Redis does not answer
     /// within `redis_timeout`; then as [`Node::join`].
     pub async fn connect(url: &str, pool: &str, options: NodeOptions) -> Result<Node> {
         options.validate()?;

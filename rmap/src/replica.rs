@@ -11,10 +11,12 @@ use crate::events::{EventSender, MapEvent, MapEventKind};
 
 /// One immutable version of the replica. Cloning `data` is O(1) (a
 /// persistent hash map), so the sync task builds the next version without
-/// copying the map, and readers never wait.
+/// copying the map, and readers never wait. Keys and values are shared
+/// strings: a change copies the map's nodes on its path, and copying a
+/// node then costs reference counts, not a copy of every string in it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct State {
-    pub(crate) data: imbl::HashMap<String, String>,
+    pub(crate) data: imbl::HashMap<Arc<str>, Arc<str>>,
     /// The last revision applied.
     pub(crate) rev: u64,
     /// Local counter of stored versions (a resync may keep `rev`).
@@ -25,11 +27,11 @@ pub(crate) struct State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Op {
     Set {
-        key: String,
-        value: String,
+        key: Arc<str>,
+        value: Arc<str>,
     },
     Delete {
-        key: String,
+        key: Arc<str>,
     },
     Reset,
     /// A replica's snapshot marker (carries no revision of its own).
@@ -67,12 +69,10 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<Message, &'static str> {
     let op = match op.to_ascii_lowercase().as_slice() {
         b"m" => Op::Batch(parse_batch(key, value.as_bytes())?),
         b"s" => Op::Set {
-            key: key.to_string(),
-            value: value.to_string(),
+            key: key.into(),
+            value: value.into(),
         },
-        b"d" => Op::Delete {
-            key: key.to_string(),
-        },
+        b"d" => Op::Delete { key: key.into() },
         b"r" => Op::Reset,
         b"y" => Op::Marker {
             token: key.to_string(),
@@ -96,12 +96,10 @@ fn parse_batch(count: &str, mut rest: &[u8]) -> Result<Vec<Op>, &'static str> {
         let value = std::str::from_utf8(value).map_err(|_| "value is not UTF-8")?;
         ops.push(match op {
             b"s" => Op::Set {
-                key: key.to_string(),
-                value: value.to_string(),
+                key: key.into(),
+                value: value.into(),
             },
-            b"d" => Op::Delete {
-                key: key.to_string(),
-            },
+            b"d" => Op::Delete { key: key.into() },
             _ => return Err("unknown batch op"),
         });
     }
@@ -183,7 +181,7 @@ impl Shared {
             state
                 .data
                 .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         );
         self.snapshot
@@ -278,17 +276,17 @@ impl Shared {
 pub(crate) fn apply(next: &mut State, op: Op, events: &mut Vec<MapEvent>) {
     match op {
         Op::Set { key, value } => {
-            next.data.insert(key.clone(), value);
             events.push(MapEvent {
                 kind: MapEventKind::Set,
-                key: Some(key),
+                key: Some(key.to_string()),
             });
+            next.data.insert(key, value);
         }
         Op::Delete { key } => {
-            next.data.remove(&key);
+            next.data.remove(&*key);
             events.push(MapEvent {
                 kind: MapEventKind::Delete,
-                key: Some(key),
+                key: Some(key.to_string()),
             });
         }
         Op::Reset => {

@@ -42,7 +42,7 @@ pub(crate) type ResyncRequest = oneshot::Sender<Result<(), Error>>;
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     pub(crate) rev: u64,
-    pub(crate) data: imbl::HashMap<String, String>,
+    pub(crate) data: imbl::HashMap<Arc<str>, Arc<str>>,
 }
 
 /// A token naming one snapshot's marker, unique across processes.
@@ -102,9 +102,9 @@ pub(crate) async fn load_snapshot(
     let mut data = imbl::HashMap::new();
     let mut fields = fields.into_iter();
     while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
-        match (k.into_string(), v.into_string()) {
+        match (k.as_str(), v.as_str()) {
             (Some(k), Some(v)) => {
-                data.insert(k, v);
+                data.insert(Arc::from(&*k), Arc::from(&*v));
             }
             _ => tracing::warn!(map = %keys.hash, "skipping a field that is not UTF-8"),
         }

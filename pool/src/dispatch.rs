@@ -305,10 +305,13 @@ impl NodeInner {
         check_name("job key", key)?;
         options.validate()?;
         let payload = self.check_payload(payload)?;
-        let marker = keys::dispatched(&self.pool, key);
-        let window_ms = options
-            .idempotency_window
-            .map_or(0, |w| w.as_millis().max(1) as u64);
+        // The key's idempotency marker, only for a dispatch with a window.
+        let window = options.idempotency_window.map(|w| {
+            (
+                keys::dispatched(&self.pool, key),
+                w.as_millis().max(1) as u64,
+            )
+        });
         let schedule = options.schedule.as_ref().map(|fence| {
             (
                 fence.token,
@@ -332,8 +335,7 @@ impl NodeInner {
                 owner: owner.clone(),
                 inbox,
                 request,
-                marker: marker.clone(),
-                window_ms,
+                window: window.clone(),
                 schedule: schedule.clone(),
             };
             let admitted = match self.admitter.submit(admission).await {
@@ -350,8 +352,8 @@ impl NodeInner {
                     return match reply.status.as_str() {
                         "ok" => Ok(()),
                         "failed" => {
-                            if window_ms > 0 {
-                                self.unmark(&marker, token).await;
+                            if let Some((marker, _)) = &window {
+                                self.unmark(marker, token).await;
                             }
                             Err(crate::error::start_refused(key, reply.message))
                         }

@@ -232,10 +232,18 @@ impl Shared {
         lock(&self.subscribers).push(sender);
     }
 
+    /// Whether anyone listens for events: the sync task builds them only
+    /// then (see [`store`](Self::store) for one who subscribes meanwhile).
+    pub(crate) fn has_subscribers(&self) -> bool {
+        !lock(&self.subscribers).is_empty()
+    }
+
     /// Stores the next version, then wakes waiters and subscribers.
     /// `release_all` also wakes waiters above the new revision (after a
     /// resync showed the revision went backwards: Redis lost data).
-    pub(crate) fn store(&self, state: State, events: &[MapEvent], release_all: bool) {
+    /// `events` is `None` when they were not built because nobody listened;
+    /// a subscriber that came meanwhile gets a `Resynced` instead.
+    pub(crate) fn store(&self, state: State, events: Option<&[MapEvent]>, release_all: bool) {
         let rev = state.rev;
         let version = state.version;
         self.state.store(Arc::new(state));
@@ -253,8 +261,18 @@ impl Shared {
         for tx in fired.into_values().flatten() {
             let _ = tx.send(());
         }
-        if !events.is_empty() {
-            lock(&self.subscribers).retain(|s| events.iter().all(|e| s.send(e)));
+        match events {
+            Some(events) if !events.is_empty() => {
+                lock(&self.subscribers).retain(|s| events.iter().all(|e| s.send(e)));
+            }
+            Some(_) => {}
+            None => {
+                let resynced = MapEvent {
+                    kind: MapEventKind::Resynced,
+                    key: None,
+                };
+                lock(&self.subscribers).retain(|s| s.send(&resynced));
+            }
         }
         self.changed.send_replace(version);
         if release_all {
@@ -272,29 +290,29 @@ impl Shared {
     }
 }
 
-/// Applies one message to `next`, adding its events (none for a marker).
-pub(crate) fn apply(next: &mut State, op: Op, events: &mut Vec<MapEvent>) {
+/// Applies one message to `next`, adding its events (none for a marker)
+/// to `events` when they are wanted (`None`: nobody listens).
+pub(crate) fn apply(next: &mut State, op: Op, events: &mut Option<Vec<MapEvent>>) {
+    let mut event = |kind, key: Option<&Arc<str>>| {
+        if let Some(events) = events.as_mut() {
+            events.push(MapEvent {
+                kind,
+                key: key.map(|k| k.to_string()),
+            });
+        }
+    };
     match op {
         Op::Set { key, value } => {
-            events.push(MapEvent {
-                kind: MapEventKind::Set,
-                key: Some(key.to_string()),
-            });
+            event(MapEventKind::Set, Some(&key));
             next.data.insert(key, value);
         }
         Op::Delete { key } => {
             next.data.remove(&*key);
-            events.push(MapEvent {
-                kind: MapEventKind::Delete,
-                key: Some(key.to_string()),
-            });
+            event(MapEventKind::Delete, Some(&key));
         }
         Op::Reset => {
             next.data.clear();
-            events.push(MapEvent {
-                kind: MapEventKind::Reset,
-                key: None,
-            });
+            event(MapEventKind::Reset, None);
         }
         Op::Marker { .. } => {}
         Op::Batch(ops) => {
@@ -370,6 +388,39 @@ mod tests {
         assert!(parse_message(b"1:s:1:\xff").is_err());
     }
 
+    /// Events are built only while someone listens; one who subscribed
+    /// after that check learns of the change as a resync.
+    #[tokio::test]
+    async fn a_change_stored_without_events_reaches_a_new_subscriber_as_a_resync() {
+        use futures::StreamExt;
+        let shared = Shared::new(State::default());
+        assert!(!shared.has_subscribers());
+        let (tx, mut rx) = crate::events::channel(8);
+        shared.subscribe(tx);
+        assert!(shared.has_subscribers());
+        let mut next = State {
+            rev: 1,
+            version: 1,
+            ..State::default()
+        };
+        let mut events = None;
+        apply(
+            &mut next,
+            Op::Set {
+                key: "k".into(),
+                value: "v".into(),
+            },
+            &mut events,
+        );
+        assert!(events.is_none(), "no events built");
+        shared.store(next, events.as_deref(), false);
+        assert_eq!(shared.load().data.get("k").map(|v| &**v), Some("v"));
+        assert_eq!(
+            rx.next().await.map(|e| e.kind),
+            Some(MapEventKind::Resynced)
+        );
+    }
+
     #[tokio::test]
     async fn waiters_fire_at_their_revision() {
         let shared = Shared::new(State::default());
@@ -380,7 +431,7 @@ mod tests {
             version: 1,
             ..State::default()
         };
-        shared.store(next, &[], false);
+        shared.store(next, Some(&[]), false);
         assert!(w1.await.is_ok());
         assert!(shared.wait_for_revision(2).is_none());
         let mut w3 = w3;
@@ -394,7 +445,7 @@ mod tests {
                 version: 2,
                 ..State::default()
             },
-            &[],
+            Some(&[]),
             false,
         );
         assert!(w3.await.is_ok());

@@ -225,7 +225,9 @@ impl SyncTask {
             rev: current.rev,
             version: current.version + 1,
         };
-        let mut events = Vec::new();
+        // Events only for someone to hear them (the pool's per-job maps
+        // usually have no subscriber: no event per change to build).
+        let mut events = self.shared.has_subscribers().then(Vec::new);
         for m in batch {
             if m.channel != self.keys.channel.as_str() {
                 continue;
@@ -268,8 +270,8 @@ impl SyncTask {
                 }
             }
         }
-        if next.rev != current.rev || !events.is_empty() {
-            self.shared.store(next, &events, false);
+        if next.rev != current.rev || events.as_ref().is_some_and(|e| !e.is_empty()) {
+            self.shared.store(next, events.as_deref(), false);
         }
     }
 
@@ -305,7 +307,7 @@ impl SyncTask {
             kind: MapEventKind::Resynced,
             key: None,
         };
-        self.shared.store(next, &[event], went_back);
+        self.shared.store(next, Some(&[event]), went_back);
         self.awaiting = Some(token);
         self.awaiting_ticks = 0;
         self.behind = None;

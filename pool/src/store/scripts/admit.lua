@@ -75,9 +75,10 @@ local function admit(key, body, owner, request, inbox, options)
   local guard = mget(PENDING, key)
   if guard then
     local mine = mine_head .. request
-    if string.sub(guard, -#mine) == mine then
+    local token = string.sub(guard, -#mine) == mine and tonumber(string.match(guard, '^(%d+) '))
+    if token then
       -- A retry of this very admission after a lost reply.
-      return tonumber(string.match(guard, '^(%d+) '))
+      return token
     end
   end
   if recovering_now == nil then

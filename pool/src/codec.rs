@@ -33,6 +33,20 @@ pub(crate) struct JobBody {
     pub(crate) restart: Option<crate::lifecycle::RestartPolicy>,
 }
 
+/// A [`JobBody`] borrowed from a dispatch's arguments: it encodes to the
+/// same bytes, without copying the key and payload into a body first.
+#[derive(Debug, Serialize)]
+pub(crate) struct JobBodyRef<'a> {
+    /// Job key.
+    pub(crate) key: &'a str,
+    /// Opaque payload.
+    #[serde(with = "serde_bytes")]
+    pub(crate) payload: &'a [u8],
+    /// The dispatch's restart policy, if it set one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) restart: Option<crate::lifecycle::RestartPolicy>,
+}
+
 /// A start entry: `"<token> <created_ms> <hops> <request> <node>\n"` written
 /// by the admitting script (which issues the token on Redis), then the
 /// encoded [`JobBody`].
@@ -239,6 +253,23 @@ mod tests {
         let again = StartEntry::parse(&entry.forwarded()).unwrap();
         assert_eq!(again.hops, 1);
         assert_eq!(again.body, entry.body);
+    }
+
+    #[test]
+    fn a_borrowed_body_encodes_to_the_same_bytes() {
+        for restart in [None, Some(crate::lifecycle::RestartPolicy::default())] {
+            let owned = encode(&JobBody {
+                key: "k 1".into(),
+                payload: vec![0, 255, b'\n', 2],
+                restart,
+            });
+            let borrowed = encode(&JobBodyRef {
+                key: "k 1",
+                payload: &[0, 255, b'\n', 2],
+                restart,
+            });
+            assert_eq!(owned, borrowed);
+        }
     }
 
     #[test]

@@ -7,7 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_STOP, JobBody, KeyedRequest, Reply, ReplyTo};
+use crate::codec::{
+    self, EV_MESSAGE, EV_NOTIFY, EV_STOP, JobBodyRef, KeyedRequest, Reply, ReplyTo,
+};
 use crate::error::{Error, Result};
 use crate::keys::{self, SHUTDOWN_FLAG, check_name};
 use crate::node::{Node, NodeInner};
@@ -118,10 +120,7 @@ impl Node {
         options: &DispatchOptions,
     ) -> Result<()> {
         let started = Instant::now();
-        let result = self
-            .inner
-            .dispatch(key, Bytes::copy_from_slice(payload.as_ref()), options)
-            .await;
+        let result = self.inner.dispatch(key, payload.as_ref(), options).await;
         let m = &self.inner.metrics;
         match &result {
             Ok(()) => &m.dispatch_ok,
@@ -291,24 +290,32 @@ impl NodeInner {
     }
 
     fn check_payload(&self, payload: Bytes) -> Result<Bytes> {
-        if payload.len() > self.options.max_payload_size {
-            return Err(Error::PayloadTooLarge {
-                size: payload.len(),
-                limit: self.options.max_payload_size,
-            });
-        }
+        self.check_payload_size(payload.len())?;
         Ok(payload)
     }
 
-    async fn dispatch(&self, key: &str, payload: Bytes, options: &DispatchOptions) -> Result<()> {
+    fn check_payload_size(&self, size: usize) -> Result<()> {
+        if size > self.options.max_payload_size {
+            return Err(Error::PayloadTooLarge {
+                size,
+                limit: self.options.max_payload_size,
+            });
+        }
+        Ok(())
+    }
+
+    async fn dispatch(&self, key: &str, payload: &[u8], options: &DispatchOptions) -> Result<()> {
         self.check_open()?;
         check_name("job key", key)?;
         options.validate()?;
-        let payload = self.check_payload(payload)?;
-        let marker = keys::dispatched(&self.pool, key);
-        let window_ms = options
-            .idempotency_window
-            .map_or(0, |w| w.as_millis().max(1) as u64);
+        self.check_payload_size(payload.len())?;
+        // The key's idempotency marker, only for a dispatch with a window.
+        let window = options.idempotency_window.map(|w| {
+            (
+                keys::dispatched(&self.pool, key),
+                w.as_millis().max(1) as u64,
+            )
+        });
         let schedule = options.schedule.as_ref().map(|fence| {
             (
                 fence.token,
@@ -317,9 +324,10 @@ impl NodeInner {
             )
         });
         let deadline = Instant::now() + self.options.dispatch_timeout;
-        let body = codec::encode(&JobBody {
-            key: key.to_string(),
-            payload: payload.to_vec(),
+        // The payload's one copy: straight into the encoded body.
+        let body = codec::encode(&JobBodyRef {
+            key,
+            payload,
             restart: options.restart_policy,
         });
         loop {
@@ -332,8 +340,7 @@ impl NodeInner {
                 owner: owner.clone(),
                 inbox,
                 request,
-                marker: marker.clone(),
-                window_ms,
+                window: window.clone(),
                 schedule: schedule.clone(),
             };
             let admitted = match self.admitter.submit(admission).await {
@@ -350,8 +357,8 @@ impl NodeInner {
                     return match reply.status.as_str() {
                         "ok" => Ok(()),
                         "failed" => {
-                            if window_ms > 0 {
-                                self.unmark(&marker, token).await;
+                            if let Some((marker, _)) = &window {
+                                self.unmark(marker, token).await;
                             }
                             Err(crate::error::start_refused(key, reply.message))
                         }

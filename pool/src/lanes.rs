@@ -96,11 +96,20 @@ pub(crate) struct SeenEntries {
     state: Mutex<SeenState>,
 }
 
+/// A stream entry id (`<ms>-<seq>`) as its two numbers: remembering one
+/// costs no allocation.
+type EntryId = (u64, u64);
+
+fn entry_id(id: &str) -> Option<EntryId> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
 #[derive(Debug, Default)]
 struct SeenState {
-    in_flight: HashSet<String>,
-    recent: HashSet<String>,
-    recent_order: VecDeque<String>,
+    in_flight: HashSet<EntryId>,
+    recent: HashSet<EntryId>,
+    recent_order: VecDeque<EntryId>,
 }
 
 /// How many finished entry ids a worker remembers. A rewind re-reads only
@@ -110,20 +119,23 @@ const RECENT_ENTRIES: usize = 4096;
 
 impl SeenEntries {
     /// Marks `id` in flight; false when it is in flight or finished recently.
+    /// An id that is not a stream id (Redis gives none) is not tracked.
     pub(crate) fn admit(&self, id: &str) -> bool {
+        let Some(id) = entry_id(id) else { return true };
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.recent.contains(id) {
+        if s.recent.contains(&id) {
             return false;
         }
-        s.in_flight.insert(id.to_string())
+        s.in_flight.insert(id)
     }
 
     /// `id` was handled and removed from the inbox.
     pub(crate) fn finished(&self, id: &str) {
+        let Some(id) = entry_id(id) else { return };
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.in_flight.remove(id);
-        if s.recent.insert(id.to_string()) {
-            s.recent_order.push_back(id.to_string());
+        s.in_flight.remove(&id);
+        if s.recent.insert(id) {
+            s.recent_order.push_back(id);
             if s.recent_order.len() > RECENT_ENTRIES
                 && let Some(old) = s.recent_order.pop_front()
             {
@@ -134,8 +146,9 @@ impl SeenEntries {
 
     /// `id` failed and stays in the inbox: a rewind may deliver it again.
     pub(crate) fn failed(&self, id: &str) {
+        let Some(id) = entry_id(id) else { return };
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.in_flight.remove(id);
+        s.in_flight.remove(&id);
     }
 }
 
@@ -161,6 +174,18 @@ mod tests {
         assert!(seen.admit("1-0"), "failed entries come back on a rewind");
         seen.finished("1-0");
         assert!(!seen.admit("1-0"), "finished recently");
+    }
+
+    #[test]
+    fn entry_ids_are_read_as_numbers() {
+        assert_eq!(entry_id("1700000000000-12"), Some((1_700_000_000_000, 12)));
+        assert_eq!(entry_id("12"), None);
+        assert_eq!(entry_id("a-1"), None);
+        let seen = SeenEntries::default();
+        assert!(
+            seen.admit("x") && seen.admit("x"),
+            "not tracked, never refused"
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ impl WorkerInner {
         &self,
         node: &NodeInner,
         event: &Event,
-        entry: StartEntry,
+        mut entry: StartEntry,
     ) -> Result<()> {
         let key = entry.body.key.clone();
         tracing::Span::current().record("key", key.as_str());
@@ -162,7 +162,8 @@ impl WorkerInner {
         }
         let job = Job::new_run(
             &key,
-            Bytes::from(entry.body.payload.clone()),
+            // The decoded payload is the run's (not read from the entry again).
+            Bytes::from(std::mem::take(&mut entry.body.payload)),
             SystemTime::UNIX_EPOCH + Duration::from_millis(entry.created_at_ms),
             entry.token,
             self.lifecycle.outcome(&key, entry.token),

@@ -202,7 +202,12 @@ impl Map {
 
     /// The local value of `key`.
     pub fn get(&self, key: &str) -> Option<String> {
-        self.inner.shared.load().data.get(key).cloned()
+        self.inner
+            .shared
+            .load()
+            .data
+            .get(key)
+            .map(|v| v.to_string())
     }
 
     /// The local value of `key` read as a list (a JSON array of strings);
@@ -214,7 +219,13 @@ impl Map {
 
     /// The local keys, in no particular order.
     pub fn keys(&self) -> Vec<String> {
-        self.inner.shared.load().data.keys().cloned().collect()
+        self.inner
+            .shared
+            .load()
+            .data
+            .keys()
+            .map(|k| k.to_string())
+            .collect()
     }
 
     /// The number of local keys.

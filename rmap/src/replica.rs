@@ -11,10 +11,12 @@ use crate::events::{EventSender, MapEvent, MapEventKind};
 
 /// One immutable version of the replica. Cloning `data` is O(1) (a
 /// persistent hash map), so the sync task builds the next version without
-/// copying the map, and readers never wait.
+/// copying the map, and readers never wait. Keys and values are shared
+/// strings: a change copies the map's nodes on its path, and copying a
+/// node then costs reference counts, not a copy of every string in it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct State {
-    pub(crate) data: imbl::HashMap<String, String>,
+    pub(crate) data: imbl::HashMap<Arc<str>, Arc<str>>,
     /// The last revision applied.
     pub(crate) rev: u64,
     /// Local counter of stored versions (a resync may keep `rev`).
@@ -25,11 +27,11 @@ pub(crate) struct State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Op {
     Set {
-        key: String,
-        value: String,
+        key: Arc<str>,
+        value: Arc<str>,
     },
     Delete {
-        key: String,
+        key: Arc<str>,
     },
     Reset,
     /// A replica's snapshot marker (carries no revision of its own).
@@ -67,12 +69,10 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<Message, &'static str> {
     let op = match op.to_ascii_lowercase().as_slice() {
         b"m" => Op::Batch(parse_batch(key, value.as_bytes())?),
         b"s" => Op::Set {
-            key: key.to_string(),
-            value: value.to_string(),
+            key: key.into(),
+            value: value.into(),
         },
-        b"d" => Op::Delete {
-            key: key.to_string(),
-        },
+        b"d" => Op::Delete { key: key.into() },
         b"r" => Op::Reset,
         b"y" => Op::Marker {
             token: key.to_string(),
@@ -96,12 +96,10 @@ fn parse_batch(count: &str, mut rest: &[u8]) -> Result<Vec<Op>, &'static str> {
         let value = std::str::from_utf8(value).map_err(|_| "value is not UTF-8")?;
         ops.push(match op {
             b"s" => Op::Set {
-                key: key.to_string(),
-                value: value.to_string(),
+                key: key.into(),
+                value: value.into(),
             },
-            b"d" => Op::Delete {
-                key: key.to_string(),
-            },
+            b"d" => Op::Delete { key: key.into() },
             _ => return Err("unknown batch op"),
         });
     }
@@ -183,7 +181,7 @@ impl Shared {
             state
                 .data
                 .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         );
         self.snapshot
@@ -234,10 +232,18 @@ impl Shared {
         lock(&self.subscribers).push(sender);
     }
 
+    /// Whether anyone listens for events: the sync task builds them only
+    /// then (see [`store`](Self::store) for one who subscribes meanwhile).
+    pub(crate) fn has_subscribers(&self) -> bool {
+        !lock(&self.subscribers).is_empty()
+    }
+
     /// Stores the next version, then wakes waiters and subscribers.
     /// `release_all` also wakes waiters above the new revision (after a
     /// resync showed the revision went backwards: Redis lost data).
-    pub(crate) fn store(&self, state: State, events: &[MapEvent], release_all: bool) {
+    /// `events` is `None` when they were not built because nobody listened;
+    /// a subscriber that came meanwhile gets a `Resynced` instead.
+    pub(crate) fn store(&self, state: State, events: Option<&[MapEvent]>, release_all: bool) {
         let rev = state.rev;
         let version = state.version;
         self.state.store(Arc::new(state));
@@ -255,8 +261,18 @@ impl Shared {
         for tx in fired.into_values().flatten() {
             let _ = tx.send(());
         }
-        if !events.is_empty() {
-            lock(&self.subscribers).retain(|s| events.iter().all(|e| s.send(e)));
+        match events {
+            Some(events) if !events.is_empty() => {
+                lock(&self.subscribers).retain(|s| events.iter().all(|e| s.send(e)));
+            }
+            Some(_) => {}
+            None => {
+                let resynced = MapEvent {
+                    kind: MapEventKind::Resynced,
+                    key: None,
+                };
+                lock(&self.subscribers).retain(|s| s.send(&resynced));
+            }
         }
         self.changed.send_replace(version);
         if release_all {
@@ -274,29 +290,29 @@ impl Shared {
     }
 }
 
-/// Applies one message to `next`, adding its events (none for a marker).
-pub(crate) fn apply(next: &mut State, op: Op, events: &mut Vec<MapEvent>) {
-    match op {
-        Op::Set { key, value } => {
-            next.data.insert(key.clone(), value);
+/// Applies one message to `next`, adding its events (none for a marker)
+/// to `events` when they are wanted (`None`: nobody listens).
+pub(crate) fn apply(next: &mut State, op: Op, events: &mut Option<Vec<MapEvent>>) {
+    let mut event = |kind, key: Option<&Arc<str>>| {
+        if let Some(events) = events.as_mut() {
             events.push(MapEvent {
-                kind: MapEventKind::Set,
-                key: Some(key),
+                kind,
+                key: key.map(|k| k.to_string()),
             });
         }
+    };
+    match op {
+        Op::Set { key, value } => {
+            event(MapEventKind::Set, Some(&key));
+            next.data.insert(key, value);
+        }
         Op::Delete { key } => {
-            next.data.remove(&key);
-            events.push(MapEvent {
-                kind: MapEventKind::Delete,
-                key: Some(key),
-            });
+            next.data.remove(&*key);
+            event(MapEventKind::Delete, Some(&key));
         }
         Op::Reset => {
             next.data.clear();
-            events.push(MapEvent {
-                kind: MapEventKind::Reset,
-                key: None,
-            });
+            event(MapEventKind::Reset, None);
         }
         Op::Marker { .. } => {}
         Op::Batch(ops) => {
@@ -372,6 +388,39 @@ mod tests {
         assert!(parse_message(b"1:s:1:\xff").is_err());
     }
 
+    /// Events are built only while someone listens; one who subscribed
+    /// after that check learns of the change as a resync.
+    #[tokio::test]
+    async fn a_change_stored_without_events_reaches_a_new_subscriber_as_a_resync() {
+        use futures::StreamExt;
+        let shared = Shared::new(State::default());
+        assert!(!shared.has_subscribers());
+        let (tx, mut rx) = crate::events::channel(8);
+        shared.subscribe(tx);
+        assert!(shared.has_subscribers());
+        let mut next = State {
+            rev: 1,
+            version: 1,
+            ..State::default()
+        };
+        let mut events = None;
+        apply(
+            &mut next,
+            Op::Set {
+                key: "k".into(),
+                value: "v".into(),
+            },
+            &mut events,
+        );
+        assert!(events.is_none(), "no events built");
+        shared.store(next, events.as_deref(), false);
+        assert_eq!(shared.load().data.get("k").map(|v| &**v), Some("v"));
+        assert_eq!(
+            rx.next().await.map(|e| e.kind),
+            Some(MapEventKind::Resynced)
+        );
+    }
+
     #[tokio::test]
     async fn waiters_fire_at_their_revision() {
         let shared = Shared::new(State::default());
@@ -382,7 +431,7 @@ mod tests {
             version: 1,
             ..State::default()
         };
-        shared.store(next, &[], false);
+        shared.store(next, Some(&[]), false);
         assert!(w1.await.is_ok());
         assert!(shared.wait_for_revision(2).is_none());
         let mut w3 = w3;
@@ -396,7 +445,7 @@ mod tests {
                 version: 2,
                 ..State::default()
             },
-            &[],
+            Some(&[]),
             false,
         );
         assert!(w3.await.is_ok());

@@ -42,7 +42,7 @@ pub(crate) type ResyncRequest = oneshot::Sender<Result<(), Error>>;
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     pub(crate) rev: u64,
-    pub(crate) data: imbl::HashMap<String, String>,
+    pub(crate) data: imbl::HashMap<Arc<str>, Arc<str>>,
 }
 
 /// A token naming one snapshot's marker, unique across processes.
@@ -102,9 +102,9 @@ pub(crate) async fn load_snapshot(
     let mut data = imbl::HashMap::new();
     let mut fields = fields.into_iter();
     while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
-        match (k.into_string(), v.into_string()) {
+        match (k.as_str(), v.as_str()) {
             (Some(k), Some(v)) => {
-                data.insert(k, v);
+                data.insert(Arc::from(&*k), Arc::from(&*v));
             }
             _ => tracing::warn!(map = %keys.hash, "skipping a field that is not UTF-8"),
         }
@@ -225,7 +225,9 @@ impl SyncTask {
             rev: current.rev,
             version: current.version + 1,
         };
-        let mut events = Vec::new();
+        // Events only for someone to hear them (the pool's per-job maps
+        // usually have no subscriber: no event per change to build).
+        let mut events = self.shared.has_subscribers().then(Vec::new);
         for m in batch {
             if m.channel != self.keys.channel.as_str() {
                 continue;
@@ -268,8 +270,8 @@ impl SyncTask {
                 }
             }
         }
-        if next.rev != current.rev || !events.is_empty() {
-            self.shared.store(next, &events, false);
+        if next.rev != current.rev || events.as_ref().is_some_and(|e| !e.is_empty()) {
+            self.shared.store(next, events.as_deref(), false);
         }
     }
 
@@ -305,7 +307,7 @@ impl SyncTask {
             kind: MapEventKind::Resynced,
             key: None,
         };
-        self.shared.store(next, &[event], went_back);
+        self.shared.store(next, Some(&[event]), went_back);
         self.awaiting = Some(token);
         self.awaiting_ticks = 0;
         self.behind = None;

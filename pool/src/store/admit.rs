@@ -7,8 +7,8 @@ use bytes::Bytes;
 use fred::types::Value;
 
 use super::PoolStore;
-use super::call::{self, status_reply, u64_at};
-use crate::error::Result;
+use super::call;
+use crate::error::{Error, Result};
 use crate::keys;
 
 /// One job to admit.
@@ -23,9 +23,9 @@ pub(crate) struct Admission {
     pub(crate) inbox: String,
     /// The dispatcher's request id (its reply comes back with it).
     pub(crate) request: u64,
-    /// The key's idempotency marker, and its window in ms (0: none).
-    pub(crate) marker: String,
-    pub(crate) window_ms: u64,
+    /// A dispatch with an idempotency window: the key's marker and the
+    /// window in ms.
+    pub(crate) window: Option<(String, u64)>,
     /// A schedule's dispatch: leader token, job set and lock keys.
     pub(crate) schedule: Option<(u64, String, String)>,
 }
@@ -77,20 +77,38 @@ impl Admitted {
         }
     }
 
+    /// Reads one admission's reply: the token alone when admitted, else
+    /// a word with, for `recent` and `full`, a number after it.
     fn parse(reply: Value) -> Result<Self> {
         const WHAT: &str = "admission reply";
-        let (status, rest) = status_reply(WHAT, reply)?;
-        Ok(match status.as_str() {
-            "ok" => Admitted::Ok {
-                token: u64_at(&rest, 0, WHAT)?,
-            },
-            "exists" => Admitted::Exists,
-            "recent" => Admitted::Recent(Duration::from_millis(u64_at(&rest, 0, WHAT)?)),
-            "not_leader" => Admitted::NotLeader,
-            "no_worker" => Admitted::NoWorker,
-            "full" => Admitted::Full(u64_at(&rest, 0, WHAT)?),
-            "recovering" => Admitted::Recovering,
-            other => return Err(call::unknown_status(WHAT, other)),
+        let malformed = |reason: String| Error::Malformed { what: WHAT, reason };
+        if let Value::Integer(token) = reply {
+            let token =
+                u64::try_from(token).map_err(|_| malformed(format!("negative token {token}")))?;
+            return Ok(Admitted::Ok { token });
+        }
+        let text = reply
+            .as_str()
+            .ok_or_else(|| malformed(format!("not a token or a word: {reply:?}")))?;
+        let (word, number) = match text.split_once(' ') {
+            Some((word, number)) => (
+                word,
+                Some(
+                    number
+                        .parse::<u64>()
+                        .map_err(|_| malformed(format!("not a number in {text:?}")))?,
+                ),
+            ),
+            None => (&*text, None),
+        };
+        Ok(match (word, number) {
+            ("exists", None) => Admitted::Exists,
+            ("recent", Some(ms)) => Admitted::Recent(Duration::from_millis(ms)),
+            ("not_leader", None) => Admitted::NotLeader,
+            ("no_worker", None) => Admitted::NoWorker,
+            ("full", Some(len)) => Admitted::Full(len),
+            ("recovering", None) => Admitted::Recovering,
+            _ => return Err(call::unknown_status(WHAT, &text)),
         })
     }
 }
@@ -130,24 +148,31 @@ impl PoolStore {
         ]);
         for a in admissions {
             let inbox = keys.index_of(&a.inbox);
-            let marker = keys.index_of(&a.marker);
-            // A dispatch that is not a schedule's names its marker for the
-            // schedule's keys (unused by the script).
-            let (leader, record, lock) = match &a.schedule {
-                Some((token, record, lock)) => (*token, keys.index_of(record), keys.index_of(lock)),
-                None => (0, marker, marker),
+            // A plain dispatch (the common case) names no further keys and
+            // passes empty options: no marker key, no per-admission
+            // formatting.
+            let options = if a.window.is_none() && a.schedule.is_none() {
+                Value::from_static_str("")
+            } else {
+                let (marker, window_ms) = match &a.window {
+                    Some((marker, ms)) => (keys.index_of(marker), *ms),
+                    None => (inbox, 0),
+                };
+                let (leader, record, lock) = match &a.schedule {
+                    Some((token, record, lock)) => {
+                        (*token, keys.index_of(record), keys.index_of(lock))
+                    }
+                    None => (0, inbox, inbox),
+                };
+                Value::from(format!("{marker} {window_ms} {leader} {record} {lock}"))
             };
             args.extend([
                 Value::from(a.key.as_str()),
                 Value::Bytes(a.body.clone()),
                 Value::from(a.owner.as_str()),
-                Value::from(a.request.to_string()),
-                Value::from(inbox.to_string()),
-                Value::from(marker.to_string()),
-                Value::from(a.window_ms.to_string()),
-                Value::from(leader.to_string()),
-                Value::from(record.to_string()),
-                Value::from(lock.to_string()),
+                number_arg(a.request),
+                number_arg(inbox as u64),
+                options,
             ]);
         }
         let replies: Vec<Value> = self
@@ -196,6 +221,12 @@ impl PoolStore {
             .await?;
         Forgot::parse(&dropped.to_string())
     }
+}
+
+/// An unsigned number as a script argument: an integer (sent as its
+/// digits, without building a string first) when it fits.
+pub(super) fn number_arg(n: u64) -> Value {
+    i64::try_from(n).map_or_else(|_| Value::from(n.to_string()), Value::Integer)
 }
 
 /// KEYS of a batched script call: fixed keys first, then every other key

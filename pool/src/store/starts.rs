@@ -8,7 +8,7 @@ use std::time::Duration;
 use fred::types::Value;
 
 use super::PoolStore;
-use super::admit::BatchKeys;
+use super::admit::{BatchKeys, number_arg};
 use super::call;
 use crate::error::{Error, Result};
 
@@ -167,15 +167,15 @@ impl PoolStore {
             };
             args.extend([
                 Value::from(start.key.as_str()),
-                Value::from(start.token.to_string()),
+                number_arg(start.token),
                 Value::from(start.worker.as_str()),
                 Value::from(start.entry_id.as_str()),
-                Value::from(inbox.to_string()),
-                Value::from(request.to_string()),
-                Value::from(reply.to_string()),
+                number_arg(inbox as u64),
+                number_arg(request),
+                number_arg(reply as u64),
             ]);
         }
-        let statuses: Vec<String> = self
+        let statuses: Vec<Value> = self
             .scripts
             .record_starts
             .run(&self.client, keys.into_keys(), args, self.timeout)
@@ -186,6 +186,15 @@ impl PoolStore {
                 reason: format!("{} statuses for {} starts", statuses.len(), starts.len()),
             });
         }
-        statuses.iter().map(|s| StartKept::parse(s)).collect()
+        statuses
+            .iter()
+            .map(|s| match s.as_str() {
+                Some(word) => StartKept::parse(&word),
+                None => Err(Error::Malformed {
+                    what: "record_starts reply",
+                    reason: format!("not a status: {s:?}"),
+                }),
+            })
+            .collect()
     }
 }

@@ -78,8 +78,7 @@ impl Fixture {
             owner: owner.to_string(),
             inbox: self.inbox(owner),
             request,
-            marker: keys::dispatched(&self.store.pool, key),
-            window_ms: 0,
+            window: None,
             schedule: None,
         }
     }
@@ -183,7 +182,7 @@ async fn admit_unmark_and_schedule_forget_answer_each_status() {
     );
 
     let windowed = |request| Admission {
-        window_ms: 60_000,
+        window: Some((keys::dispatched(&s.pool, "r1"), 60_000)),
         ..f.admission("r1", "w1", request)
     };
     let Admitted::Ok { token: r1 } = f.admit(&limits, windowed(5)).await else {
@@ -654,6 +653,9 @@ async fn drain_script_answers_each_status_and_a_drained_worker_is_never_a_target
 
 #[path = "sweep_tests.rs"]
 mod sweep_tests;
+
+#[path = "batch_tests.rs"]
+mod batch_tests;
 
 #[tokio::test]
 async fn a_renewal_publishes_one_message_per_map_whatever_the_worker_count() {

@@ -570,8 +570,7 @@ async fn a_batch_of_admissions_decides_each_in_order() {
         owner: owner.to_string(),
         inbox: inner.inbox(owner).unwrap().key().to_string(),
         request,
-        marker: crate::keys::dispatched(&inner.pool, key),
-        window_ms: 0,
+        window: None,
         schedule: None,
     };
     let batch = [

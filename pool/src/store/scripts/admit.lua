@@ -9,16 +9,19 @@
 -- ARGV: base, 4 node id, 5 max queued (0: no limit), 6 pending ttl ms,
 --       7 inbox maxlen (0: none), 8 worker ttl ms (the recovery window
 --       after a data loss), 9 the revisions the node has seen (see
---       `went_back`), then 10 per admission: job key, body (msgpack
---       job body), owner worker id, reply request id, and the KEYS indices
---       of the owner's inbox and the key's marker, the idempotency window
---       ms (0: none), the schedule leader token (0: not a schedule's
---       dispatch), and the KEYS indices of the schedule's job set and lock
--- Returns, per admission: {'ok', token} | {'exists'} | {'recovering'}
---       | {'recent', ms left} | {'not_leader'} | {'no_worker'} (the owner is
---       gone, being cleaned up or drained) | {'full', len}.
+--       `went_back`), then 10 per admission 6: job key, body (msgpack
+--       job body), owner worker id, reply request id, the KEYS index of
+--       the owner's inbox, and options: empty for a plain dispatch, else
+--       "<marker> <window ms> <leader token> <job set> <lock>" (the KEYS
+--       indices of the key's idempotency marker, the schedule's job set and
+--       its lock; window 0: none; leader token 0: not a schedule's dispatch)
+-- Returns, per admission: the token (admitted, or a retry of that very
+--       admission) | 'exists' | 'recovering' | 'recent <ms left>'
+--       | 'not_leader' | 'no_worker' (the owner is gone, being cleaned up
+--       or drained) | 'full <len>'. A token alone, not a table, because
+--       every table of a reply costs Redis several lookups to convert.
 -- The pending guard is "<token> <deadline_ms> <node>/<request>", which makes
--- a retry of the same admission (lost reply) answer 'ok' again.
+-- a retry of the same admission (lost reply) answer with its token again.
 -- The marker is "<admitted_ms> <token>"; with a window, a key admitted less
 -- than a window ago is refused even if it has finished since. A schedule's
 -- dispatch is admitted only while the lease record still carries the
@@ -43,12 +46,41 @@ if went_back(ARGV[9], ttl, KEYS[10]) then
   recovering_now = true
 end
 
-local function admit(key, body, owner, request, inbox, marker, window, leader, record, lock)
-  local mine = ' ' .. node .. '/' .. request
+-- Entries queued per inbox: read once, then counted as this call adds
+-- them (exact while nothing trims the inbox, i.e. without a maxlen).
+local queued = {}
+local function queue_length(inbox)
+  if maxlen > 0 then
+    return redis.call('XLEN', inbox)
+  end
+  if queued[inbox] == nil then
+    queued[inbox] = redis.call('XLEN', inbox)
+  end
+  return queued[inbox]
+end
+-- What the records of every admission of this call share, formatted once
+-- (on first use: the server time is read only when something is admitted).
+local mine_head = ' ' .. node .. '/'
+local now, stored_head, guard_middle, header_middle
+local header_tail = ' ' .. node .. '\n'
+local function stamp()
+  if not now then
+    now = now_ms()
+    stored_head = string.format('%d ', now)
+    guard_middle = string.format(' %d', now + pending_ttl) .. mine_head
+    header_middle = string.format(' %d 0 ', now)
+  end
+end
+
+local function admit(key, body, owner, request, inbox, options)
   local guard = mget(PENDING, key)
-  if guard and string.sub(guard, -#mine) == mine then
-    -- A retry of this very admission after a lost reply.
-    return {'ok', tonumber(string.match(guard, '^(%d+) '))}
+  if guard then
+    local mine = mine_head .. request
+    local token = string.sub(guard, -#mine) == mine and tonumber(string.match(guard, '^(%d+) '))
+    if token then
+      -- A retry of this very admission after a lost reply.
+      return token
+    end
   end
   if recovering_now == nil then
     recovering_now = recovering(ttl)
@@ -58,47 +90,59 @@ local function admit(key, body, owner, request, inbox, marker, window, leader, r
     -- time: a stopped job's record is back, a running job's is gone):
     -- neither 'exists' nor an admission can be trusted until the workers
     -- have re-asserted what they run.
-    return {'recovering'}
+    return 'recovering'
   end
   if guard or redis.call('HEXISTS', JOBS[1], key) == 1 then
-    return {'exists'}
+    return 'exists'
   end
-  local now = now_ms()
+  stamp()
+  local window, leader, marker, record, lock = 0, '0', nil, nil, nil
+  if options ~= '' then
+    local m, w, l, r, k = string.match(options, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+    if not m then
+      error('malformed admission options: ' .. options)
+    end
+    window, leader = tonumber(w), l
+    marker, record, lock = KEYS[tonumber(m)], KEYS[tonumber(r)], KEYS[tonumber(k)]
+  end
   if window > 0 then
     local marked = redis.call('GET', marker)
     local at = marked and tonumber(string.match(marked, '^(%d+)'))
     if at and now - at < window then
-      return {'recent', window - (now - at)}
+      return string.format('recent %d', window - (now - at))
     end
   end
   if leader ~= '0' and redis.call('HGET', lock, 'token') ~= leader then
-    return {'not_leader'}
+    return 'not_leader'
   end
   if not worker_live(owner) then
-    return {'no_worker'}
+    return 'no_worker'
   end
   if max > 0 then
-    local len = redis.call('XLEN', inbox)
-    if len >= max then return {'full', len} end
+    local len = queue_length(inbox)
+    if len >= max then return string.format('full %d', len) end
   end
-  local token = next_token(key)
-  rmap_batch_set(pending, key, string.format('%d %d', token, now + pending_ttl) .. mine)
-  redis.call('HSET', PAYLOADS, key, string.format('%d ', now) .. body)
+  local token, text = next_token(key)
+  rmap_batch_set(pending, key, text .. guard_middle .. request)
+  redis.call('HSET', PAYLOADS, key, stored_head .. body)
   if window > 0 then
     redis.call('SET', marker, string.format('%d %d', now, token), 'PX', window)
   end
   if leader ~= '0' then
-    redis.call('HSET', record, key, string.format('%d', token))
+    redis.call('HSET', record, key, text)
   end
-  stream_add(inbox, 'start', start_header(token, now, 0, tonumber(request), node) .. body, maxlen)
-  return {'ok', token}
+  -- The start entry: start_header(token, now, 0, request, node) .. body.
+  stream_add(inbox, 'start', text .. header_middle .. request .. header_tail .. body, maxlen)
+  if queued[inbox] then
+    queued[inbox] = queued[inbox] + 1
+  end
+  return token
 end
 
 local replies = {}
-for i = 10, #ARGV, 10 do
+for i = 10, #ARGV, 6 do
   replies[#replies + 1] = admit(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
-    KEYS[tonumber(ARGV[i + 4])], KEYS[tonumber(ARGV[i + 5])], tonumber(ARGV[i + 6]),
-    ARGV[i + 7], KEYS[tonumber(ARGV[i + 8])], KEYS[tonumber(ARGV[i + 9])])
+    KEYS[tonumber(ARGV[i + 4])], ARGV[i + 5])
 end
 rmap_batch_flush(pending)
 return replies

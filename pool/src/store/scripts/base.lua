@@ -86,11 +86,14 @@ end
 -- in µs). Tokens keep increasing when Redis loses the counters (empty
 -- restart) and when it goes back in time (a rollback restores older
 -- counters, but server time has moved past every token issued since).
+-- Returns the token and its decimal text (formatted once for every record
+-- that carries it).
 local function next_token(key)
   local last = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
   local token = math.max(last + 1, now_us())
-  redis.call('HSET', FENCING, key, string.format('%d', token))
-  return token
+  local text = string.format('%d', token)
+  redis.call('HSET', FENCING, key, text)
+  return token, text
 end
 
 -- Whether `worker` may be given jobs: registered, not being cleaned up

@@ -37,8 +37,10 @@ local removed = {}
 local answers = {}
 local statuses = {}
 for i = 6, #ARGV, 7 do
+  -- The KEYS indices of the inbox and the reply stream stay strings here
+  -- (table keys); each is read as a number once, at the end.
   local key, token, worker, id = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local inbox, request, reply = tonumber(ARGV[i + 4]), ARGV[i + 5], tonumber(ARGV[i + 6])
+  local inbox, request, reply = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local mine = worker .. ' ' .. token
   local running = mget(JOBS, key)
   local p = mget(PENDING, key)
@@ -82,9 +84,9 @@ end
 rmap_batch_flush(pending)
 rmap_batch_flush(jobs)
 for inbox, ids in pairs(removed) do
-  redis.call('XDEL', KEYS[inbox], unpack(ids))
+  redis.call('XDEL', KEYS[tonumber(inbox)], unpack(ids))
 end
 for reply, lines in pairs(answers) do
-  stream_add(KEYS[reply], 'replies', table.concat(lines, '\n'), 1000)
+  stream_add(KEYS[tonumber(reply)], 'replies', table.concat(lines, '\n'), 1000)
 end
 return statuses

@@ -392,6 +392,13 @@ async fn routing_scripts_answer_each_status() {
     assert_eq!(behind, Stopped::Retry, "the worker runs a newer run");
     assert_eq!(stop("j1").await, Stopped::Ok);
     assert_eq!(stop("j1").await, Stopped::NotFound);
+    // That answer is a tombstone too: no older copy re-asserts over it.
+    assert_eq!(
+        s.reassert("j1", "w1", t2, stored("j1"), Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Lost
+    );
 
     f.orphan("o1", "w1").await;
     assert_eq!(route("o1", "-", "notify").await, Routed::Pending);
@@ -411,6 +418,11 @@ async fn routing_scripts_answer_each_status() {
     let inbox = f.inbox("w1");
     let orphan = s.handoff("o2", "-", "w1", &inbox, TTL, TTL).await.unwrap();
     assert_eq!(orphan, Handoff::Recovering);
+
+    // While the pool recovers (Redis went back in time), a stop that finds
+    // no record may have been routed by a stale record released since: the
+    // run may go on elsewhere, not re-asserted yet. Not "not found".
+    assert_eq!(stop("gone").await, Stopped::Retry, "recovering");
 }
 
 #[tokio::test]

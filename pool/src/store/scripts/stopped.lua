@@ -6,8 +6,9 @@
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
 --       token of the run the stop was sent for ('0': not known), 11 the
 --       token of the worker's own newer run it left going on ('0': none)
--- Returns 'ok' | 'retry' (the job moved on or is about to start elsewhere:
--- the dispatcher sends the request again) | 'not_found'
+-- Returns 'ok' | 'retry' (the job moved on or is about to start elsewhere,
+-- or the pool recovers and its run may not have re-asserted yet: the
+-- dispatcher sends the request again) | 'not_found'
 local key = ARGV[4]
 local status = 'not_found'
 local record = mget(JOBS, key)
@@ -43,6 +44,16 @@ elseif owner == ARGV[5] then
   status = 'ok'
 elseif owner or mget(PENDING, key) then
   status = 'retry'
+elseif recovering(tonumber(ARGV[9])) then
+  -- No record while the pool recovers from Redis going back in time: the
+  -- run may go on on a worker that has not re-asserted it yet (the record
+  -- the router found was a stale one, released meanwhile). Ask again once
+  -- it has.
+  status = 'retry'
+else
+  -- Not found: a tombstone token, as `to_owner.lua` leaves for the same
+  -- answer, so that no copy held by a cut-off worker re-asserts over it.
+  next_token(key)
 end
 stream_remove(KEYS[9], ARGV[6])
 if ARGV[7] ~= '0' then

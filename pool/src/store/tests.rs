@@ -422,7 +422,21 @@ async fn routing_scripts_answer_each_status() {
     // While the pool recovers (Redis went back in time), a stop that finds
     // no record may have been routed by a stale record released since: the
     // run may go on elsewhere, not re-asserted yet. Not "not found".
-    assert_eq!(stop("gone").await, Stopped::Retry, "recovering");
+    let stale_route = s
+        .stopped(StopDone {
+            key: "gone",
+            worker: "w2",
+            inbox: &f.inbox("w2"),
+            entry_id: "1-2",
+            reply: None,
+            held: false,
+            worker_ttl: TTL,
+            target: None,
+            kept: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(stale_route, Stopped::Retry, "recovering");
 }
 
 #[tokio::test]

@@ -44,7 +44,7 @@ elseif owner == ARGV[5] then
   status = 'ok'
 elseif owner or mget(PENDING, key) then
   status = 'retry'
-elseif recovering(tonumber(ARGV[9])) then
+elseif ARGV[8] == '0' and recovering(tonumber(ARGV[9])) then
   -- No record while the pool recovers from Redis going back in time: the
   -- run may go on on a worker that has not re-asserted it yet (the record
   -- the router found was a stale one, released meanwhile). Ask again once

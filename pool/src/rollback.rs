@@ -131,9 +131,16 @@ impl NodeInner {
                 if worker.jobs.contains_key(&key) || kept.contains(&key) {
                     continue;
                 }
+                // Read again: the page is a moment old, and the key may
+                // have been re-asserted by the worker that runs it since
+                // (release_stale.lua only checks the record is unchanged
+                // from this read).
                 let Some(record) = self.store.job_record(&key).await? else {
                     continue;
                 };
+                if crate::store::records::job_owner(&record).is_none_or(|(w, _)| w != worker.id) {
+                    continue;
+                }
                 let status = self.store.release_stale(&key, &record).await?;
                 tracing::info!(key, worker = %worker.id, status = status.as_str(), "record of a job not running here after a rollback");
             }

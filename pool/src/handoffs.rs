@@ -5,8 +5,10 @@
 //! was not started yet, the job runs nowhere and Redis may not even know it
 //! any more. After such a rollback the worker gives each recent hand-off's
 //! payload back to Redis unless something newer happened to the key
-//! (`handoff_stands.lua`): the job is then an orphan, which the orphan
-//! sweep requeues unless the new owner runs it and re-asserts it first.
+//! (`handoff_stands.lua`: Redis went back to before the hand-off, and holds
+//! no record or guard of the key): the job is then an orphan, which the
+//! orphan sweep requeues unless the new owner runs it and re-asserts it
+//! first.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -14,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-/// How long a hand-off is remembered (rollbacks lose seconds, not
-/// minutes; the payloads are kept alive that long).
-const KEEP: Duration = Duration::from_secs(120);
+/// How long a hand-off is remembered: a hand-off a rollback can lose
+/// before its new owner starts the job is one made seconds before Redis
+/// went down (the payloads are kept alive that long).
+pub(crate) const KEEP: Duration = Duration::from_secs(30);
 /// Most hand-offs remembered.
 const MAX: usize = 100_000;
 

@@ -157,7 +157,7 @@ impl NodeInner {
     /// start entry the new owner had not started yet, and the job would run
     /// nowhere (see `handoffs.rs`).
     async fn handoffs_stand(&self, worker: &WorkerInner) -> Result<()> {
-        for handed in worker.handed_off.recent(STOPS_REMEMBERED) {
+        for handed in worker.handed_off.recent(crate::handoffs::KEEP) {
             if worker.jobs.contains_key(&handed.key) {
                 continue; // it came back here
             }

@@ -3,6 +3,7 @@
 //! orphan where nothing newer happened to it (`handoff_stands.lua`).
 
 use super::*;
+use fred::prelude::HashesInterface;
 
 #[tokio::test]
 async fn a_stop_stands_again_over_an_older_state_but_not_over_a_newer_run() {
@@ -36,39 +37,58 @@ async fn a_stop_stands_again_over_an_older_state_but_not_over_a_newer_run() {
 }
 
 #[tokio::test]
-async fn a_hand_off_stands_again_only_where_nothing_newer_happened() {
+async fn a_hand_off_stands_again_only_where_redis_went_back_to_before_it() {
     let f = &fixture().await;
     let s = &f.store;
     f.register("w1").await;
     let stored = |key: &str| codec::stored(0, &body(key));
-    // Redis went back to before the hand-off and before the job: nothing of
-    // it is left. Its payload comes back, once.
+    // Redis knows nothing of the key (an empty restart, or a job admitted
+    // after the state Redis went back to): nothing comes back.
     assert_eq!(
-        s.handoff_stands("h1", 50, stored("h1")).await.unwrap(),
+        s.handoff_stands("h0", 50, stored("h0")).await.unwrap(),
+        HandoffStands::Current
+    );
+    assert!(s.payload("h0").await.unwrap().is_none());
+    // The key's counter is older than the hand-off's token and nothing
+    // else is there: the payload comes back, once.
+    let older = f.admitted("h1", "w1").await;
+    s.stop_stands("h1", older).await.unwrap(); // record, guard, payload gone
+    let counter: u64 = f
+        .store
+        .client
+        .hget(keys::fencing(&f.store.pool), "h1")
+        .await
+        .unwrap();
+    assert_eq!(
+        s.handoff_stands("h1", counter + 10, stored("h1"))
+            .await
+            .unwrap(),
         HandoffStands::Restored
     );
     assert!(s.payload("h1").await.unwrap().is_some());
     assert_eq!(
-        s.handoff_stands("h1", 50, stored("h1")).await.unwrap(),
+        s.handoff_stands("h1", counter + 10, stored("h1"))
+            .await
+            .unwrap(),
         HandoffStands::Kept
     );
-    // Pending (admitted again, or the hand-off's own guard survived): kept.
+    // Pending (admitted again): kept.
     let admitted = f.admitted("h2", "w1").await;
     assert_eq!(
-        s.handoff_stands("h2", admitted, stored("h2"))
+        s.handoff_stands("h2", admitted + 10, stored("h2"))
             .await
             .unwrap(),
         HandoffStands::Kept
     );
-    // A newer token was issued since the hand-off (a stop's tombstone, a
-    // newer start): nothing comes back.
+    // Redis holds the hand-off's token, or a newer one (a stop's
+    // tombstone, a newer start): nothing comes back.
     let newer = f.admitted("h3", "w1").await;
     s.stop_stands("h3", newer).await.unwrap();
-    assert_eq!(
-        s.handoff_stands("h3", newer - 1, stored("h3"))
-            .await
-            .unwrap(),
-        HandoffStands::Superseded
-    );
+    for token in [newer, newer + 1] {
+        assert_eq!(
+            s.handoff_stands("h3", token, stored("h3")).await.unwrap(),
+            HandoffStands::Current
+        );
+    }
     assert!(s.payload("h3").await.unwrap().is_none());
 }

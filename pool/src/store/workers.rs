@@ -99,8 +99,9 @@ call::status!(
         Restored = "restored",
         /// The key is owned or pending, or its payload is there.
         Kept = "kept",
-        /// A newer token was issued for the key.
-        Superseded = "superseded",
+        /// Redis holds the hand-off's token or a newer one, or no counter
+        /// for the key at all.
+        Current = "current",
     }
 );
 

@@ -13,7 +13,6 @@ mod drain;
 mod error;
 mod freshness;
 mod handler;
-mod handoffs;
 mod keys;
 mod lanes;
 mod lease;

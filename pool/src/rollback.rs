@@ -99,7 +99,6 @@ impl NodeInner {
         for worker in workers {
             self.reconcile(&worker).await?;
             self.stops_stand(&worker).await?;
-            self.handoffs_stand(&worker).await?;
         }
         Ok(())
     }
@@ -150,30 +149,6 @@ impl NodeInner {
             }
             cursor = page.cursor;
         }
-    }
-
-    /// Gives back the payloads of the jobs `worker` handed off lately, where
-    /// nothing newer happened to them: Redis may have lost a hand-off whose
-    /// start entry the new owner had not started yet, and the job would run
-    /// nowhere (see `handoffs.rs`).
-    async fn handoffs_stand(&self, worker: &WorkerInner) -> Result<()> {
-        for handed in worker.handed_off.recent(crate::handoffs::KEEP) {
-            if worker.jobs.contains_key(&handed.key) {
-                continue; // it came back here
-            }
-            let status = self
-                .store
-                .handoff_stands(
-                    &handed.key,
-                    handed.token,
-                    crate::codec::stored(handed.created_at_ms, &handed.body),
-                )
-                .await?;
-            if status == crate::store::HandoffStands::Restored {
-                tracing::info!(key = handed.key, token = handed.token, worker = %worker.id, "a hand-off Redis lost: the job is an orphan again");
-            }
-        }
-        Ok(())
     }
 
     /// Makes the stops `worker` carried out lately stand again: Redis may

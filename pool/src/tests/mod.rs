@@ -686,5 +686,4 @@ impl Handler for HookOnStop {
 
 mod data_loss;
 mod drain;
-mod handoff_rollback;
 mod sweeper;

@@ -84,6 +84,9 @@ pub(crate) struct NodeInner {
     /// The run id of the Redis server holding the pool's keys, as last
     /// read (`None`: not read yet).
     pub(crate) server_run_id: Mutex<Option<String>>,
+    /// Bumped on every reconnect: the server identity task checks the run
+    /// id then.
+    pub(crate) reconnects: watch::Sender<u64>,
     /// Bumped when a reconnect finds a new server run id (a restart or a
     /// failover, which may have lost writes): the rollback task recovers.
     pub(crate) server_restarts: watch::Sender<u64>,
@@ -207,6 +210,7 @@ impl Node {
             closed: AtomicBool::new(false),
             connected_at: Mutex::new(Instant::now()),
             server_run_id: Mutex::new(server_run_id),
+            reconnects: watch::Sender::new(0),
             server_restarts: watch::Sender::new(0),
             last_renewal: tokio::sync::watch::Sender::new(Instant::now()),
             lease_suspended: AtomicBool::new(false),
@@ -435,6 +439,9 @@ impl NodeInner {
         let me = self.clone();
         self.tasks.spawn(async move { me.rollback_loop().await });
         let me = self.clone();
+        self.tasks
+            .spawn(async move { me.server_identity_loop().await });
+        let me = self.clone();
         self.tasks.spawn(async move { me.renewal_loop().await });
         let me = self.clone();
         self.tasks.spawn(async move { me.lease_watchdog().await });
@@ -533,7 +540,10 @@ impl NodeInner {
                         *self.connected_at.lock().await = Instant::now();
                         self.freshness.invalidate("reconnected");
                         tracing::info!(node = %self.id, "reconnected to redis");
-                        self.check_server_identity().await;
+                        // Checked by its own task: its reads may wait for
+                        // Redis, and the next reconnect must be recorded
+                        // at once (the dead-worker check relies on it).
+                        self.reconnects.send_modify(|n| *n += 1);
                     }
                     Err(_) => return,
                 },

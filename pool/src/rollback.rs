@@ -64,12 +64,26 @@ impl NodeInner {
         }
     }
 
+    /// Checks the server's identity after each reconnect (several
+    /// reconnects during one check lead to one more check).
+    pub(crate) async fn server_identity_loop(self: Arc<Self>) {
+        let mut reconnects = self.reconnects.subscribe();
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                changed = reconnects.changed() => if changed.is_err() { return },
+            }
+            reconnects.borrow_and_update();
+            self.check_server_identity().await;
+        }
+    }
+
     /// After a reconnect: reads the run id of the server holding the pool's
     /// keys and, when it changed (the server restarted or another took
     /// over), has the rollback task recover. A replica's revisions alone can
     /// miss a rollback: the writes made after it may bring a revision back
     /// above what a node saw before the node resyncs.
-    pub(crate) async fn check_server_identity(&self) {
+    async fn check_server_identity(&self) {
         let run_id = loop {
             match self.store.server_run_id().await {
                 Ok(run_id) => break run_id,

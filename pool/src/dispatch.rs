@@ -23,8 +23,9 @@ enum Routed {
     /// The job is admitted or being moved but not started: nowhere to go yet.
     Pending,
     /// A stop of an orphaned job (payload kept for the orphan sweep, no
-    /// owner): ended by the routing script itself.
-    Stopped,
+    /// owner): ended by the routing script itself, which left this fencing
+    /// token as its tombstone.
+    Stopped(u64),
 }
 
 /// Paces retries of a request for a job that is between owners: 5 ms,
@@ -164,8 +165,9 @@ impl Node {
             });
             match self.inner.to_owner(key, EV_STOP, body).await {
                 Ok(Routed::Queued) => {}
-                Ok(Routed::Stopped) => {
+                Ok(Routed::Stopped(token)) => {
                     self.inner.waiters.remove(&request);
+                    self.inner.stops_requested.record(key, token);
                     self.inner.metrics.jobs_stopped.increment(1);
                     self.inner.history.count(crate::history::PoolEvent::Stop);
                     return Ok(());
@@ -192,7 +194,14 @@ impl Node {
             }
             let reply = self.inner.await_reply(request, rx, pause.deadline).await?;
             match reply.status.as_str() {
-                "ok" => return Ok(()),
+                "ok" => {
+                    // "ok <token>": the stopped run's token (older workers
+                    // answer "ok" alone; nothing to remember then).
+                    if let Ok(token) = reply.message.parse::<u64>() {
+                        self.inner.stops_requested.record(key, token);
+                    }
+                    return Ok(());
+                }
                 "not_found" => return Err(Error::JobNotFound(key.to_string())),
                 // The job moved on before the request got there: again.
                 "retry" => pause.wait().await?,
@@ -469,7 +478,7 @@ impl NodeInner {
             match routed {
                 store::Routed::Queued => return Ok(Routed::Queued),
                 store::Routed::Pending => return Ok(Routed::Pending),
-                store::Routed::Stopped => return Ok(Routed::Stopped),
+                store::Routed::Stopped(token) => return Ok(Routed::Stopped(token)),
                 store::Routed::NotFound => return Err(Error::JobNotFound(key.to_string())),
                 store::Routed::Moved(now) => owner = now,
             }

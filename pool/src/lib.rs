@@ -13,6 +13,7 @@ mod drain;
 mod error;
 mod freshness;
 mod handler;
+mod handoffs;
 mod keys;
 mod lanes;
 mod lease;

@@ -108,6 +108,10 @@ pub(crate) struct NodeInner {
     pub(crate) admitter: crate::admission::Admitter,
     /// Event counts for the history stream.
     pub(crate) history: Arc<crate::history::Counters>,
+    /// Stops this node's `stop_job` calls were answered `Ok` for: made to
+    /// stand again after Redis goes back in time, also where the worker that
+    /// carried one out is gone by then.
+    pub(crate) stops_requested: crate::tombstones::StopTombstones,
     /// Metric handles labelled with the pool.
     pub(crate) metrics: crate::metrics::PoolMetrics,
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
@@ -219,6 +223,7 @@ impl Node {
             recorder,
             admitter,
             history: Default::default(),
+            stops_requested: Default::default(),
             metrics: crate::metrics::PoolMetrics::new(pool),
             shutting_down_here: AtomicBool::new(false),
             owns_client: AtomicBool::new(false),

@@ -123,7 +123,15 @@ impl NodeInner {
                 break;
             }
             match self.handoff(key, &worker.id, &target).await {
-                Ok(Handoff::Ok { .. }) => return,
+                Ok(Handoff::Ok { token }) => {
+                    worker.handed_off.record(crate::handoffs::HandedOff {
+                        key: key.to_string(),
+                        token,
+                        created_at_ms: job.created_at_ms,
+                        body: job.raw_body.clone(),
+                    });
+                    return;
+                }
                 // Nobody may own it any more (Redis lost its data before
                 // this node re-asserted), or it moved: settled below.
                 Ok(Handoff::NotOwner) => break,

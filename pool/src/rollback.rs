@@ -110,9 +110,15 @@ impl NodeInner {
         tracing::info!(node = %self.id, window = opened.as_str(), "recovery window after a rollback");
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
+        // The stops this node asked for first: a worker below may give back
+        // a job it handed off whose new owner then stopped it on request
+        // and is gone now (`handoff_stands.lua` refuses once the counter is
+        // above the hand-off's token, which these raise).
+        self.requested_stops_stand().await?;
         for worker in workers {
             self.reconcile(&worker).await?;
             self.stops_stand(&worker).await?;
+            self.handoffs_stand(&worker).await?;
         }
         Ok(())
     }
@@ -163,6 +169,43 @@ impl NodeInner {
             }
             cursor = page.cursor;
         }
+    }
+
+    /// Gives back the payloads of the jobs `worker` handed off lately, where
+    /// nothing newer happened to them: Redis may have lost a hand-off whose
+    /// start entry the new owner had not started yet, and the job would run
+    /// nowhere (see `handoffs.rs`).
+    async fn handoffs_stand(&self, worker: &WorkerInner) -> Result<()> {
+        for handed in worker.handed_off.recent(crate::handoffs::KEEP) {
+            if worker.jobs.contains_key(&handed.key) {
+                continue; // it came back here
+            }
+            let status = self
+                .store
+                .handoff_stands(
+                    &handed.key,
+                    handed.token,
+                    crate::codec::stored(handed.created_at_ms, &handed.body),
+                )
+                .await?;
+            if status == crate::store::HandoffStands::Restored {
+                tracing::info!(key = handed.key, token = handed.token, worker = %worker.id, "a hand-off Redis lost: the job is an orphan again");
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the stops this node's `stop_job` calls were answered `Ok` for
+    /// lately stand again: the worker that carried one out may have died
+    /// within the writes Redis lost, and nothing else remembers that stop.
+    async fn requested_stops_stand(&self) -> Result<()> {
+        for (key, token) in self.stops_requested.recent(STOPS_REMEMBERED) {
+            let status = self.store.stop_stands(&key, token).await?;
+            if status == crate::store::StopStands::Removed {
+                tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again");
+            }
+        }
+        Ok(())
     }
 
     /// Makes the stops `worker` carried out lately stand again: Redis may

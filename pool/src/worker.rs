@@ -89,6 +89,9 @@ pub(crate) struct WorkerInner {
     stop_timeout: Duration,
     /// Runs stopped here on request (see [`crate::tombstones`]).
     pub(crate) stopped: crate::tombstones::StopTombstones,
+    /// Jobs this worker handed off lately, with their payloads: given back
+    /// to Redis if it goes back in time to before a hand-off.
+    pub(crate) handed_off: crate::handoffs::Handoffs,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -147,6 +150,7 @@ impl Worker {
             lease_lost: std::sync::atomic::AtomicBool::new(false),
             stop_timeout: inner.options.stop_timeout,
             stopped: crate::tombstones::StopTombstones::default(),
+            handed_off: crate::handoffs::Handoffs::default(),
             cancel: inner.cancel.child_token(),
         });
         inner.workers.insert(id.clone(), worker.clone());

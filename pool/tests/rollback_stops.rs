@@ -56,10 +56,9 @@ async fn rollback_stops_sent_before_anyone_noticed_hold() {
         "jobs handed to the new worker",
         Duration::from_secs(10),
         // And "late" runs (it may be handed to w1 too): a rollback that
-        // lands while its hand-off is in flight loses the job altogether
-        // (its admission and the start entry at w1 are both lost; a known
-        // gap, see the pool README, "Not covered"), which is not what this
-        // test is about.
+        // lands while its hand-off is in flight makes it an orphan until
+        // the sweep runs it again (`a_rollback_during_hand_offs_loses_no_job`),
+        // and a stop meanwhile waits for that; not what this test is about.
         || {
             let running = ledger.running();
             running.values().filter(|w| *w == "w1").count() > 2 && running.contains_key("late")

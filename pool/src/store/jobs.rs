@@ -10,7 +10,7 @@ use fred::types::Value;
 
 use super::PoolStore;
 use super::call::{self, status_reply, u64_at};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::keys;
 
 /// Where `to_owner.lua` put a request.
@@ -22,8 +22,9 @@ pub(crate) enum Routed {
     /// yet.
     Pending,
     /// A stop of an orphaned job (payload kept for the orphan sweep, no
-    /// owner): ended by the script itself.
-    Stopped,
+    /// owner): ended by the script itself, which left this fencing token as
+    /// its tombstone.
+    Stopped(u64),
     /// No such job.
     NotFound,
     /// Another worker owns the job now (`"-"`: none).
@@ -166,7 +167,15 @@ impl PoolStore {
         Ok(match status.as_str() {
             "ok" => Routed::Queued,
             "pending" => Routed::Pending,
-            "stopped" => Routed::Stopped,
+            "stopped" => Routed::Stopped(
+                rest.first()
+                    .and_then(Value::as_string)
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| Error::Malformed {
+                        what: WHAT,
+                        reason: "a stop without its tombstone token".into(),
+                    })?,
+            ),
             "not_found" => Routed::NotFound,
             "moved" => Routed::Moved(
                 rest.first()

@@ -43,7 +43,8 @@ pub(crate) use maps::PoolMaps;
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{
-    ClaimStatus, DeadWorkerClaim, DrainMark, Reassert, Reasserted, Removed, StopStands,
+    ClaimStatus, DeadWorkerClaim, DrainMark, HandoffStands, Reassert, Reasserted, Removed,
+    StopStands,
 };
 
 use crate::error::Result;

@@ -1,7 +1,9 @@
 //! What a worker's rollback recovery writes: a stop it carried out stands
-//! again (`stop_stands.lua`).
+//! again (`stop_stands.lua`), and a job it handed off comes back as an
+//! orphan where nothing newer happened to it (`handoff_stands.lua`).
 
 use super::*;
+use fred::prelude::HashesInterface;
 
 #[tokio::test]
 async fn a_stop_stands_again_over_an_older_state_but_not_over_a_newer_run() {
@@ -32,4 +34,61 @@ async fn a_stop_stands_again_over_an_older_state_but_not_over_a_newer_run() {
     );
     assert!(s.job_records("s2").await.unwrap().2.is_some(), "guard kept");
     assert_eq!(s.stop_stands("nothing", 5).await.unwrap(), StopStands::None);
+}
+
+#[tokio::test]
+async fn a_hand_off_stands_again_only_where_redis_went_back_to_before_it() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let stored = |key: &str| codec::stored(0, &body(key));
+    // Redis knows nothing of the key (an empty restart, or a job admitted
+    // after the state Redis went back to): nothing comes back.
+    assert_eq!(
+        s.handoff_stands("h0", 50, stored("h0")).await.unwrap(),
+        HandoffStands::Current
+    );
+    assert!(s.payload("h0").await.unwrap().is_none());
+    // The key's counter is older than the hand-off's token and nothing
+    // else is there: the payload comes back, once.
+    let older = f.admitted("h1", "w1").await;
+    s.stop_stands("h1", older).await.unwrap(); // record, guard, payload gone
+    let counter: u64 = f
+        .store
+        .client
+        .hget(keys::fencing(&f.store.pool), "h1")
+        .await
+        .unwrap();
+    assert_eq!(
+        s.handoff_stands("h1", counter + 10, stored("h1"))
+            .await
+            .unwrap(),
+        HandoffStands::Restored
+    );
+    assert!(s.payload("h1").await.unwrap().is_some());
+    assert_eq!(
+        s.handoff_stands("h1", counter + 10, stored("h1"))
+            .await
+            .unwrap(),
+        HandoffStands::Kept
+    );
+    // Pending (admitted again): kept.
+    let admitted = f.admitted("h2", "w1").await;
+    assert_eq!(
+        s.handoff_stands("h2", admitted + 10, stored("h2"))
+            .await
+            .unwrap(),
+        HandoffStands::Kept
+    );
+    // Redis holds the hand-off's token, or a newer one (a stop's
+    // tombstone, a newer start): nothing comes back.
+    let newer = f.admitted("h3", "w1").await;
+    s.stop_stands("h3", newer).await.unwrap();
+    for token in [newer, newer + 1] {
+        assert_eq!(
+            s.handoff_stands("h3", token, stored("h3")).await.unwrap(),
+            HandoffStands::Current
+        );
+    }
+    assert!(s.payload("h3").await.unwrap().is_none());
 }

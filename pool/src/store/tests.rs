@@ -402,7 +402,11 @@ async fn routing_scripts_answer_each_status() {
 
     f.orphan("o1", "w1").await;
     assert_eq!(route("o1", "-", "notify").await, Routed::Pending);
-    assert_eq!(route("o1", "-", "stop").await, Routed::Stopped);
+    let Routed::Stopped(tombstone) = route("o1", "-", "stop").await else {
+        panic!("a stop of an orphan ends it");
+    };
+    let counter: u64 = s.client.hget(keys::fencing(&s.pool), "o1").await.unwrap();
+    assert_eq!(tombstone, counter, "the answer names the tombstone token");
     let inbox = f.inbox("w1");
     let orphan = s.handoff("o1", "-", "w1", &inbox, TTL, TTL).await.unwrap();
     assert_eq!(orphan, Handoff::NoPayload);

@@ -92,6 +92,20 @@ call::status!(
 );
 
 call::status!(
+    /// What `handoff_stands.lua` did.
+    HandoffStands, "handoff_stands reply" {
+        /// The payload is back: the job is an orphan until it is re-asserted
+        /// or requeued.
+        Restored = "restored",
+        /// The key is owned or pending, or its payload is there.
+        Kept = "kept",
+        /// Redis holds the hand-off's token or a newer one, or no counter
+        /// for the key at all.
+        Current = "current",
+    }
+);
+
+call::status!(
     /// What `release_stale.lua` did.
     Released, "release_stale reply" {
         /// The record and the payload are gone.
@@ -341,6 +355,29 @@ impl PoolStore {
             .run(&self.client, self.maps.base_keys(), args, self.timeout)
             .await?;
         Released::parse(&status)
+    }
+
+    /// Gives back the stored payload of job `key`, handed off lately with
+    /// fencing token `token`, after Redis went back in time, if nothing
+    /// newer happened to the key (see `handoff_stands.lua`).
+    pub(crate) async fn handoff_stands(
+        &self,
+        key: &str,
+        token: u64,
+        stored: Bytes,
+    ) -> Result<HandoffStands> {
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(key),
+            Value::from(token.to_string()),
+            Value::Bytes(stored),
+        ]);
+        let status: String = self
+            .scripts
+            .handoff_stands
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        HandoffStands::parse(&status)
     }
 
     /// Makes a stop of the run of `key` with fencing token `stopped` stand

@@ -686,4 +686,5 @@ impl Handler for HookOnStop {
 
 mod data_loss;
 mod drain;
+mod handoff_rollback;
 mod sweeper;

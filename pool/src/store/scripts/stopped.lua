@@ -6,11 +6,16 @@
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
 --       token of the run the stop was sent for ('0': not known), 11 the
 --       token of the worker's own newer run it left going on ('0': none)
+-- The dispatcher's reply is "<request> <status>", with the stopped run's
+-- token after 'ok' ("<request> ok <token>"): the dispatcher remembers it,
+-- to make the stop stand again if Redis goes back in time (the worker that
+-- stopped the run may be gone by then).
 -- Returns 'ok' | 'retry' (the job moved on or is about to start elsewhere,
 -- or the pool recovers and its run may not have re-asserted yet: the
 -- dispatcher sends the request again) | 'not_found'
 local key = ARGV[4]
 local status = 'not_found'
+local stopped_token = 0
 local record = mget(JOBS, key)
 local owner = owner_of(record)
 local recorded = tonumber(record and string.match(record, ' (%d+)$') or '') or 0
@@ -36,10 +41,11 @@ elseif owner == ARGV[5] and ARGV[8] == '0' and recovering(tonumber(ARGV[9])) the
 elseif owner == ARGV[5] then
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
+  stopped_token = recorded
   if ARGV[8] == '0' then
     -- A stale record: a tombstone token, so that no older copy of the run
     -- can re-assert over the stop (reassert.lua refuses a lower token).
-    next_token(key)
+    stopped_token = next_token(key)
   end
   status = 'ok'
 elseif owner or mget(PENDING, key) then
@@ -57,6 +63,8 @@ else
 end
 stream_remove(KEYS[9], ARGV[6])
 if ARGV[7] ~= '0' then
-  stream_add(KEYS[10], 'reply', ARGV[7] .. ' ' .. status, 1000)
+  local answer = ARGV[7] .. ' ' .. status
+  if status == 'ok' then answer = answer .. string.format(' %d', stopped_token) end
+  stream_add(KEYS[10], 'reply', answer, 1000)
 end
 return status

@@ -6,7 +6,8 @@
 -- Returns {'ok'} | {'pending'} (admitted or being moved, not started yet;
 --       or Redis lost its data and the job may run on a worker that has
 --       not re-asserted it yet; or an orphan a notify waits for) |
---       {'stopped'} (a stop of an orphan: done here) | {'not_found'} |
+--       {'stopped', token} (a stop of an orphan: done here; the token
+--       left as its tombstone) | {'not_found'} |
 --       {'moved', owner}
 -- Redis went back in time and no replica may have noticed yet: the record
 -- (or its absence) may be older than the run that goes on somewhere; wait
@@ -24,8 +25,8 @@ if not j then
     -- copy can re-assert over (reassert.lua refuses a token below it).
     if ARGV[6] == 'stop' then
       redis.call('HDEL', PAYLOADS, ARGV[4])
-      next_token(ARGV[4])
-      return {'stopped'}
+      local _, text = next_token(ARGV[4])
+      return {'stopped', text}
     end
     return {'pending'}
   end

@@ -1,0 +1,212 @@
+//! A rollback that lands while hand-offs wait at their new owner: the new
+//! owner's start entries and the hand-offs' records go back with Redis, and
+//! the jobs, stopped here for the hand-off, would run nowhere. The worker
+//! that handed them off gives their payloads back; the orphan sweep then
+//! runs them again. A stop answered `Ok` in those lost writes still stands:
+//! the node that asked for it makes it stand again.
+
+use super::*;
+use flotilla_testkit::ServerOptions;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_during_hand_offs_loses_no_job() {
+    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("handoff-rollback");
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let worker = Worker::new(&node, Counting::default()).await.unwrap();
+    let keys: Vec<String> = (0..24).map(|i| format!("h{i}")).collect();
+    for k in &keys {
+        node.dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    let snapshot = server.save_snapshot().unwrap();
+
+    // A worker registered in Redis that no process hosts: the jobs the
+    // ring gives it are handed off into its inbox and never start.
+    node.inner
+        .store
+        .register("w-ghost", r#"{"node":"nowhere"}"#)
+        .await
+        .unwrap();
+    let recent = || worker.inner.handed_off.recent(Duration::from_secs(60));
+    wait_until(
+        Duration::from_secs(5),
+        "jobs handed to the ghost",
+        || async { recent().len() >= 3 },
+    )
+    .await
+    .unwrap();
+    let handed: Vec<String> = recent().into_iter().map(|h| h.key).collect();
+    assert!(handed.iter().all(|k| !worker.job_keys().contains(k)));
+
+    server.roll_back(&snapshot).unwrap();
+    // Redis shows the state before the hand-offs: the jobs under this
+    // worker, which does not run them. They must run again, here (the ghost
+    // is unknown to the restored state).
+    if let Err(e) = wait_until(
+        Duration::from_secs(30),
+        "handed-off jobs run again",
+        || async {
+            let running = worker.job_keys();
+            handed.iter().all(|k| running.contains(k))
+        },
+    )
+    .await
+    {
+        let running = worker.job_keys();
+        let missing: Vec<&String> = handed.iter().filter(|k| !running.contains(k)).collect();
+        panic!("{e}: {missing:?} run nowhere");
+    }
+    node.close().await.unwrap();
+}
+
+/// Starts per key and the keys running now, on one worker.
+#[derive(Clone, Default)]
+struct Ledger {
+    starts: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    running: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Ledger {
+    fn running(&self) -> std::collections::HashSet<String> {
+        self.running.lock().unwrap().clone()
+    }
+    fn starts(&self, key: &str) -> usize {
+        self.starts.lock().unwrap().get(key).copied().unwrap_or(0)
+    }
+}
+
+#[async_trait]
+impl Handler for Ledger {
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        *self
+            .starts
+            .lock()
+            .unwrap()
+            .entry(job.key.clone())
+            .or_default() += 1;
+        self.running.lock().unwrap().insert(job.key);
+        Ok(())
+    }
+    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        self.running.lock().unwrap().remove(key);
+        Ok(())
+    }
+}
+
+/// A job handed off, started by its new owner, stopped there on request,
+/// and the new owner gone, all in the writes a rollback loses: Redis shows
+/// the job under the worker that handed it off, which gives the hand-off
+/// back. The stop was answered `Ok`, so the job must not run again: the
+/// node that asked for the stop makes it stand (the worker that carried it
+/// out is gone). The jobs handed to a worker no process hosts come back,
+/// which shows the give-back ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollback_keeps_a_stop_made_at_a_new_owner_that_is_gone() {
+    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("handoff-stop-rollback");
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let node_a = Node::join(&client, &name, options.clone()).await.unwrap();
+    let ledger_a = Ledger::default();
+    let worker_a = Worker::new(&node_a, ledger_a.clone()).await.unwrap();
+    let dispatcher = Node::join(&client, &name, options.clone()).await.unwrap();
+    let keys: Vec<String> = (0..30).map(|i| format!("s{i}")).collect();
+    for k in &keys {
+        dispatcher.dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    wait_until(Duration::from_secs(5), "every job runs on a", || async {
+        ledger_a.running().len() == keys.len()
+    })
+    .await
+    .unwrap();
+    let snapshot = server.save_snapshot().unwrap();
+
+    // After the snapshot: a worker no process hosts, and a worker on a
+    // second node; a hands each the jobs the ring now gives it.
+    node_a
+        .inner
+        .store
+        .register("w-ghost", r#"{"node":"nowhere"}"#)
+        .await
+        .unwrap();
+    let node_b = Node::join(&client, &name, options).await.unwrap();
+    let ledger_b = Ledger::default();
+    let worker_b = Worker::new(&node_b, ledger_b.clone()).await.unwrap();
+    let placed = |worker: &str| -> Vec<String> {
+        keys.iter()
+            .filter(|k| node_a.placement(k).as_deref() == Some(worker))
+            .cloned()
+            .collect()
+    };
+    wait_until(
+        Duration::from_secs(10),
+        "jobs handed to b and to the ghost",
+        || {
+            let on_b = placed(worker_b.id());
+            let on_ghost = placed("w-ghost");
+            let running_a = ledger_a.running();
+            let running_b = ledger_b.running();
+            let done = !on_b.is_empty()
+                && !on_ghost.is_empty()
+                && on_b.iter().all(|k| running_b.contains(k))
+                && on_ghost.iter().all(|k| !running_a.contains(k));
+            async move { done }
+        },
+    )
+    .await
+    .unwrap();
+    let ghost_keys = placed("w-ghost");
+    let stopped = placed(worker_b.id())[0].clone();
+    dispatcher.stop_job(&stopped).await.unwrap();
+    assert!(!ledger_b.running().contains(&stopped));
+    // b goes; whatever it still ran it hands on first.
+    node_b.close().await.unwrap();
+    let starts_before = ledger_a.starts(&stopped);
+
+    server.roll_back(&snapshot).unwrap();
+    // Redis shows every job under a again. Every one but the stopped one
+    // must run there again (the ghost's come back as orphans).
+    let expected: Vec<&String> = keys.iter().filter(|k| **k != stopped).collect();
+    if let Err(e) = wait_until(
+        Duration::from_secs(30),
+        "every job but the stopped one runs on a",
+        || {
+            let running = ledger_a.running();
+            let done = expected.iter().all(|k| running.contains(*k));
+            async move { done }
+        },
+    )
+    .await
+    {
+        let running = ledger_a.running();
+        let missing: Vec<&&String> = expected.iter().filter(|k| !running.contains(**k)).collect();
+        panic!("{e}: {missing:?} run nowhere (ghost's: {ghost_keys:?})");
+    }
+    // The ghost's jobs came back through the orphan sweep, after the
+    // give-back; the stopped job went through the same give-back.
+    assert!(
+        !ledger_a.running().contains(&stopped),
+        "{stopped}, stopped on request at b, runs again on a"
+    );
+    assert_eq!(
+        ledger_a.starts(&stopped),
+        starts_before,
+        "{stopped} started again"
+    );
+    assert!(
+        matches!(
+            dispatcher.stop_job(&stopped).await,
+            Err(crate::Error::JobNotFound(_))
+        ),
+        "{stopped} is known to Redis again"
+    );
+    drop(worker_a);
+    dispatcher.close().await.unwrap();
+    node_a.close().await.unwrap();
+}

@@ -72,8 +72,10 @@ impl Node {
     /// when no worker joined within the dispatch timeout; [`Error::PoolFull`];
     /// [`Error::Timeout`] when the worker did not answer within the dispatch
     /// timeout (the job may still start), also while the pool recovers from
-    /// a loss of its Redis data (admission resumes one worker TTL after the
-    /// loss is noticed, once workers re-asserted their jobs); [`Error::Closed`];
+    /// a loss of its Redis data or Redis going back in time (admission
+    /// resumes at least one worker TTL after the loss is noticed, and only
+    /// once every node that noticed it has had its workers re-assert their
+    /// jobs); [`Error::Closed`];
     /// [`Error::ShuttingDown`]; [`Error::InvalidName`];
     /// [`Error::PayloadTooLarge`]; [`Error::Unavailable`] / [`Error::Redis`].
     ///
@@ -141,7 +143,8 @@ impl Node {
     /// A job admitted but not started yet, or being moved to another worker,
     /// is stopped as soon as it runs (the request is sent again meanwhile);
     /// so is one that Redis forgot with its data, once its worker re-asserts
-    /// it (within the recovery window of one worker TTL).
+    /// it (within the recovery window: at least one worker TTL, and until
+    /// every node that noticed the loss has reconciled its workers).
     ///
     /// # Errors
     /// [`Error::JobNotFound`] when no job with this key runs or waits to;

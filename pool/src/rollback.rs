@@ -3,15 +3,20 @@
 //! empty (the data-loss path of `recovering` in `scripts/base.lua` does not
 //! fire: the pool's epoch is still there) nor current.
 //!
-//! Every node notices on its own: a resync of one of its replicas finds the
-//! revision in Redis *behind* the replica (`Map::regressions`). It then
-//! opens the recovery window (nothing is admitted while it lasts, as after a
-//! data loss) and each of its workers reconciles Redis with what it runs:
+//! Every node notices on its own: a new server run id after a reconnect, a
+//! resync of one of its replicas finding the revision in Redis *behind* the
+//! replica (`Map::regressions`), or a script's `went_back`. It then opens
+//! the recovery window (nothing is admitted while it lasts, as after a data
+//! loss), marks itself as reconciling (the window lasts while any node's
+//! mark does), makes the stops its `stop_job` calls were answered `Ok` for
+//! stand again, and each of its workers reconciles Redis with what it runs:
 //! it registers again if Redis forgot it, re-asserts every job it runs or
 //! holds suspended (a newer fencing token wins over a stale record), and
 //! releases the records that still name it for jobs it no longer runs (a
-//! stop or hand-off Redis lost). Starts it already ran and stopped are
-//! refused if their entries come back (`crate::tombstones`).
+//! stop or hand-off Redis lost), then makes its own recent stops stand and
+//! gives back its recent hand-offs where Redis went back to before them.
+//! Starts it already ran and stopped are refused if their entries come back
+//! (`crate::tombstones`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,11 +108,44 @@ impl NodeInner {
         }
     }
 
-    /// Opens the recovery window, then reconciles every local worker.
+    /// Opens the recovery window, then reconciles every local worker while
+    /// this node's recovery mark holds the window open (the window ends
+    /// when every node that recovers is done, see `recovery_mark.lua`).
     async fn recover_from_rollback(&self) -> Result<()> {
         self.freshness.invalidate("redis went back in time");
-        let opened = self.store.begin_recovery(self.options.worker_ttl).await?;
+        let ttl = self.options.worker_ttl;
+        let opened = self.store.begin_recovery(ttl).await?;
         tracing::info!(node = %self.id, window = opened.as_str(), "recovery window after a rollback");
+        let mark = self.store.recovery_mark(&self.id, ttl, true).await?;
+        if mark == crate::store::RecoveryMark::Late {
+            tracing::warn!(node = %self.id, "recovering more than 10 TTLs after the window opened: not holding it open any longer");
+        }
+        let reconcile = self.reconcile_everything();
+        tokio::pin!(reconcile);
+        let mut renew = tokio::time::interval(ttl / 3);
+        renew.tick().await; // the first tick is now: marked above
+        let result = loop {
+            tokio::select! {
+                result = &mut reconcile => break result,
+                _ = renew.tick() => {
+                    if let Err(e) = self.store.recovery_mark(&self.id, ttl, true).await {
+                        tracing::warn!(node = %self.id, error = %e, "renewing the recovery mark failed");
+                    }
+                }
+            }
+        };
+        // On an error the mark stays (it lapses within a TTL) and the whole
+        // recovery runs again.
+        result?;
+        if let Err(e) = self.store.recovery_mark(&self.id, ttl, false).await {
+            tracing::warn!(node = %self.id, error = %e, "clearing the recovery mark failed (it lapses within a TTL)");
+        }
+        Ok(())
+    }
+
+    /// The stops this node asked for, then every local worker: registered,
+    /// re-asserted, its lost stops and hand-offs made to stand.
+    async fn reconcile_everything(&self) -> Result<()> {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
         // The stops this node asked for first: a worker below may give back

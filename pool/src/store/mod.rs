@@ -43,8 +43,8 @@ pub(crate) use maps::PoolMaps;
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{
-    ClaimStatus, DeadWorkerClaim, DrainMark, HandoffStands, Reassert, Reasserted, Removed,
-    StopStands,
+    ClaimStatus, DeadWorkerClaim, DrainMark, HandoffStands, Reassert, Reasserted, RecoveryMark,
+    Removed, StopStands,
 };
 
 use crate::error::Result;

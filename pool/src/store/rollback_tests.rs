@@ -1,7 +1,11 @@
-//! What a worker's rollback recovery writes: a stop it carried out stands
+//! What a rollback recovery writes: a stop it carried out stands
 //! again (`stop_stands.lua`), and a job it handed off comes back as an
-//! orphan where nothing newer happened to it (`handoff_stands.lua`).
+//! orphan where nothing newer happened to it (`handoff_stands.lua`), and a
+//! node's recovery mark holds the recovery window open while it reconciles
+//! (`recovery_mark.lua`).
 
+use super::jobs::Routed;
+use super::workers::Recovery;
 use super::*;
 use fred::prelude::HashesInterface;
 
@@ -91,4 +95,63 @@ async fn a_hand_off_stands_again_only_where_redis_went_back_to_before_it() {
         );
     }
     assert!(s.payload("h3").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn the_recovery_window_lasts_while_a_node_reconciles() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let ttl = Duration::from_secs(1);
+    // A request for a key Redis does not know waits while the pool
+    // recovers ('pending'), and is not found otherwise.
+    let recovering = || async {
+        let routed = s
+            .to_owner("absent", "-", "inbox", "notify", bytes::Bytes::new(), ttl)
+            .await
+            .unwrap();
+        routed == Routed::Pending
+    };
+    assert!(!recovering().await);
+    let opened = std::time::Instant::now();
+    assert_eq!(s.begin_recovery(ttl).await.unwrap(), Recovery::Opened);
+    assert!(recovering().await);
+    // A node reconciling past the window's own end holds it open.
+    while opened.elapsed() < ttl + ttl / 2 {
+        assert_eq!(
+            s.recovery_mark("n1", ttl, true).await.unwrap(),
+            RecoveryMark::Set
+        );
+        assert!(recovering().await, "held open by n1's mark");
+        tokio::time::sleep(ttl / 5).await;
+    }
+    // It ends when the last node is done, not a TTL later.
+    assert_eq!(
+        s.recovery_mark("n1", ttl, false).await.unwrap(),
+        RecoveryMark::Cleared
+    );
+    assert!(
+        !recovering().await,
+        "n1 is done and the window's own end passed"
+    );
+
+    // The mark of a node that died lapses within a TTL.
+    assert_eq!(s.begin_recovery(ttl).await.unwrap(), Recovery::Opened);
+    assert_eq!(
+        s.recovery_mark("n2", ttl, true).await.unwrap(),
+        RecoveryMark::Set
+    );
+    flotilla_testkit::wait_until(
+        Duration::from_secs(10),
+        "a dead node's mark lapses",
+        || async { !recovering().await },
+    )
+    .await
+    .unwrap();
+    // No mark reaches past 10 TTLs from the window's start.
+    let short = Duration::from_millis(10);
+    assert_eq!(
+        s.recovery_mark("n3", short, true).await.unwrap(),
+        RecoveryMark::Late
+    );
+    assert!(!recovering().await);
 }

@@ -82,6 +82,18 @@ pub(crate) struct DeadWorkerClaim {
 }
 
 call::status!(
+    /// What `recovery_mark.lua` did.
+    RecoveryMark, "recovery_mark reply" {
+        /// The node's mark holds the recovery window open for a TTL.
+        Set = "set",
+        /// The node's mark is gone.
+        Cleared = "cleared",
+        /// Not set: the window began more than 10 TTLs ago.
+        Late = "late",
+    }
+);
+
+call::status!(
     /// What `begin_recovery.lua` did.
     Recovery, "begin_recovery reply" {
         /// The recovery window opened.
@@ -329,6 +341,29 @@ impl PoolStore {
             .run(&self.client, self.maps.base_keys(), args, self.timeout)
             .await?;
         Recovery::parse(&status)
+    }
+
+    /// Sets (`reconciling`) or clears node `node`'s recovery mark, which
+    /// holds the recovery window open for `worker_ttl` from now (see
+    /// `recovery_mark.lua`).
+    pub(crate) async fn recovery_mark(
+        &self,
+        node: &str,
+        worker_ttl: Duration,
+        reconciling: bool,
+    ) -> Result<RecoveryMark> {
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(node),
+            Value::from(worker_ttl.as_millis().to_string()),
+            Value::from(if reconciling { "set" } else { "clear" }),
+        ]);
+        let status: String = self
+            .scripts
+            .recovery_mark
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        RecoveryMark::parse(&status)
     }
 
     /// Drops the jobs-map `record` of job `key` (and its payload) if it is

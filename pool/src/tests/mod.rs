@@ -687,4 +687,5 @@ impl Handler for HookOnStop {
 mod data_loss;
 mod drain;
 mod handoff_rollback;
+mod recovery_window;
 mod sweeper;

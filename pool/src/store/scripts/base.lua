@@ -33,6 +33,25 @@ end
 -- Node::join creates it; when Redis loses its data it vanishes with the rest.
 local EPOCH = '\nepoch'
 
+-- The nodes still reconciling their workers after Redis lost data or went
+-- back in time: another field of the fencing hash, "<node> <until_ms> …".
+-- Each node marks itself before its workers re-register and re-assert what
+-- they run, renews its mark while they do, and clears it when done; the
+-- recovery window lasts until its own end *and* until no mark is live, so
+-- it ends when the pool has re-converged, not after a fixed time (a mark
+-- of a node that died lapses within a TTL).
+local RECOVERY_MARKS = '\nrecovering'
+
+-- Whether a node's recovery mark is live at `now` (ms).
+local function recovery_marked(now)
+  local marks = redis.call('HGET', FENCING, RECOVERY_MARKS)
+  if not marks then return false end
+  for until_ms in string.gmatch(marks, '%S+ (%d+)') do
+    if tonumber(until_ms) > now then return true end
+  end
+  return false
+end
+
 -- Whether the pool is recovering from a loss of its Redis data. The first
 -- script that finds the epoch gone opens a recovery window of `ttl` ms:
 -- within it every live worker renews, registers again and re-asserts the
@@ -46,7 +65,7 @@ local function recovering(ttl)
     return true
   end
   local until_ms = tonumber(string.match(epoch, ' (%d+)$') or '0') or 0
-  return now < until_ms
+  return now < until_ms or recovery_marked(now)
 end
 
 -- Whether Redis is behind what the caller has seen: Redis went back in

@@ -163,8 +163,16 @@ impl Node {
             store.maps.close().await;
             return Err(e);
         }
-        // Known from the start, so that the first restart is seen as one.
-        let server_run_id = store.server_run_id().await.ok();
+        // Known from the start, so that the first restart is seen as one
+        // (by the node's check after a reconnect, and by its scripts).
+        let server_run_id = match store.server_identity().await {
+            Ok(server) => {
+                let run_id = server.run_id.clone();
+                store.note_server(server);
+                Some(run_id)
+            }
+            Err(_) => None,
+        };
         let reply_stream = Stream::new(
             client,
             &keys::node_replies(&id),

@@ -108,12 +108,11 @@ pub struct NodeOptions {
     /// mirror still knows its own workers' jobs; [`Node::job_keys`] and
     /// [`Node::job_owner`](crate::Node::job_owner) then answer from this
     /// node's workers only, and [`Node::lookup_job_owner`] and
-    /// [`Node::lookup_job_keys`] ask Redis. It still sees Redis go back in
-    /// time through the keep-alive map (see the pool README, "Rollback"),
-    /// which every node mirrors: a rollback that loses less than one renewal
-    /// interval of writes (`worker_ttl / 3` over the renewing nodes) is then
-    /// seen only by the nodes that wrote what was lost, so keep at least the
-    /// nodes that dispatch mirroring where such rollbacks can happen.
+    /// [`Node::lookup_job_keys`] ask Redis. It sees Redis go back in time
+    /// as a mirroring node does, in its scripts (the server's LASTSAVE and
+    /// run id against those it last read, and the keep-alive map's revision)
+    /// and after every reconnect (the run id); only the jobs map's revision
+    /// is not compared (see the pool README, Guarantees).
     ///
     /// [`Node::job_keys`]: crate::Node::job_keys
     /// [`Node::lookup_job_owner`]: crate::Node::lookup_job_owner

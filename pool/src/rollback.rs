@@ -30,6 +30,8 @@ const RETRY: Duration = Duration::from_millis(200);
 /// How far back stops are made to stand again after a rollback (a rollback
 /// loses seconds of writes, not minutes).
 const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
+/// How often a node reads the server's identity besides after reconnects.
+const IDENTITY_EVERY: Duration = Duration::from_secs(2);
 /// Jobs-map keys read per page when a worker looks for records naming it.
 const OWNED_PAGE: usize = 1000;
 
@@ -70,28 +72,34 @@ impl NodeInner {
     }
 
     /// Checks the server's identity after each reconnect (several
-    /// reconnects during one check lead to one more check).
+    /// reconnects during one check lead to one more check), and every
+    /// [`IDENTITY_EVERY`] besides: the scripts compare Redis with the
+    /// identity last checked, and a save changes its LASTSAVE.
     pub(crate) async fn server_identity_loop(self: Arc<Self>) {
         let mut reconnects = self.reconnects.subscribe();
+        let mut every = tokio::time::interval(IDENTITY_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        every.tick().await; // the first tick is now: joining checked it
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 changed = reconnects.changed() => if changed.is_err() { return },
+                _ = every.tick() => {}
             }
             reconnects.borrow_and_update();
             self.check_server_identity().await;
         }
     }
 
-    /// After a reconnect: reads the run id of the server holding the pool's
-    /// keys and, when it changed (the server restarted or another took
-    /// over), has the rollback task recover. A replica's revisions alone can
-    /// miss a rollback: the writes made after it may bring a revision back
-    /// above what a node saw before the node resyncs.
+    /// Reads the identity of the server holding the pool's keys and, when
+    /// its run id changed (the server restarted or another took over), has
+    /// the rollback task recover. A replica's revisions alone can miss a
+    /// rollback: the writes made after it may bring a revision back above
+    /// what a node saw before the node resyncs.
     async fn check_server_identity(&self) {
-        let run_id = loop {
-            match self.store.server_run_id().await {
-                Ok(run_id) => break run_id,
+        let server = loop {
+            match self.store.server_identity().await {
+                Ok(server) => break server,
                 Err(e) => {
                     tracing::debug!(node = %self.id, error = %e, "reading the server's run id failed; retrying");
                     tokio::select! {
@@ -101,7 +109,11 @@ impl NodeInner {
                 }
             }
         };
+        let run_id = server.run_id.clone();
         let previous = self.server_run_id.lock().await.replace(run_id.clone());
+        // From now on the scripts compare Redis with this server: the
+        // restart below is this node's to recover from.
+        self.store.note_server(server);
         if previous.is_some_and(|previous| previous != run_id) {
             tracing::warn!(node = %self.id, run_id, "Redis restarted or failed over (new run id): it may have lost writes");
             self.server_restarts.send_modify(|n| *n += 1);

@@ -65,6 +65,19 @@ pub(crate) struct PoolStore {
     scripts: &'static Scripts,
     /// Deadline of every call (the node's `redis_timeout`).
     pub(crate) timeout: Duration,
+    /// The server this node last checked (`went_back` in the scripts
+    /// compares it); `None` until the first check.
+    known_server: Arc<std::sync::Mutex<Option<ServerIdentity>>>,
+}
+
+/// Who the Redis server holding the pool's keys is (`server_id.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ServerIdentity {
+    /// Changes when the server restarts or another one takes over.
+    pub(crate) run_id: String,
+    /// The server's LASTSAVE (seconds): changes with every restart and
+    /// every save.
+    pub(crate) lastsave: u64,
 }
 
 impl PoolStore {
@@ -83,6 +96,7 @@ impl PoolStore {
             maps,
             scripts: &SCRIPTS,
             timeout,
+            known_server: Arc::default(),
         })
     }
 
@@ -92,7 +106,22 @@ impl PoolStore {
     /// opens the recovery window itself, before any replica noticed (see
     /// `went_back` in `scripts/base.lua`).
     pub(crate) fn revision_floor(&self) -> String {
-        self.maps.seen_revisions()
+        let known = self.known_server.lock().unwrap_or_else(|e| e.into_inner());
+        match known.as_ref() {
+            Some(server) => format!(
+                "{} {} {}",
+                self.maps.seen_revisions(),
+                server.lastsave,
+                server.run_id
+            ),
+            None => format!("{} 0 -", self.maps.seen_revisions()),
+        }
+    }
+
+    /// Records the server this node checked last (its scripts then compare
+    /// Redis with it).
+    pub(crate) fn note_server(&self, server: ServerIdentity) {
+        *self.known_server.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
     }
 
     /// Creates the pool's epoch unless it exists (see `recovering` in
@@ -128,11 +157,13 @@ impl PoolStore {
         Ok(())
     }
 
-    /// The run id of the Redis server holding the pool's keys: a new one
-    /// means that server restarted or another took over, and may have lost
-    /// writes.
-    pub(crate) async fn server_run_id(&self) -> Result<String> {
-        self.scripts
+    /// The identity of the Redis server holding the pool's keys: a new run
+    /// id means that server restarted or another took over, and may have
+    /// lost writes.
+    pub(crate) async fn server_identity(&self) -> Result<ServerIdentity> {
+        const WHAT: &str = "server_id reply";
+        let (run_id, lastsave): (String, u64) = self
+            .scripts
             .server_id
             .run(
                 &self.client,
@@ -140,7 +171,14 @@ impl PoolStore {
                 Vec::new(),
                 self.timeout,
             )
-            .await
+            .await?;
+        if run_id.is_empty() || run_id.contains(char::is_whitespace) {
+            return Err(crate::error::Error::Malformed {
+                what: WHAT,
+                reason: format!("run id {run_id:?}"),
+            });
+        }
+        Ok(ServerIdentity { run_id, lastsave })
     }
 
     /// Removes `node`'s info (it left, or was found gone).

@@ -20,22 +20,24 @@ const TTL: Duration = Duration::from_secs(60);
 const INFO: &str = r#"{"node":"n-test","host":"h","pid":1}"#;
 
 struct Fixture {
-    _server: RedisServer,
+    server: RedisServer,
     store: PoolStore,
 }
 
 async fn fixture() -> Fixture {
+    fixture_mirroring(true).await
+}
+
+/// A store on a private server, mirroring the jobs maps or not.
+async fn fixture_mirroring(mirror_jobs: bool) -> Fixture {
     let server = RedisServer::start().unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let pool = flotilla_testkit::unique_name("store");
-    let store = PoolStore::join(&client, &pool, Duration::from_secs(10), true)
+    let store = PoolStore::join(&client, &pool, Duration::from_secs(10), mirror_jobs)
         .await
         .unwrap();
     store.create_epoch().await.unwrap();
-    Fixture {
-        _server: server,
-        store,
-    }
+    Fixture { server, store }
 }
 
 impl Fixture {

@@ -47,12 +47,20 @@ async fn a_hand_off_stands_again_only_where_redis_went_back_to_before_it() {
     f.register("w1").await;
     let stored = |key: &str| codec::stored(0, &body(key));
     // Redis knows nothing of the key (an empty restart, or a job admitted
-    // after the state Redis went back to): nothing comes back.
+    // after the state Redis went back to): the payload comes back.
+    assert_eq!(
+        s.handoff_stands("h0", 50, stored("h0")).await.unwrap(),
+        HandoffStands::Restored
+    );
+    assert!(s.payload("h0").await.unwrap().is_some());
+    // A stop of the run since, made to stand by the node that asked for it,
+    // takes it again, and no later give-back returns it.
+    assert_eq!(s.stop_stands("h0", 60).await.unwrap(), StopStands::Removed);
+    assert!(s.payload("h0").await.unwrap().is_none());
     assert_eq!(
         s.handoff_stands("h0", 50, stored("h0")).await.unwrap(),
         HandoffStands::Current
     );
-    assert!(s.payload("h0").await.unwrap().is_none());
     // The key's counter is older than the hand-off's token and nothing
     // else is there: the payload comes back, once.
     let older = f.admitted("h1", "w1").await;

@@ -111,8 +111,7 @@ call::status!(
         Restored = "restored",
         /// The key is owned or pending, or its payload is there.
         Kept = "kept",
-        /// Redis holds the hand-off's token or a newer one, or no counter
-        /// for the key at all.
+        /// Redis holds the hand-off's token or a newer one.
         Current = "current",
     }
 );

@@ -1,16 +1,61 @@
-//! A rollback that lands while hand-offs wait at their new owner: the new
-//! owner's start entries and the hand-offs' records go back with Redis, and
-//! the jobs, stopped here for the hand-off, would run nowhere. The worker
-//! that handed them off gives their payloads back; the orphan sweep then
-//! runs them again. A stop answered `Ok` in those lost writes still stands:
-//! the node that asked for it makes it stand again.
+//! A rollback or an empty restart that lands while hand-offs wait at their
+//! new owner: the new owner's start entries and the hand-offs' records go
+//! with the lost writes, and the jobs, stopped here for the hand-off, would
+//! run nowhere. The worker that handed them off gives their payloads back;
+//! the orphan sweep then runs them again. A stop answered `Ok` in those
+//! lost writes still stands: the node that asked for it makes it stand
+//! again.
 
 use super::*;
-use flotilla_testkit::ServerOptions;
+use flotilla_testkit::{RedisSnapshot, ServerOptions};
+
+/// How Redis loses the writes made after [`Loss::mark`].
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// Restarted from a snapshot taken at the mark.
+    Rollback,
+    /// Restarted with no data at all.
+    Empty,
+}
+
+impl Loss {
+    fn server(self) -> RedisServer {
+        match self {
+            // The AOF is set aside by the roll-back; without one (and
+            // without a snapshot) a restart comes back empty.
+            Loss::Rollback => RedisServer::start_with(ServerOptions::default().aof(true)),
+            Loss::Empty => RedisServer::start(),
+        }
+        .unwrap()
+    }
+
+    fn mark(self, server: &RedisServer) -> Option<RedisSnapshot> {
+        match self {
+            Loss::Rollback => Some(server.save_snapshot().unwrap()),
+            Loss::Empty => None,
+        }
+    }
+
+    fn lose(self, server: &mut RedisServer, mark: Option<RedisSnapshot>) {
+        match mark {
+            Some(snapshot) => server.roll_back(&snapshot).unwrap(),
+            None => server.restart().unwrap(),
+        }
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_during_hand_offs_loses_no_job() {
-    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
+    hand_offs_in_the_lost_writes_lose_no_job(Loss::Rollback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_restart_during_hand_offs_loses_no_job() {
+    hand_offs_in_the_lost_writes_lose_no_job(Loss::Empty).await;
+}
+
+async fn hand_offs_in_the_lost_writes_lose_no_job(loss: Loss) {
+    let mut server = loss.server();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let name = flotilla_testkit::unique_name("handoff-rollback");
     let options = NodeOptions::default()
@@ -22,7 +67,7 @@ async fn a_rollback_during_hand_offs_loses_no_job() {
     for k in &keys {
         node.dispatch_job(k, &b"p"[..]).await.unwrap();
     }
-    let snapshot = server.save_snapshot().unwrap();
+    let mark = loss.mark(&server);
 
     // A worker registered in Redis that no process hosts: the jobs the
     // ring gives it are handed off into its inbox and never start.
@@ -42,10 +87,10 @@ async fn a_rollback_during_hand_offs_loses_no_job() {
     let handed: Vec<String> = recent().into_iter().map(|h| h.key).collect();
     assert!(handed.iter().all(|k| !worker.job_keys().contains(k)));
 
-    server.roll_back(&snapshot).unwrap();
-    // Redis shows the state before the hand-offs: the jobs under this
-    // worker, which does not run them. They must run again, here (the ghost
-    // is unknown to the restored state).
+    loss.lose(&mut server, mark);
+    // Redis shows the state before the hand-offs (the jobs under this
+    // worker, which does not run them), or nothing. They must run again,
+    // here (the ghost is unknown to Redis now).
     if let Err(e) = wait_until(
         Duration::from_secs(30),
         "handed-off jobs run again",
@@ -106,7 +151,16 @@ impl Handler for Ledger {
 /// which shows the give-back ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_keeps_a_stop_made_at_a_new_owner_that_is_gone() {
-    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
+    a_stop_at_a_new_owner_that_is_gone_stands(Loss::Rollback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_restart_keeps_a_stop_made_at_a_new_owner_that_is_gone() {
+    a_stop_at_a_new_owner_that_is_gone_stands(Loss::Empty).await;
+}
+
+async fn a_stop_at_a_new_owner_that_is_gone_stands(loss: Loss) {
+    let mut server = loss.server();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let name = flotilla_testkit::unique_name("handoff-stop-rollback");
     let options = NodeOptions::default()
@@ -125,9 +179,9 @@ async fn rollback_keeps_a_stop_made_at_a_new_owner_that_is_gone() {
     })
     .await
     .unwrap();
-    let snapshot = server.save_snapshot().unwrap();
+    let mark = loss.mark(&server);
 
-    // After the snapshot: a worker no process hosts, and a worker on a
+    // After the mark: a worker no process hosts, and a worker on a
     // second node; a hands each the jobs the ring now gives it.
     node_a
         .inner
@@ -169,9 +223,9 @@ async fn rollback_keeps_a_stop_made_at_a_new_owner_that_is_gone() {
     node_b.close().await.unwrap();
     let starts_before = ledger_a.starts(&stopped);
 
-    server.roll_back(&snapshot).unwrap();
-    // Redis shows every job under a again. Every one but the stopped one
-    // must run there again (the ghost's come back as orphans).
+    loss.lose(&mut server, mark);
+    // Redis shows every job under a again, or nothing. Every one but the
+    // stopped one must run there again (the ghost's come back as orphans).
     let expected: Vec<&String> = keys.iter().filter(|k| **k != stopped).collect();
     if let Err(e) = wait_until(
         Duration::from_secs(30),

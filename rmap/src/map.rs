@@ -134,7 +134,7 @@ impl Map {
             )
             .await?;
         let token = new_token();
-        let snapshot = match load_snapshot(client, &keys, &token).await {
+        let snapshot = match load_snapshot(client, &keys, &token, options.snapshot_timeout).await {
             Ok(snapshot) => snapshot,
             Err(error) => {
                 if !owns_subscriptions {
@@ -161,6 +161,7 @@ impl Map {
             requests,
             cancel: cancel.clone(),
             revision_check: options.revision_check,
+            snapshot_timeout: options.snapshot_timeout,
             awaiting: Some(token),
             dirty: false,
             retry_at: Instant::now(),

@@ -50,6 +50,11 @@ pub struct MapOptions {
     /// from lost messages or expired keys even when nobody writes.
     /// Default: `Some(5 s)`.
     pub revision_check: Option<Duration>,
+    /// Deadline of one snapshot read (the whole map in one reply, when the
+    /// replica joins or resyncs), in place of the client's command timeout:
+    /// a map of a million entries takes seconds to send and decode.
+    /// Default: 60 s.
+    pub snapshot_timeout: Duration,
 }
 
 impl Default for MapOptions {
@@ -60,6 +65,7 @@ impl Default for MapOptions {
             event_buffer: 1024,
             message_buffer: 4096,
             revision_check: Some(Duration::from_secs(5)),
+            snapshot_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -68,6 +74,12 @@ impl MapOptions {
     /// Sets [`hash_tag`](MapOptions::hash_tag).
     pub fn hash_tag(mut self, tag: impl Into<String>) -> Self {
         self.hash_tag = Some(tag.into());
+        self
+    }
+
+    /// Sets [`snapshot_timeout`](MapOptions::snapshot_timeout).
+    pub fn snapshot_timeout(mut self, timeout: Duration) -> Self {
+        self.snapshot_timeout = timeout;
         self
     }
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
-use fred::types::Message as FredMessage;
+use fred::types::{ClusterHash, CustomCommand, Message as FredMessage};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -65,19 +65,37 @@ pub(crate) async fn load_snapshot(
     client: &Client,
     keys: &MapKeys,
     token: &str,
+    timeout: Duration,
 ) -> Result<Snapshot, Error> {
-    let reply: Value = SCRIPTS
-        .snapshot
-        .evalsha_with_reload(
-            client,
-            vec![
-                keys.hash.as_str(),
-                keys.revision.as_str(),
-                keys.channel.as_str(),
-            ],
-            vec![token],
+    // The client's command timeout is for single commands; this reply is
+    // the whole map. `EVALSHA` by hand: fred's script helpers take no
+    // per-call options. Routed by the first key (argument 2) on Cluster.
+    let with_deadline = client.with_options(&fred::types::config::Options {
+        timeout: Some(timeout),
+        ..Default::default()
+    });
+    let script = &SCRIPTS.snapshot;
+    let args: Vec<Value> = vec![
+        Value::from(script.sha1().clone()),
+        Value::from(3),
+        Value::from(keys.hash.as_str()),
+        Value::from(keys.revision.as_str()),
+        Value::from(keys.channel.as_str()),
+        Value::from(token),
+    ];
+    let evalsha = || {
+        with_deadline.custom::<Value, Value>(
+            CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false),
+            args.clone(),
         )
-        .await?;
+    };
+    let reply: Value = match evalsha().await {
+        Err(e) if e.details().starts_with("NOSCRIPT") => {
+            script.load(client).await?;
+            evalsha().await?
+        }
+        result => result?,
+    };
     let Value::Array(mut parts) = reply else {
         return Err(Error::malformed("snapshot reply", format!("{reply:?}")));
     };
@@ -126,6 +144,8 @@ pub(crate) struct SyncTask {
     pub(crate) requests: mpsc::Receiver<ResyncRequest>,
     pub(crate) cancel: CancellationToken,
     pub(crate) revision_check: Option<Duration>,
+    /// Deadline of a snapshot read.
+    pub(crate) snapshot_timeout: Duration,
     /// The marker token of the last snapshot, until it comes back.
     pub(crate) awaiting: Option<String>,
     /// A resync is due (at `retry_at`).
@@ -292,7 +312,8 @@ impl SyncTask {
         {
         }
         let token = new_token();
-        let snapshot = load_snapshot(&self.client, &self.keys, &token).await?;
+        let snapshot =
+            load_snapshot(&self.client, &self.keys, &token, self.snapshot_timeout).await?;
         let current = self.shared.load_full();
         let went_back = snapshot.rev < current.rev;
         if went_back {

@@ -465,3 +465,49 @@ async fn a_batch_of_changes_is_one_revision_and_replicated() {
     assert_eq!(jobs.get("gone"), None);
     converged(&env.client, &jobs).await;
 }
+
+/// A large map is read whole when a replica joins, which takes longer than
+/// a command timeout set for single commands: the snapshot has its own
+/// deadline (`MapOptions::snapshot_timeout`).
+#[tokio::test]
+async fn a_large_map_joins_past_the_client_command_timeout() {
+    let env = env().await;
+    let name = unique_name("large");
+    let writer = join(&env.client, &name).await;
+    let keys = writer.keys_info();
+    // 300,000 fields, written directly (one script) for speed.
+    let _: i64 = env
+        .client
+        .eval(
+            "for i = 1, 300000 do redis.call('HSET', KEYS[1], 'k' .. i, string.rep('v', 40)) end \
+             return redis.call('INCR', KEYS[2])",
+            vec![keys.hash.clone(), keys.revision.clone()],
+            Vec::<String>::new(),
+        )
+        .await
+        .unwrap();
+    // Clients whose commands time out after 250 ms; one each, so that the
+    // reply of a timed-out read does not hold up the other's commands.
+    let hasty = || async {
+        let client = flotilla_testkit::builder(&env.server.url())
+            .unwrap()
+            .with_performance_config(|p| p.default_command_timeout = Duration::from_millis(250))
+            .build()
+            .unwrap();
+        client.init().await.unwrap();
+        client
+    };
+    let too_short = MapOptions::default().snapshot_timeout(Duration::from_millis(250));
+    assert!(
+        Map::join(&hasty().await, &name, too_short).await.is_err(),
+        "a 300,000-field snapshot read within 250 ms"
+    );
+    // Redis is done with that read before the next client connects.
+    let _: () = env.client.ping(None).await.unwrap();
+    let map = Map::join(&hasty().await, &name, MapOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(map.len(), 300_000);
+    map.close().await;
+    writer.close().await;
+}

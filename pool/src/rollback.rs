@@ -111,11 +111,19 @@ impl NodeInner {
         };
         let run_id = server.run_id.clone();
         let previous = self.server_run_id.lock().await.replace(run_id.clone());
-        // From now on the scripts compare Redis with this server: the
-        // restart below is this node's to recover from.
-        self.store.note_server(server);
-        if previous.is_some_and(|previous| previous != run_id) {
+        let restarted = previous.is_some_and(|previous| previous != run_id);
+        if restarted {
             tracing::warn!(node = %self.id, run_id, "Redis restarted or failed over (new run id): it may have lost writes");
+            // Open the window before this node's scripts stop comparing
+            // Redis with the old server (the rollback task opens it too).
+            if let Err(e) = self.store.begin_recovery(self.options.worker_ttl).await {
+                tracing::warn!(node = %self.id, error = %e, "opening the recovery window failed; the rollback task retries");
+            }
+        }
+        // From now on the scripts compare Redis with this server: the
+        // restart is this node's to recover from.
+        self.store.note_server(server);
+        if restarted {
             self.server_restarts.send_modify(|n| *n += 1);
         }
     }

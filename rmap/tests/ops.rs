@@ -466,48 +466,57 @@ async fn a_batch_of_changes_is_one_revision_and_replicated() {
     converged(&env.client, &jobs).await;
 }
 
-/// A large map is read whole when a replica joins, which takes longer than
-/// a command timeout set for single commands: the snapshot has its own
-/// deadline (`MapOptions::snapshot_timeout`).
+/// A large map is read whole when a replica joins, which can take longer
+/// than a command timeout set for single commands: the snapshot has its own
+/// deadline (`MapOptions::snapshot_timeout`). A slow read is made here by
+/// pausing Redis's writers (`CLIENT PAUSE … WRITE` holds scripts that may
+/// write, as the snapshot's marker does), not by size, so that the test
+/// does not depend on the machine's speed.
 #[tokio::test]
-async fn a_large_map_joins_past_the_client_command_timeout() {
+async fn a_slow_snapshot_joins_past_the_client_command_timeout() {
     let env = env().await;
-    let name = unique_name("large");
+    let name = unique_name("slow-snapshot");
     let writer = join(&env.client, &name).await;
-    let keys = writer.keys_info();
-    // 300,000 fields, written directly (one script) for speed.
-    let _: i64 = env
-        .client
-        .eval(
-            "for i = 1, 300000 do redis.call('HSET', KEYS[1], 'k' .. i, string.rep('v', 40)) end \
-             return redis.call('INCR', KEYS[2])",
-            vec![keys.hash.clone(), keys.revision.clone()],
-            Vec::<String>::new(),
-        )
-        .await
-        .unwrap();
-    // Clients whose commands time out after 250 ms; one each, so that the
-    // reply of a timed-out read does not hold up the other's commands.
+    writer.set("k", "v").await.unwrap();
+    // Clients whose commands time out after 1 s.
     let hasty = || async {
         let client = flotilla_testkit::builder(&env.server.url())
             .unwrap()
-            .with_performance_config(|p| p.default_command_timeout = Duration::from_millis(250))
+            .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(1))
             .build()
             .unwrap();
         client.init().await.unwrap();
         client
     };
-    let too_short = MapOptions::default().snapshot_timeout(Duration::from_millis(250));
+    let too_short = MapOptions::default().snapshot_timeout(Duration::from_secs(1));
+    let client = hasty().await;
+    pause_writers(&env.client, 3_000).await;
     assert!(
-        Map::join(&hasty().await, &name, too_short).await.is_err(),
-        "a 300,000-field snapshot read within 250 ms"
+        Map::join(&client, &name, too_short).await.is_err(),
+        "a snapshot read within 1 s while Redis holds writers for 3 s"
     );
-    // Redis is done with that read before the next client connects.
-    let _: () = env.client.ping(None).await.unwrap();
-    let map = Map::join(&hasty().await, &name, MapOptions::default())
+    let client = hasty().await;
+    pause_writers(&env.client, 3_000).await;
+    let started = std::time::Instant::now();
+    let map = Map::join(&client, &name, MapOptions::default())
         .await
         .unwrap();
-    assert_eq!(map.len(), 300_000);
+    assert!(
+        started.elapsed() > Duration::from_secs(1),
+        "the read was held"
+    );
+    assert_eq!(map.get("k").as_deref(), Some("v"));
     map.close().await;
     writer.close().await;
+}
+
+/// `CLIENT PAUSE ms WRITE`.
+async fn pause_writers(client: &Client, ms: u64) {
+    let _: () = client
+        .custom(
+            fred::types::CustomCommand::new_static("CLIENT", None, false),
+            vec!["PAUSE".to_string(), ms.to_string(), "WRITE".to_string()],
+        )
+        .await
+        .unwrap();
 }

@@ -9,6 +9,7 @@ pub mod lua;
 mod map;
 mod options;
 mod replica;
+mod snapshot;
 mod subscriptions;
 mod sync;
 

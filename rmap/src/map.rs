@@ -18,8 +18,9 @@ use crate::keys::MapKeys;
 use crate::lua::SCRIPTS;
 use crate::options::MapOptions;
 use crate::replica::{Shared, State};
+use crate::snapshot::{Channel, load_snapshot};
 use crate::subscriptions::{Subscribed, Subscriptions, SubscriptionsOptions};
-use crate::sync::{ResyncRequest, SyncTask, load_snapshot, new_token};
+use crate::sync::{ResyncRequest, SyncTask};
 
 /// A Redis hash mirrored in memory, kept current over pub/sub.
 ///
@@ -124,7 +125,7 @@ impl Map {
         let client = subscriptions.client();
         let Subscribed {
             subscription,
-            messages,
+            mut messages,
             resyncs,
         } = subscriptions
             .subscribe(
@@ -133,8 +134,13 @@ impl Map {
                 owns_subscriptions,
             )
             .await?;
-        let token = new_token();
-        let snapshot = match load_snapshot(client, &keys, &token, options.snapshot_timeout).await {
+        let mut backlog = std::collections::VecDeque::new();
+        let channel = Channel {
+            messages: &mut messages,
+            backlog: &mut backlog,
+        };
+        let snapshot = match load_snapshot(client, &keys, options.snapshot_limits(), channel).await
+        {
             Ok(snapshot) => snapshot,
             Err(error) => {
                 if !owns_subscriptions {
@@ -157,12 +163,13 @@ impl Map {
             subscription,
             keys: keys.clone(),
             messages,
+            backlog,
             resyncs,
             requests,
             cancel: cancel.clone(),
             revision_check: options.revision_check,
-            snapshot_timeout: options.snapshot_timeout,
-            awaiting: Some(token),
+            snapshot_limits: options.snapshot_limits(),
+            awaiting: Some(snapshot.token),
             dirty: false,
             retry_at: Instant::now(),
             resubscribe: false,

@@ -50,11 +50,16 @@ pub struct MapOptions {
     /// from lost messages or expired keys even when nobody writes.
     /// Default: `Some(5 s)`.
     pub revision_check: Option<Duration>,
-    /// Deadline of one snapshot read (the whole map in one reply, when the
-    /// replica joins or resyncs), in place of the client's command timeout:
-    /// a map of a million entries takes seconds to send and decode.
-    /// Default: 60 s.
+    /// Deadline of each call of a snapshot read (when the replica joins or
+    /// resyncs), in place of the client's command timeout: a page waits
+    /// behind whatever Redis is busy with. Default: 60 s.
     pub snapshot_timeout: Duration,
+    /// Fields per page of a snapshot read (`HSCAN`'s `COUNT`). A map of up
+    /// to this many fields is read in one atomic step; a larger one in
+    /// pages, so that no call holds Redis for the whole map (the changes
+    /// made meanwhile follow on the map's channel and are applied on top).
+    /// Default: `10_000`.
+    pub snapshot_page: usize,
 }
 
 impl Default for MapOptions {
@@ -66,6 +71,7 @@ impl Default for MapOptions {
             message_buffer: 4096,
             revision_check: Some(Duration::from_secs(5)),
             snapshot_timeout: Duration::from_secs(60),
+            snapshot_page: 10_000,
         }
     }
 }
@@ -80,6 +86,12 @@ impl MapOptions {
     /// Sets [`snapshot_timeout`](MapOptions::snapshot_timeout).
     pub fn snapshot_timeout(mut self, timeout: Duration) -> Self {
         self.snapshot_timeout = timeout;
+        self
+    }
+
+    /// Sets [`snapshot_page`](MapOptions::snapshot_page).
+    pub fn snapshot_page(mut self, fields: usize) -> Self {
+        self.snapshot_page = fields;
         self
     }
 
@@ -124,10 +136,21 @@ impl MapOptions {
         if self.message_buffer < 16 {
             return Err(Error::InvalidOptions("message_buffer must be at least 16"));
         }
+        if self.snapshot_page == 0 {
+            return Err(Error::InvalidOptions("snapshot_page must be at least 1"));
+        }
         if self.revision_check.is_some_and(|d| d.is_zero()) {
             return Err(Error::InvalidOptions("revision_check must not be zero"));
         }
         Ok(())
+    }
+
+    /// How the replica reads snapshots.
+    pub(crate) fn snapshot_limits(&self) -> crate::snapshot::SnapshotLimits {
+        crate::snapshot::SnapshotLimits {
+            timeout: self.snapshot_timeout,
+            page: self.snapshot_page,
+        }
     }
 
     /// The TTL as the two script arguments `(mode, milliseconds)`.

@@ -6,16 +6,17 @@
 //! revision is exactly one more than the local one; anything else (a gap, a
 //! revision that went backwards because Redis lost data or restarted
 //! without persistence, a malformed message, a lagging receiver, a
-//! reconnect) triggers a resync: reload the snapshot atomically, then skip
-//! every message until the snapshot's own marker comes back on the channel
-//! (everything before it is already in the snapshot).
+//! reconnect) triggers a resync: reload the snapshot (see
+//! [`crate::snapshot`]), then skip every message until the snapshot's own
+//! marker comes back on the channel (everything before it is already in
+//! the snapshot) and apply the rest in order.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
-use fred::types::{ClusterHash, CustomCommand, Message as FredMessage};
+use fred::types::Message as FredMessage;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -23,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::events::{MapEvent, MapEventKind};
 use crate::keys::MapKeys;
-use crate::lua::SCRIPTS;
 use crate::replica::{Message, Op, Shared, State, apply, parse_message};
+use crate::snapshot::{Channel, SnapshotLimits, load_snapshot};
 use crate::subscriptions::Subscription;
 
 /// Most messages applied in one stored version.
@@ -38,98 +39,6 @@ const MARKER_CHECK: Duration = Duration::from_secs(5);
 /// A request to the task to reload the snapshot now.
 pub(crate) type ResyncRequest = oneshot::Sender<Result<(), Error>>;
 
-/// A snapshot of the map in Redis.
-#[derive(Debug)]
-pub(crate) struct Snapshot {
-    pub(crate) rev: u64,
-    pub(crate) data: imbl::HashMap<Arc<str>, Arc<str>>,
-}
-
-/// A token naming one snapshot's marker, unique across processes.
-pub(crate) fn new_token() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "{}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed),
-        nanos
-    )
-}
-
-/// Loads revision and content atomically and publishes the marker `token`.
-pub(crate) async fn load_snapshot(
-    client: &Client,
-    keys: &MapKeys,
-    token: &str,
-    timeout: Duration,
-) -> Result<Snapshot, Error> {
-    // The client's command timeout is for single commands; this reply is
-    // the whole map. `EVALSHA` by hand: fred's script helpers take no
-    // per-call options. Routed by the first key (argument 2) on Cluster.
-    let with_deadline = client.with_options(&fred::types::config::Options {
-        timeout: Some(timeout),
-        ..Default::default()
-    });
-    let script = &SCRIPTS.snapshot;
-    let args: Vec<Value> = vec![
-        Value::from(script.sha1().clone()),
-        Value::from(3),
-        Value::from(keys.hash.as_str()),
-        Value::from(keys.revision.as_str()),
-        Value::from(keys.channel.as_str()),
-        Value::from(token),
-    ];
-    let evalsha = || {
-        with_deadline.custom::<Value, Value>(
-            CustomCommand::new_static("EVALSHA", ClusterHash::Offset(2), false),
-            args.clone(),
-        )
-    };
-    let reply: Value = match evalsha().await {
-        Err(e) if e.details().starts_with("NOSCRIPT") => {
-            script.load(client).await?;
-            evalsha().await?
-        }
-        result => result?,
-    };
-    let Value::Array(mut parts) = reply else {
-        return Err(Error::malformed("snapshot reply", format!("{reply:?}")));
-    };
-    let (Some(all), Some(rev), None) = (parts.pop(), parts.pop(), parts.pop()) else {
-        return Err(Error::malformed("snapshot reply", "expected 2 elements"));
-    };
-    let rev = rev
-        .as_string()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| Error::malformed("snapshot revision", format!("{rev:?}")))?;
-    let fields = match all {
-        Value::Array(fields) => fields,
-        Value::Null => Vec::new(),
-        // RESP3 answers HGETALL with a map.
-        Value::Map(map) => map
-            .inner()
-            .into_iter()
-            .flat_map(|(k, v)| [Value::from(k), v])
-            .collect(),
-        other => return Err(Error::malformed("snapshot content", format!("{other:?}"))),
-    };
-    let mut data = imbl::HashMap::new();
-    let mut fields = fields.into_iter();
-    while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
-        match (k.as_str(), v.as_str()) {
-            (Some(k), Some(v)) => {
-                data.insert(Arc::from(&*k), Arc::from(&*v));
-            }
-            _ => tracing::warn!(map = %keys.hash, "skipping a field that is not UTF-8"),
-        }
-    }
-    Ok(Snapshot { rev, data })
-}
-
 /// The background task of one map.
 #[derive(Debug)]
 pub(crate) struct SyncTask {
@@ -138,14 +47,17 @@ pub(crate) struct SyncTask {
     pub(crate) subscription: Subscription,
     pub(crate) keys: MapKeys,
     pub(crate) messages: broadcast::Receiver<FredMessage>,
+    /// Messages taken off `messages` while a snapshot was read page by
+    /// page, applied before any later one.
+    pub(crate) backlog: VecDeque<FredMessage>,
     /// Changes when the subscription reconnected (or dropped messages for
     /// every map): resubscribe and resync. Closed with the connection.
     pub(crate) resyncs: watch::Receiver<u64>,
     pub(crate) requests: mpsc::Receiver<ResyncRequest>,
     pub(crate) cancel: CancellationToken,
     pub(crate) revision_check: Option<Duration>,
-    /// Deadline of a snapshot read.
-    pub(crate) snapshot_timeout: Duration,
+    /// How snapshots are read.
+    pub(crate) snapshot_limits: SnapshotLimits,
     /// The marker token of the last snapshot, until it comes back.
     pub(crate) awaiting: Option<String>,
     /// A resync is due (at `retry_at`).
@@ -167,6 +79,8 @@ impl SyncTask {
         let period = self.revision_check.unwrap_or(MARKER_CHECK);
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // What arrived while the join read its snapshot.
+        self.apply_backlog();
         loop {
             tokio::select! {
                 biased;
@@ -219,11 +133,27 @@ impl SyncTask {
         self.apply_buffered(Some(first));
     }
 
-    /// Applies `first` (if any) and the messages already received, in
-    /// revision order, as one version. Stops at the first message that does
-    /// not follow (the caller resyncs then).
+    /// Applies the backlog of the last snapshot read, a version per
+    /// `MAX_BATCH` messages.
+    fn apply_backlog(&mut self) {
+        while !self.backlog.is_empty() && !self.dirty {
+            self.apply_buffered(None);
+        }
+        if self.dirty {
+            self.backlog.clear();
+        }
+    }
+
+    /// Applies the backlog, then `first` (if any) and the messages already
+    /// received, in revision order, as one version. Stops at the first
+    /// message that does not follow (the caller resyncs then).
     fn apply_buffered(&mut self, first: Option<FredMessage>) {
         let mut batch = Vec::with_capacity(16);
+        while batch.len() < MAX_BATCH
+            && let Some(m) = self.backlog.pop_front()
+        {
+            batch.push(m);
+        }
         batch.extend(first);
         while batch.len() < MAX_BATCH {
             match self.messages.try_recv() {
@@ -307,13 +237,17 @@ impl SyncTask {
         // subscribers in revision order (a `resync()` right after a write
         // does not swallow the write's event when it is already here); the
         // rest are dropped, the snapshot covers them.
+        self.apply_backlog();
         self.apply_buffered(None);
         while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.messages.try_recv()
         {
         }
-        let token = new_token();
+        let channel = Channel {
+            messages: &mut self.messages,
+            backlog: &mut self.backlog,
+        };
         let snapshot =
-            load_snapshot(&self.client, &self.keys, &token, self.snapshot_timeout).await?;
+            load_snapshot(&self.client, &self.keys, self.snapshot_limits, channel).await?;
         let current = self.shared.load_full();
         let went_back = snapshot.rev < current.rev;
         if went_back {
@@ -329,10 +263,12 @@ impl SyncTask {
             key: None,
         };
         self.shared.store(next, Some(&[event]), went_back);
-        self.awaiting = Some(token);
+        self.awaiting = Some(snapshot.token);
         self.awaiting_ticks = 0;
         self.behind = None;
         self.dirty = false;
+        // Changes made while the pages were read, in order.
+        self.apply_backlog();
         Ok(())
     }
 

@@ -21,6 +21,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::TryStreamExt;
+
 use crate::error::Result;
 use crate::node::NodeInner;
 use crate::worker::WorkerInner;
@@ -30,6 +32,12 @@ const RETRY: Duration = Duration::from_millis(200);
 /// How far back stops are made to stand again after a rollback (a rollback
 /// loses seconds of writes, not minutes).
 const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
+/// Stops made to stand again at the same time (pipelined on the client's
+/// connection): a node that stopped many jobs in the last minutes gets
+/// through them in few round trips while its recovery mark holds the
+/// window open. The scripts' effects do not depend on their order (each
+/// removes what is at or below its token and only raises the counter).
+const STOPS_IN_FLIGHT: usize = 64;
 /// How often a node reads the server's identity besides after reconnects.
 const IDENTITY_EVERY: Duration = Duration::from_secs(2);
 /// Jobs-map keys read per page when a worker looks for records naming it.
@@ -257,28 +265,36 @@ impl NodeInner {
     /// lately stand again: the worker that carried one out may have died
     /// within the writes Redis lost, and nothing else remembers that stop.
     async fn requested_stops_stand(&self) -> Result<()> {
-        for (key, token) in self.stops_requested.recent(STOPS_REMEMBERED) {
-            let status = self.store.stop_stands(&key, token).await?;
-            if status == crate::store::StopStands::Removed {
-                tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again");
-            }
-        }
-        Ok(())
+        let stops = self.stops_requested.recent(STOPS_REMEMBERED);
+        futures::stream::iter(stops.into_iter().map(Ok))
+            .try_for_each_concurrent(STOPS_IN_FLIGHT, |(key, token)| async move {
+                let status = self.store.stop_stands(&key, token).await?;
+                if status == crate::store::StopStands::Removed {
+                    tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again");
+                }
+                Ok(())
+            })
+            .await
     }
 
     /// Makes the stops `worker` carried out lately stand again: Redis may
     /// have lost them, and the older state may show a stopped run under
     /// another (perhaps dead) worker, which a cleanup would start again.
     async fn stops_stand(&self, worker: &WorkerInner) -> Result<()> {
-        for (key, token) in worker.stopped.recent(STOPS_REMEMBERED) {
-            if worker.jobs.get(&key).is_some_and(|j| j.token > token) {
-                continue; // a newer run goes on here
-            }
-            let status = self.store.stop_stands(&key, token).await?;
-            if status == crate::store::StopStands::Removed {
-                tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
-            }
-        }
-        Ok(())
+        let stops = worker
+            .stopped
+            .recent(STOPS_REMEMBERED)
+            .into_iter()
+            // A newer run of the key goes on here.
+            .filter(|(key, token)| worker.jobs.get(key).is_none_or(|j| j.token <= *token));
+        futures::stream::iter(stops.map(Ok))
+            .try_for_each_concurrent(STOPS_IN_FLIGHT, |(key, token)| async move {
+                let status = self.store.stop_stands(&key, token).await?;
+                if status == crate::store::StopStands::Removed {
+                    tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
+                }
+                Ok(())
+            })
+            .await
     }
 }

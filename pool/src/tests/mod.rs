@@ -407,7 +407,10 @@ async fn one_start_in_two_hands_is_started_once() {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("claim");
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
+    // Mirroring: the test writes the pending guards through `a`'s replica.
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(10));
     let a = Node::join(&client, &name, options.clone()).await.unwrap();
     let b = Node::join(&client, &name, options).await.unwrap();
     let handler = Overlap::default();

@@ -81,7 +81,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
             ctx.opts.concurrency,
             r.nodes,
             match r.mode {
-                FleetMode::Mirror => "",
+                FleetMode::Mirror => "; every node mirrors the jobs and pending maps",
                 FleetMode::Lean => "; no node mirrors the jobs and pending maps",
             }
         )

@@ -27,7 +27,8 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
     /// Do not mirror the pool's jobs and pending maps
-    /// (`NodeOptions::mirror_jobs(false)`).
+    /// (`NodeOptions::mirror_jobs(false)`). Without it the node mirrors
+    /// them (`mirror_jobs(true)`, set explicitly).
     #[arg(long)]
     pub no_job_replicas: bool,
 }
@@ -165,7 +166,8 @@ pub struct JoinProbeArgs {
     #[arg(long)]
     pub pool: String,
     /// Join without replicas of the jobs and pending maps
-    /// (`NodeOptions::mirror_jobs(false)`).
+    /// (`NodeOptions::mirror_jobs(false)`). Without it the node mirrors
+    /// them (`mirror_jobs(true)`, set explicitly).
     #[arg(long)]
     pub no_job_replicas: bool,
 }

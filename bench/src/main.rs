@@ -85,8 +85,9 @@ struct Cli {
     /// Jobs dispatched in each round of the fleet section.
     #[arg(long, default_value_t = 20_000)]
     fleet_jobs: usize,
-    /// Node kinds of the fleet section (comma-separated): `mirror` (default
-    /// options) and `lean` (`NodeOptions::mirror_jobs(false)`).
+    /// Node kinds of the fleet section (comma-separated): `mirror`
+    /// (`NodeOptions::mirror_jobs(true)`) and `lean` (`mirror_jobs(false)`,
+    /// the library's default).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [FleetMode::Mirror, FleetMode::Lean])]
     fleet_modes: Vec<FleetMode>,
 }

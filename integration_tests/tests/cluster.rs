@@ -138,7 +138,9 @@ async fn pool_and_lock_work_on_a_three_master_cluster() {
     let client = flotilla_testkit::client(&url).await.unwrap();
     assert!(client.is_clustered());
     let pool = unique_name("cluster");
+    // Mirroring: the replicas of the jobs map are checked on a cluster too.
     let options = NodeOptions::default()
+        .mirror_jobs(true)
         .worker_ttl(Duration::from_secs(2))
         .dispatch_timeout(Duration::from_secs(5));
     let node = Node::join(&client, &pool, options.clone()).await.unwrap();

@@ -56,8 +56,11 @@ impl HaHarness {
                     .unwrap(),
             );
         }
+        // The dispatcher mirrors the jobs map: the tests watch every job's
+        // owner in its replica.
         let options = NodeOptions::default()
             .client_only(true)
+            .mirror_jobs(true)
             .worker_ttl(TTL)
             .dispatch_timeout(Duration::from_secs(3))
             .redis_timeout(Duration::from_secs(1));

@@ -52,10 +52,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = flotilla_testkit::unique_name("demo");
     println!("pool {pool:?}\n");
 
+    // The dispatcher shows the whole pool's jobs, so it mirrors the jobs
+    // map; the worker nodes need only their own.
     let dispatcher = Node::join(
         &flotilla_testkit::client(&url).await?,
         &pool,
-        options.clone().client_only(true),
+        options.clone().client_only(true).mirror_jobs(true),
     )
     .await?;
     // Each worker node reaches Redis through its own loopback proxy, so the

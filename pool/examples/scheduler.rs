@@ -104,7 +104,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     tokio::time::sleep(Duration::from_millis(3_000)).await;
 
-    let mut running = nodes[0].job_keys();
+    let mut running = nodes[0].lookup_job_keys().await?;
     running.sort();
     println!("running now: {running:?}");
     for schedule in schedules.into_iter().flatten() {

@@ -100,13 +100,15 @@ pub struct NodeOptions {
     pub sweep_batch: usize,
     /// Whether this node keeps a replica of the pool's jobs and pending
     /// maps (every job's owner and every pending dispatch, updated on every
-    /// change). Default: `true`.
+    /// change). Default: `false`.
     ///
-    /// A replica costs each node CPU and Redis network output on *every*
-    /// dispatch in the pool, so in a large fleet it is the pool's scaling
-    /// limit: turn it off on nodes that do not need it. A node that does not
-    /// mirror still knows its own workers' jobs; [`Node::job_keys`] and
-    /// [`Node::job_owner`](crate::Node::job_owner) then answer from this
+    /// A replica costs the node CPU and Redis network output on *every*
+    /// dispatch in the pool, so each mirroring process lowers the pool's
+    /// throughput. Turn it on where a pool-wide view without a Redis round
+    /// trip is worth that: inspectors, dashboards, applications that read
+    /// [`Node::job_keys`] or [`Node::job_owner`] for other nodes' jobs. A
+    /// node that does not mirror still knows its own workers' jobs;
+    /// [`Node::job_keys`] and [`Node::job_owner`] then answer from this
     /// node's workers only, and [`Node::lookup_job_owner`] and
     /// [`Node::lookup_job_keys`] ask Redis. It sees Redis go back in time
     /// as a mirroring node does, in its scripts (the server's LASTSAVE and
@@ -115,6 +117,7 @@ pub struct NodeOptions {
     /// is not compared (see the pool README, Guarantees).
     ///
     /// [`Node::job_keys`]: crate::Node::job_keys
+    /// [`Node::job_owner`]: crate::Node::job_owner
     /// [`Node::lookup_job_owner`]: crate::Node::lookup_job_owner
     /// [`Node::lookup_job_keys`]: crate::Node::lookup_job_keys
     pub mirror_jobs: bool,
@@ -151,7 +154,7 @@ impl Default for NodeOptions {
             cleanup_interval: ttl / 4,
             sweep_interval: Duration::from_secs(1),
             sweep_batch: 500,
-            mirror_jobs: true,
+            mirror_jobs: false,
             node_id: None,
             redis_timeout: Duration::from_secs(5),
             restart_policy: RestartPolicy::default(),

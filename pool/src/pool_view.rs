@@ -1,6 +1,7 @@
 //! What a node can tell of the pool: its registered workers and its
-//! running jobs, from the node's replicas or, where it does not mirror the
-//! jobs map (`NodeOptions::mirror_jobs`), from its own workers and Redis.
+//! running jobs, from the node's replicas where it mirrors the jobs map
+//! (`NodeOptions::mirror_jobs`, off by default), otherwise from its own
+//! workers and Redis.
 
 use crate::error::Result;
 use crate::node::Node;
@@ -33,9 +34,9 @@ pub struct WorkerInfo {
 
 impl Node {
     /// Every worker registered in the pool, from this node's replicas. A
-    /// worker's job count comes from the jobs map's replica; on a node that
-    /// does not mirror it ([`NodeOptions::mirror_jobs`](crate::NodeOptions::mirror_jobs)) only this node's
-    /// workers have a count (the others show 0).
+    /// worker's job count comes from the jobs map's replica where this node
+    /// mirrors it ([`NodeOptions::mirror_jobs`](crate::NodeOptions::mirror_jobs));
+    /// by default only this node's workers have a count (the others show 0).
     pub fn pool_workers(&self) -> Vec<WorkerInfo> {
         let maps = &self.inner.store.maps;
         let mut counts = std::collections::HashMap::<String, usize>::new();
@@ -78,10 +79,11 @@ impl Node {
         out
     }
 
-    /// Keys of every job running in the pool, from this node's replica of
-    /// the jobs map; on a node that does not mirror it
-    /// ([`NodeOptions::mirror_jobs`](crate::NodeOptions::mirror_jobs)), the keys this node's workers run
-    /// (see [`lookup_job_keys`](Self::lookup_job_keys) for the pool's).
+    /// Keys of the jobs this node's workers run; on a node that mirrors
+    /// the jobs map ([`NodeOptions::mirror_jobs`](crate::NodeOptions::mirror_jobs),
+    /// off by default), of every job running in the pool, from that replica.
+    /// See [`lookup_job_keys`](Self::lookup_job_keys) for the pool's from
+    /// Redis.
     pub fn job_keys(&self) -> Vec<String> {
         match &self.inner.store.maps.jobs {
             Some(jobs) => jobs.keys(),
@@ -100,10 +102,11 @@ impl Node {
         }
     }
 
-    /// The owner and fencing token of a running job, from this node's
-    /// replica of the jobs map; on a node that does not mirror it
-    /// ([`NodeOptions::mirror_jobs`](crate::NodeOptions::mirror_jobs)), only for jobs this node's workers
-    /// run (see [`lookup_job_owner`](Self::lookup_job_owner) for any job).
+    /// The owner and fencing token of a job this node's workers run; on a
+    /// node that mirrors the jobs map
+    /// ([`NodeOptions::mirror_jobs`](crate::NodeOptions::mirror_jobs), off by
+    /// default), of any running job, from that replica. See
+    /// [`lookup_job_owner`](Self::lookup_job_owner) for any job from Redis.
     pub fn job_owner(&self, key: &str) -> Option<(String, u64)> {
         match &self.inner.store.maps.jobs {
             Some(jobs) => {

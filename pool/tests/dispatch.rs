@@ -11,7 +11,8 @@ use support::{Env, Ledger, eventually, fast};
 async fn dispatch_stop_notify_message_happy_paths() {
     let env = Env::new("happy");
     let ledger = Ledger::default();
-    let node = env.node(fast()).await;
+    // Mirroring: the node's replica of the jobs map is checked too.
+    let node = env.node(fast().mirror_jobs(true)).await;
     let worker = Worker::new(&node, ledger.handler("w1")).await.unwrap();
 
     node.dispatch_job("job-1", &b"\x00\xffpayload"[..])

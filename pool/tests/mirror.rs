@@ -1,5 +1,5 @@
 //! Nodes that do not mirror the jobs and pending maps
-//! (`NodeOptions::mirror_jobs(false)`): they subscribe to neither map's
+//! (`NodeOptions::mirror_jobs(false)`, the default): they subscribe to neither map's
 //! changes, yet dispatch, stop, notify, hand jobs over when they leave and
 //! answer for their own jobs like any node, and ask Redis for the rest.
 
@@ -130,7 +130,7 @@ async fn only_mirroring_nodes_subscribe_to_job_changes() {
     let probe = flotilla_testkit::client(&env.server.url()).await.unwrap();
     let jobs_channel = format!("fl:{{{}}}:map:jobs:events", env.pool);
     let ledger = Ledger::default();
-    let full = env.node(fast()).await;
+    let full = env.node(fast().mirror_jobs(true)).await;
     let lean = env.node(fast().mirror_jobs(false)).await;
     let _w = Worker::new(&lean, ledger.handler("w")).await.unwrap();
     assert_eq!(subscribers(&probe, &jobs_channel).await, 1);

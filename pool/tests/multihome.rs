@@ -37,9 +37,11 @@ fn start_server() -> RedisServer {
     RedisServer::start().expect("redis-server must be installed (apt-get install redis-server)")
 }
 
+/// A dispatching node of one home, mirroring its jobs map (the tests list
+/// each home's jobs).
 async fn dispatcher(url: &str, pool: &str) -> Node {
     let client = flotilla_testkit::client(url).await.unwrap();
-    Node::join(&client, pool, fast().client_only(true))
+    Node::join(&client, pool, fast().client_only(true).mirror_jobs(true))
         .await
         .unwrap()
 }

@@ -18,7 +18,8 @@ async fn restart_case(aof: bool) {
     let mut workers = Vec::new();
     for i in 0..2 {
         let client = flotilla_testkit::client(&server.url()).await.unwrap();
-        let node = flotilla_pool::Node::join(&client, &pool, fast())
+        // Mirroring: the test checks that both replicas heal.
+        let node = flotilla_pool::Node::join(&client, &pool, fast().mirror_jobs(true))
             .await
             .unwrap();
         workers.push(

@@ -18,7 +18,9 @@ const JOBS_PER_ROUND: usize = 150;
 pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let ttl = ctx.opts.ttl();
     let pool = flotilla_testkit::unique_name("bench-failover");
-    let node = Node::join(&ctx.client, &pool, NodeOptions::default().worker_ttl(ttl)).await?;
+    // Mirroring the jobs map: the victim's jobs are found in its replica.
+    let options = NodeOptions::default().worker_ttl(ttl).mirror_jobs(true);
+    let node = Node::join(&ctx.client, &pool, options).await?;
     let joined = Instant::now();
     let probe = Probe::default();
     let mut survivors = Vec::new();
@@ -119,7 +121,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Waits until every key is owned by its placement under `node`'s view.
+/// Waits until every key is owned by its placement under `node`'s view
+/// (its replica of the jobs map: `node` mirrors it).
 pub async fn settle(node: &Node, keys: &[String]) -> Result<(), BoxError> {
     flotilla_testkit::wait_until(Duration::from_secs(60), "jobs at their placement", || {
         let node = node.clone();

@@ -5,9 +5,9 @@
 //! flight. Per K: jobs/s, Redis CPU per job, the CPU of every process (this
 //! one and the K children) per job, Redis commands per job and Redis bytes
 //! sent per job (replication to every mirroring node is what grows with K).
-//! Each K runs twice: with default options (every node mirrors the jobs and
-//! pending maps) and with lean nodes (`NodeOptions::mirror_jobs(false)` on
-//! every node); `--fleet-modes` picks.
+//! Each K runs twice: with mirroring nodes (`NodeOptions::mirror_jobs(true)`
+//! on every node) and with lean nodes (`mirror_jobs(false)`, the library's
+//! default, on every node); `--fleet-modes` picks.
 
 use std::time::Instant;
 
@@ -24,15 +24,15 @@ use crate::{BoxError, Ctx};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FleetMode {
-    /// Default options: every node mirrors them.
+    /// `mirror_jobs(true)` on every node: every node mirrors them.
     Mirror,
-    /// `mirror_jobs(false)` on every node.
+    /// `mirror_jobs(false)` (the library's default) on every node.
     Lean,
 }
 
 impl FleetMode {
-    /// The prefix of the mode's figure ids and labels (none for the
-    /// default, so that its ids stay those of earlier runs).
+    /// The prefix of the mode's figure ids and labels (none for `Mirror`,
+    /// so that its ids stay those of earlier runs).
     fn prefix(self) -> (&'static str, &'static str) {
         match self {
             FleetMode::Mirror => ("", ""),
@@ -81,7 +81,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
             ctx.opts.concurrency,
             r.nodes,
             match r.mode {
-                FleetMode::Mirror => "",
+                FleetMode::Mirror => "; every node mirrors the jobs and pending maps",
                 FleetMode::Lean => "; no node mirrors the jobs and pending maps",
             }
         )

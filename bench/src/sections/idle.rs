@@ -1,5 +1,6 @@
 //! Idle cost: `--idle-jobs` running jobs on `--idle-nodes` worker processes
-//! (one node and one worker each, default options), then nothing happens
+//! (one node and one worker each, default options: no replicas of the jobs
+//! and pending maps), then nothing happens
 //! for `--idle-seconds`: the Redis CPU and the CPU of the worker processes
 //! over that window is what an idle pool costs (keep-alives, cleanup
 //! sweeps, orphan and stale-pending sweeps).
@@ -22,7 +23,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let pool = flotilla_testkit::unique_name("bench-idle");
     let ttl = NodeOptions::default().worker_ttl;
     ctx.progress("idle", &format!("starting {nodes} worker processes"));
-    let (dispatcher, children) = start_fleet(ctx, &pool, nodes, true).await?;
+    let mirror_jobs = NodeOptions::default().mirror_jobs;
+    let (dispatcher, children) = start_fleet(ctx, &pool, nodes, mirror_jobs).await?;
 
     ctx.progress("idle", &format!("dispatching {jobs} jobs"));
     let t0 = Instant::now();

@@ -20,7 +20,9 @@ const JOBS: usize = 9_000;
 pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let ttl = ctx.opts.ttl();
     let pool = flotilla_testkit::unique_name("bench-rebalance");
-    let node = Node::join(&ctx.client, &pool, NodeOptions::default().worker_ttl(ttl)).await?;
+    // Mirroring the jobs map: `settle` reads the replica.
+    let options = NodeOptions::default().worker_ttl(ttl).mirror_jobs(true);
+    let node = Node::join(&ctx.client, &pool, options).await?;
     let probe = Probe::default();
     let mut workers = Vec::new();
     for _ in 0..WORKERS {

@@ -20,8 +20,11 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let workers = ctx.opts.scale_workers.max(1);
     let processes = PROCESSES.min(workers);
     let pool = flotilla_testkit::unique_name("bench-scale");
+    // The dispatcher mirrors the jobs map: it waits for its replica to
+    // show every job.
     let options = NodeOptions::default()
         .client_only(true)
+        .mirror_jobs(true)
         .dispatch_timeout(Duration::from_secs(60))
         .worker_shutdown_ttl(Duration::from_secs(120));
     let node = Node::join(&ctx.client, &pool, options).await?;

@@ -136,7 +136,9 @@ async fn run(
     let options = NodeOptions::default()
         .worker_ttl(ttl)
         .worker_shutdown_ttl(Duration::from_secs(10));
-    let dispatcher = Node::join(&client, pool, options.client_only(true)).await?;
+    // The dispatcher watches every job move, so it mirrors the jobs map (the
+    // worker processes need only their own jobs).
+    let dispatcher = Node::join(&client, pool, options.client_only(true).mirror_jobs(true)).await?;
 
     // 1. Worker processes.
     let t0 = Instant::now();

@@ -68,6 +68,10 @@ struct Args {
     /// worker process, and one of the two dispatching nodes).
     #[arg(long)]
     lean_nodes: bool,
+    /// No node mirrors the jobs and pending maps (the library's default):
+    /// every worker process and both dispatching nodes.
+    #[arg(long, conflicts_with = "lean_nodes")]
+    all_lean: bool,
 }
 
 fn parse_fault(s: &str) -> Result<FaultKind, String> {
@@ -109,7 +113,8 @@ async fn main() -> ExitCode {
         .seed(args.seed)
         .keys(args.keys)
         .stop_ms(args.stop_min_ms, args.stop_max_ms)
-        .lean_nodes(args.lean_nodes);
+        .lean_nodes(args.lean_nodes)
+        .all_lean(args.all_lean);
     let with_sentinel = [
         FaultKind::Kill,
         FaultKind::Pause,

@@ -55,7 +55,8 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     stop_max_ms: u64,
     /// Do not mirror the pool's jobs and pending maps
-    /// (`NodeOptions::mirror_jobs(false)`).
+    /// (`NodeOptions::mirror_jobs(false)`). Without it the node mirrors
+    /// them (`mirror_jobs(true)`, set explicitly).
     #[arg(long)]
     no_job_replicas: bool,
 }

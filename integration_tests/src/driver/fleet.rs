@@ -39,6 +39,8 @@ pub(crate) struct Fleet {
     /// Every other process started does not mirror the jobs and pending
     /// maps.
     pub(crate) lean: bool,
+    /// No process started mirrors them (takes precedence over `lean`).
+    pub(crate) all_lean: bool,
     dir: PathBuf,
     next: usize,
     /// Every ledger file ever used (also of processes gone).
@@ -68,6 +70,7 @@ impl Fleet {
             workers_per_process,
             stop_ms,
             lean: false,
+            all_lean: false,
             dir,
             next: 0,
             ledgers: Vec::new(),
@@ -94,7 +97,7 @@ impl Fleet {
             workers: self.workers_per_process,
             ledger,
             stop_ms: self.stop_ms,
-            mirror_jobs: !(self.lean && self.next.is_multiple_of(2)),
+            mirror_jobs: !(self.all_lean || (self.lean && self.next.is_multiple_of(2))),
         };
         let process = WorkerProcess::spawn(&spec, Duration::from_secs(30)).await?;
         let pid = process.pid();

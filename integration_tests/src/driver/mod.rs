@@ -90,6 +90,10 @@ pub struct ChaosOptions {
     /// (`NodeOptions::mirror_jobs(false)`): every other worker process and
     /// one of the two dispatching nodes. Default: off (every node mirrors).
     pub lean_nodes: bool,
+    /// No node mirrors the pool's jobs and pending maps (the library's
+    /// default): every worker process and both dispatching nodes. Takes
+    /// precedence over [`lean_nodes`](Self::lean_nodes). Default: off.
+    pub all_lean: bool,
 }
 
 impl Default for ChaosOptions {
@@ -116,6 +120,7 @@ impl Default for ChaosOptions {
             ledger_dir: None,
             stop_ms: (0, 40),
             lean_nodes: false,
+            all_lean: false,
         }
     }
 }
@@ -159,6 +164,11 @@ impl ChaosOptions {
     /// Sets [`lean_nodes`](Self::lean_nodes).
     pub fn lean_nodes(mut self, on: bool) -> Self {
         self.lean_nodes = on;
+        self
+    }
+    /// Sets [`all_lean`](Self::all_lean).
+    pub fn all_lean(mut self, on: bool) -> Self {
+        self.all_lean = on;
         self
     }
     /// Sets the number of distinct job keys.
@@ -277,7 +287,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     for i in 0..2 {
         let node_options = node_options
             .clone()
-            .mirror_jobs(!(options.lean_nodes && i == 1));
+            .mirror_jobs(!(options.all_lean || (options.lean_nodes && i == 1)));
         if sentinels.is_some() {
             nodes.push(Node::connect(&url, &pool, node_options).await?);
             continue;
@@ -294,6 +304,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         dir.clone(),
     );
     fleet.lean = options.lean_nodes;
+    fleet.all_lean = options.all_lean;
     if sentinels.is_some() {
         fleet.redis_url = Some(url.clone());
     }

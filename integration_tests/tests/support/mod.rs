@@ -120,11 +120,14 @@ impl Harness {
         let clock = ServerClock::new();
         clock.sample(&client, true).await.unwrap();
         let driver = LedgerWriter::open(&dir.path().join("driver.jsonl"), clock).unwrap();
+        // The dispatcher mirrors the jobs map: the tests watch every job's
+        // owner in its replica.
         let node = Node::join(
             &client,
             &pool,
             NodeOptions::default()
                 .client_only(true)
+                .mirror_jobs(true)
                 .worker_ttl(TTL)
                 .dispatch_timeout(Duration::from_secs(10)),
         )

@@ -35,9 +35,12 @@ impl Handler for Counting {
     }
 }
 
+/// A node (mirroring the jobs and pending maps: these tests read its
+/// replicas) with one worker.
 async fn pool(server: &RedisServer, name: &str) -> (Node, Worker, Counting) {
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let options = NodeOptions::default()
+        .mirror_jobs(true)
         .worker_ttl(Duration::from_secs(10))
         .dispatch_timeout(Duration::from_secs(8));
     let node = Node::join(&client, name, options).await.unwrap();
@@ -56,14 +59,17 @@ async fn two_nodes(
     (client, a, b, wa, wb, handler_a)
 }
 
-/// Two nodes of one pool, a worker on each, `a`'s with `handler_a`.
+/// Two nodes of one pool, a worker on each, `a`'s with `handler_a`. Both
+/// mirror the jobs and pending maps: these tests read their replicas.
 async fn two_nodes_with(
     server: &RedisServer,
     name: &str,
     handler_a: impl Handler,
 ) -> (fred::prelude::Client, Node, Node, Worker, Worker) {
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(10));
     let a = Node::join(&client, name, options.clone()).await.unwrap();
     let b = Node::join(&client, name, options).await.unwrap();
     let wa = Worker::new(&a, handler_a).await.unwrap();
@@ -401,7 +407,10 @@ async fn one_start_in_two_hands_is_started_once() {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("claim");
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
+    // Mirroring: the test writes the pending guards through `a`'s replica.
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(10));
     let a = Node::join(&client, &name, options.clone()).await.unwrap();
     let b = Node::join(&client, &name, options).await.unwrap();
     let handler = Overlap::default();

@@ -54,8 +54,11 @@ impl Handler for Starts {
     }
 }
 
+/// Mirroring the jobs and pending maps: these tests write and read
+/// through the replicas.
 fn options() -> NodeOptions {
     NodeOptions::default()
+        .mirror_jobs(true)
         .worker_ttl(Duration::from_millis(1500))
         .orphan_grace(GRACE)
         .sweep_interval(Duration::from_millis(100))

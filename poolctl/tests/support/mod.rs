@@ -108,7 +108,10 @@ impl LivePool {
         let direct = flotilla_testkit::client(&server.url()).await.unwrap();
         let (gate, gate_rx) = watch::channel(false);
         let seen = Arc::new(Mutex::new(Seen::default()));
+        // Mirroring the jobs map: the tests check poolctl's output against
+        // the nodes' pool-wide view.
         let options = NodeOptions::default()
+            .mirror_jobs(true)
             .worker_ttl(TTL)
             .dispatch_timeout(Duration::from_secs(10));
         let mut nodes = Vec::new();

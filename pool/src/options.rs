@@ -111,8 +111,8 @@ pub struct NodeOptions {
     /// [`Node::job_keys`] and [`Node::job_owner`] then answer from this
     /// node's workers only, and [`Node::lookup_job_owner`] and
     /// [`Node::lookup_job_keys`] ask Redis. It sees Redis go back in time
-    /// as a mirroring node does, in its scripts (the server's LASTSAVE and
-    /// run id against those it last read, and the keep-alive map's revision)
+    /// as a mirroring node does, in its scripts (the server's run id
+    /// against the one it last read, and the keep-alive map's revision)
     /// and after every reconnect (the run id); only the jobs map's revision
     /// is not compared (see the pool README, Guarantees).
     ///

@@ -81,8 +81,8 @@ impl NodeInner {
 
     /// Checks the server's identity after each reconnect (several
     /// reconnects during one check lead to one more check), and every
-    /// [`IDENTITY_EVERY`] besides: the scripts compare Redis with the
-    /// identity last checked, and a save changes its LASTSAVE.
+    /// [`IDENTITY_EVERY`] besides: a node that learns of a new server here
+    /// recovers even when none of its scripts ran meanwhile.
     pub(crate) async fn server_identity_loop(self: Arc<Self>) {
         let mut reconnects = self.reconnects.subscribe();
         let mut every = tokio::time::interval(IDENTITY_EVERY);

@@ -87,7 +87,9 @@ pub(crate) async fn load_snapshot(
     let mut attempt = 0;
     loop {
         backlog.clear();
-        match read_pages(client, keys, limits, messages, backlog).await {
+        // Boxed: the read's state is large, and it would otherwise be part
+        // of every future that joins a map.
+        match Box::pin(read_pages(client, keys, limits, messages, backlog)).await {
             Err(ReadError::Lagged) if attempt < LAGGED_RETRIES => {
                 attempt += 1;
                 tracing::debug!(map = %keys.hash, attempt, "channel overflowed during a paged snapshot: reading again");
@@ -153,11 +155,12 @@ async fn read_pages(
             "COUNT".into(),
             page.as_str().into(),
         ];
-        let next = with_deadline.custom::<Value, Value>(
+        // Boxed: fred's command futures are large, and this one lives in
+        // the caller's future across the loop.
+        let mut next = Box::pin(with_deadline.custom::<Value, Value>(
             CustomCommand::new_static("HSCAN", ClusterHash::FirstKey, false),
             args,
-        );
-        tokio::pin!(next);
+        ));
         let reply = loop {
             tokio::select! {
                 reply = &mut next => break reply?,

@@ -75,9 +75,6 @@ pub(crate) struct PoolStore {
 pub(crate) struct ServerIdentity {
     /// Changes when the server restarts or another one takes over.
     pub(crate) run_id: String,
-    /// The server's LASTSAVE (seconds): changes with every restart and
-    /// every save.
-    pub(crate) lastsave: u64,
 }
 
 impl PoolStore {
@@ -108,13 +105,8 @@ impl PoolStore {
     pub(crate) fn revision_floor(&self) -> String {
         let known = self.known_server.lock().unwrap_or_else(|e| e.into_inner());
         match known.as_ref() {
-            Some(server) => format!(
-                "{} {} {}",
-                self.maps.seen_revisions(),
-                server.lastsave,
-                server.run_id
-            ),
-            None => format!("{} 0 -", self.maps.seen_revisions()),
+            Some(server) => format!("{} {}", self.maps.seen_revisions(), server.run_id),
+            None => format!("{} -", self.maps.seen_revisions()),
         }
     }
 
@@ -162,7 +154,7 @@ impl PoolStore {
     /// lost writes.
     pub(crate) async fn server_identity(&self) -> Result<ServerIdentity> {
         const WHAT: &str = "server_id reply";
-        let (run_id, lastsave): (String, u64) = self
+        let run_id: String = self
             .scripts
             .server_id
             .run(
@@ -178,7 +170,7 @@ impl PoolStore {
                 reason: format!("run id {run_id:?}"),
             });
         }
-        Ok(ServerIdentity { run_id, lastsave })
+        Ok(ServerIdentity { run_id })
     }
 
     /// Removes `node`'s info (it left, or was found gone).

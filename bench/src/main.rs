@@ -90,6 +90,10 @@ struct Cli {
     /// the library's default).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [FleetMode::Mirror, FleetMode::Lean])]
     fleet_modes: Vec<FleetMode>,
+    /// Nodes without workers beside one worker process, in the fleet
+    /// section's idle-node round (0: no such round).
+    #[arg(long, default_value_t = 16)]
+    fleet_idle_nodes: usize,
 }
 
 #[derive(Debug, Subcommand)]
@@ -152,6 +156,8 @@ pub struct Opts {
     pub fleet_jobs: usize,
     /// `--fleet-modes`.
     pub fleet_modes: Vec<FleetMode>,
+    /// `--fleet-idle-nodes`.
+    pub fleet_idle_nodes: usize,
 }
 
 impl Opts {
@@ -232,6 +238,7 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
         fleet_nodes: cli.fleet_nodes.clone(),
         fleet_jobs: cli.fleet_jobs.max(1),
         fleet_modes: cli.fleet_modes.clone(),
+        fleet_idle_nodes: cli.fleet_idle_nodes,
     };
     let ctx = Ctx {
         url,

@@ -135,6 +135,30 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
             .detail("INFO stats total_net_output_bytes: replies and change messages"),
         );
     }
+    if ctx.opts.fleet_idle_nodes > 0 {
+        for &mode in &ctx.opts.fleet_modes {
+            let idle = ctx.opts.fleet_idle_nodes;
+            let cpu_us = measure_idle_nodes(ctx, idle, mode).await?;
+            let (id, label) = mode.prefix();
+            ctx.progress(
+                "fleet",
+                &format!("{label}{idle} idle nodes: {cpu_us:.2} µs per node per dispatch"),
+            );
+            report.push(
+                Figure::new(
+                    "fleet",
+                    format!("{id}idle_node_cpu"),
+                    format!("{label}idle node CPU per pool-wide dispatch"),
+                )
+                .value(cpu_us, "µs")
+                .at_most(1.0, "< 1 µs")
+                .detail(format!(
+                    "{} jobs to one worker process; CPU of {idle} processes whose nodes host no worker, / jobs / nodes",
+                    ctx.opts.fleet_jobs
+                )),
+            );
+        }
+    }
     // The target compares the 16-node pool with the 1-node one.
     for &mode in &ctx.opts.fleet_modes {
         let (id, label) = mode.prefix();
@@ -228,4 +252,55 @@ async fn measure(ctx: &Ctx, nodes: usize, mode: FleetMode) -> Result<Round, BoxE
     }
     super::idle::delete_pool_keys(ctx, &pool).await?;
     Ok(round)
+}
+
+/// One worker process takes `--fleet-jobs` dispatches while `idle` more
+/// processes host a node each and no worker: their CPU per dispatch per
+/// node (what a pool-wide dispatch costs a node that takes no part in it).
+async fn measure_idle_nodes(ctx: &Ctx, idle: usize, mode: FleetMode) -> Result<f64, BoxError> {
+    let jobs = ctx.opts.fleet_jobs.max(1);
+    let pool = flotilla_testkit::unique_name("bench-fleet-idle");
+    let mirror = mode == FleetMode::Mirror;
+    let (dispatcher, worker) = super::idle::start_fleet(ctx, &pool, 1, mirror).await?;
+    let ttl = flotilla_pool::NodeOptions::default().worker_ttl;
+    let spawns = (0..idle).map(|_| {
+        crate::child::WorkerProcess::spawn(
+            &ctx.url,
+            &pool,
+            ttl,
+            0,
+            mirror,
+            std::time::Duration::from_secs(120),
+        )
+    });
+    let idle_nodes = futures::future::try_join_all(spawns).await?;
+    // Their joins' own work (first ticks, first renewals) done, as in the
+    // idle section: the window measures dispatches only.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let pids: Vec<u32> = idle_nodes.iter().map(|c| c.pid).collect();
+    let idle_cpu = || -> Option<f64> {
+        pids.iter()
+            .map(|pid| process_cpu_seconds_of(Some(*pid)))
+            .sum()
+    };
+    let before = idle_cpu();
+    let mut admitted = futures::stream::iter((0..jobs).map(|i| {
+        let node = dispatcher.clone();
+        async move { node.dispatch_job(&format!("idle-{i:06}"), &b"{}"[..]).await }
+    }))
+    .buffer_unordered(ctx.opts.concurrency.max(1));
+    while let Some(result) = admitted.next().await {
+        result?;
+    }
+    drop(admitted);
+    let after = idle_cpu();
+    dispatcher.close().await?;
+    for child in worker.into_iter().chain(idle_nodes) {
+        child.wait().await?;
+    }
+    super::idle::delete_pool_keys(ctx, &pool).await?;
+    match (before, after) {
+        (Some(b), Some(a)) => Ok((a - b) * 1e6 / jobs as f64 / idle as f64),
+        _ => Ok(f64::NAN),
+    }
 }

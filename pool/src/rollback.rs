@@ -266,15 +266,10 @@ impl NodeInner {
     /// within the writes Redis lost, and nothing else remembers that stop.
     async fn requested_stops_stand(&self) -> Result<()> {
         let stops = self.stops_requested.recent(STOPS_REMEMBERED);
-        futures::stream::iter(stops.into_iter().map(Ok))
-            .try_for_each_concurrent(STOPS_IN_FLIGHT, |(key, token)| async move {
-                let status = self.store.stop_stands(&key, token).await?;
-                if status == crate::store::StopStands::Removed {
-                    tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again");
-                }
-                Ok(())
-            })
-            .await
+        self.make_stand(stops.into_iter(), |key, token| {
+            tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again");
+        })
+        .await
     }
 
     /// Makes the stops `worker` carried out lately stand again: Redis may
@@ -287,11 +282,24 @@ impl NodeInner {
             .into_iter()
             // A newer run of the key goes on here.
             .filter(|(key, token)| worker.jobs.get(key).is_none_or(|j| j.token <= *token));
+        self.make_stand(stops, |key, token| {
+            tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
+        })
+        .await
+    }
+
+    /// Runs `stop_stands.lua` for each of `stops`, [`STOPS_IN_FLIGHT`] at a
+    /// time; `removed` hears of each that took something away.
+    async fn make_stand(
+        &self,
+        stops: impl Iterator<Item = (String, u64)>,
+        removed: impl Fn(&str, u64) + Sync,
+    ) -> Result<()> {
+        let removed = &removed;
         futures::stream::iter(stops.map(Ok))
             .try_for_each_concurrent(STOPS_IN_FLIGHT, |(key, token)| async move {
-                let status = self.store.stop_stands(&key, token).await?;
-                if status == crate::store::StopStands::Removed {
-                    tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
+                if self.store.stop_stands(&key, token).await? == crate::store::StopStands::Removed {
+                    removed(&key, token);
                 }
                 Ok(())
             })

@@ -84,6 +84,8 @@ pub(crate) struct NodeInner {
     /// The run id of the Redis server holding the pool's keys, as last
     /// read (`None`: not read yet).
     pub(crate) server_run_id: Mutex<Option<String>>,
+    /// Redis refused this node's user the run id (`INFO`): warned once.
+    pub(crate) identity_refused: AtomicBool,
     /// Bumped on every reconnect: the server identity task checks the run
     /// id then.
     pub(crate) reconnects: watch::Sender<u64>,
@@ -222,6 +224,7 @@ impl Node {
             closed: AtomicBool::new(false),
             connected_at: Mutex::new(Instant::now()),
             server_run_id: Mutex::new(server_run_id),
+            identity_refused: AtomicBool::new(false),
             reconnects: watch::Sender::new(0),
             server_restarts: watch::Sender::new(0),
             last_renewal: tokio::sync::watch::Sender::new(Instant::now()),

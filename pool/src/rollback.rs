@@ -108,6 +108,17 @@ impl NodeInner {
         let server = loop {
             match self.store.server_identity().await {
                 Ok(server) => break server,
+                Err(e) if refused_by_acl(&e) => {
+                    // Retried by the caller's loop (every IDENTITY_EVERY),
+                    // not at once: the answer will not change soon.
+                    if !self
+                        .identity_refused
+                        .swap(true, std::sync::atomic::Ordering::Relaxed)
+                    {
+                        tracing::warn!(node = %self.id, error = %e, "Redis refuses INFO to this user (grant +info, see the pool README, ACL): a restart or failover whose lost writes held no keep-alive renewal may go unseen by this node's scripts");
+                    }
+                    return;
+                }
                 Err(e) => {
                     tracing::debug!(node = %self.id, error = %e, "reading the server's run id failed; retrying");
                     tokio::select! {
@@ -305,4 +316,11 @@ impl NodeInner {
             })
             .await
     }
+}
+
+/// Whether Redis refused a call for lack of permissions (an ACL without a
+/// command the call needs).
+fn refused_by_acl(e: &crate::error::Error) -> bool {
+    let text = e.to_string();
+    text.contains("NOPERM") || text.contains("can't run this command")
 }

@@ -30,15 +30,15 @@ const FLOTILLA_ACL: &[&str] = &[
     "+@pubsub",
     "+@connection",
     "+time",
+    "-@dangerous",
     "+client|unblock",
+    "+info",
 ];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pool_over_tls_as_a_restricted_user() {
-    let server = RedisServer::start_with(ServerOptions::default().tls(true)).unwrap();
-    let admin = flotilla_testkit::client(&server.url()).await.unwrap();
+/// Creates user `flotilla` with `rules` on the server of `admin`.
+async fn set_user(admin: &Client, rules: &[&str]) {
     let mut args = vec!["SETUSER".to_string(), "flotilla".to_string()];
-    args.extend(FLOTILLA_ACL.iter().map(|s| s.to_string()));
+    args.extend(rules.iter().map(|s| s.to_string()));
     let _: Value = admin
         .custom(
             fred::types::CustomCommand::new_static(
@@ -50,6 +50,13 @@ async fn pool_over_tls_as_a_restricted_user() {
         )
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_over_tls_as_a_restricted_user() {
+    let server = RedisServer::start_with(ServerOptions::default().tls(true)).unwrap();
+    let admin = flotilla_testkit::client(&server.url()).await.unwrap();
+    set_user(&admin, FLOTILLA_ACL).await;
 
     let url = server
         .tls_url()
@@ -64,8 +71,23 @@ async fn pool_over_tls_as_a_restricted_user() {
             .is_err_and(|e| e.to_string().contains("NOPERM")),
         "{refused:?}"
     );
-    let info: Result<String, _> = client.info(None).await;
-    assert!(info.is_err(), "INFO is refused to the flotilla user");
+    let flush: Result<(), _> = client.flushall(false).await;
+    assert!(
+        flush
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("NOPERM")),
+        "FLUSHALL is refused to the flotilla user: {flush:?}"
+    );
+    let config: Result<Value, _> = client.config_get("maxmemory").await;
+    assert!(config.is_err(), "CONFIG is refused to the flotilla user");
+    // INFO is granted: the scripts compare the server's run id on every
+    // call, so that a restart or failover that lost writes is seen by the
+    // first script after it (pool README, Guarantees).
+    let info: String = client
+        .info(Some(fred::types::InfoKind::Server))
+        .await
+        .unwrap();
+    assert!(info.contains("run_id:"), "{info}");
 
     let pool = flotilla_testkit::unique_name("tls");
     let ledger = Ledger::default();
@@ -105,4 +127,38 @@ async fn pool_over_tls_as_a_restricted_user() {
     })
     .await;
     other.shutdown().await.unwrap();
+}
+
+/// A user without `INFO`: the nodes cannot read the server's run id, and
+/// the pool still works (the scripts skip that comparison; each node warns
+/// once instead of retrying without pause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_runs_for_a_user_without_info() {
+    let server = RedisServer::start().unwrap();
+    let admin = flotilla_testkit::client(&server.url()).await.unwrap();
+    let without_info: Vec<&str> = FLOTILLA_ACL
+        .iter()
+        .copied()
+        .filter(|rule| *rule != "+info")
+        .collect();
+    set_user(&admin, &without_info).await;
+    let url = server.url().replace("redis://", "redis://flotilla:s3cret@");
+    let client = flotilla_testkit::client(&url).await.unwrap();
+    let info: Result<String, _> = client.info(None).await;
+    assert!(info.is_err(), "INFO is refused to this user");
+
+    let pool = flotilla_testkit::unique_name("no-info");
+    let ledger = Ledger::default();
+    let node = Node::join(&client, &pool, fast()).await.unwrap();
+    let _w = Worker::new(&node, ledger.handler("w1")).await.unwrap();
+    for i in 0..5 {
+        node.dispatch_job(&format!("k-{i}"), &b"p"[..])
+            .await
+            .unwrap();
+    }
+    assert_eq!(ledger.running().len(), 5);
+    node.stop_job("k-1").await.unwrap();
+    assert_eq!(ledger.running().len(), 4);
+    assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
+    node.shutdown().await.unwrap();
 }

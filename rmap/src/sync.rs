@@ -236,8 +236,9 @@ impl SyncTask {
         // the local revision are applied first, so their events reach
         // subscribers in revision order (a `resync()` right after a write
         // does not swallow the write's event when it is already here); the
-        // rest are dropped, the snapshot covers them.
-        self.apply_backlog();
+        // rest are dropped, the snapshot covers them. (The backlog is empty
+        // here: every read's backlog is applied right after it, and a failed
+        // read's is dropped with the next read.)
         self.apply_buffered(None);
         while let Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) = self.messages.try_recv()
         {

@@ -185,6 +185,8 @@ pub struct JoinProbe {
     pub rss_before: Option<u64>,
     /// RSS right after `Node::join`, bytes.
     pub rss_after: Option<u64>,
+    /// CPU seconds the process spent in `Node::join` (all its threads).
+    pub cpu_s: Option<f64>,
 }
 
 /// Runs the `join-probe` subcommand: joins `pool` once, prints one
@@ -192,16 +194,19 @@ pub struct JoinProbe {
 pub async fn run_join_probe(args: JoinProbeArgs) -> Result<(), BoxError> {
     let client = flotilla_testkit::client(&args.url).await?;
     let rss_before = crate::redis_stats::rss_bytes(None);
+    let cpu_before = crate::redis_stats::process_cpu_seconds();
     let t0 = std::time::Instant::now();
     let options = NodeOptions::default().mirror_jobs(!args.no_job_replicas);
     let node = Node::join(&client, &args.pool, options).await?;
     let join_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let cpu_after = crate::redis_stats::process_cpu_seconds();
     let rss_after = crate::redis_stats::rss_bytes(None);
     let probe = JoinProbe {
         join_ms,
         jobs: node.job_keys().len(),
         rss_before,
         rss_after,
+        cpu_s: cpu_before.zip(cpu_after).map(|(b, a)| a - b),
     };
     println!("{}", serde_json::to_string(&probe)?);
     node.close().await?;

@@ -23,6 +23,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand, Message as FredMessage};
 use tokio::sync::broadcast;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::error::Error;
 use crate::keys::MapKeys;
@@ -146,24 +147,16 @@ async fn read_pages(
         .and_then(|s| s.parse::<u64>().ok())
         .ok_or_else(|| Error::malformed("snapshot revision", format!("{rev:?}")))?;
     let mut data = imbl::HashMap::new();
-    let mut cursor = cursor_of(cursor)?;
+    let cursor = cursor_of(cursor)?;
+    // The next page is asked for before this one is decoded, so Redis
+    // scans it while the client decodes and stores the last: the read then
+    // takes about as long as the slower of the two, not their sum.
+    let mut next = (cursor != "0").then(|| request_page(&with_deadline, keys, &cursor, &page));
     insert_fields(keys, &mut data, fields)?;
-    while cursor != "0" {
-        let args: Vec<Value> = vec![
-            keys.hash.as_str().into(),
-            cursor.as_str().into(),
-            "COUNT".into(),
-            page.as_str().into(),
-        ];
-        // Boxed: fred's command futures are large, and this one lives in
-        // the caller's future across the loop.
-        let mut next = Box::pin(with_deadline.custom::<Value, Value>(
-            CustomCommand::new_static("HSCAN", ClusterHash::FirstKey, false),
-            args,
-        ));
+    while let Some(mut request) = next.take() {
         let reply = loop {
             tokio::select! {
-                reply = &mut next => break reply?,
+                reply = &mut request => break reply.map_err(page_task_ended)??,
                 message = messages.recv() => match message {
                     Ok(m) => backlog.push_back(m),
                     Err(broadcast::error::RecvError::Lagged(_)) => return Err(ReadError::Lagged),
@@ -178,12 +171,47 @@ async fn read_pages(
         else {
             return Err(Error::malformed("snapshot page", "expected 2 elements").into());
         };
-        cursor = cursor_of(next_cursor)?;
+        let cursor = cursor_of(next_cursor)?;
+        next = (cursor != "0").then(|| request_page(&with_deadline, keys, &cursor, &page));
         // A field can come twice (the hash grew or shrank between pages):
         // the later page read it later, so its value wins.
         insert_fields(keys, &mut data, fields)?;
     }
     Ok(Snapshot { rev, data, token })
+}
+
+/// Sends the `HSCAN` for the page at `cursor` now (in its own task, so it
+/// goes out before the caller awaits it); dropping the handle abandons it.
+fn request_page(
+    with_deadline: &fred::clients::WithOptions<Client>,
+    keys: &MapKeys,
+    cursor: &str,
+    page: &str,
+) -> AbortOnDropHandle<Result<Value, fred::error::Error>> {
+    let args: Vec<Value> = vec![
+        keys.hash.as_str().into(),
+        cursor.into(),
+        "COUNT".into(),
+        page.into(),
+    ];
+    let client = with_deadline.clone();
+    AbortOnDropHandle::new(tokio::spawn(async move {
+        client
+            .custom::<Value, Value>(
+                CustomCommand::new_static("HSCAN", ClusterHash::FirstKey, false),
+                args,
+            )
+            .await
+    }))
+}
+
+/// A page's task that ended without an answer (the runtime is shutting
+/// down, or the task panicked) fails the read as a canceled command.
+fn page_task_ended(e: tokio::task::JoinError) -> Error {
+    Error::Redis(fred::error::Error::new(
+        fred::error::ErrorKind::Canceled,
+        format!("snapshot page: {e}"),
+    ))
 }
 
 /// The first page: revision, first page and marker, in one script

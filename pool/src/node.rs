@@ -167,7 +167,7 @@ impl Node {
         }
         // Known from the start, so that the first restart is seen as one
         // (by the node's check after a reconnect, and by its scripts).
-        let server_run_id = match store.server_identity().await {
+        let server_run_id = match store.server_identity(options.worker_ttl).await {
             Ok(server) => {
                 let run_id = server.run_id.clone();
                 store.note_server(server);

@@ -106,7 +106,7 @@ impl NodeInner {
     /// what a node saw before the node resyncs.
     async fn check_server_identity(&self) {
         let server = loop {
-            match self.store.server_identity().await {
+            match self.store.server_identity(self.options.worker_ttl).await {
                 Ok(server) => break server,
                 Err(e) if refused_by_acl(&e) => {
                     // Retried by the caller's loop (every IDENTITY_EVERY),

@@ -151,18 +151,17 @@ impl PoolStore {
 
     /// The identity of the Redis server holding the pool's keys: a new run
     /// id means that server restarted or another took over, and may have
-    /// lost writes.
-    pub(crate) async fn server_identity(&self) -> Result<ServerIdentity> {
+    /// lost writes. When the pool's scripts last ran on another server and
+    /// none has seen the change yet, this opens the recovery window for
+    /// `worker_ttl` (see `server_id.lua`).
+    pub(crate) async fn server_identity(&self, worker_ttl: Duration) -> Result<ServerIdentity> {
         const WHAT: &str = "server_id reply";
+        let mut args = self.maps.base_args();
+        args.push(fred::types::Value::from(worker_ttl.as_millis().to_string()));
         let run_id: String = self
             .scripts
             .server_id
-            .run(
-                &self.client,
-                vec![keys::fencing(&self.pool)],
-                Vec::new(),
-                self.timeout,
-            )
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
             .await?;
         if run_id.is_empty() || run_id.contains(char::is_whitespace) {
             return Err(crate::error::Error::Malformed {

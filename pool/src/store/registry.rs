@@ -95,7 +95,8 @@ pub(crate) struct Scripts {
     pub(crate) schedule_forget: PoolScript,
     /// Records a joining node's info with its join time (plain).
     pub(crate) node_info: PoolScript,
-    /// Reads the run id of the server holding the pool's keys (plain).
+    /// Reads the run id of the server holding the pool's keys, and opens
+    /// the recovery window when the pool's scripts last ran on another.
     pub(crate) server_id: PoolScript,
 }
 
@@ -144,7 +145,7 @@ impl Scripts {
                 include_str!("scripts/schedule_forget.lua"),
             ),
             node_info: PoolScript::plain("node_info", include_str!("scripts/node_info.lua")),
-            server_id: PoolScript::plain("server_id", include_str!("scripts/server_id.lua")),
+            server_id: pool_script!("server_id"),
         }
     }
 }

@@ -177,7 +177,7 @@ async fn the_first_script_after_a_restart_sees_it_without_any_revision() {
     let mut f = fixture_mirroring(false).await;
     f.register("w1").await;
     let s = &f.store;
-    s.note_server(s.server_identity().await.unwrap());
+    s.note_server(s.server_identity(TTL).await.unwrap());
     let key_a = f.admission("a", "w1", 1);
     assert!(matches!(
         f.admit(&f.limits(), key_a).await,
@@ -211,5 +211,99 @@ async fn the_first_script_after_a_restart_sees_it_without_any_revision() {
         answer,
         Admitted::Recovering,
         "a key admitted in the lost writes is admitted again"
+    );
+}
+
+/// The run id of the server `s`'s client talks to, read without a script
+/// (as a node that joined after a restart knows it).
+async fn current_run_id(s: &PoolStore) -> String {
+    loop {
+        match s
+            .client
+            .info::<String>(Some(fred::types::InfoKind::Server))
+            .await
+        {
+            Ok(info) => {
+                let line = info.lines().find_map(|l| l.strip_prefix("run_id:"));
+                return line.expect("INFO server has a run_id").trim().to_string();
+            }
+            // Until the client is back (a restart takes it down).
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// A node that knows only the server after a rollback (it joined after
+/// the restart) compares nothing its scripts could see changed: the pool's
+/// record of the server its scripts last ran on shows the restart, and the
+/// key the rollback forgot is not admitted again.
+#[tokio::test]
+async fn a_node_that_knows_only_the_new_server_still_sees_the_restart() {
+    let mut f = fixture_mirroring(false).await;
+    f.register("w1").await;
+    let s = &f.store;
+    s.note_server(s.server_identity(TTL).await.unwrap());
+    let key_a = f.admission("a", "w1", 1);
+    assert!(matches!(
+        f.admit(&f.limits(), key_a).await,
+        Admitted::Ok { .. }
+    ));
+    let snapshot = f.server.save_snapshot().unwrap();
+    let lost = f.admission("lost", "w1", 2);
+    assert!(matches!(
+        f.admit(&f.limits(), lost).await,
+        Admitted::Ok { .. }
+    ));
+    f.server.roll_back(&snapshot).unwrap();
+
+    let new_server = current_run_id(&f.store).await;
+    f.store.note_server(ServerIdentity { run_id: new_server });
+    let lost = f.admission("lost", "w1", 3);
+    assert_eq!(
+        f.store.admit(&f.limits(), &[lost]).await.unwrap()[0],
+        Admitted::Recovering,
+        "a key admitted in the lost writes is admitted again"
+    );
+}
+
+/// The identity check opens the window for a restart no script has seen
+/// yet, and records the new server: the window it opened ends after its
+/// TTL, and neither a later check nor a later admission opens another
+/// (an idle pool is not held up by a restart long past).
+#[tokio::test]
+async fn the_identity_check_opens_one_window_per_restart() {
+    let mut f = fixture_mirroring(false).await;
+    f.register("w1").await;
+    let ttl = Duration::from_millis(300);
+    let limits = AdmitLimits {
+        worker_ttl: ttl,
+        ..f.limits()
+    };
+    let s = &f.store;
+    s.note_server(s.server_identity(ttl).await.unwrap());
+    let snapshot = f.server.save_snapshot().unwrap();
+    f.server.roll_back(&snapshot).unwrap();
+    current_run_id(&f.store).await;
+
+    let server = f.store.server_identity(ttl).await.unwrap();
+    f.store.note_server(server);
+    let opened_at = std::time::Instant::now();
+    let a = f.admission("a", "w1", 1);
+    assert_eq!(
+        f.store.admit(&limits, &[a]).await.unwrap()[0],
+        Admitted::Recovering,
+        "the check opened the window"
+    );
+    // Nothing holds it open: it ends after its TTL.
+    tokio::time::sleep_until((opened_at + ttl).into()).await;
+    let again = f.store.server_identity(ttl).await.unwrap();
+    f.store.note_server(again);
+    let a = f.admission("a", "w1", 2);
+    assert!(
+        matches!(
+            f.store.admit(&limits, &[a]).await.unwrap()[0],
+            Admitted::Ok { .. }
+        ),
+        "no second window for the same restart"
     );
 }

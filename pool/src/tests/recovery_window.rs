@@ -56,10 +56,17 @@ async fn window_case(mirror_jobs: bool) {
     let back = std::time::Instant::now();
     // Well past the window's own TTL, the worker has not re-asserted
     // "lost" yet: admitting it again would run it twice.
+    // A dispatch that times out may have been admitted (and found no
+    // start ack): the pending guard an admission writes tells.
+    let pending = pending_hash(&name);
     while back.elapsed() < ttl * 3 {
-        match dispatcher.dispatch_job("lost", &b"again"[..]).await {
-            Err(crate::Error::Timeout(_)) => {}
-            other => panic!("'lost' admitted before its worker re-asserted it: {other:?}"),
+        let answer = dispatcher.dispatch_job("lost", &b"again"[..]).await;
+        let admitted: bool = client.hexists(&pending, "lost").await.unwrap();
+        match answer {
+            Err(crate::Error::Timeout(_)) if !admitted => {}
+            other => panic!(
+                "'lost' admitted before its worker re-asserted it: {other:?} (admitted: {admitted})"
+            ),
         }
     }
     drop(slow);
@@ -90,4 +97,85 @@ async fn window_case(mirror_jobs: bool) {
     tracing::info!(?again, "admitting again after the reconcile");
     dispatcher.close().await.unwrap();
     node.close().await.unwrap();
+}
+
+/// A node that joins after Redis went back in time knows only the new
+/// server: its own view shows no restart. If its dispatch is the first
+/// script to reach that server (every older node is cut off, so none has
+/// noticed), it must still see the restart and refuse the key the rollback
+/// forgot while its worker, out of reach, may still run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_joined_after_a_rollback_sees_it_first() {
+    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let proxy = flotilla_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let cut_off_client = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("recovery-late-joiner");
+    let ttl = Duration::from_secs(2);
+    let options = NodeOptions::default()
+        .worker_ttl(ttl)
+        .dispatch_timeout(Duration::from_millis(300));
+    let node = Node::join(&cut_off_client, &name, options.clone())
+        .await
+        .unwrap();
+    let handler = Counting::default();
+    let _worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("before", &b"p"[..]).await.unwrap();
+    let snapshot = server.save_snapshot().unwrap();
+    node.dispatch_job("lost", &b"p"[..]).await.unwrap();
+    wait_until(Duration::from_secs(5), "both jobs run", || async {
+        handler.starts.load(Ordering::SeqCst) == 2
+    })
+    .await
+    .unwrap();
+
+    // The worker's node hears nothing from now on; its worker keeps
+    // running "lost" until its own lease runs out, up to `ttl` from now.
+    proxy.black_hole();
+    let cut_at = std::time::Instant::now();
+    server.roll_back(&snapshot).unwrap();
+    wait_until(Duration::from_secs(5), "the server answers again", || {
+        let client = client.clone();
+        async move { client.ping::<String>(None).await.is_ok() }
+    })
+    .await
+    .unwrap();
+    let late = Node::join(&client, &name, options).await.unwrap();
+    let pending = pending_hash(&name);
+    let mut refused = 0;
+    while cut_at.elapsed() < ttl {
+        let answer = late.dispatch_job("lost", &b"again"[..]).await;
+        let admitted: bool = client.hexists(&pending, "lost").await.unwrap();
+        match answer {
+            // Refused while recovering (a timeout), or once the cut-off
+            // worker's lease is over, for want of a worker.
+            Err(_) if !admitted => refused += 1,
+            other => panic!(
+                "'lost' answered {other:?} (admitted: {admitted}) {:?} after the cut, while its worker may still run it",
+                cut_at.elapsed()
+            ),
+        }
+    }
+    assert!(
+        refused > 0,
+        "the late node tried at least once in the lease"
+    );
+    assert_eq!(
+        handler.starts.load(Ordering::SeqCst),
+        2,
+        "nothing else started on the cut-off worker"
+    );
+    late.close().await.unwrap();
+    proxy.heal();
+    node.close().await.unwrap();
+}
+
+/// The pending map's hash of pool `name`: an admission writes the key's
+/// guard there.
+fn pending_hash(name: &str) -> String {
+    flotilla_rmap::MapKeys::new(crate::keys::PENDING_MAP, Some(name))
+        .unwrap()
+        .hash
 }

@@ -68,6 +68,39 @@ local function recovering(ttl)
   return now < until_ms or recovery_marked(now)
 end
 
+-- The run id of the server the pool's scripts last ran on: another field
+-- of the fencing hash. A restart or failover brings a server with a new
+-- run id while this field holds an older one (written before the snapshot
+-- it restarted from, or replicated from the old primary), so the first
+-- script on the new server sees the change whichever node calls it, even a
+-- node that joined after the restart and knows no other server.
+local SERVER = '\nserver'
+
+-- Opens the recovery window for `ttl` ms from now, unless one is open.
+-- Returns whether it opened one.
+local function open_recovery_window(ttl)
+  local now = now_ms()
+  local epoch = redis.call('HGET', FENCING, EPOCH)
+  local until_ms = epoch and tonumber(string.match(epoch, ' (%d+)$') or '0') or 0
+  if now < until_ms then return false end
+  redis.call('HSET', FENCING, EPOCH, string.format('%d %d', now, now + ttl))
+  return true
+end
+
+-- This server's run id (nil when INFO shows none), and whether the pool's
+-- scripts last ran on another server: it then records this one, so only
+-- the first script after a change sees it. A missing record is not a sign
+-- (an empty restart loses it with the epoch, whose absence opens the
+-- window). Needs INFO: callers that know the run id have it.
+local function server_changed()
+  local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+  if not run_id then return nil, false end
+  local last = redis.call('HGET', FENCING, SERVER)
+  if last == run_id then return run_id, false end
+  redis.call('HSET', FENCING, SERVER, run_id)
+  return run_id, last ~= false
+end
+
 -- Whether Redis is behind what the caller has seen: Redis went back in
 -- time (a restart from an older snapshot, a replica promoted with lost
 -- writes) and may have lost starts of keys that still run. Opens the
@@ -81,10 +114,12 @@ end
 -- sees a loss of any stretch of writes that holds a renewal; the server's
 -- run id catches a restart or failover that lost writes no revision shows
 -- (a dispatch made just before it, by another node), before the caller's
--- own check after its reconnect. It is read on every call (INFO server,
--- about 2.5 µs): LASTSAVE, cheaper, stays the same across a restart within
--- the second of the last save, which let a key lost that way be admitted
--- again while it still ran.
+-- own check after its reconnect: against the server the caller knows, and
+-- against the one the pool's scripts last ran on (`SERVER`), which a node
+-- that joined after the restart cannot know otherwise. It is read on every
+-- call (INFO server, about 2.5 µs): LASTSAVE, cheaper, stays the same
+-- across a restart within the second of the last save, which let a key
+-- lost that way be admitted again while it still ran.
 -- A missing revision is not a sign: after an empty restart the epoch's
 -- absence opens the window, and a revision only comes back with the next
 -- change of its map (there may be none while nothing runs).
@@ -97,21 +132,18 @@ local function went_back(seen, ttl, keepalive_rev)
     local rev = tonumber(redis.call('GET', revision_key) or '')
     return rev ~= nil and rev < highest
   end
+  -- Always checked first, so the record of the server is kept current
+  -- whatever else shows the loss.
   local function restarted()
     if run_id_seen == nil or run_id_seen == '-' then return false end
-    local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
-    return run_id ~= nil and run_id ~= run_id_seen
+    local run_id, changed = server_changed()
+    return changed or (run_id ~= nil and run_id ~= run_id_seen)
   end
-  if not (behind(JOBS[2], jobs_seen) or behind(keepalive_rev, keepalive_seen)
-      or restarted()) then
+  if not (restarted() or behind(JOBS[2], jobs_seen)
+      or behind(keepalive_rev, keepalive_seen)) then
     return false
   end
-  local now = now_ms()
-  local epoch = redis.call('HGET', FENCING, EPOCH)
-  local until_ms = epoch and tonumber(string.match(epoch, ' (%d+)$') or '0') or 0
-  if now >= until_ms then
-    redis.call('HSET', FENCING, EPOCH, string.format('%d %d', now, now + ttl))
-  end
+  open_recovery_window(ttl)
   return true
 end
 

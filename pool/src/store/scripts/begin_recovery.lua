@@ -7,9 +7,4 @@
 -- KEYS: base
 -- ARGV: base, 4 worker ttl ms
 -- Returns 'opened' | 'open' (a window is open already)
-local now = now_ms()
-local epoch = redis.call('HGET', FENCING, EPOCH)
-local until_ms = epoch and tonumber(string.match(epoch, ' (%d+)$') or '0') or 0
-if now < until_ms then return 'open' end
-redis.call('HSET', FENCING, EPOCH, string.format('%d %d', now, now + tonumber(ARGV[4])))
-return 'opened'
+return open_recovery_window(tonumber(ARGV[4])) and 'opened' or 'open'

@@ -1,7 +1,16 @@
--- The identity of the Redis server that holds the pool's keys (KEYS[1] only
--- routes the call on Redis Cluster): its run id, which changes when that
--- server restarts or another one takes over (the moments Redis may lose
--- writes). The scripts that admit, route or record starts compare it with
--- the one the caller read last (`went_back` in base.lua).
+-- The identity of the Redis server that holds the pool's keys: its run id,
+-- which changes when that server restarts or another one takes over (the
+-- moments Redis may lose writes). The scripts that admit, route or record
+-- starts compare it with the one the caller read last (`went_back` in
+-- base.lua). When the pool's scripts last ran on another server and no
+-- script has seen the change yet, this opens the recovery window too: a
+-- node that joins after a restart, or checks the server while nothing is
+-- dispatched, does not leave the change for a later admission to find.
+-- KEYS: base
+-- ARGV: base, 4 worker ttl ms
 -- Returns the run id ('' when INFO shows none)
-return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
+local run_id, changed = server_changed()
+if changed then
+  open_recovery_window(tonumber(ARGV[4]))
+end
+return run_id or ''

@@ -140,11 +140,16 @@ pub enum FaultKind {
     /// promotes the replica (what was not replicated yet is lost); the old
     /// primary comes back as a replica.
     Failover,
+    /// Redis frozen (`SIGSTOP` of the server) for 0.5–2 worker TTLs, then
+    /// `SIGCONT`: connections stay open and silent, every call times out,
+    /// and the commands queued meanwhile run late, all at once, on a server
+    /// whose clock moved on (a stalled VM, a swapping host).
+    FreezeRedis,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -155,11 +160,12 @@ impl FaultKind {
         FaultKind::Rollback,
         FaultKind::OutageThenKill,
         FaultKind::Failover,
+        FaultKind::FreezeRedis,
     ];
 
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
-    /// `failover`).
+    /// `failover`, `freeze-redis`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -172,6 +178,7 @@ impl FaultKind {
             FaultKind::Rollback => "rollback",
             FaultKind::OutageThenKill => "outage-kill",
             FaultKind::Failover => "failover",
+            FaultKind::FreezeRedis => "freeze-redis",
         }
     }
 
@@ -193,6 +200,7 @@ impl FaultKind {
             FaultKind::Rollback => "rollback redis (2-4 s lost)",
             FaultKind::OutageThenKill => "redis outage, then sigkill",
             FaultKind::Failover => "sentinel failover (sigkill primary)",
+            FaultKind::FreezeRedis => "sigstop/sigcont redis",
         }
     }
 }

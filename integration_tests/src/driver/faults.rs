@@ -215,6 +215,29 @@ impl Run {
                 since = Instant::now();
                 self.record(kind, None, true);
             }
+            FaultKind::FreezeRedis => {
+                let pid = self
+                    .server
+                    .lock()
+                    .ok()
+                    .and_then(|s| s.pid())
+                    .ok_or_else(|| {
+                        flotilla_testkit::Error::Startup("no redis-server pid to freeze".into())
+                    })?;
+                let frozen = self.rng.random_range(ttl / 2..=ttl * 2);
+                let signal = |signal: Signal| {
+                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)
+                        .map_err(|e| crate::process::ProcessError::Signal(signal, pid, e))
+                };
+                signal(Signal::SIGSTOP)?;
+                self.record(kind, None, false);
+                tokio::time::sleep(frozen).await;
+                // Recorded before the server runs again: from here on it
+                // may answer.
+                self.record(kind, None, true);
+                signal(Signal::SIGCONT)?;
+                since = Instant::now();
+            }
             FaultKind::Failover => {
                 let Some(ha) = self.sentinels.clone() else {
                     return Ok(());

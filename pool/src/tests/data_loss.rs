@@ -408,7 +408,13 @@ async fn dispatch_works_after_an_empty_restart_of_an_idle_pool() {
     let (node, worker, _handler) = pool(&server, &name).await;
     node.dispatch_job("i1", &b"p"[..]).await.unwrap();
     node.stop_job("i1").await.unwrap();
-    assert!(node.inner.store.maps.jobs_map().revision_high_water() > 0);
+    // The replica applies the start's change message on its own time.
+    wait_until(Duration::from_secs(5), "the replica saw a revision", || {
+        let seen = node.inner.store.maps.jobs_map().revision_high_water();
+        async move { seen > 0 }
+    })
+    .await
+    .unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     flushall(&client).await;
     // Within the dispatch timeout (8 s) of this pool: the window of the

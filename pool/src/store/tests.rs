@@ -190,7 +190,10 @@ async fn admit_unmark_and_schedule_forget_answer_each_status() {
     let Admitted::Ok { token: r1 } = f.admit(&limits, windowed(5)).await else {
         panic!("r1 not admitted");
     };
-    s.maps.pending_map().delete("r1").await.unwrap(); // as if it had ended
+    // As if it had ended: guard and payload gone (a payload alone would be
+    // an orphan, still owed a run).
+    s.maps.pending_map().delete("r1").await.unwrap();
+    let _: i64 = s.client.hdel(s.maps.payloads_key(), "r1").await.unwrap();
     let recent = f.admit(&limits, windowed(6)).await;
     assert!(
         matches!(recent, Admitted::Recent(left) if left > Duration::ZERO && left <= TTL),

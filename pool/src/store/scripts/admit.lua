@@ -16,7 +16,8 @@
 --       indices of the key's idempotency marker, the schedule's job set and
 --       its lock; window 0: none; leader token 0: not a schedule's dispatch)
 -- Returns, per admission: the token (admitted, or a retry of that very
---       admission) | 'exists' | 'recovering' | 'recent <ms left>'
+--       admission) | 'exists' (a guard, an owner record, or an orphaned
+--       payload) | 'recovering' | 'recent <ms left>'
 --       | 'not_leader' | 'no_worker' (the owner is gone, being cleaned up
 --       or drained) | 'full <len>'. A token alone, not a table, because
 --       every table of a reply costs Redis several lookups to convert.
@@ -92,7 +93,10 @@ local function admit(key, body, owner, request, inbox, options)
     -- have re-asserted what they run.
     return 'recovering'
   end
-  if guard or redis.call('HEXISTS', JOBS[1], key) == 1 then
+  -- A payload alone is an orphan: an admitted job still owed a run (a
+  -- start or hand-off Redis lost, given back), which the sweep requeues.
+  if guard or redis.call('HEXISTS', JOBS[1], key) == 1
+      or redis.call('HEXISTS', PAYLOADS, key) == 1 then
     return 'exists'
   end
   stamp()

@@ -174,24 +174,8 @@ async fn the_recovery_window_lasts_while_a_node_reconciles() {
 /// not change (`tests/recovery_window.rs` admitted a key twice that way).
 #[tokio::test]
 async fn the_first_script_after_a_restart_sees_it_without_any_revision() {
-    let mut f = fixture_mirroring(false).await;
-    f.register("w1").await;
-    let s = &f.store;
-    s.note_server(s.server_identity(TTL).await.unwrap());
-    let key_a = f.admission("a", "w1", 1);
-    assert!(matches!(
-        f.admit(&f.limits(), key_a).await,
-        Admitted::Ok { .. }
-    ));
-
-    let snapshot = f.server.save_snapshot().unwrap();
-    let lost = f.admission("lost", "w1", 2);
-    assert!(matches!(
-        f.admit(&f.limits(), lost).await,
-        Admitted::Ok { .. }
-    ));
     // At once: the new server may well have the old one's LASTSAVE.
-    f.server.roll_back(&snapshot).unwrap();
+    let f = lost_in_a_rollback().await;
 
     let again = || async {
         let lost = f.admission("lost", "w1", 3);
@@ -239,22 +223,7 @@ async fn current_run_id(s: &PoolStore) -> String {
 /// key the rollback forgot is not admitted again.
 #[tokio::test]
 async fn a_node_that_knows_only_the_new_server_still_sees_the_restart() {
-    let mut f = fixture_mirroring(false).await;
-    f.register("w1").await;
-    let s = &f.store;
-    s.note_server(s.server_identity(TTL).await.unwrap());
-    let key_a = f.admission("a", "w1", 1);
-    assert!(matches!(
-        f.admit(&f.limits(), key_a).await,
-        Admitted::Ok { .. }
-    ));
-    let snapshot = f.server.save_snapshot().unwrap();
-    let lost = f.admission("lost", "w1", 2);
-    assert!(matches!(
-        f.admit(&f.limits(), lost).await,
-        Admitted::Ok { .. }
-    ));
-    f.server.roll_back(&snapshot).unwrap();
+    let f = lost_in_a_rollback().await;
 
     let new_server = current_run_id(&f.store).await;
     f.store.note_server(ServerIdentity { run_id: new_server });
@@ -306,4 +275,27 @@ async fn the_identity_check_opens_one_window_per_restart() {
         ),
         "no second window for the same restart"
     );
+}
+
+/// A lean node's store with worker "w1" that admitted "a", then "lost"
+/// after a snapshot, and Redis rolled back to that snapshot at once: the
+/// script-side view of a key still running that Redis forgot.
+async fn lost_in_a_rollback() -> Fixture {
+    let mut f = fixture_mirroring(false).await;
+    f.register("w1").await;
+    let s = &f.store;
+    s.note_server(s.server_identity(TTL).await.unwrap());
+    assert!(matches!(admit_one(&f, "a", 1).await, Admitted::Ok { .. }));
+    let snapshot = f.server.save_snapshot().unwrap();
+    assert!(matches!(
+        admit_one(&f, "lost", 2).await,
+        Admitted::Ok { .. }
+    ));
+    f.server.roll_back(&snapshot).unwrap();
+    f
+}
+
+/// Admits `key` for "w1" alone.
+async fn admit_one(f: &Fixture, key: &str, request: u64) -> Admitted {
+    f.admit(&f.limits(), f.admission(key, "w1", request)).await
 }

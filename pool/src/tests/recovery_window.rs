@@ -36,18 +36,7 @@ async fn window_case(mirror_jobs: bool) {
     let node = Node::join(&client, &name, options.clone()).await.unwrap();
     // Dispatches from a node with no workers, whose own recovery is quick.
     let dispatcher = Node::join(&client, &name, options).await.unwrap();
-    let handler = Counting::default();
-    let worker = Worker::new(&node, handler.clone()).await.unwrap();
-    node.dispatch_job("before", &b"p"[..]).await.unwrap();
-    let snapshot = server.save_snapshot().unwrap();
-    // Admitted in the writes the rollback loses: Redis forgets it, the
-    // worker runs it.
-    node.dispatch_job("lost", &b"p"[..]).await.unwrap();
-    wait_until(Duration::from_secs(5), "both jobs run", || async {
-        handler.starts.load(Ordering::SeqCst) == 2
-    })
-    .await
-    .unwrap();
+    let (worker, handler, snapshot) = running_and_lost(&node, &server).await;
 
     // The worker's reconcile waits for this (it takes the worker's
     // operations lock for writing): a slow re-assertion.
@@ -120,16 +109,7 @@ async fn a_node_that_joined_after_a_rollback_sees_it_first() {
     let node = Node::join(&cut_off_client, &name, options.clone())
         .await
         .unwrap();
-    let handler = Counting::default();
-    let _worker = Worker::new(&node, handler.clone()).await.unwrap();
-    node.dispatch_job("before", &b"p"[..]).await.unwrap();
-    let snapshot = server.save_snapshot().unwrap();
-    node.dispatch_job("lost", &b"p"[..]).await.unwrap();
-    wait_until(Duration::from_secs(5), "both jobs run", || async {
-        handler.starts.load(Ordering::SeqCst) == 2
-    })
-    .await
-    .unwrap();
+    let (_worker, handler, snapshot) = running_and_lost(&node, &server).await;
 
     // The worker's node hears nothing from now on; its worker keeps
     // running "lost" until its own lease runs out, up to `ttl` from now.
@@ -178,4 +158,24 @@ fn pending_hash(name: &str) -> String {
     flotilla_rmap::MapKeys::new(crate::keys::PENDING_MAP, Some(name))
         .unwrap()
         .hash
+}
+
+/// A worker on `node` running "before", admitted before a snapshot of
+/// `server`, and "lost", admitted after it: a rollback to the snapshot
+/// forgets "lost" while the worker runs it.
+async fn running_and_lost(
+    node: &Node,
+    server: &RedisServer,
+) -> (Worker, Counting, flotilla_testkit::RedisSnapshot) {
+    let handler = Counting::default();
+    let worker = Worker::new(node, handler.clone()).await.unwrap();
+    node.dispatch_job("before", &b"p"[..]).await.unwrap();
+    let snapshot = server.save_snapshot().unwrap();
+    node.dispatch_job("lost", &b"p"[..]).await.unwrap();
+    wait_until(Duration::from_secs(5), "both jobs run", || async {
+        handler.starts.load(Ordering::SeqCst) == 2
+    })
+    .await
+    .unwrap();
+    (worker, handler, snapshot)
 }

@@ -145,11 +145,21 @@ pub enum FaultKind {
     /// and the commands queued meanwhile run late, all at once, on a server
     /// whose clock moved on (a stalled VM, a swapping host).
     FreezeRedis,
+    /// The busiest worker's link slowed down (each byte delivered 0.25–1
+    /// worker TTL late, each way) for 2 TTLs, then healed: commands its
+    /// client gave up on still reach Redis, late, and replies to those it
+    /// waits for carry an old server time.
+    Slow,
+    /// A snapshot of Redis, then a live partition (black hole) of the
+    /// busiest worker, then Redis goes back to the snapshot while that
+    /// worker is still cut off (it cannot re-assert what it runs); healed
+    /// 2 TTLs after the cut.
+    CutRollback,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -161,11 +171,13 @@ impl FaultKind {
         FaultKind::OutageThenKill,
         FaultKind::Failover,
         FaultKind::FreezeRedis,
+        FaultKind::Slow,
+        FaultKind::CutRollback,
     ];
 
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
-    /// `failover`, `freeze-redis`).
+    /// `failover`, `freeze-redis`, `slow`, `cut-rollback`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -179,6 +191,8 @@ impl FaultKind {
             FaultKind::OutageThenKill => "outage-kill",
             FaultKind::Failover => "failover",
             FaultKind::FreezeRedis => "freeze-redis",
+            FaultKind::Slow => "slow",
+            FaultKind::CutRollback => "cut-rollback",
         }
     }
 
@@ -201,6 +215,8 @@ impl FaultKind {
             FaultKind::OutageThenKill => "redis outage, then sigkill",
             FaultKind::Failover => "sentinel failover (sigkill primary)",
             FaultKind::FreezeRedis => "sigstop/sigcont redis",
+            FaultKind::Slow => "slow link (0.25-1 TTL each way)",
+            FaultKind::CutRollback => "cut worker, rollback redis meanwhile",
         }
     }
 }

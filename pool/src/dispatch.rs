@@ -16,6 +16,14 @@ use crate::node::{Node, NodeInner};
 use crate::options::DispatchOptions;
 use crate::store::{self, Admitted};
 
+/// The first pause before a dispatch looks again at another dispatch's
+/// admission that has not started yet; it doubles up to
+/// [`PENDING_POLL_MAX`]. Starts take a millisecond or two.
+const PENDING_POLL_MIN: Duration = Duration::from_millis(2);
+
+/// The longest pause between two looks at a pending admission.
+const PENDING_POLL_MAX: Duration = Duration::from_millis(50);
+
 /// Where a stop or notify request went.
 enum Routed {
     /// Queued in the owner's inbox.
@@ -65,7 +73,12 @@ impl Node {
     /// key, from any number of nodes, exactly one is admitted (I3).
     ///
     /// # Errors
-    /// [`Error::JobExists`] when the key runs or is being dispatched;
+    /// [`Error::JobExists`] when the key runs (or moves between workers);
+    /// a dispatch that finds another dispatch's admission of the key not
+    /// started yet waits for it, up to the dispatch timeout: `JobExists`
+    /// once it started, or, when it failed or Redis lost it, this
+    /// dispatch's own admission (so `JobExists`, like `Ok`, means a job
+    /// that ran and runs until stopped);
     /// [`Error::StartFailed`] with the handler's error;
     /// [`Error::WorkerAtCapacity`] when the owner refused for capacity;
     /// [`Error::NoActiveWorker`]
@@ -95,7 +108,8 @@ impl Node {
     /// concurrent or late callers that each want "the successor" started
     /// start it once. The check and the marker are part of the one
     /// admission script, on Redis server time. A job that is still running
-    /// or pending gets [`Error::JobExists`] as usual. A start refused by
+    /// or pending gets [`Error::JobExists`] as usual (a pending one once
+    /// it started). A start refused by
     /// the handler ([`Error::StartFailed`]) removes its marker again.
     ///
     /// ```no_run
@@ -342,6 +356,7 @@ impl NodeInner {
             payload,
             restart: options.restart_policy,
         });
+        let mut pending_polls = 0u32;
         loop {
             let owner = self.wait_for_owner(key, deadline).await?;
             let inbox = self.inbox(&owner)?.key().to_string();
@@ -384,6 +399,21 @@ impl NodeInner {
                 Admitted::Exists => {
                     self.waiters.remove(&request);
                     return Err(Error::JobExists(key.to_string()));
+                }
+                Admitted::Pending => {
+                    // Another dispatch's admission, not started yet: it may
+                    // still fail or be lost with Redis's recent writes.
+                    // `JobExists` promises a job that runs, so wait for it
+                    // to start (then `exists`), or to vanish (then this
+                    // dispatch is admitted itself).
+                    self.waiters.remove(&request);
+                    let pause = PENDING_POLL_MIN * 2u32.saturating_pow(pending_polls.min(5));
+                    pending_polls += 1;
+                    let pause = pause.min(PENDING_POLL_MAX);
+                    if Instant::now() + pause >= deadline {
+                        return Err(Error::Timeout(self.options.dispatch_timeout));
+                    }
+                    tokio::time::sleep(pause).await;
                 }
                 Admitted::Recent(retry_after) => {
                     self.waiters.remove(&request);

@@ -4,10 +4,14 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use tokio::io::AsyncWriteExt;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::Error;
 
@@ -25,6 +29,10 @@ pub enum ProxyMode {
     /// Keep open connections open but forward nothing on them, and refuse
     /// new ones: the peer's sockets freeze while reconnects fail at once.
     Freeze,
+    /// Forward bytes both ways, each delivered this long after it was read
+    /// (a slow link: a round trip takes twice the delay). Bytes keep their
+    /// order; a later change of mode applies to bytes read after it.
+    Delay(Duration),
 }
 
 /// A loopback TCP proxy in front of one upstream address.
@@ -86,6 +94,12 @@ impl FaultProxy {
         self.set_mode(ProxyMode::Freeze);
     }
 
+    /// Slows the link: bytes read from now on arrive `delay` later, each
+    /// way.
+    pub fn slow_down(&self, delay: Duration) {
+        self.set_mode(ProxyMode::Delay(delay));
+    }
+
     /// The current mode.
     pub fn mode(&self) -> ProxyMode {
         *self.mode.borrow()
@@ -119,7 +133,7 @@ async fn accept_loop(
                 let _ = client.shutdown().await;
                 continue;
             }
-            ProxyMode::Forward | ProxyMode::BlackHole => {}
+            ProxyMode::Forward | ProxyMode::BlackHole | ProxyMode::Delay(_) => {}
         }
         let rx = mode.subscribe();
         tokio::spawn(async move {
@@ -128,8 +142,12 @@ async fn accept_loop(
     }
 }
 
+/// Bytes read from one side, and the moment they may be written to the
+/// other (read time + the link's delay then).
+type Chunk = (Instant, Vec<u8>);
+
 async fn serve(
-    mut client: TcpStream,
+    client: TcpStream,
     upstream: SocketAddr,
     mut mode: watch::Receiver<ProxyMode>,
 ) -> std::io::Result<()> {
@@ -139,7 +157,7 @@ async fn serve(
         let current = *mode.borrow_and_update();
         match current {
             ProxyMode::Refuse => return Ok(()),
-            ProxyMode::Forward => break,
+            ProxyMode::Forward | ProxyMode::Delay(_) => break,
             ProxyMode::BlackHole | ProxyMode::Freeze => {
                 if mode.changed().await.is_err() {
                     return Ok(());
@@ -147,45 +165,92 @@ async fn serve(
             }
         }
     }
-    let mut server = TcpStream::connect(upstream).await?;
-    let (mut cr, mut cw) = client.split();
-    let (mut sr, mut sw) = server.split();
+    let server = TcpStream::connect(upstream).await?;
+    let (mut cr, cw) = client.into_split();
+    let (mut sr, sw) = server.into_split();
+    // One writer per direction delivers what was read in order, each chunk
+    // no earlier than its due time, so a slow link delays bytes without
+    // holding back the reads behind them (as a long wire would).
+    let (to_server, server_queue) = mpsc::unbounded_channel::<Chunk>();
+    let (to_client, client_queue) = mpsc::unbounded_channel::<Chunk>();
+    let writers = Writers([
+        tokio::spawn(deliver(server_queue, sw)),
+        tokio::spawn(deliver(client_queue, cw)),
+    ]);
     let mut cbuf = vec![0u8; 16 * 1024];
     let mut sbuf = vec![0u8; 16 * 1024];
-    use tokio::io::AsyncReadExt;
     loop {
         let current = *mode.borrow_and_update();
-        match current {
+        let delay = match current {
             ProxyMode::Refuse => return Ok(()),
             ProxyMode::BlackHole | ProxyMode::Freeze => {
                 // Stop forwarding; keep both sockets open until it changes.
+                // Bytes already on their way (a slow link's) still arrive.
                 if mode.changed().await.is_err() {
                     return Ok(());
                 }
                 continue;
             }
-            ProxyMode::Forward => {}
-        }
-        tokio::select! {
+            ProxyMode::Forward => Duration::ZERO,
+            ProxyMode::Delay(delay) => delay,
+        };
+        let (n, upstream_bound) = tokio::select! {
             changed = mode.changed() => {
                 if changed.is_err() {
                     return Ok(());
                 }
+                continue;
             }
-            n = cr.read(&mut cbuf) => {
-                let n = n?;
-                if n == 0 {
-                    return Ok(());
-                }
-                sw.write_all(&cbuf[..n]).await?;
-            }
-            n = sr.read(&mut sbuf) => {
-                let n = n?;
-                if n == 0 {
-                    return Ok(());
-                }
-                cw.write_all(&sbuf[..n]).await?;
-            }
+            n = cr.read(&mut cbuf) => (n?, true),
+            n = sr.read(&mut sbuf) => (n?, false),
+        };
+        if n == 0 {
+            break;
+        }
+        let (queue, buf) = if upstream_bound {
+            (&to_server, &cbuf)
+        } else {
+            (&to_client, &sbuf)
+        };
+        if queue
+            .send((Instant::now() + delay, buf[..n].to_vec()))
+            .is_err()
+        {
+            return Ok(());
+        }
+    }
+    // One side closed: deliver what is still on its way, then close both.
+    drop((to_server, to_client));
+    writers.finish().await;
+    Ok(())
+}
+
+/// Writes the chunks of `queue` to `out`, each at its due time.
+async fn deliver(mut queue: mpsc::UnboundedReceiver<Chunk>, mut out: OwnedWriteHalf) {
+    while let Some((due, bytes)) = queue.recv().await {
+        tokio::time::sleep_until(due).await;
+        if out.write_all(&bytes).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A connection's two writer tasks: aborted when the connection is cut
+/// (dropped), awaited when it closes.
+struct Writers([JoinHandle<()>; 2]);
+
+impl Writers {
+    async fn finish(mut self) {
+        for writer in &mut self.0 {
+            let _ = writer.await;
+        }
+    }
+}
+
+impl Drop for Writers {
+    fn drop(&mut self) {
+        for writer in &self.0 {
+            writer.abort();
         }
     }
 }

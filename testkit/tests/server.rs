@@ -54,6 +54,38 @@ async fn proxy_forwards_cuts_and_heals() {
 }
 
 #[tokio::test]
+async fn a_slow_proxy_delays_each_way_and_heals() {
+    let server = RedisServer::start().unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    let delay = Duration::from_millis(150);
+    proxy.slow_down(delay);
+    let sent = tokio::time::Instant::now();
+    let pongs = tokio::join!(
+        client.ping::<String>(None),
+        client.ping::<String>(None),
+        client.ping::<String>(None)
+    );
+    let round_trip = sent.elapsed();
+    for pong in [pongs.0, pongs.1, pongs.2] {
+        assert_eq!(pong.unwrap(), "PONG");
+    }
+    assert!(
+        round_trip >= delay * 2,
+        "a round trip through the slow link took {round_trip:?}, less than twice {delay:?}"
+    );
+    assert!(
+        round_trip < delay * 2 + Duration::from_secs(5),
+        "pipelined commands wait for the link once, not once each: {round_trip:?}"
+    );
+    proxy.heal();
+    let _: String = client.ping(None).await.unwrap();
+    let sent = tokio::time::Instant::now();
+    let _: String = client.ping(None).await.unwrap();
+    assert!(sent.elapsed() < delay * 2, "a healed link is fast again");
+}
+
+#[tokio::test]
 async fn command_stats_counts_calls() {
     let server = RedisServer::start().unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();

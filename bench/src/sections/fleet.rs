@@ -138,11 +138,15 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     if ctx.opts.fleet_idle_nodes > 0 {
         for &mode in &ctx.opts.fleet_modes {
             let idle = ctx.opts.fleet_idle_nodes;
-            let cpu_us = measure_idle_nodes(ctx, idle, mode).await?;
+            let idle_round = measure_idle_nodes(ctx, idle, mode).await?;
+            let cpu_us = idle_round.node_cpu_us;
             let (id, label) = mode.prefix();
             ctx.progress(
                 "fleet",
-                &format!("{label}{idle} idle nodes: {cpu_us:.2} µs per node per dispatch"),
+                &format!(
+                    "{label}{idle} idle nodes: {cpu_us:.2} µs per node per dispatch, {:.0} jobs/s, Redis {:.1} µs/job",
+                    idle_round.jobs_per_s, idle_round.redis_cpu_us
+                ),
             );
             report.push(
                 Figure::new(
@@ -155,6 +159,37 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
                 .detail(format!(
                     "{} jobs to one worker process; CPU of {idle} processes whose nodes host no worker, / jobs / nodes",
                     ctx.opts.fleet_jobs
+                )),
+            );
+            // The same pool as K=1, with the idle nodes beside it: what
+            // nodes that take no part in a dispatch cost the pool.
+            let Some(one) = rounds.iter().find(|r| r.mode == mode && r.nodes == 1) else {
+                continue;
+            };
+            report.push(
+                Figure::new(
+                    "fleet",
+                    format!("{id}idle{idle}_vs_k1"),
+                    format!("{label}K=1 with {idle} idle nodes: throughput / K=1"),
+                )
+                .value(idle_round.jobs_per_s / one.jobs_per_s * 100.0, "%")
+                .at_least(90.0, ">= 90%")
+                .detail(format!(
+                    "{:.0} jobs/s with {idle} idle nodes, {:.0} without (separate pools, one after the other)",
+                    idle_round.jobs_per_s, one.jobs_per_s
+                )),
+            );
+            report.push(
+                Figure::new(
+                    "fleet",
+                    format!("{id}idle{idle}_vs_k1_redis_cpu"),
+                    format!("{label}K=1 with {idle} idle nodes: Redis CPU / K=1"),
+                )
+                .value(idle_round.redis_cpu_us / one.redis_cpu_us, "x")
+                .at_most(1.2, "<= 1.2x")
+                .detail(format!(
+                    "{:.1} µs/job with {idle} idle nodes, {:.1} without",
+                    idle_round.redis_cpu_us, one.redis_cpu_us
                 )),
             );
         }
@@ -254,10 +289,25 @@ async fn measure(ctx: &Ctx, nodes: usize, mode: FleetMode) -> Result<Round, BoxE
     Ok(round)
 }
 
+/// What the idle-node round measured.
+struct IdleRound {
+    /// CPU of the idle nodes per dispatch per node.
+    node_cpu_us: f64,
+    /// Throughput of the one worker process.
+    jobs_per_s: f64,
+    /// Redis CPU per job.
+    redis_cpu_us: f64,
+}
+
 /// One worker process takes `--fleet-jobs` dispatches while `idle` more
 /// processes host a node each and no worker: their CPU per dispatch per
-/// node (what a pool-wide dispatch costs a node that takes no part in it).
-async fn measure_idle_nodes(ctx: &Ctx, idle: usize, mode: FleetMode) -> Result<f64, BoxError> {
+/// node (what a pool-wide dispatch costs a node that takes no part in it),
+/// the throughput and Redis's CPU per job.
+async fn measure_idle_nodes(
+    ctx: &Ctx,
+    idle: usize,
+    mode: FleetMode,
+) -> Result<IdleRound, BoxError> {
     let jobs = ctx.opts.fleet_jobs.max(1);
     let pool = flotilla_testkit::unique_name("bench-fleet-idle");
     let mirror = mode == FleetMode::Mirror;
@@ -284,6 +334,8 @@ async fn measure_idle_nodes(ctx: &Ctx, idle: usize, mode: FleetMode) -> Result<f
             .sum()
     };
     let before = idle_cpu();
+    let redis_before = redis_cpu_seconds(&ctx.client).await?;
+    let t0 = Instant::now();
     let mut admitted = futures::stream::iter((0..jobs).map(|i| {
         let node = dispatcher.clone();
         async move { node.dispatch_job(&format!("idle-{i:06}"), &b"{}"[..]).await }
@@ -293,14 +345,21 @@ async fn measure_idle_nodes(ctx: &Ctx, idle: usize, mode: FleetMode) -> Result<f
         result?;
     }
     drop(admitted);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let redis_after = redis_cpu_seconds(&ctx.client).await?;
     let after = idle_cpu();
     dispatcher.close().await?;
     for child in worker.into_iter().chain(idle_nodes) {
         child.wait().await?;
     }
     super::idle::delete_pool_keys(ctx, &pool).await?;
-    match (before, after) {
-        (Some(b), Some(a)) => Ok((a - b) * 1e6 / jobs as f64 / idle as f64),
-        _ => Ok(f64::NAN),
-    }
+    let n = jobs as f64;
+    Ok(IdleRound {
+        node_cpu_us: match (before, after) {
+            (Some(b), Some(a)) => (a - b) * 1e6 / n / idle as f64,
+            _ => f64::NAN,
+        },
+        jobs_per_s: n / elapsed,
+        redis_cpu_us: (redis_after - redis_before) * 1e6 / n,
+    })
 }

@@ -48,7 +48,11 @@ impl Run {
             FaultKind::Kill | FaultKind::RemoveWorker if n < target || n <= 2 => {
                 FaultKind::AddWorker
             }
-            FaultKind::Pause | FaultKind::Cut if self.fleet.up().len() <= 2 => FaultKind::AddWorker,
+            FaultKind::Pause | FaultKind::Cut | FaultKind::Slow | FaultKind::CutRollback
+                if self.fleet.up().len() <= 2 =>
+            {
+                FaultKind::AddWorker
+            }
             FaultKind::AddWorker if n > target => FaultKind::RemoveWorker,
             k => k,
         }
@@ -131,6 +135,77 @@ impl Run {
                     m.health = Health::Up;
                 }
                 self.record(kind, Some(pid), true);
+            }
+            FaultKind::Slow => {
+                // A gray failure: the link works, too slowly for the
+                // renewals to come back in time, while those the client
+                // gave up on still renew the lease in Redis.
+                self.fleet.refresh();
+                let Some(pid) = self.fleet.busiest_up() else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                let delay = self.rng.random_range(ttl / 4..=ttl);
+                if let Some(m) = self.fleet.member(pid) {
+                    m.proxy.slow_down(delay);
+                    m.health = Health::Cut;
+                }
+                self.record(kind, Some(pid), false);
+                self.observe(since, since + ttl * 2, false, &mut recovered)
+                    .await;
+                if let Some(m) = self.fleet.member(pid) {
+                    m.proxy.heal();
+                    m.health = Health::Up;
+                }
+                self.record(kind, Some(pid), true);
+                since = Instant::now();
+            }
+            FaultKind::CutRollback => {
+                let server = self.server.clone();
+                let snapshot = tokio::task::spawn_blocking(move || {
+                    server
+                        .lock()
+                        .map_err(|_| {
+                            flotilla_testkit::Error::Startup("server lock poisoned".into())
+                        })?
+                        .save_snapshot()
+                })
+                .await
+                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                self.fleet.refresh();
+                let Some(pid) = self.fleet.busiest_up() else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                if let Some(m) = self.fleet.member(pid) {
+                    m.proxy.set_mode(ProxyMode::BlackHole);
+                    m.health = Health::Cut;
+                }
+                self.record(kind, Some(pid), false);
+                let cut_at = Instant::now();
+                // Work Redis will lose, on the other workers, while the cut
+                // one still runs its jobs under its lease.
+                let lost = Duration::from_millis(self.rng.random_range(500..=1500));
+                tokio::time::sleep(lost).await;
+                let server = self.server.clone();
+                tokio::task::spawn_blocking(move || {
+                    server
+                        .lock()
+                        .map_err(|_| {
+                            flotilla_testkit::Error::Startup("server lock poisoned".into())
+                        })?
+                        .roll_back(&snapshot)
+                })
+                .await
+                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                self.observe(since, cut_at + ttl * 2, false, &mut recovered)
+                    .await;
+                if let Some(m) = self.fleet.member(pid) {
+                    m.proxy.heal();
+                    m.health = Health::Up;
+                }
+                self.record(kind, Some(pid), true);
+                since = Instant::now();
             }
             FaultKind::RestartAof | FaultKind::RestartEmpty => {
                 self.record(kind, None, false);
@@ -308,13 +383,19 @@ impl Run {
                 let worst = self.recovery.entry(kind).or_default();
                 *worst = (*worst).max(d);
             }
-            None => self.unrecovered.push(format!(
-                "{} (pid {:?}) at {:.1} s: not recovered within {:?}",
-                kind.name(),
-                target,
-                since.elapsed().as_secs_f64(),
-                self.options.recovery_limit
-            )),
+            None => {
+                let missing = self.not_running();
+                let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
+                self.unrecovered.push(format!(
+                    "{} (pid {:?}) at {:.1} s: not recovered within {:?}: {} keys not running on a member that is up, e.g. {}",
+                    kind.name(),
+                    target,
+                    since.elapsed().as_secs_f64(),
+                    self.options.recovery_limit,
+                    missing.len(),
+                    shown.join(", ")
+                ))
+            }
         }
         Ok(())
     }

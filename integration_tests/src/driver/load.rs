@@ -41,6 +41,12 @@ pub(crate) struct LoadStats {
 pub(crate) struct Load {
     pub(crate) keys: Arc<Mutex<BTreeMap<String, KeyState>>>,
     busy: Arc<Mutex<HashSet<String>>>,
+    /// Keys whose last stop failed (timeout, unavailable): it may still take
+    /// effect at any time, so a `JobExists` answered meanwhile does not say
+    /// the key will keep running (the stop can land after it). Cleared by
+    /// an admission (`Ok`: a new run, which that stop does not name) or a
+    /// stop with a definite answer.
+    stop_in_doubt: Arc<Mutex<HashSet<String>>>,
     pub(crate) stats: Arc<Mutex<LoadStats>>,
     nodes: Arc<Vec<Node>>,
     ledger: LedgerWriter,
@@ -54,6 +60,7 @@ impl Load {
         Load {
             keys: Arc::new(Mutex::new(keys)),
             busy: Arc::new(Mutex::new(HashSet::new())),
+            stop_in_doubt: Arc::new(Mutex::new(HashSet::new())),
             stats: Arc::new(Mutex::new(LoadStats::default())),
             nodes: Arc::new(nodes),
             ledger,
@@ -65,6 +72,21 @@ impl Load {
             .lock()
             .map(|k| k.get(key).copied().unwrap_or(KeyState::Stopped))
             .unwrap_or(KeyState::Unknown)
+    }
+
+    /// Marks (or clears) a stop of `key` whose outcome is not known.
+    fn stop_doubt(&self, key: &str, doubt: bool) {
+        if let Ok(mut d) = self.stop_in_doubt.lock() {
+            if doubt {
+                d.insert(key.to_string());
+            } else {
+                d.remove(key);
+            }
+        }
+    }
+
+    fn in_doubt(&self, key: &str) -> bool {
+        self.stop_in_doubt.lock().is_ok_and(|d| d.contains(key))
     }
 
     fn set(&self, key: &str, state: KeyState) {
@@ -140,6 +162,7 @@ impl Load {
                     key: key.to_string(),
                     node: node.id().to_string(),
                 });
+                self.stop_doubt(key, false);
                 self.set(key, KeyState::Running);
                 self.count(|s| s.dispatch_ok += 1);
             }
@@ -147,7 +170,14 @@ impl Load {
                 self.ledger.record(Record::Exists {
                     key: key.to_string(),
                 });
-                self.set(key, KeyState::Running);
+                // The run that exists may be the one a failed stop still
+                // ends.
+                let state = if self.in_doubt(key) {
+                    KeyState::Unknown
+                } else {
+                    KeyState::Running
+                };
+                self.set(key, state);
                 self.count(|s| s.dispatch_exists += 1);
             }
             Err(e) => {
@@ -172,16 +202,19 @@ impl Load {
         let outcome = match result {
             Ok(()) => {
                 self.count(|s| s.stop_ok += 1);
+                self.stop_doubt(key, false);
                 self.set(key, KeyState::Stopped);
                 "ok"
             }
             Err(Error::JobNotFound(_)) => {
                 self.count(|s| s.stop_not_found += 1);
+                self.stop_doubt(key, false);
                 self.set(key, KeyState::Stopped);
                 "not_found"
             }
             Err(_) => {
                 self.count(|s| s.stop_errors += 1);
+                self.stop_doubt(key, true);
                 self.set(key, KeyState::Unknown);
                 "unknown"
             }
@@ -199,10 +232,16 @@ impl Load {
     }
 
     /// Settles keys left `Unknown`: dispatching again tells whether the
-    /// pool has them (`Ok` or `JobExists` → running).
+    /// pool has them (`Ok` or `JobExists` → running); a key whose last stop
+    /// failed is stopped again instead (a definite answer → stopped), as a
+    /// `JobExists` could not tell whether that stop lands later.
     pub(crate) async fn settle_unknown(&self) {
         for key in self.keys_in(KeyState::Unknown) {
-            self.dispatch(0, &key).await;
+            if self.in_doubt(&key) {
+                self.stop(0, &key).await;
+            } else {
+                self.dispatch(0, &key).await;
+            }
         }
     }
 }

@@ -416,11 +416,20 @@ impl Run {
     /// Whether every key the dispatchers believe running runs on a member
     /// that is up.
     fn recovered(&mut self) -> bool {
+        self.not_running().is_empty()
+    }
+
+    /// The keys believed running that run on no member that is up.
+    fn not_running(&mut self) -> Vec<String> {
         self.fleet.refresh();
         let up: HashSet<u32> = self.fleet.up().into_iter().collect();
-        self.load
+        let mut missing: Vec<String> = self
+            .load
             .keys_in(KeyState::Running)
-            .iter()
-            .all(|k| self.fleet.runs_on_up_member(k, &up))
+            .into_iter()
+            .filter(|k| !self.fleet.runs_on_up_member(k, &up))
+            .collect();
+        missing.sort();
+        missing
     }
 }

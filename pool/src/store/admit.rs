@@ -48,8 +48,12 @@ pub(crate) struct AdmitLimits {
 pub(crate) enum Admitted {
     /// Admitted (or a retry of that very admission) with this token.
     Ok { token: u64 },
-    /// The key runs or is being dispatched.
+    /// The key runs, or moves (a requeue or hand-off of a job that ran).
     Exists,
+    /// Another dispatch admitted the key and its start is not recorded
+    /// yet: it may still fail or be lost, so whether the key will run is
+    /// not known.
+    Pending,
     /// Admitted within the idempotency window; it ends after this long.
     Recent(Duration),
     /// A schedule's dispatch by a node that no longer leads it.
@@ -69,6 +73,7 @@ impl Admitted {
         match self {
             Admitted::Ok { .. } => "ok",
             Admitted::Exists => "exists",
+            Admitted::Pending => "pending",
             Admitted::Recent(_) => "recent",
             Admitted::NotLeader => "not_leader",
             Admitted::NoWorker => "no_worker",
@@ -103,6 +108,7 @@ impl Admitted {
         };
         Ok(match (word, number) {
             ("exists", None) => Admitted::Exists,
+            ("pending", None) => Admitted::Pending,
             ("recent", Some(ms)) => Admitted::Recent(Duration::from_millis(ms)),
             ("not_leader", None) => Admitted::NotLeader,
             ("no_worker", None) => Admitted::NoWorker,

@@ -171,7 +171,23 @@ async fn admit_unmark_and_schedule_forget_answer_each_status() {
         "retry"
     );
     let again = f.admission("a1", "w1", 2);
-    assert_eq!(f.admit(&limits, again).await, Admitted::Exists);
+    assert_eq!(
+        f.admit(&limits, again.clone()).await,
+        Admitted::Pending,
+        "another dispatch's admission, not started yet"
+    );
+    let id = f.entry_ids("w1").await.pop().unwrap();
+    assert_eq!(
+        s.claim_start(&f.start("a1", token, "w1", &id))
+            .await
+            .unwrap(),
+        Claimed::Ok
+    );
+    assert_eq!(
+        f.admit(&limits, again).await,
+        Admitted::Exists,
+        "once it started"
+    );
     let gone = f.admission("a2", "w-gone", 3);
     assert_eq!(f.admit(&limits, gone).await, Admitted::NoWorker);
     let full = AdmitLimits {

@@ -554,7 +554,7 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
 
 /// One `admit.lua` call decides each admission as its own call would, in
 /// order: the first admission of a key is admitted, a second one finds it
-/// (I3), a retry of the first (a lost reply) gets its token again, and an
+/// pending, not started yet (I3), a retry of the first (a lost reply) gets its token again, and an
 /// owner that is not registered is refused; the admitted job starts once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_admissions_decides_each_in_order() {
@@ -590,7 +590,7 @@ async fn a_batch_of_admissions_decides_each_in_order() {
     ];
     let replies = inner.store.admit(&limits, &batch).await.unwrap();
     let statuses: Vec<&str> = replies.iter().map(Admitted::as_str).collect();
-    assert_eq!(statuses, ["ok", "exists", "ok", "no_worker"]);
+    assert_eq!(statuses, ["ok", "pending", "ok", "no_worker"]);
     let token = |i: usize| match replies[i] {
         Admitted::Ok { token } => Some(token),
         _ => None,
@@ -696,5 +696,6 @@ impl Handler for HookOnStop {
 mod data_loss;
 mod drain;
 mod handoff_rollback;
+mod pending_admission;
 mod recovery_window;
 mod sweeper;

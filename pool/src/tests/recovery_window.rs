@@ -154,7 +154,7 @@ async fn a_node_that_joined_after_a_rollback_sees_it_first() {
 
 /// The pending map's hash of pool `name`: an admission writes the key's
 /// guard there.
-fn pending_hash(name: &str) -> String {
+pub(super) fn pending_hash(name: &str) -> String {
     flotilla_rmap::MapKeys::new(crate::keys::PENDING_MAP, Some(name))
         .unwrap()
         .hash

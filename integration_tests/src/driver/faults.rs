@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use flotilla_testkit::ProxyMode;
+use flotilla_testkit::{ProxyMode, RedisServer};
 use nix::sys::signal::Signal;
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -115,106 +115,52 @@ impl Run {
                 // A live partition of the process that holds the most jobs:
                 // it keeps running, and must stop all of them before anyone
                 // else may start them. The three ways a link fails rotate.
-                self.fleet.refresh();
-                let Some(pid) = self.fleet.busiest_up() else {
-                    return Ok(());
-                };
-                target = Some(pid);
                 let mode =
                     [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze][self.cuts % 3];
                 self.cuts += 1;
-                if let Some(m) = self.fleet.member(pid) {
-                    m.proxy.set_mode(mode);
-                    m.health = Health::Cut;
-                }
-                self.record(kind, Some(pid), false);
+                let Some(pid) = self.degrade_busiest_link(kind, mode) else {
+                    return Ok(());
+                };
+                target = Some(pid);
                 self.observe(since, since + ttl * 2, false, &mut recovered)
                     .await;
-                if let Some(m) = self.fleet.member(pid) {
-                    m.proxy.heal();
-                    m.health = Health::Up;
-                }
-                self.record(kind, Some(pid), true);
+                self.heal_link(kind, pid);
             }
             FaultKind::Slow => {
                 // A gray failure: the link works, too slowly for the
                 // renewals to come back in time, while those the client
                 // gave up on still renew the lease in Redis.
-                self.fleet.refresh();
-                let Some(pid) = self.fleet.busiest_up() else {
+                let delay = self.rng.random_range(ttl / 4..=ttl);
+                let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::Delay(delay)) else {
                     return Ok(());
                 };
                 target = Some(pid);
-                let delay = self.rng.random_range(ttl / 4..=ttl);
-                if let Some(m) = self.fleet.member(pid) {
-                    m.proxy.slow_down(delay);
-                    m.health = Health::Cut;
-                }
-                self.record(kind, Some(pid), false);
                 self.observe(since, since + ttl * 2, false, &mut recovered)
                     .await;
-                if let Some(m) = self.fleet.member(pid) {
-                    m.proxy.heal();
-                    m.health = Health::Up;
-                }
-                self.record(kind, Some(pid), true);
+                self.heal_link(kind, pid);
                 since = Instant::now();
             }
             FaultKind::CutRollback => {
-                let server = self.server.clone();
-                let snapshot = tokio::task::spawn_blocking(move || {
-                    server
-                        .lock()
-                        .map_err(|_| {
-                            flotilla_testkit::Error::Startup("server lock poisoned".into())
-                        })?
-                        .save_snapshot()
-                })
-                .await
-                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
-                self.fleet.refresh();
-                let Some(pid) = self.fleet.busiest_up() else {
+                let snapshot = self.on_server(|s| s.save_snapshot()).await?;
+                let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::BlackHole) else {
                     return Ok(());
                 };
                 target = Some(pid);
-                if let Some(m) = self.fleet.member(pid) {
-                    m.proxy.set_mode(ProxyMode::BlackHole);
-                    m.health = Health::Cut;
-                }
-                self.record(kind, Some(pid), false);
                 let cut_at = Instant::now();
                 // Work Redis will lose, on the other workers, while the cut
                 // one still runs its jobs under its lease.
                 let lost = Duration::from_millis(self.rng.random_range(500..=1500));
                 tokio::time::sleep(lost).await;
-                let server = self.server.clone();
-                tokio::task::spawn_blocking(move || {
-                    server
-                        .lock()
-                        .map_err(|_| {
-                            flotilla_testkit::Error::Startup("server lock poisoned".into())
-                        })?
-                        .roll_back(&snapshot)
-                })
-                .await
-                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                self.on_server(move |s| s.roll_back(&snapshot)).await?;
                 self.observe(since, cut_at + ttl * 2, false, &mut recovered)
                     .await;
-                if let Some(m) = self.fleet.member(pid) {
-                    m.proxy.heal();
-                    m.health = Health::Up;
-                }
-                self.record(kind, Some(pid), true);
+                self.heal_link(kind, pid);
                 since = Instant::now();
             }
             FaultKind::RestartAof | FaultKind::RestartEmpty => {
                 self.record(kind, None, false);
-                let server = self.server.clone();
                 let empty = kind == FaultKind::RestartEmpty;
-                let restarted = tokio::task::spawn_blocking(move || {
-                    let mut s = server.lock().map_err(|_| {
-                        flotilla_testkit::Error::Startup("server lock poisoned".into())
-                    })?;
+                self.on_server(move |s| {
                     s.kill();
                     if empty {
                         let dir = s.data_dir().to_path_buf();
@@ -223,55 +169,28 @@ impl Run {
                     }
                     s.start_again()
                 })
-                .await
-                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))?;
-                restarted?;
+                .await?;
                 self.record(kind, None, true);
             }
             FaultKind::Rollback => {
-                let server = self.server.clone();
-                let snapshot = tokio::task::spawn_blocking(move || {
-                    server
-                        .lock()
-                        .map_err(|_| {
-                            flotilla_testkit::Error::Startup("server lock poisoned".into())
-                        })?
-                        .save_snapshot()
-                })
-                .await
-                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                let snapshot = self.on_server(|s| s.save_snapshot()).await?;
                 // Normal work (the load goes on) that Redis will lose.
                 let lost = Duration::from_millis(self.rng.random_range(2000..=4000));
                 tokio::time::sleep(lost).await;
                 self.record(kind, None, false);
                 since = Instant::now();
-                let server = self.server.clone();
-                tokio::task::spawn_blocking(move || {
-                    server
-                        .lock()
-                        .map_err(|_| {
-                            flotilla_testkit::Error::Startup("server lock poisoned".into())
-                        })?
-                        .roll_back(&snapshot)
-                })
-                .await
-                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                self.on_server(move |s| s.roll_back(&snapshot)).await?;
                 self.record(kind, None, true);
             }
             FaultKind::OutageThenKill => {
                 self.record(kind, None, false);
-                let server = self.server.clone();
                 let down = Duration::from_millis(self.rng.random_range(2000..=3000));
-                tokio::task::spawn_blocking(move || {
-                    let mut s = server.lock().map_err(|_| {
-                        flotilla_testkit::Error::Startup("server lock poisoned".into())
-                    })?;
+                self.on_server(move |s| {
                     s.kill();
                     std::thread::sleep(down);
                     s.start_again()
                 })
-                .await
-                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                .await?;
                 // The workers resume their suspended jobs; then one dies.
                 tokio::time::sleep(Duration::from_millis(self.rng.random_range(1000..=3000))).await;
                 self.fleet.refresh();
@@ -398,6 +317,46 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// Runs `f` on the Redis server, on a blocking thread (it waits for
+    /// the server's processes and files).
+    async fn on_server<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut RedisServer) -> Result<T, flotilla_testkit::Error> + Send + 'static,
+    ) -> Result<T, ChaosError> {
+        let server = self.server.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let mut server = server
+                .lock()
+                .map_err(|_| flotilla_testkit::Error::Startup("server lock poisoned".into()))?;
+            f(&mut server)
+        })
+        .await
+        .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))?;
+        Ok(result?)
+    }
+
+    /// Puts the link of the process that holds the most jobs in `mode` and
+    /// records the fault's start; `None` when no process is up.
+    fn degrade_busiest_link(&mut self, kind: FaultKind, mode: ProxyMode) -> Option<u32> {
+        self.fleet.refresh();
+        let pid = self.fleet.busiest_up()?;
+        if let Some(m) = self.fleet.member(pid) {
+            m.proxy.set_mode(mode);
+            m.health = Health::Cut;
+        }
+        self.record(kind, Some(pid), false);
+        Some(pid)
+    }
+
+    /// Heals the link of `pid` and records the fault's end.
+    fn heal_link(&mut self, kind: FaultKind, pid: u32) {
+        if let Some(m) = self.fleet.member(pid) {
+            m.proxy.heal();
+            m.health = Health::Up;
+        }
+        self.record(kind, Some(pid), true);
     }
 
     /// Polls for recovery until `until` (or, with `stop_early`, until

@@ -53,6 +53,27 @@ async fn admitted_not_started(
     first
 }
 
+/// Dispatches "k" from `dispatcher` in a task, while the first admission's
+/// start is held back: whatever it would answer then, it is not
+/// `JobExists` (nothing runs "k" yet), so it has not answered 300 ms later.
+async fn second_dispatch_waits(
+    dispatcher: &Node,
+    handler: &Counting,
+) -> tokio::task::JoinHandle<crate::Result<()>> {
+    let mut second = {
+        let dispatcher = dispatcher.clone();
+        tokio::spawn(async move { dispatcher.dispatch_job("k", &b"p"[..]).await })
+    };
+    if let Ok(early) = tokio::time::timeout(Duration::from_millis(300), &mut second).await {
+        panic!(
+            "the second dispatch answered {:?} before the first started (starts: {})",
+            early.unwrap(),
+            handler.starts.load(Ordering::SeqCst)
+        );
+    }
+    second
+}
+
 /// While the first admission has not started, a second dispatch does not
 /// answer `JobExists`; once it starts, it does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,19 +82,7 @@ async fn a_second_dispatch_answers_exists_once_the_first_started() {
     let name = flotilla_testkit::unique_name("pending-exists");
     let (client, node, dispatcher, handler) = pool_with_a_held_start(&server, &name).await;
     let first = admitted_not_started(&client, &name, &node, "k").await;
-    let mut second = {
-        let dispatcher = dispatcher.clone();
-        tokio::spawn(async move { dispatcher.dispatch_job("k", &b"p"[..]).await })
-    };
-    // Whatever the second dispatch answers while the start is held back,
-    // it is not `JobExists`: nothing runs "k" yet.
-    if let Ok(early) = tokio::time::timeout(Duration::from_millis(300), &mut second).await {
-        panic!(
-            "the second dispatch answered {:?} before the first started (starts: {})",
-            early.unwrap(),
-            handler.starts.load(Ordering::SeqCst)
-        );
-    }
+    let second = second_dispatch_waits(&dispatcher, &handler).await;
     node.inner.resume_all().await;
     first.await.unwrap().unwrap();
     let started_at = Instant::now();
@@ -99,16 +108,7 @@ async fn an_admission_lost_in_a_rollback_is_not_reported_existing() {
     let (client, node, dispatcher, handler) = pool_with_a_held_start(&server, &name).await;
     let snapshot = server.save_snapshot().unwrap();
     let first = admitted_not_started(&client, &name, &node, "k").await;
-    let mut second = {
-        let dispatcher = dispatcher.clone();
-        tokio::spawn(async move { dispatcher.dispatch_job("k", &b"p"[..]).await })
-    };
-    if let Ok(early) = tokio::time::timeout(Duration::from_millis(300), &mut second).await {
-        panic!(
-            "the second dispatch answered {:?} before the first started",
-            early.unwrap()
-        );
-    }
+    let second = second_dispatch_waits(&dispatcher, &handler).await;
     server.roll_back(&snapshot).unwrap();
     node.inner.resume_all().await;
     let second = second.await.unwrap();

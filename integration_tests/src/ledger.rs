@@ -155,11 +155,15 @@ pub enum FaultKind {
     /// worker is still cut off (it cannot re-assert what it runs); healed
     /// 2 TTLs after the cut.
     CutRollback,
+    /// The same with Redis restarted without its data instead: the cut
+    /// worker's jobs survive only in that worker, which must re-assert
+    /// them once it is back.
+    CutRestartEmpty,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -173,11 +177,12 @@ impl FaultKind {
         FaultKind::FreezeRedis,
         FaultKind::Slow,
         FaultKind::CutRollback,
+        FaultKind::CutRestartEmpty,
     ];
 
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
-    /// `failover`, `freeze-redis`, `slow`, `cut-rollback`).
+    /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -193,6 +198,7 @@ impl FaultKind {
             FaultKind::FreezeRedis => "freeze-redis",
             FaultKind::Slow => "slow",
             FaultKind::CutRollback => "cut-rollback",
+            FaultKind::CutRestartEmpty => "cut-empty",
         }
     }
 
@@ -217,6 +223,7 @@ impl FaultKind {
             FaultKind::FreezeRedis => "sigstop/sigcont redis",
             FaultKind::Slow => "slow link (0.25-1 TTL each way)",
             FaultKind::CutRollback => "cut worker, rollback redis meanwhile",
+            FaultKind::CutRestartEmpty => "cut worker, redis loses its data meanwhile",
         }
     }
 }

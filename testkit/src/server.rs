@@ -195,6 +195,20 @@ impl RedisServer {
         self.start_again()
     }
 
+    /// Kills the server and starts it again on the same port with its data
+    /// gone (AOF and RDB files removed): a restart without persistence, or
+    /// a failover to an empty replica.
+    ///
+    /// # Errors
+    /// As [`RedisServer::start`].
+    pub fn restart_empty(&mut self) -> Result<(), Error> {
+        self.kill();
+        let dir = self.data_dir().to_path_buf();
+        let _ = std::fs::remove_dir_all(dir.join("appendonlydir"));
+        let _ = std::fs::remove_file(dir.join("dump.rdb"));
+        self.start_again()
+    }
+
     /// Starts a server that was [`kill`](RedisServer::kill)ed, on the same
     /// port and data directory.
     ///

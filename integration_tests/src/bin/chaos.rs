@@ -31,7 +31,7 @@ struct Args {
     seed: u64,
     /// Fault kinds to inject, comma-separated: kill, pause, cut,
     /// restart-aof, restart-empty, add, remove, rollback, outage-kill,
-    /// failover, freeze-redis, slow, cut-rollback (default: all that apply;
+    /// failover, freeze-redis, slow, cut-rollback, cut-empty (default: all that apply;
     /// failover only with --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,

@@ -27,7 +27,10 @@
 //!   dispatcher was "admitted" (`Ok` or `JobExists`) runs on a live,
 //!   unpaused process; a key whose last outcome was "stopped" runs nowhere.
 //! * **I3**: no two admissions (`Ok`) of one key without a stop request
-//!   between them.
+//!   between them — unless Redis lost its data in between while the only
+//!   process that ran the key was cut off (a `cut-empty` fault): then
+//!   nothing reachable knows the key, and the second admission is counted,
+//!   not flagged (`readmitted_after_loss`).
 //! * **Stops hold** (I2): once `stop_job` answered `Ok` or `JobNotFound`,
 //!   the key runs nowhere (after `stop_grace`) until it is dispatched
 //!   again: a `JobNotFound` for a key that runs, or a stop undone later in
@@ -239,6 +242,11 @@ pub struct Report {
     pub moves_checked: usize,
     /// Stop answers (`Ok` or `JobNotFound`) checked to hold.
     pub stops_checked: usize,
+    /// Second admissions of a key after Redis lost its data while the only
+    /// process running the key was cut off (`cut-empty`): nothing reachable
+    /// knew the key then, so a new dispatch is admitted again (I1 is still
+    /// checked: the cut-off copy must not run beside it).
+    pub readmitted_after_loss: usize,
 }
 
 impl Report {
@@ -290,7 +298,7 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
         v.sort_by_key(|(t, _)| *t);
         v
     };
-    check_admissions(&driver, &mut report);
+    check_admissions(&driver, &intervals, &faults, &mut report);
     stops::check_stops_hold(&driver, &intervals, options, &mut report);
     if let Some(end) = options.end_ns {
         check_running_at(end, &driver, &intervals, &faults, &mut report);
@@ -487,17 +495,42 @@ fn check_overlaps(intervals: &[Interval], options: &CheckOptions, report: &mut R
     }
 }
 
-fn check_admissions(driver: &[(u64, &Record)], report: &mut Report) {
+fn check_admissions(
+    driver: &[(u64, &Record)],
+    intervals: &[Interval],
+    faults: &[FaultSpan],
+    report: &mut Report,
+) {
+    // Redis lost its data between the two admissions while the key ran
+    // only on the process cut off then: no reachable process or Redis
+    // could know the key any more.
+    let forgotten_between = |key: &str, prev: u64, t: u64| {
+        faults.iter().any(|f| {
+            f.kind == FaultKind::CutRestartEmpty
+                && prev < f.from
+                && f.from < t
+                && intervals.iter().any(|iv| {
+                    iv.key == key
+                        && Some(iv.pid) == f.target
+                        && iv.start <= f.from
+                        && iv.end.is_none_or(|e| e > f.from)
+                })
+        })
+    };
     let mut last_admit: HashMap<&str, u64> = HashMap::new();
     for (t, r) in driver {
         match r {
             Record::Admit { key, .. } => {
                 report.admissions += 1;
                 if let Some(prev) = last_admit.insert(key, *t) {
-                    report.violations.push(Violation::DoubleAdmission {
-                        key: key.clone(),
-                        at: (prev, *t),
-                    });
+                    if forgotten_between(key, prev, *t) {
+                        report.readmitted_after_loss += 1;
+                    } else {
+                        report.violations.push(Violation::DoubleAdmission {
+                            key: key.clone(),
+                            at: (prev, *t),
+                        });
+                    }
                 }
             }
             Record::StopSent { key } => {

@@ -300,6 +300,40 @@ fn double_admission_needs_a_stop_between() {
     );
 }
 
+/// A second admission is not flagged only when Redis lost its data in
+/// between while the key ran on the process cut off then, and nowhere
+/// else; another process's cut, or a loss outside the two admissions,
+/// leaves it a violation.
+#[test]
+fn a_readmission_after_a_loss_cut_off_from_the_holder_is_counted_not_flagged() {
+    let driver = |fault_at: u64, target: u32| {
+        vec![
+            admit(10, "k"),
+            fault(fault_at, FaultKind::CutRestartEmpty, target, false),
+            fault(fault_at + 40, FaultKind::CutRestartEmpty, target, true),
+            admit(60, "k"),
+        ]
+    };
+    // "k" ran on process 7 from 12 to 25 (stopped on its lease loss), then
+    // on process 8 from 61.
+    let workers = vec![
+        start(7, 12, "k", "w7", 1),
+        stop(7, 25, "k", "w7"),
+        start(8, 61, "k", "w8", 2),
+    ];
+    let r = check(&[driver(20, 7), workers.clone()], &CheckOptions::default());
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    for (at, target) in [(20, 8), (5, 7)] {
+        let r = check(
+            &[driver(at, target), workers.clone()],
+            &CheckOptions::default(),
+        );
+        assert_eq!(kinds(&r), vec!["double"], "cut of {target} at {at}");
+        assert_eq!(r.readmitted_after_loss, 0);
+    }
+}
+
 #[test]
 fn moves_must_follow_the_ring() {
     // Find a key that "a" owns among {a, b} and keeps when c joins, and one

@@ -48,7 +48,11 @@ impl Run {
             FaultKind::Kill | FaultKind::RemoveWorker if n < target || n <= 2 => {
                 FaultKind::AddWorker
             }
-            FaultKind::Pause | FaultKind::Cut | FaultKind::Slow | FaultKind::CutRollback
+            FaultKind::Pause
+            | FaultKind::Cut
+            | FaultKind::Slow
+            | FaultKind::CutRollback
+            | FaultKind::CutRestartEmpty
                 if self.fleet.up().len() <= 2 =>
             {
                 FaultKind::AddWorker
@@ -140,8 +144,13 @@ impl Run {
                 self.heal_link(kind, pid);
                 since = Instant::now();
             }
-            FaultKind::CutRollback => {
-                let snapshot = self.on_server(|s| s.save_snapshot()).await?;
+            FaultKind::CutRollback | FaultKind::CutRestartEmpty => {
+                let rollback = kind == FaultKind::CutRollback;
+                let snapshot = if rollback {
+                    Some(self.on_server(|s| s.save_snapshot()).await?)
+                } else {
+                    None
+                };
                 let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::BlackHole) else {
                     return Ok(());
                 };
@@ -151,7 +160,11 @@ impl Run {
                 // one still runs its jobs under its lease.
                 let lost = Duration::from_millis(self.rng.random_range(500..=1500));
                 tokio::time::sleep(lost).await;
-                self.on_server(move |s| s.roll_back(&snapshot)).await?;
+                self.on_server(move |s| match &snapshot {
+                    Some(snapshot) => s.roll_back(snapshot),
+                    None => s.restart_empty(),
+                })
+                .await?;
                 self.observe(since, cut_at + ttl * 2, false, &mut recovered)
                     .await;
                 self.heal_link(kind, pid);
@@ -161,13 +174,12 @@ impl Run {
                 self.record(kind, None, false);
                 let empty = kind == FaultKind::RestartEmpty;
                 self.on_server(move |s| {
-                    s.kill();
                     if empty {
-                        let dir = s.data_dir().to_path_buf();
-                        let _ = std::fs::remove_dir_all(dir.join("appendonlydir"));
-                        let _ = std::fs::remove_file(dir.join("dump.rdb"));
+                        s.restart_empty()
+                    } else {
+                        s.kill();
+                        s.start_again()
                     }
-                    s.start_again()
                 })
                 .await?;
                 self.record(kind, None, true);

@@ -123,6 +123,10 @@ impl ChaosSummary {
                 ),
             ),
             (
+                "admitted again after a data loss cut off from the key's holder",
+                self.report.readmitted_after_loss.to_string(),
+            ),
+            (
                 "unrequested moves checked against the ring",
                 self.report.moves_checked.to_string(),
             ),
@@ -190,6 +194,7 @@ impl ChaosSummary {
             "running_at_end": self.running_at_end,
             "intervals": self.report.intervals,
             "stale_windows": self.report.stale_windows,
+            "readmitted_after_loss": self.report.readmitted_after_loss,
             "moves_checked": self.report.moves_checked,
             "stops_checked": self.report.stops_checked,
             "violations": self.violations,

@@ -7,7 +7,7 @@
 use super::jobs::Routed;
 use super::workers::Recovery;
 use super::*;
-use fred::prelude::HashesInterface;
+use fred::prelude::{HashesInterface, ServerInterface};
 
 #[tokio::test]
 async fn a_stop_stands_again_over_an_older_state_but_not_over_a_newer_run() {
@@ -103,6 +103,64 @@ async fn a_hand_off_stands_again_only_where_redis_went_back_to_before_it() {
         );
     }
     assert!(s.payload("h3").await.unwrap().is_none());
+}
+
+/// After an empty restart, the payload a hand-off of an older run gives
+/// back must not stand in for a newer run of the key: a worker that ran
+/// the key again since (a newer dispatch, a newer token) and suspended it
+/// on a lease loss re-asserts it with its own payload, and the old run's
+/// stop, made to stand after that, leaves it. Whichever order the nodes'
+/// recoveries take (found by the chaos run's cut-with-empty-restart fault:
+/// the newer run's only payload went with the old stop).
+#[tokio::test]
+async fn an_older_run_given_back_does_not_stand_in_for_a_newer_one() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (handed_off, newer) = (5_000_000, 6_000_000);
+    let old = codec::stored(1_000, &body("old"));
+    let new = codec::stored(5_500, &body("new"));
+    let suspended = Reassert::Suspended;
+    // An empty restart: the first script opens the recovery window.
+    let _: () = s.client.flushall(false).await.unwrap();
+    // The hand-off's node first, then the worker of the newer run.
+    assert_eq!(
+        s.handoff_stands("a", handed_off, old.clone())
+            .await
+            .unwrap(),
+        HandoffStands::Restored
+    );
+    assert_eq!(
+        s.reassert("a", "w2", newer, new.clone(), suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Orphaned
+    );
+    assert_eq!(
+        s.stop_stands("a", handed_off).await.unwrap(),
+        StopStands::None
+    );
+    assert_eq!(
+        s.payload("a").await.unwrap(),
+        Some(new.clone()),
+        "the newer run's payload"
+    );
+    // The worker of the newer run first.
+    assert_eq!(
+        s.reassert("b", "w2", newer, new.clone(), suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Orphaned
+    );
+    assert_eq!(
+        s.handoff_stands("b", handed_off, old).await.unwrap(),
+        HandoffStands::Current,
+        "the newer run's token is the key's counter"
+    );
+    assert_eq!(
+        s.stop_stands("b", handed_off).await.unwrap(),
+        StopStands::None
+    );
+    assert_eq!(s.payload("b").await.unwrap(), Some(new));
 }
 
 #[tokio::test]

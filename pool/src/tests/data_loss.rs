@@ -433,3 +433,39 @@ async fn dispatch_works_after_an_empty_restart_of_an_idle_pool() {
     assert!(worker.job_token("i2").is_some());
     node.close().await.unwrap();
 }
+
+/// A worker stopped a run of a key on request, then ran the key again
+/// (a new dispatch, a newer token) and suspended that run on a lease loss
+/// while Redis lost its data. Making the old stop stand after the loss
+/// must not end the newer run: its payload, given back for the orphan
+/// sweep by the worker's re-assertion, stays, and the job runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_stop_does_not_end_a_newer_suspended_run_after_data_loss() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("oldstop");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(1))
+        .dispatch_timeout(Duration::from_secs(5));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    let stopped = worker.job_token("k").unwrap();
+    node.stop_job("k").await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    let newer = worker.job_token("k").unwrap();
+    assert!(newer > stopped);
+    // The newer run suspended, as a lease loss does.
+    let (_, job) = worker.inner.jobs.remove("k").unwrap();
+    worker.inner.stop_handler("k").await.unwrap();
+    worker.inner.suspended.lock().await.insert("k".into(), job);
+    flushall(&client).await;
+    wait_until(Duration::from_secs(20), "'k' runs again", || async {
+        worker.job_token("k").is_some_and(|t| t > newer)
+    })
+    .await
+    .unwrap();
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 3);
+    node.close().await.unwrap();
+}

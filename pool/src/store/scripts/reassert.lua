@@ -44,11 +44,21 @@ if p then
 end
 local current = tonumber(redis.call('HGET', FENCING, key) or '0')
 if current > mine then return 'lost' end
+-- This run's token was issued: the counter never stays below it (a
+-- hand-off of an older run, given back after the loss, then sees it is
+-- not the latest).
+redis.call('HSET', FENCING, key, ARGV[6])
+-- The payload is this run's unless Redis holds one of this admission or
+-- a newer one: a payload of an *older* admission (a hand-off of an older
+-- run, given back after the loss) goes, or the older run's stop, made to
+-- stand later, would take the only copy of this one's.
+local stored = redis.call('HGET', PAYLOADS, key)
+local function created_ms(v) return tonumber(string.match(v, '^(%d+) ') or '') or 0 end
+if not stored or created_ms(stored) < created_ms(ARGV[7]) then
+  redis.call('HSET', PAYLOADS, key, ARGV[7])
+end
 if ARGV[8] == 'suspended' and recovering(tonumber(ARGV[9])) then
-  redis.call('HSETNX', PAYLOADS, key, ARGV[7])
   return 'orphaned'
 end
-redis.call('HSET', FENCING, key, ARGV[6])
-redis.call('HSETNX', PAYLOADS, key, ARGV[7])
 mset(JOBS, key, worker .. ' ' .. ARGV[6])
 return 'ok'

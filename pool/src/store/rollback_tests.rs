@@ -7,7 +7,7 @@
 use super::jobs::Routed;
 use super::workers::Recovery;
 use super::*;
-use fred::prelude::{HashesInterface, ServerInterface};
+use fred::prelude::HashesInterface;
 
 #[tokio::test]
 async fn a_stop_stands_again_over_an_older_state_but_not_over_a_newer_run() {

@@ -159,11 +159,16 @@ pub enum FaultKind {
     /// worker's jobs survive only in that worker, which must re-assert
     /// them once it is back.
     CutRestartEmpty,
+    /// A snapshot of Redis, then `SIGSTOP` of the busiest worker process,
+    /// then Redis goes back to the snapshot while it is stopped; `SIGCONT`
+    /// 2 TTLs after the pause: it wakes to a server that forgot part of
+    /// what it ran, and a lease that lapsed while it slept.
+    PauseRollback,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -178,11 +183,13 @@ impl FaultKind {
         FaultKind::Slow,
         FaultKind::CutRollback,
         FaultKind::CutRestartEmpty,
+        FaultKind::PauseRollback,
     ];
 
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
-    /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`).
+    /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
+    /// `pause-rollback`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -199,7 +206,14 @@ impl FaultKind {
             FaultKind::Slow => "slow",
             FaultKind::CutRollback => "cut-rollback",
             FaultKind::CutRestartEmpty => "cut-empty",
+            FaultKind::PauseRollback => "pause-rollback",
         }
+    }
+
+    /// Whether the fault `SIGSTOP`s its target process (which then runs
+    /// nothing until `SIGCONT`, its ledger silent meanwhile).
+    pub fn pauses_process(self) -> bool {
+        matches!(self, FaultKind::Pause | FaultKind::PauseRollback)
     }
 
     /// Parses a [`FaultKind::cli_name`].
@@ -224,6 +238,7 @@ impl FaultKind {
             FaultKind::Slow => "slow link (0.25-1 TTL each way)",
             FaultKind::CutRollback => "cut worker, rollback redis meanwhile",
             FaultKind::CutRestartEmpty => "cut worker, redis loses its data meanwhile",
+            FaultKind::PauseRollback => "sigstop worker, rollback redis meanwhile",
         }
     }
 }

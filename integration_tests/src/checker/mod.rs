@@ -414,7 +414,7 @@ fn check_pauses(
     for (i, iv) in intervals.iter_mut().enumerate() {
         for p in faults
             .iter()
-            .filter(|f| f.kind == FaultKind::Pause && f.target == Some(iv.pid))
+            .filter(|f| f.kind.pauses_process() && f.target == Some(iv.pid))
         {
             let Some(resumed) = p.to else { continue };
             // `kill(SIGSTOP)` returns before every thread of the target has
@@ -574,7 +574,7 @@ fn check_running_at(
     }
     let paused_at_end = |pid: u32| {
         faults.iter().any(|f| {
-            f.kind == FaultKind::Pause
+            f.kind.pauses_process()
                 && f.target == Some(pid)
                 && f.from <= end
                 && f.to.is_none_or(|t| t > end)

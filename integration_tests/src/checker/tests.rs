@@ -150,17 +150,21 @@ fn open_interval_of_a_killed_process_ends_at_the_kill() {
 #[test]
 fn paused_owner_stopped_by_the_watchdog_on_resume_is_accepted_when_fenced() {
     // Paused at 1000 for 3 s; another worker took the job at 3000 with a
-    // higher token; the watchdog stopped it 5 ms after SIGCONT.
+    // higher token; the watchdog stopped it 5 ms after SIGCONT. A pause
+    // with a rollback meanwhile is a pause too.
     let a = vec![start(10, 100, "k", "a", 1), stop(10, 4005, "k", "a")];
     let b = vec![start(20, 3000, "k", "b", 2)];
+    for kind in [FaultKind::PauseRollback, FaultKind::Pause] {
+        let f = vec![fault(1000, kind, 10, false), fault(4000, kind, 10, true)];
+        let r = check(&[a.clone(), b.clone(), f], &CheckOptions::default());
+        assert!(r.ok(), "{kind:?}: {:?}", r.violations);
+        assert_eq!(r.stale_windows, 1);
+        assert_eq!(r.worst_stale_window_ns, 5 * MS);
+    }
     let f = vec![
         fault(1000, FaultKind::Pause, 10, false),
         fault(4000, FaultKind::Pause, 10, true),
     ];
-    let r = check(&[a, b.clone(), f.clone()], &CheckOptions::default());
-    assert!(r.ok(), "{:?}", r.violations);
-    assert_eq!(r.stale_windows, 1);
-    assert_eq!(r.worst_stale_window_ns, 5 * MS);
 
     // Still running 2 s after SIGCONT: the watchdog did not act.
     let slow = vec![start(10, 100, "k", "a", 1), stop(10, 6000, "k", "a")];

@@ -53,6 +53,7 @@ impl Run {
             | FaultKind::Slow
             | FaultKind::CutRollback
             | FaultKind::CutRestartEmpty
+            | FaultKind::PauseRollback
                 if self.fleet.up().len() <= 2 =>
             {
                 FaultKind::AddWorker
@@ -114,6 +115,31 @@ impl Run {
                     m.process.signal(Signal::SIGCONT)?;
                     m.health = Health::Up;
                 }
+            }
+            FaultKind::PauseRollback => {
+                let snapshot = self.on_server(|s| s.save_snapshot()).await?;
+                self.fleet.refresh();
+                let Some(pid) = self.fleet.busiest_up() else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                if let Some(m) = self.fleet.member(pid) {
+                    m.process.signal(Signal::SIGSTOP)?;
+                    m.health = Health::Paused;
+                }
+                self.record(kind, Some(pid), false);
+                let paused_at = Instant::now();
+                let lost = Duration::from_millis(self.rng.random_range(500..=1500));
+                tokio::time::sleep(lost).await;
+                self.on_server(move |s| s.roll_back(&snapshot)).await?;
+                self.observe(since, paused_at + ttl * 2, false, &mut recovered)
+                    .await;
+                self.record(kind, Some(pid), true);
+                if let Some(m) = self.fleet.member(pid) {
+                    m.process.signal(Signal::SIGCONT)?;
+                    m.health = Health::Up;
+                }
+                since = Instant::now();
             }
             FaultKind::Cut => {
                 // A live partition of the process that holds the most jobs:

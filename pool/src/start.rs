@@ -130,16 +130,11 @@ impl WorkerInner {
             let _ = self.stop_handler(&key).await;
             self.jobs.remove(&key);
         }
-        if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) || !node.lease_valid() {
-            // Without a lease nothing starts; the entry stays in the inbox
-            // and is read again once the lease is back (or moved by cleanup).
-            // The clock check catches a process resumed after a long pause
-            // before its lease watchdog could run.
-            return Err(Error::Unavailable(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                "lease lost",
-            )));
-        }
+        // Without a lease nothing starts; the entry stays in the inbox and
+        // is read again once the lease is back (or moved by cleanup). The
+        // clock check catches a process resumed after a long pause before
+        // its lease watchdog could run.
+        self.check_lease(node)?;
         // An entry that may be stale is claimed in Redis before the
         // handler runs: only the worker whose claim is accepted starts the
         // key, whatever its replica says. A fresh one cannot be stale and
@@ -159,6 +154,11 @@ impl WorkerInner {
                 );
                 return Ok(());
             }
+            // The claim took a round trip: a stall or a pause meanwhile
+            // (past the lease) lets a cleaner move the job and another
+            // worker start it before this one would. The claim stands in
+            // Redis (a retry finds it), the start waits for the lease.
+            self.check_lease(node)?;
         }
         let job = Job::new_run(
             &key,
@@ -236,6 +236,17 @@ impl WorkerInner {
                 Ok(())
             }
         }
+    }
+
+    /// `Unavailable` ("lease lost") unless this worker holds its lease now.
+    fn check_lease(&self, node: &NodeInner) -> Result<()> {
+        if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) || !node.lease_valid() {
+            return Err(Error::Unavailable(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                "lease lost",
+            )));
+        }
+        Ok(())
     }
 
     /// The Redis side of start entry `event` in this worker's inbox.

@@ -696,6 +696,7 @@ impl Handler for HookOnStop {
 mod data_loss;
 mod drain;
 mod handoff_rollback;
+mod lease_after_claim;
 mod pending_admission;
 mod recovery_window;
 mod sweeper;

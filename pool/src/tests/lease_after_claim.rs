@@ -50,18 +50,7 @@ async fn a_claim_answered_after_the_lease_lapsed_does_not_start_the_job() {
 
     // The entry waits in the inbox (starts refused), then may be stale:
     // it takes the claim path when read again.
-    worker.inner.lease_lost.store(true, Ordering::Release);
-    let dispatch = {
-        let node = node.clone();
-        tokio::spawn(async move { node.dispatch_job("k", &b"p"[..]).await })
-    };
-    let inbox = node.inner.inbox(worker.id()).unwrap();
-    wait_until(Duration::from_secs(5), "start refused", || async {
-        let (failures, scheduled) = worker.inner.rewind_state();
-        failures > 0 && !scheduled && inbox.len().await.unwrap() == 1
-    })
-    .await
-    .unwrap();
+    let dispatch = dispatch_without_lease(&node, &worker, "k").await;
     node.inner.freshness.invalidate("test");
 
     // Redis holds every script (the claim, the renewals) for 3 s; reads go

@@ -157,18 +157,20 @@ async fn flushall(client: &fred::prelude::Client) {
         .unwrap();
 }
 
-/// A start refused while the lease is lost stays in the inbox and runs as
-/// soon as the lease is back, within the dispatcher's timeout (not after
-/// the pending guard expires and the orphan sweep requeues it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn start_refused_without_lease_runs_when_the_lease_is_back() {
-    let server = RedisServer::start().unwrap();
-    let (node, worker, handler) = pool(&server, &flotilla_testkit::unique_name("rewind")).await;
+/// Marks `worker`'s lease lost and dispatches `key` from `node` in a task;
+/// returns once the start reached the worker and was refused: it failed,
+/// is still in the inbox, and the rewind after the failure found no lease
+/// and gave up.
+async fn dispatch_without_lease(
+    node: &Node,
+    worker: &Worker,
+    key: &'static str,
+) -> tokio::task::JoinHandle<crate::Result<()>> {
     worker.inner.lease_lost.store(true, Ordering::Release);
-    let dispatcher = node.clone();
-    let dispatch = tokio::spawn(async move { dispatcher.dispatch_job("k1", &b"p"[..]).await });
-    // The start reached the worker and was refused: it failed, is still in
-    // the inbox, and the rewind after the failure found no lease and gave up.
+    let dispatch = {
+        let node = node.clone();
+        tokio::spawn(async move { node.dispatch_job(key, &b"p"[..]).await })
+    };
     let inbox = node.inner.inbox(worker.id()).unwrap();
     wait_until(Duration::from_secs(5), "start refused", || async {
         let (failures, scheduled) = worker.inner.rewind_state();
@@ -176,6 +178,17 @@ async fn start_refused_without_lease_runs_when_the_lease_is_back() {
     })
     .await
     .unwrap();
+    dispatch
+}
+
+/// A start refused while the lease is lost stays in the inbox and runs as
+/// soon as the lease is back, within the dispatcher's timeout (not after
+/// the pending guard expires and the orphan sweep requeues it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_refused_without_lease_runs_when_the_lease_is_back() {
+    let server = RedisServer::start().unwrap();
+    let (node, worker, handler) = pool(&server, &flotilla_testkit::unique_name("rewind")).await;
+    let dispatch = dispatch_without_lease(&node, &worker, "k1").await;
     assert_eq!(handler.starts.load(Ordering::SeqCst), 0);
     node.inner.resume_all().await;
     tokio::time::timeout(Duration::from_secs(5), dispatch)
@@ -184,6 +197,7 @@ async fn start_refused_without_lease_runs_when_the_lease_is_back() {
         .unwrap()
         .unwrap();
     assert_eq!(handler.starts.load(Ordering::SeqCst), 1);
+    let inbox = node.inner.inbox(worker.id()).unwrap();
     assert_eq!(inbox.len().await.unwrap(), 0, "entry removed once handled");
     node.close().await.unwrap();
 }
@@ -277,16 +291,7 @@ async fn stop_of_a_pending_job_stops_it_once_started() {
     let server = RedisServer::start().unwrap();
     let (node, worker, handler) =
         pool(&server, &flotilla_testkit::unique_name("stop-pending")).await;
-    worker.inner.lease_lost.store(true, Ordering::Release);
-    let dispatcher = node.clone();
-    let dispatch = tokio::spawn(async move { dispatcher.dispatch_job("k1", &b"p"[..]).await });
-    let inbox = node.inner.inbox(worker.id()).unwrap();
-    wait_until(Duration::from_secs(5), "start refused", || async {
-        let (failures, scheduled) = worker.inner.rewind_state();
-        failures > 0 && !scheduled && inbox.len().await.unwrap() == 1
-    })
-    .await
-    .unwrap();
+    let dispatch = dispatch_without_lease(&node, &worker, "k1").await;
     let stopper = node.clone();
     let stop = tokio::spawn(async move { stopper.stop_job("k1").await });
     // The stop waits for the start; let the lease come back.

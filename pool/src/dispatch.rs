@@ -34,6 +34,9 @@ enum Routed {
     /// owner): ended by the routing script itself, which left this fencing
     /// token as its tombstone.
     Stopped(u64),
+    /// A stop of a key Redis knows nothing of: the routing script left this
+    /// fencing token as its tombstone.
+    NotFound(u64),
 }
 
 /// Paces retries of a request for a job that is between owners: 5 ms,
@@ -196,13 +199,18 @@ impl Node {
                     pause.wait().await?;
                     continue;
                 }
+                Ok(Routed::NotFound(token)) => {
+                    self.inner.waiters.remove(&request);
+                    // Not found now; but a worker cut off from Redis while
+                    // Redis lost its data may hold a suspended copy, and
+                    // another loss may take the tombstone that keeps it out:
+                    // made to stand again then, like a stop answered `Ok`.
+                    self.inner.stops_requested.record(key, token);
+                    return self.inner.forget_failed_or_not_found(key).await;
+                }
                 Err(Error::JobNotFound(_)) => {
                     self.inner.waiters.remove(&request);
-                    // A job that failed for good is shown until stopped.
-                    if self.inner.store.forget_failed_job(key).await? {
-                        return Ok(());
-                    }
-                    return Err(Error::JobNotFound(key.to_string()));
+                    return self.inner.forget_failed_or_not_found(key).await;
                 }
                 Err(e) => {
                     self.inner.waiters.remove(&request);
@@ -254,10 +262,13 @@ impl Node {
             hops: 0,
         });
         let mut pause = SettlePause::new(self.inner.options.dispatch_timeout);
-        while let Routed::Pending = self.inner.to_owner(key, EV_NOTIFY, body.clone()).await? {
-            pause.wait().await?;
+        loop {
+            match self.inner.to_owner(key, EV_NOTIFY, body.clone()).await? {
+                Routed::Pending => pause.wait().await?,
+                Routed::NotFound(_) => return Err(Error::JobNotFound(key.to_string())),
+                Routed::Queued | Routed::Stopped(_) => return Ok(()),
+            }
         }
-        Ok(())
     }
 
     /// Sends `payload` to the handler's `message` on the worker that owns
@@ -485,6 +496,16 @@ impl NodeInner {
         }
     }
 
+    /// The end of a stop of a job that does not run: a job that failed for
+    /// good is shown until stopped, and the stop removes its record (`Ok`);
+    /// otherwise [`Error::JobNotFound`].
+    async fn forget_failed_or_not_found(&self, key: &str) -> Result<()> {
+        if self.store.forget_failed_job(key).await? {
+            return Ok(());
+        }
+        Err(Error::JobNotFound(key.to_string()))
+    }
+
     /// Queues `event` at the owner of job `key` (stop, notify).
     async fn to_owner(&self, key: &str, event: &str, body: Bytes) -> Result<Routed> {
         // The replica's owner, where the node mirrors the jobs map, is a
@@ -512,7 +533,8 @@ impl NodeInner {
                 store::Routed::Queued => return Ok(Routed::Queued),
                 store::Routed::Pending => return Ok(Routed::Pending),
                 store::Routed::Stopped(token) => return Ok(Routed::Stopped(token)),
-                store::Routed::NotFound => return Err(Error::JobNotFound(key.to_string())),
+                store::Routed::NotFound(Some(token)) => return Ok(Routed::NotFound(token)),
+                store::Routed::NotFound(None) => return Err(Error::JobNotFound(key.to_string())),
                 store::Routed::Moved(now) => owner = now,
             }
         }

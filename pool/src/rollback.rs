@@ -8,8 +8,8 @@
 //! replica (`Map::regressions`), or a script's `went_back`. It then opens
 //! the recovery window (nothing is admitted while it lasts, as after a data
 //! loss), marks itself as reconciling (the window lasts while any node's
-//! mark does), makes the stops its `stop_job` calls were answered `Ok` for
-//! stand again, and each of its workers reconciles Redis with what it runs:
+//! mark does), makes the stops its `stop_job` calls were answered for
+//! (`Ok`, or `JobNotFound` with the tombstone it left) stand again, and each of its workers reconciles Redis with what it runs:
 //! it registers again if Redis forgot it, re-asserts every job it runs or
 //! holds suspended (a newer fencing token wins over a stale record), and
 //! releases the records that still name it for jobs it no longer runs (a
@@ -272,9 +272,11 @@ impl NodeInner {
         Ok(())
     }
 
-    /// Makes the stops this node's `stop_job` calls were answered `Ok` for
-    /// lately stand again: the worker that carried one out may have died
-    /// within the writes Redis lost, and nothing else remembers that stop.
+    /// Makes the stops this node's `stop_job` calls were answered for lately
+    /// stand again: the worker that carried one out may have died within the
+    /// writes Redis lost, and nothing else remembers that stop. A stop
+    /// answered `JobNotFound` counts too: a worker cut off from Redis may
+    /// hold a suspended copy that only the stop's tombstone kept out.
     async fn requested_stops_stand(&self) -> Result<()> {
         let stops = self.stops_requested.recent(STOPS_REMEMBERED);
         self.make_stand(stops.into_iter(), |key, token| {

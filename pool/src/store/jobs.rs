@@ -25,8 +25,9 @@ pub(crate) enum Routed {
     /// owner): ended by the script itself, which left this fencing token as
     /// its tombstone.
     Stopped(u64),
-    /// No such job.
-    NotFound,
+    /// No such job. A stop left this fencing token as its tombstone (a
+    /// notify leaves none).
+    NotFound(Option<u64>),
     /// Another worker owns the job now (`"-"`: none).
     Moved(String),
 }
@@ -164,19 +165,19 @@ impl PoolStore {
             .run(&self.client, keys, args, self.timeout)
             .await?;
         let (status, rest) = status_reply(WHAT, reply)?;
+        let token = || {
+            rest.first()
+                .and_then(Value::as_string)
+                .and_then(|t| t.parse().ok())
+        };
         Ok(match status.as_str() {
             "ok" => Routed::Queued,
             "pending" => Routed::Pending,
-            "stopped" => Routed::Stopped(
-                rest.first()
-                    .and_then(Value::as_string)
-                    .and_then(|t| t.parse().ok())
-                    .ok_or_else(|| Error::Malformed {
-                        what: WHAT,
-                        reason: "a stop without its tombstone token".into(),
-                    })?,
-            ),
-            "not_found" => Routed::NotFound,
+            "stopped" => Routed::Stopped(token().ok_or_else(|| Error::Malformed {
+                what: WHAT,
+                reason: "a stop without its tombstone token".into(),
+            })?),
+            "not_found" => Routed::NotFound(token()),
             "moved" => Routed::Moved(
                 rest.first()
                     .and_then(Value::as_string)

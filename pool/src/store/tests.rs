@@ -349,7 +349,10 @@ async fn routing_scripts_answer_each_status() {
         Routed::Moved("w1".into())
     );
     assert_eq!(route("j1", "w1", "notify").await, Routed::Queued);
-    assert_eq!(route("nope", "-", "stop").await, Routed::NotFound);
+    assert!(matches!(
+        route("nope", "-", "stop").await,
+        Routed::NotFound(Some(_))
+    ));
     // A stop answered "not found" is a tombstone: a copy of the key held
     // by a worker cut off while Redis lost its record cannot re-assert
     // over it later (the stop would be undone). A notify leaves none.
@@ -360,7 +363,7 @@ async fn routing_scripts_answer_each_status() {
             .unwrap(),
         Reasserted::Lost
     );
-    assert_eq!(route("nope2", "-", "notify").await, Routed::NotFound);
+    assert_eq!(route("nope2", "-", "notify").await, Routed::NotFound(None));
     assert_eq!(
         s.reassert("nope2", "w1", 100, stored("nope2"), Reassert::Running, TTL)
             .await

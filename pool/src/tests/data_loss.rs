@@ -469,3 +469,73 @@ async fn an_older_stop_does_not_end_a_newer_suspended_run_after_data_loss() {
     assert_eq!(handler.starts.load(Ordering::SeqCst), 3);
     node.close().await.unwrap();
 }
+
+/// A stop answered `JobNotFound` while the job's only copy was held
+/// suspended by a worker cut off from Redis (which had lost its data) still
+/// holds after a second data loss: the stop's tombstone went with the
+/// second loss, and the cut-off worker, healing, gives its copy back to the
+/// orphan sweep; the node that answered the stop makes it stand again, so
+/// the job never runs again (chaos soak seed 90: an empty restart while the
+/// worker was cut off, a stop, another empty restart, then the heal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_answered_not_found_holds_through_a_second_data_loss() {
+    let mut server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("notfoundstop");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(1))
+        .dispatch_timeout(Duration::from_secs(10));
+    let node = Node::join(&client, &name, options.clone()).await.unwrap();
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    let dispatcher = Node::join(&client, &name, options).await.unwrap();
+    dispatcher.dispatch_job("k", &b"p"[..]).await.unwrap();
+    // The worker is cut off: its lease lapses and it suspends the job. It
+    // keeps the copy out of sight until it heals (it cannot reach Redis).
+    let (_, job) = worker.inner.jobs.remove("k").unwrap();
+    worker.inner.stop_handler("k").await.unwrap();
+
+    server.restart().unwrap();
+    // Nobody re-asserts 'k' within the recovery window: not found.
+    let answer = dispatcher.stop_job("k").await;
+    assert!(
+        matches!(answer, Err(crate::Error::JobNotFound(_))),
+        "{answer:?}"
+    );
+    server.restart().unwrap();
+    // The cut heals: the worker re-asserts its suspended copy, which is
+    // left to the orphan sweep (the pool recovers).
+    wait_until(
+        Duration::from_secs(10),
+        "the healed worker re-asserted its copy",
+        || async {
+            node.inner
+                .reassert(&worker.inner, "k", &job, crate::lease::Reassert::Suspended)
+                .await
+                .is_ok()
+        },
+    )
+    .await
+    .unwrap();
+    // The stop stands again: the payload goes before the sweep could run
+    // the copy.
+    let waited = wait_until(
+        Duration::from_secs(20),
+        "the stopped job's payload is gone",
+        || async { matches!(dispatcher.job_payload("k").await, Ok(None)) },
+    )
+    .await;
+    assert_eq!(
+        handler.starts.load(Ordering::SeqCst),
+        1,
+        "'k' started again after its stop (payload wait: {waited:?})"
+    );
+    waited.unwrap();
+    assert!(worker.job_token("k").is_none(), "'k' runs again");
+    assert!(matches!(
+        dispatcher.stop_job("k").await,
+        Err(crate::Error::JobNotFound(_))
+    ));
+    dispatcher.close().await.unwrap();
+    node.close().await.unwrap();
+}

@@ -7,7 +7,8 @@
 --       or Redis lost its data and the job may run on a worker that has
 --       not re-asserted it yet; or an orphan a notify waits for) |
 --       {'stopped', token} (a stop of an orphan: done here; the token
---       left as its tombstone) | {'not_found'} |
+--       left as its tombstone) | {'not_found'} (a notify) |
+--       {'not_found', token} (a stop: the token left as its tombstone) |
 --       {'moved', owner}
 -- Redis went back in time and no replica may have noticed yet: the record
 -- (or its absence) may be older than the run that goes on somewhere; wait
@@ -33,8 +34,13 @@ if not j then
   -- A stop of a key Redis knows nothing of leaves a tombstone token: a
   -- copy held by a worker that was cut off while Redis lost the record
   -- must not re-assert over the answer (reassert.lua refuses a token
-  -- below it).
-  if ARGV[6] == 'stop' then next_token(ARGV[4]) end
+  -- below it). The caller keeps the token: another loss of Redis's data
+  -- takes the tombstone too, and the caller then makes the stop stand
+  -- again (stop_stands.lua).
+  if ARGV[6] == 'stop' then
+    local _, text = next_token(ARGV[4])
+    return {'not_found', text}
+  end
   return {'not_found'}
 end
 local owner = owner_of(j)

@@ -109,7 +109,7 @@ impl NodeInner {
     /// The lease lapsed (no renewal sent since `last` succeeded for
     /// `lease_stop_after`): stops every local job at once, unless that was
     /// done already for this lapse.
-    async fn lose_lease(&self, last: Instant) {
+    pub(crate) async fn lose_lease(&self, last: Instant) {
         if self.lease_suspended.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -228,15 +228,19 @@ impl NodeInner {
         for worker in &workers {
             worker.lease_lost.store(true, Ordering::SeqCst);
         }
-        // Each job moves to the suspended set before its stop begins, so it
-        // is never in neither set: a rollback recovery running meanwhile
-        // must not take it for a job that ended here and release it.
+        // Each job moves to the suspended set before its stop begins, and
+        // under that set's lock, so that whoever holds the lock sees it in
+        // one set or the other (`WorkerInner::runs_or_holds`): a rollback
+        // recovery running meanwhile must not take it for a job that ended
+        // here and release it.
         let mut stops = FuturesUnordered::new();
         for worker in &workers {
             let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
             for key in keys {
+                let mut suspended = worker.suspended.lock().await;
                 if let Some((_, job)) = worker.jobs.remove(&key) {
-                    worker.suspended.lock().await.insert(key.clone(), job);
+                    suspended.insert(key.clone(), job);
+                    drop(suspended);
                     stops.push(async move {
                         if let Err(e) = worker.stop_handler(&key).await {
                             tracing::warn!(key, error = %e, "handler stop failed on lease loss");

@@ -201,20 +201,13 @@ impl NodeInner {
     }
 
     /// Makes Redis show what `worker` runs, and nothing else.
-    async fn reconcile(&self, worker: &Arc<WorkerInner>) -> Result<()> {
+    pub(crate) async fn reconcile(&self, worker: &Arc<WorkerInner>) -> Result<()> {
         if !self.store.maps.workers.contains_key(&worker.id) {
             // Registered after the state Redis went back to.
             return self.reregister(&worker.id).await;
         }
         let _guard = worker.ops.write().await;
         self.reassert_all(worker).await?;
-        let kept = worker
-            .suspended
-            .lock()
-            .await
-            .keys()
-            .cloned()
-            .collect::<Vec<_>>();
         // The records naming this worker, read from Redis page by page (a
         // replica, where the node has one, may not show Redis's older state
         // yet); release_stale.lua checks each record again.
@@ -225,7 +218,12 @@ impl NodeInner {
                 .owned_page(&worker.id, &cursor, OWNED_PAGE)
                 .await?;
             for key in page.keys {
-                if worker.jobs.contains_key(&key) || kept.contains(&key) {
+                // Looked at now, not before the pages were read: a lease
+                // loss meanwhile moves the jobs from the running set to the
+                // suspended one, under the suspended set's lock (see
+                // `suspend_all`), and a suspended job is still this
+                // worker's to resume.
+                if worker.runs_or_holds(&key).await {
                     continue;
                 }
                 // Read again: the page is a moment old, and the key may

@@ -265,6 +265,14 @@ impl RewindState {
 }
 
 impl WorkerInner {
+    /// Whether `key` runs here or is held suspended (a lease loss moves a
+    /// job from one set to the other under the suspended set's lock, which
+    /// this holds, so a job in transit is never in neither).
+    pub(crate) async fn runs_or_holds(&self, key: &str) -> bool {
+        let suspended = self.suspended.lock().await;
+        suspended.contains_key(key) || self.jobs.contains_key(key)
+    }
+
     pub(crate) fn node(&self) -> Option<Arc<NodeInner>> {
         self.node.upgrade()
     }

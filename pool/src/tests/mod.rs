@@ -703,5 +703,6 @@ mod drain;
 mod handoff_rollback;
 mod lease_after_claim;
 mod pending_admission;
+mod reconcile_lease;
 mod recovery_window;
 mod sweeper;

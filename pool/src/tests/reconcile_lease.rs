@@ -1,0 +1,76 @@
+//! A lease lost while a worker reconciles with Redis after a rollback: the
+//! reconcile must not take the jobs the lease loss just suspended for jobs
+//! that ended here and release their records, or the resume that follows
+//! finds them "moved" and they run nowhere (chaos soak seed 92: an empty
+//! restart, then Redis frozen for 3.7 s while the worker's reconcile read
+//! its records; the lease lapsed meanwhile and 20 jobs were lost).
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_during_a_reconcile_keeps_the_suspended_jobs() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("reconcile-lease");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    // Mirroring, as the soak's nodes were (the test names the jobs hash
+    // through the replica).
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(10))
+        .dispatch_timeout(Duration::from_secs(8));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    let keys: Vec<String> = (0..40).map(|i| format!("r{i}")).collect();
+    for key in &keys {
+        node.dispatch_job(key, &b"p"[..]).await.unwrap();
+    }
+    // Records naming the worker for jobs it does not run, as a rollback
+    // leaves them: the reconcile releases each, one round trip or two
+    // apiece, which gives the lease loss below time to land midway.
+    let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
+    let fakes: Vec<(String, String)> = (0..3000)
+        .map(|i| (format!("gone{i}"), format!("{} 1", worker.id())))
+        .collect();
+    let _: () = client.hset(&jobs_hash, fakes).await.unwrap();
+    let total = keys.len() + 3000;
+
+    let reconcile = {
+        let inner = node.inner.clone();
+        let worker = worker.inner.clone();
+        tokio::spawn(async move { inner.reconcile(&worker).await })
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "the reconcile released a first record",
+        || async {
+            let len: usize = client.hlen(&jobs_hash).await.unwrap();
+            len < total
+        },
+    )
+    .await
+    .unwrap();
+    // The lease lapses now: every job moves to the suspended set.
+    node.inner.lose_lease(tokio::time::Instant::now()).await;
+    reconcile.await.unwrap().unwrap();
+
+    // The next renewal resumes the suspended jobs that are still the
+    // worker's: all of them.
+    let result = wait_until(
+        Duration::from_secs(20),
+        "every job runs again after the lease came back",
+        || async { keys.iter().all(|k| worker.job_token(k).is_some()) },
+    )
+    .await;
+    let lost: Vec<&String> = keys
+        .iter()
+        .filter(|k| worker.job_token(k).is_none())
+        .collect();
+    assert!(
+        result.is_ok(),
+        "{} of {} jobs run nowhere: {lost:?}",
+        lost.len(),
+        keys.len()
+    );
+    node.close().await.unwrap();
+}

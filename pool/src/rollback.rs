@@ -9,8 +9,9 @@
 //! the recovery window (nothing is admitted while it lasts, as after a data
 //! loss), marks itself as reconciling (the window lasts while any node's
 //! mark does), makes the stops its `stop_job` calls were answered for
-//! (`Ok`, or `JobNotFound` with the tombstone it left) stand again, and each of its workers reconciles Redis with what it runs:
-//! it registers again if Redis forgot it, re-asserts every job it runs or
+//! (`Ok`, or `JobNotFound` with the tombstone it left) stand again, and
+//! each of its workers reconciles Redis with what it runs: it registers
+//! again if Redis forgot it, re-asserts every job it runs or
 //! holds suspended (a newer fencing token wins over a stale record), and
 //! releases the records that still name it for jobs it no longer runs (a
 //! stop or hand-off Redis lost), then makes its own recent stops stand and

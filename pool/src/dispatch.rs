@@ -76,12 +76,13 @@ impl Node {
     /// key, from any number of nodes, exactly one is admitted (I3).
     ///
     /// # Errors
-    /// [`Error::JobExists`] when the key runs (or moves between workers);
-    /// a dispatch that finds another dispatch's admission of the key not
-    /// started yet waits for it, up to the dispatch timeout: `JobExists`
-    /// once it started, or, when it failed or Redis lost it, this
-    /// dispatch's own admission (so `JobExists`, like `Ok`, means a job
-    /// that ran and runs until stopped);
+    /// [`Error::JobExists`] when the key runs; a dispatch that finds the
+    /// key admitted, requeued or moving between workers but not started
+    /// yet, or orphaned (owed a run by the orphan sweep), waits for its
+    /// start, up to the dispatch timeout: `JobExists` once it started, or,
+    /// when it failed or Redis lost it, this dispatch's own admission (so
+    /// `JobExists`, like `Ok`, means a job that ran and runs until
+    /// stopped);
     /// [`Error::StartFailed`] with the handler's error;
     /// [`Error::WorkerAtCapacity`] when the owner refused for capacity;
     /// [`Error::NoActiveWorker`]

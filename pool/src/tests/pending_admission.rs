@@ -128,3 +128,44 @@ async fn an_admission_lost_in_a_rollback_is_not_reported_existing() {
     dispatcher.close().await.unwrap();
     node.close().await.unwrap();
 }
+
+/// A dispatch whose start never came, its guard swept as stale and its
+/// payload left to the orphan sweep, is not `JobExists` to a later
+/// dispatch either: Redis may lose the orphan before any worker holds it,
+/// and nobody would run it again (chaos soak seed 93: a dispatch timed out
+/// behind a slow link, its guard was swept, two dispatches were told
+/// `JobExists`, and an empty restart lost the job). The later dispatch
+/// waits; after the loss, a caller's retry is admitted and the key runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_not_started_yet_is_not_reported_existing() {
+    let mut server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("pending-orphan");
+    let (client, node, dispatcher, handler) = pool_with_a_held_start(&server, &name).await;
+    let first = admitted_not_started(&client, &name, &node, "k").await;
+    // The stale-pending sweep: the guard goes, the payload stays.
+    let _: () = client.hdel(pending_hash(&name), "k").await.unwrap();
+    let second = second_dispatch_waits(&dispatcher, &handler).await;
+    server.restart().unwrap();
+    node.inner.resume_all().await;
+    let second = second.await.unwrap();
+    assert!(
+        !matches!(second, Err(crate::Error::JobExists(_))),
+        "JobExists for a job Redis lost before it started"
+    );
+    assert!(first.await.unwrap().is_err(), "the first never started");
+    // A caller retries until answered.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut answer = second;
+    while let Err(crate::Error::Timeout(_)) = answer {
+        assert!(Instant::now() < deadline, "no answer for 'k'");
+        answer = dispatcher.dispatch_job("k", &b"p"[..]).await;
+    }
+    assert!(answer.is_ok(), "{answer:?}");
+    wait_until(Duration::from_secs(5), "'k' runs", || async {
+        handler.starts.load(Ordering::SeqCst) == 1
+    })
+    .await
+    .unwrap();
+    dispatcher.close().await.unwrap();
+    node.close().await.unwrap();
+}

@@ -16,9 +16,9 @@
 --       indices of the key's idempotency marker, the schedule's job set and
 --       its lock; window 0: none; leader token 0: not a schedule's dispatch)
 -- Returns, per admission: the token (admitted, or a retry of that very
---       admission) | 'pending' (another dispatch's admission of the key,
---       not started yet) | 'exists' (an owner record, a requeue's or
---       hand-off's guard, or an orphaned payload) | 'recovering'
+--       admission) | 'pending' (admitted, requeued or handed off and not
+--       started yet, or an orphaned payload) | 'exists' (an owner record:
+--       started) | 'recovering'
 --       | 'recent <ms left>'
 --       | 'not_leader' | 'no_worker' (the owner is gone, being cleaned up
 --       or drained) | 'full <len>'. A token alone, not a table, because
@@ -95,19 +95,17 @@ local function admit(key, body, owner, request, inbox, options)
     -- have re-asserted what they run.
     return 'recovering'
   end
-  local running = redis.call('HEXISTS', JOBS[1], key) == 1
-  if guard and not running and string.find(guard, '/', 1, true) then
-    -- Another dispatch's admission, not started yet (its guard names its
-    -- request; a requeue's or hand-off's names none): its dispatcher has
-    -- no answer yet, and Redis may still lose it (a rollback). The caller
-    -- waits for its start rather than answer 'exists' for a job that may
-    -- never run.
-    return 'pending'
-  end
-  -- A payload alone is an orphan: an admitted job still owed a run (a
-  -- start or hand-off Redis lost, given back), which the sweep requeues.
-  if guard or running or redis.call('HEXISTS', PAYLOADS, key) == 1 then
+  if redis.call('HEXISTS', JOBS[1], key) == 1 then
     return 'exists'
+  end
+  -- Admitted, requeued or handed off but not started yet (a guard), or an
+  -- orphan (a payload alone: a job still owed a run, which the sweep
+  -- requeues; e.g. a dispatch whose start never came, its guard swept).
+  -- Redis may still lose it before any worker holds it (an empty restart,
+  -- a rollback), and nobody would run it again: the caller waits for its
+  -- start rather than answer 'exists' for a job that may never run.
+  if guard or redis.call('HEXISTS', PAYLOADS, key) == 1 then
+    return 'pending'
   end
   stamp()
   local window, leader, marker, record, lock = 0, '0', nil, nil, nil

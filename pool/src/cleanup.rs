@@ -186,7 +186,8 @@ impl NodeInner {
     /// Hands job `key` from `from` to its new owner, retrying with
     /// exponential backoff until it is moved, moved by someone else, or no
     /// worker remains (the job then waits as an orphan for the next one).
-    pub(crate) async fn requeue_job(&self, key: &str, from: &str) {
+    /// Returns the last hand-off's answer, if any.
+    pub(crate) async fn requeue_job(&self, key: &str, from: &str) -> Option<Handoff> {
         let attempt = || async {
             let ring = self.ring.load_full();
             let Some(target) = ring.owner_excluding(key, from).map(str::to_string) else {
@@ -209,17 +210,20 @@ impl NodeInner {
             .when(|e| !matches!(e, Error::Closed))
             .await;
         match result {
-            Ok(Some(Handoff::Ok { .. })) => {
+            Ok(Some(Handoff::Ok { token })) => {
                 self.metrics.requeued.increment(1);
+                Some(Handoff::Ok { token })
             }
             Ok(None) => {
                 // Nobody to take it: release ownership so that the orphan
                 // sweep requeues it once a worker joins.
                 let _ = self.release_job(key, from).await;
+                None
             }
-            Ok(_) => {}
+            Ok(status) => status,
             Err(e) => {
-                tracing::warn!(key, from, error = %e, "requeue failed; the next sweep retries")
+                tracing::warn!(key, from, error = %e, "requeue failed; the next sweep retries");
+                None
             }
         }
     }

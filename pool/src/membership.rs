@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::routing::Ring;
 use crate::store::records::WorkerEntry;
-use crate::store::{EntryMove, Handoff, Moved};
+use crate::store::{EntryMove, Handoff, Moved, Reassert};
 use crate::worker::WorkerInner;
 
 impl NodeInner {
@@ -160,13 +160,13 @@ impl NodeInner {
         // worker with many jobs takes one stop, not one per job; each is
         // handed on only after its own stop returned.
         let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
-        let stopped: Vec<String> =
+        let stopped: Vec<(String, Option<crate::worker::LocalJob>)> =
             futures::future::join_all(keys.into_iter().map(|key| async move {
                 if let Err(e) = worker.stop_handler(&key).await {
                     tracing::warn!(key, error = %e, "handler stop failed during close");
                 }
-                worker.jobs.remove(&key);
-                key
+                let job = worker.jobs.remove(&key).map(|(_, job)| job);
+                (key, job)
             }))
             .await;
         worker.suspended.lock().await.clear();
@@ -174,8 +174,19 @@ impl NodeInner {
             Some(e) => Err(e),
             None => tokio::time::timeout_at(until, async {
                 if handover {
-                    for key in stopped {
-                        self.requeue_job(&key, &worker.id).await;
+                    for (key, job) in stopped {
+                        let moved = self.requeue_job(&key, &worker.id).await;
+                        if let (Some(Handoff::NoPayload), Some(job)) = (moved, job) {
+                            // Redis has the record but not the body (a
+                            // start recorded during a recovery): this copy
+                            // is the only one. Given back, then handed on.
+                            if let Err(e) =
+                                self.reassert(worker, &key, &job, Reassert::Running).await
+                            {
+                                tracing::warn!(key, error = %e, "giving back a job's payload failed");
+                            }
+                            self.requeue_job(&key, &worker.id).await;
+                        }
                     }
                     self.requeue_owned_by(&worker.id).await;
                     self.requeue_worker_inbox(&worker.id).await?;

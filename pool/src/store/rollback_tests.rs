@@ -357,3 +357,48 @@ async fn lost_in_a_rollback() -> Fixture {
 async fn admit_one(f: &Fixture, key: &str, request: u64) -> Admitted {
     f.admit(&f.limits(), f.admission(key, "w1", request)).await
 }
+
+/// A start recorded while the pool recovered from a loss of Redis's data
+/// (`record_starts.lua`: the guard and payload gone, the worker's run the
+/// only one) leaves an owner record without a payload. A hand-off of that
+/// job must not take the record and then find nothing to hand on (the
+/// job ran nowhere after its worker was removed: chaos soak seed 96), and
+/// the worker's re-assertion gives the payload back.
+#[tokio::test]
+async fn a_record_without_its_payload_survives_a_hand_off_and_gets_it_back() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let token = f.admitted("r1", "w1").await;
+    s.maps.pending_map().delete("r1").await.unwrap();
+    s.maps
+        .jobs_map()
+        .set("r1", &format!("w1 {token}"))
+        .await
+        .unwrap();
+    let _: i64 = s.client.hdel(keys::payloads(&s.pool), "r1").await.unwrap();
+    let handed = s
+        .handoff("r1", "w1", "w2", &f.inbox("w2"), TTL, TTL)
+        .await
+        .unwrap();
+    assert_eq!(handed, Handoff::NoPayload);
+    let (_, record, _) = s.job_records("r1").await.unwrap();
+    assert_eq!(
+        record.as_deref(),
+        Some(format!("w1 {token}").as_str()),
+        "the record stays where nothing could be handed on"
+    );
+    let stored = codec::stored(7, &body("r1"));
+    assert_eq!(
+        s.reassert("r1", "w1", token, stored.clone(), Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok
+    );
+    assert_eq!(
+        s.payload("r1").await.unwrap().as_deref(),
+        Some(&stored[..]),
+        "the re-assertion gave the payload back"
+    );
+}

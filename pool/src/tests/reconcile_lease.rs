@@ -1,9 +1,11 @@
-//! A lease lost while a worker reconciles with Redis after a rollback: the
-//! reconcile must not take the jobs the lease loss just suspended for jobs
-//! that ended here and release their records, or the resume that follows
-//! finds them "moved" and they run nowhere (chaos soak seed 92: an empty
-//! restart, then Redis frozen for 3.7 s while the worker's reconcile read
-//! its records; the lease lapsed meanwhile and 20 jobs were lost).
+//! A worker's jobs through a rollback's aftermath: a lease lost while the
+//! worker reconciles with Redis must not have the reconcile take the jobs
+//! the lease loss just suspended for jobs that ended here and release
+//! their records, or the resume that follows finds them "moved" and they
+//! run nowhere (chaos soak seed 92: an empty restart, then Redis frozen
+//! for 3.7 s while the worker's reconcile read its records; the lease
+//! lapsed meanwhile and 37 jobs were lost). And a job whose payload Redis
+//! lost moves with its worker's removal (seed 96).
 
 use super::*;
 
@@ -73,4 +75,31 @@ async fn a_lease_lost_during_a_reconcile_keeps_the_suspended_jobs() {
         keys.len()
     );
     node.close().await.unwrap();
+}
+
+/// A job whose payload Redis does not hold (its start recorded while the
+/// pool recovered from a data loss, before the worker re-asserted it)
+/// moves with its worker's removal: the worker gives its copy back before
+/// handing it on (chaos soak seed 96: the hand-off took the record, found
+/// no payload, and the job ran nowhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_without_its_payload_in_redis_moves_when_its_worker_is_removed() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("no-payload-retire");
+    let (client, a, b, wa, wb, _handler_a) = two_nodes(&server, &name).await;
+    let key = key_placed_on(&a, &wa).await;
+    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    let payloads = crate::keys::payloads(&a.inner.store.pool);
+    let removed: i64 = client.hdel(&payloads, key.as_str()).await.unwrap();
+    assert_eq!(removed, 1);
+    a.remove_worker(&wa).await.unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the job runs on the other worker",
+        || async { wb.job_token(&key).is_some() },
+    )
+    .await
+    .unwrap();
+    a.close().await.unwrap();
+    b.close().await.unwrap();
 }

@@ -29,6 +29,9 @@ if j then
         math.max(mine, tonumber(redis.call('HGET', FENCING, key) or '0') or 0)))
       mset(JOBS, key, worker .. ' ' .. ARGV[6])
     end
+    -- A start recorded while the pool recovered from a data loss has no
+    -- payload in Redis: the worker's copy is the only one.
+    redis.call('HSETNX', PAYLOADS, key, ARGV[7])
     return 'ok'
   end
   if not (recorded and recorded < mine) then return 'lost' end

@@ -74,6 +74,17 @@ async fn second_dispatch_waits(
     second
 }
 
+/// Waits for "k" to start (once), then closes both nodes.
+async fn runs_once_then_close(handler: &Counting, dispatcher: Node, node: Node) {
+    wait_until(Duration::from_secs(5), "'k' runs", || async {
+        handler.starts.load(Ordering::SeqCst) == 1
+    })
+    .await
+    .unwrap();
+    dispatcher.close().await.unwrap();
+    node.close().await.unwrap();
+}
+
 /// While the first admission has not started, a second dispatch does not
 /// answer `JobExists`; once it starts, it does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -120,13 +131,7 @@ async fn an_admission_lost_in_a_rollback_is_not_reported_existing() {
         second.is_ok(),
         "the second dispatch is admitted once the first is gone: {second:?}"
     );
-    wait_until(Duration::from_secs(5), "'k' runs", || async {
-        handler.starts.load(Ordering::SeqCst) == 1
-    })
-    .await
-    .unwrap();
-    dispatcher.close().await.unwrap();
-    node.close().await.unwrap();
+    runs_once_then_close(&handler, dispatcher, node).await;
 }
 
 /// A dispatch whose start never came, its guard swept as stale and its
@@ -161,11 +166,5 @@ async fn an_orphan_not_started_yet_is_not_reported_existing() {
         answer = dispatcher.dispatch_job("k", &b"p"[..]).await;
     }
     assert!(answer.is_ok(), "{answer:?}");
-    wait_until(Duration::from_secs(5), "'k' runs", || async {
-        handler.starts.load(Ordering::SeqCst) == 1
-    })
-    .await
-    .unwrap();
-    dispatcher.close().await.unwrap();
-    node.close().await.unwrap();
+    runs_once_then_close(&handler, dispatcher, node).await;
 }

@@ -23,15 +23,13 @@ end
 if not worker_active(target, KEYS[10]) then
   return {'no_target'}
 end
--- Nothing to hand on (a start recorded during a recovery leaves a record
--- without its payload, until the owner re-asserts it): the record stays,
--- with the worker that holds the job's body.
-if redis.call('HEXISTS', PAYLOADS, key) == 0 then
-  return {'no_payload'}
-end
-if expected ~= '-' then mdel(JOBS, key) end
+-- Enqueued first: with nothing to hand on (a start recorded during a
+-- recovery leaves a record without its payload, until the owner re-asserts
+-- it) enqueue_stored writes nothing, and the record stays with the worker
+-- that holds the job's body.
 local token = enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]))
 if not token then
   return {'no_payload'}
 end
+if expected ~= '-' then mdel(JOBS, key) end
 return {'ok', token}

@@ -237,24 +237,37 @@ impl NodeInner {
     /// Moves every entry left in `worker`'s inbox to the new owner of its
     /// key, page by page.
     pub(crate) async fn requeue_worker_inbox(&self, worker: &str) -> Result<()> {
-        let inbox = self.inbox(worker)?;
-        let mut start = "-".to_string();
+        let mut after = None;
         loop {
-            let entries: Vec<(String, HashMap<String, Bytes>)> = self
-                .store
-                .client
-                .xrange(inbox.key(), start.as_str(), "+", Some(INBOX_PAGE))
-                .await
-                .map_err(from_redis)?;
-            if entries.is_empty() {
+            let entries = self.inbox_page(worker, after.as_deref()).await?;
+            let Some((last, _)) = entries.last() else {
                 return Ok(());
-            }
-            let last = entries.last().map(|(id, _)| id.clone()).unwrap_or_default();
+            };
+            after = Some(last.clone());
             for (id, fields) in entries {
                 self.requeue_entry(worker, &id, &fields).await?;
             }
-            start = format!("({last}");
         }
+    }
+
+    /// Up to [`INBOX_PAGE`] entries of `worker`'s inbox, oldest first,
+    /// from the start or after entry `after`: `(id, fields)`.
+    pub(crate) async fn inbox_page(
+        &self,
+        worker: &str,
+        after: Option<&str>,
+    ) -> Result<Vec<(String, HashMap<String, Bytes>)>> {
+        let start = after.map_or_else(|| "-".to_string(), |id| format!("({id}"));
+        self.store
+            .client
+            .xrange(
+                self.inbox(worker)?.key(),
+                start.as_str(),
+                "+",
+                Some(INBOX_PAGE),
+            )
+            .await
+            .map_err(from_redis)
     }
 
     async fn requeue_entry(

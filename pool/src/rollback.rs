@@ -14,16 +14,20 @@
 //! again if Redis forgot it, re-asserts every job it runs or
 //! holds suspended (a newer fencing token wins over a stale record), and
 //! releases the records that still name it for jobs it no longer runs (a
-//! stop or hand-off Redis lost), then makes its own recent stops stand and
+//! stop or hand-off Redis lost; not a start claimed in Redis whose entry is
+//! still in its inbox: that claim stands and is taken up again when the
+//! worker reads the entry), then makes its own recent stops stand and
 //! gives back its recent hand-offs where Redis went back to before them.
 //! Starts it already ran and stopped are refused if their entries come back
 //! (`crate::tombstones`).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
 
+use crate::codec::{EV_START, StartEntry};
 use crate::error::Result;
 use crate::node::NodeInner;
 use crate::worker::WorkerInner;
@@ -209,6 +213,12 @@ impl NodeInner {
         }
         let _guard = worker.ops.write().await;
         self.reassert_all(worker).await?;
+        // Starts claimed in Redis that the worker has not run yet: the lease
+        // lapsed right after the claim, or its reply was lost. The entry
+        // stays in the inbox and the worker's next read claims it again
+        // (the claim stands), so its record stands too. Read under the
+        // lock, which keeps this worker's inbox reads out meanwhile.
+        let claimable = self.claimable_starts(worker).await?;
         // The records naming this worker, read from Redis page by page (a
         // replica, where the node has one, may not show Redis's older state
         // yet); release_stale.lua checks each record again.
@@ -234,7 +244,14 @@ impl NodeInner {
                 let Some(record) = self.store.job_record(&key).await? else {
                     continue;
                 };
-                if crate::store::records::job_owner(&record).is_none_or(|(w, _)| w != worker.id) {
+                let Some((owner, token)) = crate::store::records::job_owner(&record) else {
+                    continue;
+                };
+                if owner != worker.id {
+                    continue;
+                }
+                if claimable.contains(&(key.clone(), token)) {
+                    tracing::info!(key, token, worker = %worker.id, "record of a start claimed before the rollback and still in the inbox: kept");
                     continue;
                 }
                 let status = self.store.release_stale(&key, &record).await?;
@@ -244,6 +261,46 @@ impl NodeInner {
                 return Ok(());
             }
             cursor = page.cursor;
+        }
+    }
+
+    /// The `(key, token)` of the start entries in `worker`'s inbox that it
+    /// may still run: not a run it stopped on request, nor one older than
+    /// a hand-off it made of the key (Redis may have gone back to before
+    /// that run ended here).
+    async fn claimable_starts(&self, worker: &WorkerInner) -> Result<HashSet<(String, u64)>> {
+        let mut handed_off: HashMap<String, u64> = HashMap::new();
+        for h in worker.handed_off.recent(crate::handoffs::KEEP) {
+            let newest = handed_off.entry(h.key).or_default();
+            *newest = (*newest).max(h.token);
+        }
+        let mut starts = HashSet::new();
+        let mut after = None;
+        loop {
+            let entries = self.inbox_page(&worker.id, after.as_deref()).await?;
+            let Some((last, _)) = entries.last() else {
+                return Ok(starts);
+            };
+            after = Some(last.clone());
+            for (_, fields) in &entries {
+                if fields
+                    .get("n")
+                    .is_none_or(|n| n.as_ref() != EV_START.as_bytes())
+                {
+                    continue;
+                }
+                // A malformed entry is dead-lettered when the worker reads it.
+                let Some(entry) = fields.get("p").and_then(|p| StartEntry::parse(p).ok()) else {
+                    continue;
+                };
+                let key = entry.body.key;
+                if worker.stopped.covers(&key, entry.token)
+                    || handed_off.get(&key).is_some_and(|t| *t > entry.token)
+                {
+                    continue;
+                }
+                starts.insert((key, entry.token));
+            }
         }
     }
 

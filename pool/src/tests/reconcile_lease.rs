@@ -103,3 +103,59 @@ async fn a_job_without_its_payload_in_redis_moves_when_its_worker_is_removed() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// A start whose claim Redis took but whose reply the worker never got
+/// (Redis died right after running the claim) is still in the worker's
+/// inbox, and the record names the worker with that start's token. The
+/// reconcile after the restart keeps that record: the worker's next read
+/// of the entry claims it again (a retry after a lost reply) and starts
+/// the job (chaos soak seed 102: the reconcile released the record and the
+/// payload as a job not running here, the claim then found the start
+/// superseded, and the job ran nowhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_start_still_in_the_inbox_survives_a_reconcile() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("claimed-start");
+    let (node, worker, _handler) = pool(&server, &name).await;
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    // Without a lease the worker leaves the start in its inbox.
+    node.inner.lose_lease(tokio::time::Instant::now()).await;
+    let dispatch = {
+        let node = node.clone();
+        tokio::spawn(async move { node.dispatch_job("k", &b"p"[..]).await })
+    };
+    let pending_hash = node.inner.store.maps.pending_map().keys_info().hash.clone();
+    let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
+    wait_until(Duration::from_secs(10), "the start is admitted", || async {
+        let guard: Option<String> = client.hget(&pending_hash, "k").await.unwrap();
+        guard.is_some()
+    })
+    .await
+    .unwrap();
+    let guard: String = client.hget(&pending_hash, "k").await.unwrap();
+    let token: u64 = guard.split(' ').next().unwrap().parse().unwrap();
+    // What claim_start.lua leaves behind: the guard gone, the record
+    // naming the worker with the entry's token, the entry in the inbox.
+    let _: i64 = client.hdel(&pending_hash, "k").await.unwrap();
+    let _: i64 = client
+        .hset(&jobs_hash, ("k", format!("{} {token}", worker.id())))
+        .await
+        .unwrap();
+
+    node.inner.reconcile(&worker.inner).await.unwrap();
+
+    let result = wait_until(
+        Duration::from_secs(20),
+        "the job runs once the lease is back",
+        || async { worker.job_token("k") == Some(token) },
+    )
+    .await;
+    let record: Option<String> = client.hget(&jobs_hash, "k").await.unwrap();
+    assert!(
+        result.is_ok(),
+        "the job runs nowhere: record {record:?}, local token {:?}",
+        worker.job_token("k")
+    );
+    dispatch.abort();
+    node.close().await.unwrap();
+}

@@ -276,8 +276,8 @@ impl NodeInner {
                 if worker.jobs.contains_key(&key) {
                     continue; // started again from its inbox entry meanwhile
                 }
-                match self.restart_owned(&worker, &key, job.clone()).await {
-                    Ok(Restart::Started) => {}
+                match self.resume_one(&worker, &key, &job).await {
+                    Ok(Restart::Started | Restart::Left) => {}
                     Ok(Restart::Moved) => {
                         tracing::info!(key, "job moved during lease loss; forgetting it");
                     }
@@ -302,6 +302,28 @@ impl NodeInner {
             }
             // Starts refused while the lease was lost are still in the inbox.
             worker.rewind_soon(self);
+        }
+    }
+
+    /// Restarts suspended job `key` when Redis still names `worker` its
+    /// owner. When it does not, the job moved, or Redis went back to a
+    /// state from before this worker recorded it (a rollback whose
+    /// reconcile has not run here yet): re-asserting it tells the two
+    /// apart (a newer token elsewhere wins; while the pool recovers, the
+    /// job is left to the orphan sweep), where forgetting it at once
+    /// would lose a job nothing else knows.
+    async fn resume_one(&self, worker: &WorkerInner, key: &str, job: &LocalJob) -> Result<Restart> {
+        let restart = self.restart_owned(worker, key, job.clone()).await?;
+        if !matches!(restart, Restart::Moved) {
+            return Ok(restart);
+        }
+        match self.reassert(worker, key, job, Reassert::Suspended).await? {
+            Reasserted::Ok => self.restart_owned(worker, key, job.clone()).await,
+            Reasserted::Orphaned => {
+                tracing::info!(key, worker = %worker.id, "suspended job Redis did not hold left to the orphan sweep");
+                Ok(Restart::Left)
+            }
+            Reasserted::Lost => Ok(Restart::Moved),
         }
     }
 
@@ -358,6 +380,9 @@ pub(crate) enum Restart {
     Started,
     /// The job belongs to another worker now; nothing to do here.
     Moved,
+    /// Redis did not hold the job while the pool recovers from a data
+    /// loss: its payload is back and the orphan sweep requeues it.
+    Left,
     /// The handler refused; the job is still recorded as ours.
     StartFailed(String),
     /// The lease is lost: not running; resume it once the lease is back.

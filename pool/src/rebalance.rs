@@ -167,7 +167,7 @@ impl NodeInner {
             }
         }
         match self.restart_owned(worker, key, job.clone()).await {
-            Ok(Restart::Started) | Ok(Restart::Moved) => {}
+            Ok(Restart::Started | Restart::Moved | Restart::Left) => {}
             Ok(Restart::Suspended) => {
                 // The lease is lost: resumed with the others once it is back.
                 worker.suspended.lock().await.insert(key.to_string(), job);

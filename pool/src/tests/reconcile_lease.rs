@@ -159,3 +159,43 @@ async fn a_claimed_start_still_in_the_inbox_survives_a_reconcile() {
     dispatch.abort();
     node.close().await.unwrap();
 }
+
+/// A job suspended on lease loss, whose record Redis no longer holds when
+/// the lease comes back (Redis went back to a state before the worker
+/// re-asserted it, and the worker's reconcile had not run yet), is
+/// re-asserted, not forgotten: nothing else knows it (chaos soak seed 104:
+/// an empty restart, a rollback to before the re-assertion, then Redis
+/// frozen past the lease; the resume found no record and forgot the job,
+/// which ran nowhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_job_whose_record_redis_lost_resumes() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("resume-unrecorded");
+    let (node, worker, _handler) = pool(&server, &name).await;
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    let first = worker.job_token("k").unwrap();
+    node.inner.lose_lease(tokio::time::Instant::now()).await;
+    assert_eq!(worker.job_token("k"), None);
+    // Redis as it was before the job was recorded: nothing about the key.
+    let pool_name = node.inner.store.pool.clone();
+    let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
+    for hash in [
+        jobs_hash.clone(),
+        crate::keys::payloads(&pool_name),
+        crate::keys::fencing(&pool_name),
+    ] {
+        let removed: i64 = client.hdel(&hash, "k").await.unwrap();
+        assert_eq!(removed, 1, "{hash}");
+    }
+
+    let result = wait_until(
+        Duration::from_secs(20),
+        "the job runs again once the lease is back",
+        || async { worker.job_token("k").is_some_and(|t| t > first) },
+    )
+    .await;
+    let record: Option<String> = client.hget(&jobs_hash, "k").await.unwrap();
+    assert!(result.is_ok(), "the job runs nowhere: record {record:?}");
+    node.close().await.unwrap();
+}

@@ -228,7 +228,14 @@ impl Node {
                     }
                     return Ok(());
                 }
-                "not_found" => return Err(Error::JobNotFound(key.to_string())),
+                "not_found" => {
+                    // "not_found <token>": the tombstone the worker left,
+                    // remembered like a stop answered `Ok` (see above).
+                    if let Ok(token) = reply.message.parse::<u64>() {
+                        self.inner.stops_requested.record(key, token);
+                    }
+                    return Err(Error::JobNotFound(key.to_string()));
+                }
                 // The job moved on before the request got there: again.
                 "retry" => pause.wait().await?,
                 other => {

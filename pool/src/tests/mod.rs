@@ -705,4 +705,5 @@ mod lease_after_claim;
 mod pending_admission;
 mod reconcile_lease;
 mod recovery_window;
+mod stop_answers;
 mod sweeper;

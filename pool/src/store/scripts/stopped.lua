@@ -7,9 +7,10 @@
 --       token of the run the stop was sent for ('0': not known), 11 the
 --       token of the worker's own newer run it left going on ('0': none)
 -- The dispatcher's reply is "<request> <status>", with the stopped run's
--- token after 'ok' ("<request> ok <token>"): the dispatcher remembers it,
--- to make the stop stand again if Redis goes back in time (the worker that
--- stopped the run may be gone by then).
+-- token after 'ok' ("<request> ok <token>") and the tombstone's after
+-- 'not_found': the dispatcher remembers it, to make the stop stand again if
+-- Redis goes back in time (the worker that stopped the run may be gone by
+-- then).
 -- Returns 'ok' | 'retry' (the job moved on or is about to start elsewhere,
 -- or the pool recovers and its run may not have re-asserted yet: the
 -- dispatcher sends the request again) | 'not_found'
@@ -57,14 +58,23 @@ elseif ARGV[8] == '0' and recovering(tonumber(ARGV[9])) then
   -- it has.
   status = 'retry'
 else
-  -- Not found: a tombstone token, as `to_owner.lua` leaves for the same
-  -- answer, so that no copy held by a cut-off worker re-asserts over it.
-  next_token(key)
+  -- No record and no guard: a tombstone token, as `to_owner.lua` leaves
+  -- for a stop it finds nothing for, so that no copy held by a cut-off
+  -- worker re-asserts over it. The dispatcher gets the token either way,
+  -- to make the stop stand again if Redis goes back in time.
+  stopped_token = next_token(key)
+  if ARGV[8] == '1' then
+    -- The worker ran or held the job, and stopped it: Redis lost its
+    -- record (an empty restart, a rollback) before the stop got here.
+    -- The job was there; the stop is done.
+    redis.call('HDEL', PAYLOADS, key)
+    status = 'ok'
+  end
 end
 stream_remove(KEYS[9], ARGV[6])
 if ARGV[7] ~= '0' then
   local answer = ARGV[7] .. ' ' .. status
-  if status == 'ok' then answer = answer .. string.format(' %d', stopped_token) end
+  if stopped_token > 0 then answer = answer .. string.format(' %d', stopped_token) end
   stream_add(KEYS[10], 'reply', answer, 1000)
 end
 return status

@@ -383,22 +383,26 @@ async fn routing_scripts_answer_each_status() {
     };
     assert!(t2 > t1, "a new token");
 
-    // A stop at w2 for the run with token `target`, w2 holding a run with
-    // token `kept` it leaves going on (both `None`: not known / none).
-    let stop_run = |key: &'static str, target: Option<u64>, kept: Option<u64>| async move {
+    // A stop at w2 for the run with token `target`, w2 holding (`held`) a
+    // run with token `kept` it leaves going on (both `None`: not known /
+    // none).
+    let stop_at = |key: &'static str, held: bool, target: Option<u64>, kept: Option<u64>| async move {
         s.stopped(StopDone {
             key,
             worker: "w2",
             inbox: &f.inbox("w2"),
             entry_id: "1-1",
             reply: None,
-            held: true,
+            held,
             worker_ttl: TTL,
             target,
             kept,
         })
         .await
         .unwrap()
+    };
+    let stop_run = |key: &'static str, target: Option<u64>, kept: Option<u64>| {
+        stop_at(key, true, target, kept)
     };
     let stop = |key: &'static str| stop_run(key, None, None);
     assert_eq!(stop("j1").await, Stopped::Retry, "pending at w2");
@@ -415,7 +419,8 @@ async fn routing_scripts_answer_each_status() {
     let behind = stop_run("j1", Some(t2), Some(t2 + 7)).await;
     assert_eq!(behind, Stopped::Retry, "the worker runs a newer run");
     assert_eq!(stop("j1").await, Stopped::Ok);
-    assert_eq!(stop("j1").await, Stopped::NotFound);
+    // Again, at a worker that no longer holds it: not found.
+    assert_eq!(stop_at("j1", false, None, None).await, Stopped::NotFound);
     // That answer is a tombstone too: no older copy re-asserts over it.
     assert_eq!(
         s.reassert("j1", "w1", t2, stored("j1"), Reassert::Running, TTL)

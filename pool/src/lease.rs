@@ -28,6 +28,12 @@ pub(crate) use crate::store::Reassert;
 use crate::store::Reasserted;
 use crate::worker::{LocalJob, WorkerInner};
 
+/// Re-assertions in flight at once. After Redis lost its data a worker is
+/// the only holder of each job it runs until it has re-asserted it: done a
+/// few round trips for all of them rather than one per job, a crash soon
+/// after the loss (a restart, then a crash) finds them re-asserted.
+const REASSERTS_IN_FLIGHT: usize = 64;
+
 impl NodeInner {
     /// Renews the keep-alives every TTL/3; after a lease loss, the first
     /// renewal that succeeds resumes the suspended jobs. The lease itself is
@@ -62,11 +68,15 @@ impl NodeInner {
                     // Redis stamped the keep-alive after `sent`: nobody may
                     // take this node's jobs before `sent + worker_ttl`.
                     self.last_renewal.send_replace(sent);
-                    for worker in unknown {
-                        if let Err(e) = self.reregister(&worker).await {
+                    // Every worker at once: each is the only holder of
+                    // its jobs until it has re-asserted them.
+                    let node = &self;
+                    futures::future::join_all(unknown.iter().map(|worker| async move {
+                        if let Err(e) = node.reregister(worker).await {
                             tracing::warn!(worker, error = %e, "re-registering worker failed");
                         }
-                    }
+                    }))
+                    .await;
                     if self.lease_suspended.swap(false, Ordering::SeqCst) {
                         self.resume_all().await;
                     }
@@ -163,11 +173,18 @@ impl NodeInner {
             .iter()
             .map(|e| (e.key().clone(), e.value().clone()))
             .collect();
-        for (key, job) in running {
-            if self.reassert(worker, &key, &job, Reassert::Running).await? != Reasserted::Ok {
-                tracing::info!(key, worker = %worker.id, "job runs elsewhere now; stopping it here");
-                if worker.jobs.remove(&key).is_some() {
-                    let _ = worker.stop_handler(&key).await;
+        let mut first_error = None;
+        for (key, outcome) in self.reassert_many(worker, running, Reassert::Running).await {
+            match outcome {
+                Ok(Reasserted::Ok) => {}
+                Ok(_) => {
+                    tracing::info!(key, worker = %worker.id, "job runs elsewhere now; stopping it here");
+                    if worker.jobs.remove(&key).is_some() {
+                        let _ = worker.stop_handler(&key).await;
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
                 }
             }
         }
@@ -178,22 +195,45 @@ impl NodeInner {
             .iter()
             .map(|(k, j)| (k.clone(), j.clone()))
             .collect();
-        for (key, job) in suspended {
-            match self
-                .reassert(worker, &key, &job, Reassert::Suspended)
-                .await?
-            {
-                Reasserted::Ok => {}
-                Reasserted::Orphaned => {
+        for (key, outcome) in self
+            .reassert_many(worker, suspended, Reassert::Suspended)
+            .await
+        {
+            match outcome {
+                Ok(Reasserted::Ok) => {}
+                Ok(Reasserted::Orphaned) => {
                     tracing::info!(key, worker = %worker.id, "suspended job left to the orphan sweep");
                     worker.suspended.lock().await.remove(&key);
                 }
-                Reasserted::Lost => {
+                Ok(Reasserted::Lost) => {
                     worker.suspended.lock().await.remove(&key);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
                 }
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Re-asserts `jobs`, [`REASSERTS_IN_FLIGHT`] at a time (pipelined on
+    /// the node's connection; each script decides for its key alone), and
+    /// returns every outcome: one failing does not hide what the others
+    /// found.
+    async fn reassert_many(
+        &self,
+        worker: &WorkerInner,
+        jobs: Vec<(String, LocalJob)>,
+        state: Reassert,
+    ) -> Vec<(String, Result<Reasserted>)> {
+        futures::stream::iter(jobs)
+            .map(|(key, job)| async move {
+                let outcome = self.reassert(worker, &key, &job, state).await;
+                (key, outcome)
+            })
+            .buffer_unordered(REASSERTS_IN_FLIGHT)
+            .collect()
+            .await
     }
 
     pub(crate) async fn reassert(

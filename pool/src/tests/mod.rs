@@ -698,6 +698,15 @@ impl Handler for HookOnStop {
     }
 }
 
+/// Removes `key` from each of `hashes`, as a loss of Redis's data does,
+/// and checks it was there.
+async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key: &str) {
+    for hash in hashes {
+        let removed: i64 = client.hdel(hash, key).await.unwrap();
+        assert_eq!(removed, 1, "{key} in {hash}");
+    }
+}
+
 mod data_loss;
 mod drain;
 mod handoff_rollback;

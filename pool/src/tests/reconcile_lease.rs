@@ -180,14 +180,12 @@ async fn a_suspended_job_whose_record_redis_lost_resumes() {
     // Redis as it was before the job was recorded: nothing about the key.
     let pool_name = node.inner.store.pool.clone();
     let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
-    for hash in [
+    let hashes = [
         jobs_hash.clone(),
         crate::keys::payloads(&pool_name),
         crate::keys::fencing(&pool_name),
-    ] {
-        let removed: i64 = client.hdel(&hash, "k").await.unwrap();
-        assert_eq!(removed, 1, "{hash}");
-    }
+    ];
+    forget_in_redis(&client, &hashes, "k").await;
 
     let result = wait_until(
         Duration::from_secs(20),

@@ -37,10 +37,12 @@ async fn a_held_job_stopped_after_redis_lost_its_record_answers_ok() {
     // the stop (an empty restart, a rollback).
     let pool_name = node.inner.store.pool.clone();
     let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
-    for hash in [jobs_hash, crate::keys::payloads(&pool_name)] {
-        let removed: i64 = client.hdel(&hash, "k").await.unwrap();
-        assert_eq!(removed, 1, "{hash}");
-    }
+    forget_in_redis(
+        &client,
+        &[jobs_hash, crate::keys::payloads(&pool_name)],
+        "k",
+    )
+    .await;
     drop(ops);
 
     let answer = stop.await.unwrap();

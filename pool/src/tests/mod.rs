@@ -86,16 +86,27 @@ async fn two_nodes_with(
 /// include the worker: the workers map can show a new worker before the
 /// ring (built from it and the keep-alives) does.
 async fn key_placed_on(node: &Node, worker: &Worker) -> String {
+    let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
     let find = || {
-        (0..100)
-            .map(|i| format!("k{i}"))
+        keys.iter()
             .find(|k| node.placement(k).as_deref() == Some(worker.id()))
+            .cloned()
+    };
+    // The ring is rebuilt after the membership replica changes: until it
+    // holds every worker the pool has, a key it places here may move on
+    // as soon as it is dispatched (each of 100 keys missing a worker by
+    // chance: 2^-100 with two).
+    let ring_complete = || {
+        node.pool_workers().iter().all(|w| {
+            keys.iter()
+                .any(|k| node.placement(k).as_deref() == Some(w.id.as_str()))
+        })
     };
     wait_until(
         Duration::from_secs(5),
-        "the ring places a key on the worker",
+        "the ring holds every worker and places a key on this one",
         || {
-            let found = find().is_some();
+            let found = ring_complete() && find().is_some();
             async move { found }
         },
     )

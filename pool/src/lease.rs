@@ -155,9 +155,19 @@ impl NodeInner {
         };
         tracing::warn!(worker = id, "worker unknown to redis: registering again");
         self.freshness.invalidate("re-registered");
+        let began = Instant::now();
         self.register_worker(id).await?;
         let _guard = worker.ops.write().await;
-        self.reassert_all(&worker).await
+        self.reassert_all(&worker).await?;
+        // Until here the worker was the only holder of its jobs: the time
+        // a crash would have lost them.
+        tracing::info!(
+            worker = id,
+            running = worker.jobs.len(),
+            took = ?began.elapsed(),
+            "worker registered again and its jobs re-asserted"
+        );
+        Ok(())
     }
 
     /// Re-asserts every job `worker` runs or holds suspended, after Redis

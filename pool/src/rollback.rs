@@ -197,10 +197,18 @@ impl NodeInner {
         // and is gone now (`handoff_stands.lua` refuses once the counter is
         // above the hand-off's token, which these raise).
         self.requested_stops_stand().await?;
-        for worker in workers {
-            self.reconcile(&worker).await?;
-            self.stops_stand(&worker).await?;
-            self.handoffs_stand(&worker).await?;
+        // Every worker at once (each under its own lock): until its
+        // reconcile has re-asserted them, a worker is the only holder of
+        // its jobs, and a node with many workers would otherwise leave the
+        // last one's jobs exposed for the sum of the others' reconciles.
+        let reconciled = futures::future::join_all(workers.iter().map(|w| self.reconcile(w))).await;
+        reconciled.into_iter().collect::<Result<Vec<()>>>()?;
+        // Then the workers' own stops, before any hand-off is given back.
+        for worker in &workers {
+            self.stops_stand(worker).await?;
+        }
+        for worker in &workers {
+            self.handoffs_stand(worker).await?;
         }
         Ok(())
     }

@@ -15,6 +15,7 @@
 //! | `rmap_ttl(hash_key, rev_key, mode, ms)` | applies a TTL option (`''`, `'a'` absolute, `'s'` sliding) | nothing |
 //! | `rmap_batch(hash_key, rev_key, channel)` | starts a batch of changes to one map | the batch (a table) |
 //! | `rmap_batch_set(batch, field, value)` / `rmap_batch_del(batch, field)` | changes the field now, announces it at the flush | nothing / `1` if deleted, else `0` |
+//! | `rmap_batch_set_nx(batch, field, value)` | sets the field now only if it does not exist, announces it at the flush | `1` if set, else `0` |
 //! | `rmap_batch_flush(batch)` | bumps the revision once and publishes every change of the batch in one message | the new revision, or `false` if nothing changed |
 //! | `rmap_publish(rev_key, channel, op, field, value)` | low level: bump + publish only | the new revision |
 //! | `rmap_decode_list(value)` | decodes a list value (JSON array of strings) | the table, or `nil, reason` |

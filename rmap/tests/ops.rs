@@ -443,12 +443,14 @@ async fn a_batch_of_changes_is_one_revision_and_replicated() {
          local deleted = rmap_batch_del(b, 'gone')\n\
          local again = rmap_batch_del(b, 'gone')\n\
          rmap_batch_set(b, 'a', '3:c')\n\
+         local added = rmap_batch_set_nx(b, 'n', 'x:1')\n\
+         local kept = rmap_batch_set_nx(b, 'a', 'not set')\n\
          local rev = rmap_batch_flush(b)\n\
          local empty = rmap_batch_flush(rmap_batch(KEYS[1], KEYS[2], KEYS[3]))\n\
-         return {rev, deleted, again, tostring(empty)}",
+         return {rev, deleted, again, tostring(empty), added, kept}",
     ));
     let j = jobs.keys_info().clone();
-    let (rev, deleted, again, empty): (u64, u64, u64, String) = script
+    let (rev, deleted, again, empty, added, kept): (u64, u64, u64, String, u64, u64) = script
         .evalsha_with_reload(
             &env.client,
             vec![j.hash, j.revision, j.channel],
@@ -457,12 +459,14 @@ async fn a_batch_of_changes_is_one_revision_and_replicated() {
         .await
         .unwrap();
     assert_eq!((deleted, again), (1, 0));
+    assert_eq!((added, kept), (1, 0), "set_nx sets only a missing field");
     assert_eq!(rev, before + 1, "one revision for the whole batch");
     assert_eq!(empty, "false", "an empty batch publishes nothing");
     jobs.wait_revision(rev).await.unwrap();
     assert_eq!(jobs.get("a").as_deref(), Some("3:c"));
     assert_eq!(jobs.get("b:2").as_deref(), Some(""));
     assert_eq!(jobs.get("gone"), None);
+    assert_eq!(jobs.get("n").as_deref(), Some("x:1"));
     converged(&env.client, &jobs).await;
 }
 

@@ -116,6 +116,9 @@ async fn the_queue_limit_counts_the_entries_a_batch_adds() {
     assert_eq!(replies[4], Admitted::Full(2));
     assert_eq!(f.entry_ids("w1").await.len(), 2);
     assert_eq!(f.entry_ids("w2").await.len(), 2);
+    for refused in ["q3", "q6"] {
+        assert_eq!(f.store.payload(refused).await.unwrap(), None, "{refused}");
+    }
 }
 
 #[tokio::test]

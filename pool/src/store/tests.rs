@@ -198,6 +198,11 @@ async fn admit_unmark_and_schedule_forget_answer_each_status() {
         f.admit(&full, f.admission("a3", "w1", 4)).await,
         Admitted::Full(1)
     );
+    // A refusal takes back the payload the admission stored first: left
+    // behind, it would be an orphan that the sweep runs.
+    for refused in ["a2", "a3"] {
+        assert_eq!(s.payload(refused).await.unwrap(), None, "{refused}");
+    }
 
     let windowed = |request| Admission {
         window: Some((keys::dispatched(&s.pool, "r1"), 60_000)),

@@ -23,6 +23,20 @@ local function rmap_floor(rev)
   rmap_rev_floor = tonumber(rev) or 0
 end
 
+-- The decimal text of a length, formatted once per script run: Lua's own
+-- number-to-text conversion (`..` on a number) goes through "%.14g", the
+-- dearest step of building a change message, and the lengths of a batch's
+-- fields and values repeat.
+local rmap_decimals = {}
+local function rmap_dec(n)
+  local text = rmap_decimals[n]
+  if not text then
+    text = string.format('%d', n)
+    rmap_decimals[n] = text
+  end
+  return text
+end
+
 -- Bumps the revision and announces one change. Returns the new revision.
 -- A revision key that does not exist yet (new map, destroyed map, expired
 -- keys, Redis restarted without persistence) starts at the server time in
@@ -38,10 +52,10 @@ local function rmap_publish(rev_key, channel, op, field, value)
   if rev == 1 or rev <= rmap_rev_floor then
     local t = redis.call('TIME')
     rev = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), rmap_rev_floor + 1)
-    redis.call('SET', rev_key, string.format('%.0f', rev))
+    redis.call('SET', rev_key, string.format('%d', rev))
     op = string.upper(op) -- "first revision of a new sequence"
   end
-  redis.call('SPUBLISH', channel, string.format('%.0f', rev) .. ':' .. op .. ':' .. #field .. ':' .. field .. value)
+  redis.call('SPUBLISH', channel, string.format('%d', rev) .. ':' .. op .. ':' .. rmap_dec(#field) .. ':' .. field .. value)
   return rev
 end
 
@@ -83,7 +97,17 @@ end
 -- Sets field to value in the batch's map.
 local function rmap_batch_set(batch, field, value)
   redis.call('HSET', batch.hash_key, field, value)
-  batch.parts[#batch.parts + 1] = 's:' .. #field .. ':' .. field .. #value .. ':' .. value
+  batch.parts[#batch.parts + 1] = 's:' .. rmap_dec(#field) .. ':' .. field .. rmap_dec(#value) .. ':' .. value
+end
+
+-- Sets field to value only if the field does not exist. Returns 1 if it
+-- was set, else 0 (nothing changed).
+local function rmap_batch_set_nx(batch, field, value)
+  if redis.call('HSETNX', batch.hash_key, field, value) == 0 then
+    return 0
+  end
+  batch.parts[#batch.parts + 1] = 's:' .. rmap_dec(#field) .. ':' .. field .. rmap_dec(#value) .. ':' .. value
+  return 1
 end
 
 -- Deletes field if present. Returns 1 if the field was deleted, else 0.
@@ -91,7 +115,7 @@ local function rmap_batch_del(batch, field)
   if redis.call('HDEL', batch.hash_key, field) == 0 then
     return 0
   end
-  batch.parts[#batch.parts + 1] = 'd:' .. #field .. ':' .. field .. '0:'
+  batch.parts[#batch.parts + 1] = 'd:' .. rmap_dec(#field) .. ':' .. field .. '0:'
   return 1
 end
 
@@ -102,7 +126,7 @@ local function rmap_batch_flush(batch)
   if n == 0 then
     return false
   end
-  local rev = rmap_publish(batch.rev_key, batch.channel, 'm', tostring(n), table.concat(batch.parts))
+  local rev = rmap_publish(batch.rev_key, batch.channel, 'm', rmap_dec(n), table.concat(batch.parts))
   batch.parts = {}
   return rev
 end

@@ -7,14 +7,17 @@
 -- nil or false for none. Returns the new entry id.
 local function stream_add(key, event_name, payload, maxlen, topic)
   local n = tonumber(maxlen) or 0
+  -- Passed on as given: a number would be turned into text by Lua's
+  -- "%.14g" on every call.
+  maxlen = maxlen or n
   if topic then
     if n > 0 then
-      return redis.call('XADD', key, 'MAXLEN', '~', n, '*', 'n', event_name, 't', topic, 'p', payload)
+      return redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', 'n', event_name, 't', topic, 'p', payload)
     end
     return redis.call('XADD', key, '*', 'n', event_name, 't', topic, 'p', payload)
   end
   if n > 0 then
-    return redis.call('XADD', key, 'MAXLEN', '~', n, '*', 'n', event_name, 'p', payload)
+    return redis.call('XADD', key, 'MAXLEN', '~', maxlen, '*', 'n', event_name, 'p', payload)
   end
   return redis.call('XADD', key, '*', 'n', event_name, 'p', payload)
 end

@@ -75,6 +75,30 @@ local function stamp()
   end
 end
 
+-- Why a new admission is refused (nil: it is not): admitted within its
+-- idempotency window, a schedule's lease lost, the owner gone, its inbox
+-- full.
+local function refusal(owner, inbox, window, leader, marker, lock)
+  if window > 0 then
+    local marked = redis.call('GET', marker)
+    local at = marked and tonumber(string.match(marked, '^(%d+)'))
+    if at and now - at < window then
+      return string.format('recent %d', window - (now - at))
+    end
+  end
+  if leader ~= '0' and redis.call('HGET', lock, 'token') ~= leader then
+    return 'not_leader'
+  end
+  if not worker_live(owner) then
+    return 'no_worker'
+  end
+  if max > 0 then
+    local len = queue_length(inbox)
+    if len >= max then return string.format('full %d', len) end
+  end
+  return nil
+end
+
 local function admit(key, body, owner, request, inbox, options)
   local guard = mget(PENDING, key)
   if guard then
@@ -104,10 +128,9 @@ local function admit(key, body, owner, request, inbox, options)
   -- Redis may still lose it before any worker holds it (an empty restart,
   -- a rollback), and nobody would run it again: the caller waits for its
   -- start rather than answer 'exists' for a job that may never run.
-  if guard or redis.call('HEXISTS', PAYLOADS, key) == 1 then
+  if guard then
     return 'pending'
   end
-  stamp()
   local window, leader, marker, record, lock = 0, '0', nil, nil, nil
   if options ~= '' then
     local m, w, l, r, k = string.match(options, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
@@ -117,26 +140,19 @@ local function admit(key, body, owner, request, inbox, options)
     window, leader = tonumber(w), l
     marker, record, lock = KEYS[tonumber(m)], KEYS[tonumber(r)], KEYS[tonumber(k)]
   end
-  if window > 0 then
-    local marked = redis.call('GET', marker)
-    local at = marked and tonumber(string.match(marked, '^(%d+)'))
-    if at and now - at < window then
-      return string.format('recent %d', window - (now - at))
-    end
+  stamp()
+  -- The payload first: one HSETNX both stores it and finds an orphan's
+  -- (a refusal below takes it back).
+  if redis.call('HSETNX', PAYLOADS, key, stored_head .. body) == 0 then
+    return 'pending'
   end
-  if leader ~= '0' and redis.call('HGET', lock, 'token') ~= leader then
-    return 'not_leader'
-  end
-  if not worker_live(owner) then
-    return 'no_worker'
-  end
-  if max > 0 then
-    local len = queue_length(inbox)
-    if len >= max then return string.format('full %d', len) end
+  local refused = refusal(owner, inbox, window, leader, marker, lock)
+  if refused then
+    redis.call('HDEL', PAYLOADS, key)
+    return refused
   end
   local token, text = next_token(key)
   rmap_batch_set(pending, key, text .. guard_middle .. request)
-  redis.call('HSET', PAYLOADS, key, stored_head .. body)
   if window > 0 then
     redis.call('SET', marker, string.format('%d %d', now, token), 'PX', window)
   end

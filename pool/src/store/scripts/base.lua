@@ -93,7 +93,11 @@ end
 -- (an empty restart loses it with the epoch, whose absence opens the
 -- window). Needs INFO: callers that know the run id have it.
 local function server_changed()
-  local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+  -- A plain find, then a match anchored there: an unanchored pattern
+  -- would be tried at every byte of the section before it.
+  local info = redis.call('INFO', 'server')
+  local at = string.find(info, 'run_id:', 1, true)
+  local run_id = at and string.match(info, '^%w+', at + 7)
   if not run_id then return nil, false end
   local last = redis.call('HGET', FENCING, SERVER)
   if last == run_id then return run_id, false end

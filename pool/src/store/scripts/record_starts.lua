@@ -42,6 +42,35 @@ end
 -- One revision and one message per map for the whole call.
 local jobs = rmap_batch(JOBS[1], JOBS[2], JOBS[3])
 local pending = rmap_batch(PENDING[1], PENDING[2], PENDING[3])
+-- The status of a start that is not the plain case.
+local function settle(key, token, worker, mine, p, own_guard)
+  local running = mget(JOBS, key)
+  if running or not own_guard then look_back() end
+  if running == mine then
+    return 'ok' -- a retry after a lost reply
+  elseif (not running) and (not p) and recovering(ttl) then
+    -- The guard vanished with Redis's data; nothing is admitted while the
+    -- pool recovers, so the run here is the only one.
+    if is_registered(worker) then
+      rmap_batch_set(jobs, key, mine)
+      return 'ok'
+    end
+    return 'recovering'
+  elseif running and recovering(ttl)
+      and (tonumber(string.match(running, ' (%d+)$') or '') or 0) < tonumber(token) then
+    -- A record older than this start: Redis went back in time and lost the
+    -- hand-off or restart that led here. Keep the run; the worker's
+    -- re-assertion settles it (the newer token wins).
+    return 'recovering'
+  elseif not is_registered(worker) then
+    return 'unregistered'
+  elseif running or not own_guard then
+    return 'superseded'
+  end
+  rmap_batch_del(pending, key)
+  rmap_batch_set(jobs, key, mine)
+  return 'ok'
+end
 local removed = {}
 local answers = {}
 local statuses = {}
@@ -51,36 +80,17 @@ for i = 6, #ARGV, 7 do
   local key, token, worker, id = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local inbox, request, reply = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]
   local mine = worker .. ' ' .. token
-  local running = mget(JOBS, key)
   local p = mget(PENDING, key)
+  local own_guard = p and string.sub(p, 1, #token + 1) == token .. ' '
   local status
-  local plain = (not running) and p and string.sub(p, 1, #token + 1) == token .. ' '
-  if not plain then look_back() end
-  if running == mine then
-    status = 'ok' -- a retry after a lost reply
-  elseif (not running) and (not p) and recovering(ttl) then
-    -- The guard vanished with Redis's data; nothing is admitted while the
-    -- pool recovers, so the run here is the only one.
-    if is_registered(worker) then
-      rmap_batch_set(jobs, key, mine)
-      status = 'ok'
-    else
-      status = 'recovering'
-    end
-  elseif running and recovering(ttl)
-      and (tonumber(string.match(running, ' (%d+)$') or '') or 0) < tonumber(token) then
-    -- A record older than this start: Redis went back in time and lost the
-    -- hand-off or restart that led here. Keep the run; the worker's
-    -- re-assertion settles it (the newer token wins).
-    status = 'recovering'
-  elseif not is_registered(worker) then
-    status = 'unregistered'
-  elseif running or (not p) or string.sub(p, 1, #token + 1) ~= token .. ' ' then
-    status = 'superseded'
-  else
+  -- The plain case (no record, this start's own guard, a registered
+  -- worker) is settled by one HSETNX of the record; anything else reads
+  -- the record and takes the cases of `settle`.
+  if own_guard and is_registered(worker) and rmap_batch_set_nx(jobs, key, mine) == 1 then
     rmap_batch_del(pending, key)
-    rmap_batch_set(jobs, key, mine)
     status = 'ok'
+  else
+    status = settle(key, token, worker, mine, p, own_guard)
   end
   if status == 'ok' or status == 'superseded' then
     removed[inbox] = removed[inbox] or {}
@@ -98,6 +108,6 @@ for inbox, ids in pairs(removed) do
   redis.call('XDEL', KEYS[tonumber(inbox)], unpack(ids))
 end
 for reply, lines in pairs(answers) do
-  stream_add(KEYS[tonumber(reply)], 'replies', table.concat(lines, '\n'), 1000)
+  stream_add(KEYS[tonumber(reply)], 'replies', table.concat(lines, '\n'), '1000')
 end
 return statuses

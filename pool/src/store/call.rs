@@ -16,30 +16,42 @@ use crate::error::{Error, Result};
 
 /// Waits at most `timeout` for a Redis call; a late answer is an
 /// [`Error::Unavailable`] (the call may still take effect).
-pub(crate) async fn bounded<T>(
+///
+/// The call is boxed before the returned future is made: fred's command
+/// futures are kilobytes, and held inline (an async fn keeps its arguments
+/// in its state) they would make every future that awaits a Redis call — a
+/// worker's start, a dispatch — as large, and copied whole each time one
+/// is made.
+pub(crate) fn bounded<T>(
     timeout: Duration,
     what: &'static str,
     call: impl std::future::Future<Output = std::result::Result<T, RedisError>>,
-) -> Result<T> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result.map_err(|e| {
-            tracing::debug!(call = what, error = %e, "redis call failed");
-            from_redis(e)
-        }),
-        Err(_) => Err(late(timeout, what)),
+) -> impl std::future::Future<Output = Result<T>> {
+    let call = Box::pin(call);
+    async move {
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result.map_err(|e| {
+                tracing::debug!(call = what, error = %e, "redis call failed");
+                from_redis(e)
+            }),
+            Err(_) => Err(late(timeout, what)),
+        }
     }
 }
 
 /// Like [`bounded`], for a call of another crate (streams, maps) whose
 /// errors convert into the pool's.
-pub(crate) async fn within<T, E: Into<Error>>(
+pub(crate) fn within<T, E: Into<Error>>(
     timeout: Duration,
     what: &'static str,
     call: impl std::future::Future<Output = std::result::Result<T, E>>,
-) -> Result<T> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result.map_err(Into::into),
-        Err(_) => Err(late(timeout, what)),
+) -> impl std::future::Future<Output = Result<T>> {
+    let call = Box::pin(call);
+    async move {
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result.map_err(Into::into),
+            Err(_) => Err(late(timeout, what)),
+        }
     }
 }
 

@@ -24,9 +24,8 @@ local function rmap_floor(rev)
 end
 
 -- The decimal text of a length, formatted once per script run: Lua's own
--- number-to-text conversion (`..` on a number) goes through "%.14g", the
--- dearest step of building a change message, and the lengths of a batch's
--- fields and values repeat.
+-- number-to-text conversion (`..` on a number) goes through "%.14g",
+-- dearer than "%d", and the lengths of a batch's fields and values repeat.
 local rmap_decimals = {}
 local function rmap_dec(n)
   local text = rmap_decimals[n]
@@ -94,10 +93,15 @@ local function rmap_batch(hash_key, rev_key, channel)
   return {hash_key = hash_key, rev_key = rev_key, channel = channel, parts = {}}
 end
 
+-- Adds a set of field to value to the batch's message.
+local function rmap_batch_note_set(batch, field, value)
+  batch.parts[#batch.parts + 1] = 's:' .. rmap_dec(#field) .. ':' .. field .. rmap_dec(#value) .. ':' .. value
+end
+
 -- Sets field to value in the batch's map.
 local function rmap_batch_set(batch, field, value)
   redis.call('HSET', batch.hash_key, field, value)
-  batch.parts[#batch.parts + 1] = 's:' .. rmap_dec(#field) .. ':' .. field .. rmap_dec(#value) .. ':' .. value
+  rmap_batch_note_set(batch, field, value)
 end
 
 -- Sets field to value only if the field does not exist. Returns 1 if it
@@ -106,7 +110,7 @@ local function rmap_batch_set_nx(batch, field, value)
   if redis.call('HSETNX', batch.hash_key, field, value) == 0 then
     return 0
   end
-  batch.parts[#batch.parts + 1] = 's:' .. rmap_dec(#field) .. ':' .. field .. rmap_dec(#value) .. ':' .. value
+  rmap_batch_note_set(batch, field, value)
   return 1
 end
 

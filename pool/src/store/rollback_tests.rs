@@ -402,3 +402,43 @@ async fn a_record_without_its_payload_survives_a_hand_off_and_gets_it_back() {
         "the re-assertion gave the payload back"
     );
 }
+
+#[tokio::test]
+async fn a_run_re_asserted_over_its_own_older_record_brings_its_own_payload() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let (stopped, newer) = (2_000_000, 6_000_000);
+    let old = codec::stored(1_000, &body("old"));
+    let new = codec::stored(5_500, &body("new"));
+    let running = Reassert::Running;
+    // The older state Redis went back to: this worker runs the run it
+    // stopped since (an earlier admission, with its payload).
+    assert_eq!(
+        s.reassert("k", "w1", stopped, old.clone(), running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok
+    );
+    // The worker runs a newer admission of the key and re-asserts it.
+    assert_eq!(
+        s.reassert("k", "w1", newer, new.clone(), running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok
+    );
+    assert_eq!(
+        s.payload("k").await.unwrap(),
+        Some(new.clone()),
+        "the running admission's payload, not the stopped one's"
+    );
+    // The older stop, made to stand, leaves the newer run and its payload,
+    // even once its record is lost again.
+    assert_eq!(
+        s.stop_stands("k", stopped).await.unwrap(),
+        StopStands::Newer
+    );
+    s.maps.jobs_map().delete("k").await.unwrap();
+    s.stop_stands("k", stopped).await.unwrap();
+    assert_eq!(s.payload("k").await.unwrap(), Some(new));
+}

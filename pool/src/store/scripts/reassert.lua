@@ -20,6 +20,18 @@
 -- Returns 'ok' | 'lost' | 'orphaned' (payload restored, ownership not taken)
 local key, worker = ARGV[4], ARGV[5]
 local mine = tonumber(ARGV[6])
+local function created_ms(v) return tonumber(string.match(v, '^(%d+) ') or '') or 0 end
+-- The payload is this run's unless Redis holds one of this admission or
+-- a newer one: a payload of an *older* admission (the state Redis went
+-- back to, or a hand-off of an older run given back after the loss) goes,
+-- or the older run's stop, made to stand later, would take the only copy
+-- of this one's, and a move of this run would start the older body.
+local function own_payload()
+  local stored = redis.call('HGET', PAYLOADS, key)
+  if not stored or created_ms(stored) < created_ms(ARGV[7]) then
+    redis.call('HSET', PAYLOADS, key, ARGV[7])
+  end
+end
 local j = mget(JOBS, key)
 if j then
   local recorded = tonumber(string.match(j, ' (%d+)$') or '')
@@ -30,8 +42,10 @@ if j then
       mset(JOBS, key, worker .. ' ' .. ARGV[6])
     end
     -- A start recorded while the pool recovered from a data loss has no
-    -- payload in Redis: the worker's copy is the only one.
-    redis.call('HSETNX', PAYLOADS, key, ARGV[7])
+    -- payload in Redis: the worker's copy is the only one. Its own older
+    -- record (a run here stopped since, which Redis went back to) may
+    -- come with that older run's payload.
+    own_payload()
     return 'ok'
   end
   if not (recorded and recorded < mine) then return 'lost' end
@@ -51,15 +65,7 @@ if current > mine then return 'lost' end
 -- hand-off of an older run, given back after the loss, then sees it is
 -- not the latest).
 redis.call('HSET', FENCING, key, ARGV[6])
--- The payload is this run's unless Redis holds one of this admission or
--- a newer one: a payload of an *older* admission (a hand-off of an older
--- run, given back after the loss) goes, or the older run's stop, made to
--- stand later, would take the only copy of this one's.
-local stored = redis.call('HGET', PAYLOADS, key)
-local function created_ms(v) return tonumber(string.match(v, '^(%d+) ') or '') or 0 end
-if not stored or created_ms(stored) < created_ms(ARGV[7]) then
-  redis.call('HSET', PAYLOADS, key, ARGV[7])
-end
+own_payload()
 if ARGV[8] == 'suspended' and recovering(tonumber(ARGV[9])) then
   return 'orphaned'
 end

@@ -442,3 +442,35 @@ async fn a_run_re_asserted_over_its_own_older_record_brings_its_own_payload() {
     s.stop_stands("k", stopped).await.unwrap();
     assert_eq!(s.payload("k").await.unwrap(), Some(new));
 }
+
+#[tokio::test]
+async fn a_hand_off_given_back_replaces_an_older_admissions_orphan_payload() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (stopped, handed_off) = (2_000_000, 6_000_000);
+    let old = codec::stored(1_000, &body("old"));
+    let new = codec::stored(5_500, &body("new"));
+    // The older state Redis went back to: an orphan of an admission whose
+    // run was stopped since (its payload, no record, no guard).
+    let _: () = s
+        .client
+        .hset(s.maps.payloads_key(), ("k", old.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.handoff_stands("k", handed_off, new.clone())
+            .await
+            .unwrap(),
+        HandoffStands::Restored
+    );
+    assert_eq!(s.payload("k").await.unwrap(), Some(new.clone()));
+    // The older run's stop, made to stand, then leaves the handed-off job.
+    s.stop_stands("k", stopped).await.unwrap();
+    assert_eq!(s.payload("k").await.unwrap(), Some(new.clone()));
+    // A payload of the same admission or a newer one is kept.
+    assert_eq!(
+        s.handoff_stands("k", handed_off + 1, old).await.unwrap(),
+        HandoffStands::Kept
+    );
+    assert_eq!(s.payload("k").await.unwrap(), Some(new));
+}

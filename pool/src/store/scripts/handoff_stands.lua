@@ -15,15 +15,23 @@
 --   will re-assert it over a stale record).
 -- The job is then an orphan: the orphan sweep requeues it after its grace
 -- period, unless the new owner runs it and re-asserts it first. An
--- existing payload is kept.
+-- existing payload is kept when it is of this admission or a newer one;
+-- one of an *older* admission (Redis went back to before this one, to an
+-- orphan whose run ended since) is replaced, or the orphan sweep would
+-- start the older body, and that run's stop, made to stand, would then
+-- take the only copy of this job.
 -- KEYS: base
 -- ARGV: base, 4 job key, 5 the token the hand-off issued, 6 the stored
 --       payload ("<created_ms> <body>")
--- Returns 'restored' | 'kept' (owned, pending or its payload is there) |
+-- Returns 'restored' | 'kept' (owned, pending, or this payload or a newer one
+--       is there) |
 --       'current' (Redis holds the hand-off or something newer)
 local key = ARGV[4]
 local current = tonumber(redis.call('HGET', FENCING, key) or '')
 if current and current >= tonumber(ARGV[5]) then return 'current' end
 if mget(JOBS, key) or mget(PENDING, key) then return 'kept' end
-if redis.call('HSETNX', PAYLOADS, key, ARGV[6]) == 0 then return 'kept' end
+local function created_ms(v) return tonumber(string.match(v, '^(%d+) ') or '') or 0 end
+local stored = redis.call('HGET', PAYLOADS, key)
+if stored and created_ms(stored) >= created_ms(ARGV[6]) then return 'kept' end
+redis.call('HSET', PAYLOADS, key, ARGV[6])
 return 'restored'

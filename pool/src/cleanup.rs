@@ -137,6 +137,13 @@ impl NodeInner {
                     "replica was stale: worker alive in Redis"
                 );
             }
+            ClaimStatus::Recovering => {
+                tracing::debug!(
+                    worker,
+                    silent_ms,
+                    "worker dead, but the pool recovers: cleanup after the recovery window"
+                );
+            }
             ClaimStatus::ClaimedByOther | ClaimStatus::Gone => {}
         }
         Ok(claim)

@@ -48,6 +48,10 @@ pub enum WorkerRemoval {
     /// Another node is cleaning the worker up already (its jobs are
     /// moving); nothing was done here.
     InProgress,
+    /// The pool is recovering from a Redis data loss or rollback (the
+    /// recovery window, about one worker TTL): nothing was done; call again
+    /// after it, or let the nodes' own cleanup take the worker then.
+    Recovering,
 }
 
 impl Node {
@@ -143,6 +147,7 @@ impl Node {
         match claim.status {
             ClaimStatus::Claimed | ClaimStatus::TakenOver => Ok(WorkerRemoval::Removed { silent }),
             ClaimStatus::ClaimedByOther => Ok(WorkerRemoval::InProgress),
+            ClaimStatus::Recovering => Ok(WorkerRemoval::Recovering),
             ClaimStatus::Alive => Err(Error::WorkerAlive {
                 worker: worker_id.to_string(),
                 silent,

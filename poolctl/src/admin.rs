@@ -113,6 +113,9 @@ pub(crate) fn removal_text(worker: &str, removal: WorkerRemoval) -> String {
         WorkerRemoval::InProgress => {
             format!("{worker:?} is being cleaned up by another node already")
         }
+        WorkerRemoval::Recovering => format!(
+            "{worker:?} was left alone: the pool is recovering from a Redis data loss or rollback; try again in a moment"
+        ),
         _ => format!("{worker:?}: {removal:?}"),
     }
 }

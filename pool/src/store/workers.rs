@@ -71,6 +71,9 @@ call::status!(
         ClaimedByOther = "claimed_by_other",
         /// The worker is not registered.
         Gone = "gone",
+        /// The pool recovers from a data loss or a rollback: no cleanup is
+        /// claimed until every node has made its stops stand again.
+        Recovering = "recovering",
     }
 );
 

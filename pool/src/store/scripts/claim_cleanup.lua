@@ -6,8 +6,13 @@
 -- never judges a live worker dead.
 -- KEYS: base, 9 keepalive hash, 10 cleanup hash, 11 cleanup revision
 -- ARGV: base, 4 cleanup channel, 5 worker id, 6 node id, 7 ttl ms
+-- No claim while the pool recovers from a data loss or a rollback: the
+-- older state may show the worker owning a run stopped since, whose stop
+-- the node that asked for it or carried it out makes stand again during
+-- its recovery (`stop_stands.lua`); a requeue before that would start the
+-- stopped run again with a newer token, over which the stop cannot stand.
 -- Returns {status, silent_ms}; status is 'claimed' | 'taken_over' |
--- 'alive' | 'claimed_by_other' | 'gone'.
+-- 'alive' | 'claimed_by_other' | 'gone' | 'recovering'.
 local worker, node, ttl = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local registration = mget(WORKERS, worker)
 if not registration then return {'gone', 0} end
@@ -19,6 +24,7 @@ if not last then
 end
 local silent = now - last
 if silent <= ttl then return {'alive', silent} end
+if recovering(ttl) then return {'recovering', silent} end
 local claim = string.format('%s %d', node, now)
 local current = redis.call('HGET', KEYS[10], worker)
 if not current then

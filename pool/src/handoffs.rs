@@ -10,7 +10,7 @@
 //! orphan sweep requeues unless the new owner runs it and re-asserts it
 //! first.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -34,35 +34,67 @@ pub(crate) struct HandedOff {
     pub(crate) body: Bytes,
 }
 
-/// The recent hand-offs of one worker, oldest first.
+/// The recent hand-offs of one worker, oldest first, and the newest
+/// token handed on per key.
 #[derive(Debug, Default)]
 pub(crate) struct Handoffs {
-    recent: Mutex<VecDeque<(Instant, HandedOff)>>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    recent: VecDeque<(Instant, HandedOff)>,
+    newest: HashMap<String, (Instant, u64)>,
 }
 
 impl Handoffs {
     /// Remembers a hand-off (and forgets those past [`KEEP`]).
     pub(crate) fn record(&self, handed: HandedOff) {
-        let mut recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        while recent
+        while inner
+            .recent
             .front()
-            .is_some_and(|(at, _)| recent.len() >= MAX || now.duration_since(*at) >= KEEP)
+            .is_some_and(|(at, _)| inner.recent.len() >= MAX || now.duration_since(*at) >= KEEP)
         {
-            recent.pop_front();
+            if let Some((_, old)) = inner.recent.pop_front()
+                && inner
+                    .newest
+                    .get(&old.key)
+                    .is_some_and(|(_, t)| *t == old.token)
+            {
+                inner.newest.remove(&old.key);
+            }
         }
-        recent.push_back((now, handed));
+        let newest = inner.newest.entry(handed.key.clone()).or_insert((now, 0));
+        if handed.token >= newest.1 {
+            *newest = (now, handed.token);
+        }
+        inner.recent.push_back((now, handed));
     }
 
     /// The hand-offs made within `within`, newest first.
     pub(crate) fn recent(&self, within: Duration) -> Vec<HandedOff> {
-        let recent = self.recent.lock().unwrap_or_else(|e| e.into_inner());
-        recent
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .recent
             .iter()
             .rev()
             .take_while(|(at, _)| at.elapsed() <= within)
             .map(|(_, h)| h.clone())
             .collect()
+    }
+
+    /// Whether this worker handed `key` on, within [`KEEP`], with a token
+    /// newer than `token`: a start entry of an older run, back in the
+    /// inbox because Redis went back in time, is then stale (the run it
+    /// led to may have been stopped since, elsewhere).
+    pub(crate) fn supersede(&self, key: &str, token: u64) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .newest
+            .get(key)
+            .is_some_and(|(at, handed)| *handed > token && at.elapsed() < KEEP)
     }
 }
 
@@ -88,5 +120,22 @@ mod tests {
             .collect();
         assert_eq!(keys, ["b", "a"]);
         assert!(handoffs.recent(Duration::ZERO).len() <= 2);
+    }
+
+    #[test]
+    fn a_hand_off_supersedes_only_older_starts_of_its_key() {
+        let handoffs = Handoffs::default();
+        let handed = |token| HandedOff {
+            key: "k".into(),
+            token,
+            created_at_ms: 0,
+            body: Bytes::from_static(b"x"),
+        };
+        handoffs.record(handed(10));
+        handoffs.record(handed(7)); // an older token does not lower it
+        assert!(handoffs.supersede("k", 9));
+        assert!(!handoffs.supersede("k", 10), "the handed-on run itself");
+        assert!(!handoffs.supersede("k", 11), "a newer run");
+        assert!(!handoffs.supersede("other", 1));
     }
 }

@@ -21,7 +21,7 @@
 //! Starts it already ran and stopped are refused if their entries come back
 //! (`crate::tombstones`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -277,11 +277,6 @@ impl NodeInner {
     /// a hand-off it made of the key (Redis may have gone back to before
     /// that run ended here).
     async fn claimable_starts(&self, worker: &WorkerInner) -> Result<HashSet<(String, u64)>> {
-        let mut handed_off: HashMap<String, u64> = HashMap::new();
-        for h in worker.handed_off.recent(crate::handoffs::KEEP) {
-            let newest = handed_off.entry(h.key).or_default();
-            *newest = (*newest).max(h.token);
-        }
         let mut starts = HashSet::new();
         let mut after = None;
         loop {
@@ -303,7 +298,7 @@ impl NodeInner {
                 };
                 let key = entry.body.key;
                 if worker.stopped.covers(&key, entry.token)
-                    || handed_off.get(&key).is_some_and(|t| *t > entry.token)
+                    || worker.handed_off.supersede(&key, entry.token)
                 {
                     continue;
                 }

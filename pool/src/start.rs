@@ -83,6 +83,18 @@ impl WorkerInner {
             );
             return drop_superseded(node, &start).await;
         }
+        if self.handed_off.supersede(&key, entry.token) {
+            // A start of a run this worker handed on since, back in its
+            // inbox because Redis went back in time (with that run's
+            // pending guard, so a claim would be accepted): the run it was
+            // handed to may have been stopped since, elsewhere.
+            tracing::info!(
+                key,
+                token = entry.token,
+                "start older than a hand-off made here; dropped"
+            );
+            return drop_superseded(node, &start).await;
+        }
         if let Some(running) = self.jobs.get(&key).map(|j| j.token)
             && running >= entry.token
         {

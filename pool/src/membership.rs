@@ -93,6 +93,7 @@ impl NodeInner {
                 name,
                 payload,
                 requeued_key,
+                worker_ttl: self.options.worker_ttl,
             })
             .await
     }

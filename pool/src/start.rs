@@ -69,7 +69,9 @@ impl WorkerInner {
                 .await?
             {
                 Moved::Ok | Moved::Gone => return Ok(()),
-                Moved::NoTarget => node.refresh_ring(), // target left: run it here
+                // Target left: run it here (a forward is never held back
+                // by a recovery, which only waits a cleaner's moves).
+                Moved::NoTarget | Moved::Recovering => node.refresh_ring(),
             }
         }
         let start = self.start_to_record(node, event, &entry)?;

@@ -205,9 +205,6 @@ impl NodeInner {
                 self.refresh_ring();
                 return Err(Error::NoActiveWorker(self.pool.clone()));
             }
-            if status == Handoff::Recovering {
-                return Err(recovering());
-            }
             Ok(Some(status))
         };
         let result = attempt
@@ -350,7 +347,6 @@ impl NodeInner {
                     self.refresh_ring();
                     Err(Error::NoActiveWorker(self.pool.clone()))
                 }
-                Moved::Recovering => Err(recovering()),
                 Moved::Ok | Moved::Gone => Ok(()),
             }
         };
@@ -379,13 +375,4 @@ impl NodeInner {
         }
         Err(Error::Timeout(Duration::ZERO))
     }
-}
-
-/// The retryable error of a cleanup step held back while the pool recovers
-/// from a data loss or a rollback (see `claim_cleanup.lua`).
-fn recovering() -> Error {
-    Error::Unavailable(fred::error::Error::new(
-        fred::error::ErrorKind::Timeout,
-        "the pool recovers from a data loss or rollback",
-    ))
 }

@@ -93,7 +93,6 @@ impl NodeInner {
                 name,
                 payload,
                 requeued_key,
-                worker_ttl: self.options.worker_ttl,
             })
             .await
     }

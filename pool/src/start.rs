@@ -69,9 +69,7 @@ impl WorkerInner {
                 .await?
             {
                 Moved::Ok | Moved::Gone => return Ok(()),
-                // Target left: run it here (a forward is never held back
-                // by a recovery, which only waits a cleaner's moves).
-                Moved::NoTarget | Moved::Recovering => node.refresh_ring(),
+                Moved::NoTarget => node.refresh_ring(), // target left: run it here
             }
         }
         let start = self.start_to_record(node, event, &entry)?;

@@ -112,9 +112,6 @@ call::status!(
         NoTarget = "no_target",
         /// The entry is no longer in the source inbox.
         Gone = "gone",
-        /// A cleaner's start move while the pool recovers from a data loss
-        /// or a rollback: nothing was done, the entry stays.
-        Recovering = "recovering",
     }
 );
 
@@ -133,8 +130,6 @@ pub(crate) struct EntryMove<'a> {
     /// The job key of a start entry a cleaner moves (it gets a new fencing
     /// token); `None` when forwarding.
     pub(crate) requeued_key: Option<&'a str>,
-    /// The pool's worker TTL (the recovery window after a data loss).
-    pub(crate) worker_ttl: Duration,
 }
 
 impl PoolStore {
@@ -261,7 +256,6 @@ impl PoolStore {
             Value::from(entry.to),
             Value::from(keys::INBOX_MAXLEN.to_string()),
             Value::from(entry.requeued_key.unwrap_or("")),
-            Value::from(entry.worker_ttl.as_millis().to_string()),
         ]);
         let status: String = self
             .scripts

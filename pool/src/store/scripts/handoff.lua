@@ -8,10 +8,7 @@
 -- Returns {'ok', token} | {'not_owner'} | {'no_target'} (the target is gone,
 --       being cleaned up or drained) | {'no_payload'}
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
---       from a data loss: a worker that runs it may not have re-asserted yet;
---       nor is a job of a dead worker under cleanup: Redis may have gone
---       back to a record of a run stopped since, whose stop is not made to
---       stand yet, see claim_cleanup.lua)
+--       from a data loss: a worker that runs it may not have re-asserted yet)
 local key, expected, target = ARGV[4], ARGV[5], ARGV[6]
 if expected == '-' then
   if redis.call('HEXISTS', JOBS[1], key) == 1 or redis.call('HEXISTS', PENDING[1], key) == 1 then
@@ -22,8 +19,6 @@ if expected == '-' then
   end
 elseif owner_of(mget(JOBS, key)) ~= expected then
   return {'not_owner'}
-elseif redis.call('HEXISTS', KEYS[10], expected) == 1 and recovering(tonumber(ARGV[9])) then
-  return {'recovering'}
 end
 if not worker_active(target, KEYS[10]) then
   return {'no_target'}

@@ -3,22 +3,15 @@
 -- KEYS: base, 9 source inbox, 10 target inbox, 11 cleanup hash
 -- ARGV: base, 4 entry id, 5 event name, 6 new payload, 7 target worker,
 --       8 maxlen, 9 the job key of a start entry a cleaner moves ('' when
---       forwarding), 10 worker ttl ms (the recovery window after a data loss)
+--       forwarding)
 -- A start entry moved by a cleaner gets a new fencing token (entry and
 -- pending guard alike): the dead or silent worker may have started it just
 -- before it went quiet (a start is recorded after the handler's `start`),
 -- and the run elsewhere must be fenced off from that one.
--- Such a move waits while the pool recovers from a data loss or a
--- rollback: the entry may be one Redis brought back, of a run stopped
--- since, whose stop (which removes the guard) is not made to stand yet; the
--- new token would put the run above the stop.
 -- Returns 'ok' | 'no_target' (the target is gone, being cleaned up or
--- drained) | 'gone' | 'recovering' (a cleaner's start move, nothing done)
+-- drained) | 'gone'
 if not worker_active(ARGV[7], KEYS[11]) then
   return 'no_target'
-end
-if ARGV[5] == 'start' and ARGV[9] ~= '' and recovering(tonumber(ARGV[10])) then
-  return 'recovering'
 end
 if redis.call('XDEL', KEYS[9], ARGV[4]) == 0 then
   return 'gone'

@@ -695,3 +695,6 @@ async fn no_cleanup_is_claimed_while_the_pool_recovers() {
     assert!(claim.silent_ms > TTL.as_millis() as u64, "{claim:?}");
     assert_eq!(s.maps.cleanup.get("w1"), None, "no claim taken");
 }
+
+#[path = "cleanup_tests.rs"]
+mod cleanup_tests;

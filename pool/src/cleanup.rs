@@ -26,7 +26,7 @@ use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::store::call::from_redis;
 use crate::store::records::WorkerEntry;
-use crate::store::{ClaimStatus, DeadWorkerClaim, Handoff, Moved, Removed, SCAN_START};
+use crate::store::{ClaimStatus, DeadWorkerClaim, Handoff, Moved, Removed, Requeue, SCAN_START};
 
 /// Most inbox entries read per page when moving a dead worker's inbox.
 const INBOX_PAGE: u64 = 200;
@@ -152,16 +152,21 @@ impl NodeInner {
     /// Requeues a dead worker's jobs and inbox, then removes it.
     #[tracing::instrument(name = "cleanup", skip(self), fields(pool = %self.pool, node = %self.id))]
     pub(crate) async fn clean_worker(&self, worker: &str) -> Result<()> {
-        self.requeue_owned_by(worker).await;
-        self.requeue_worker_inbox(worker).await?;
-        self.remove_worker_entry(worker).await
+        // Every step checks, in its script, that the claim is still this
+        // node's: the worker may come back and clear a claim older than a
+        // TTL (`keepalive.lua`), or another cleaner take it over.
+        let cleaner = Some(self.id.as_str());
+        self.requeue_owned_by(worker, cleaner).await;
+        self.requeue_worker_inbox(worker, cleaner).await?;
+        self.remove_worker_entry(worker, cleaner).await
     }
 
     /// Requeues every job Redis says `worker` owns, listed page by page
     /// from the jobs hash. A page that fails is retried with backoff; past
     /// that the rest waits for the orphan sweep (the worker is removed
-    /// afterwards, which makes its jobs orphans).
-    pub(crate) async fn requeue_owned_by(&self, worker: &str) {
+    /// afterwards, which makes its jobs orphans). `cleaner`: this node's id
+    /// when a cleanup moves a dead worker's jobs.
+    pub(crate) async fn requeue_owned_by(&self, worker: &str, cleaner: Option<&str>) {
         let mut cursor = SCAN_START.to_string();
         loop {
             let page = (|| self.store.owned_page(worker, &cursor, OWNED_PAGE))
@@ -181,7 +186,7 @@ impl NodeInner {
                 }
             };
             for key in page.keys {
-                self.requeue_job(&key, worker).await;
+                self.requeue_job(&key, worker, cleaner).await;
             }
             if page.cursor == SCAN_START {
                 return;
@@ -193,14 +198,20 @@ impl NodeInner {
     /// Hands job `key` from `from` to its new owner, retrying with
     /// exponential backoff until it is moved, moved by someone else, or no
     /// worker remains (the job then waits as an orphan for the next one).
-    /// Returns the last hand-off's answer, if any.
-    pub(crate) async fn requeue_job(&self, key: &str, from: &str) -> Option<Handoff> {
+    /// Returns the last hand-off's answer, if any. `cleaner`: this node's
+    /// id when a cleanup moves a dead worker's job.
+    pub(crate) async fn requeue_job(
+        &self,
+        key: &str,
+        from: &str,
+        cleaner: Option<&str>,
+    ) -> Option<Handoff> {
         let attempt = || async {
             let ring = self.ring.load_full();
             let Some(target) = ring.owner_excluding(key, from).map(str::to_string) else {
                 return Ok::<_, Error>(None);
             };
-            let status = self.handoff(key, from, &target).await?;
+            let status = self.handoff(key, from, &target, cleaner).await?;
             if status == Handoff::NoTarget {
                 self.refresh_ring();
                 return Err(Error::NoActiveWorker(self.pool.clone()));
@@ -242,8 +253,13 @@ impl NodeInner {
     }
 
     /// Moves every entry left in `worker`'s inbox to the new owner of its
-    /// key, page by page.
-    pub(crate) async fn requeue_worker_inbox(&self, worker: &str) -> Result<()> {
+    /// key, page by page. `cleaner`: this node's id when a cleanup moves a
+    /// dead worker's entries.
+    pub(crate) async fn requeue_worker_inbox(
+        &self,
+        worker: &str,
+        cleaner: Option<&str>,
+    ) -> Result<()> {
         let mut after = None;
         loop {
             let entries = self.inbox_page(worker, after.as_deref()).await?;
@@ -252,7 +268,7 @@ impl NodeInner {
             };
             after = Some(last.clone());
             for (id, fields) in entries {
-                self.requeue_entry(worker, &id, &fields).await?;
+                self.requeue_entry(worker, &id, &fields, cleaner).await?;
             }
         }
     }
@@ -282,6 +298,7 @@ impl NodeInner {
         worker: &str,
         id: &str,
         fields: &HashMap<String, Bytes>,
+        cleaner: Option<&str>,
     ) -> Result<()> {
         let name = fields
             .get("n")
@@ -339,7 +356,10 @@ impl NodeInner {
                     id,
                     &name,
                     payload.clone(),
-                    (name == EV_START).then_some(key.as_str()),
+                    Requeue {
+                        key: (name == EV_START).then_some(key.as_str()),
+                        cleaner,
+                    },
                 )
                 .await?
             {
@@ -362,16 +382,35 @@ impl NodeInner {
     }
 
     /// Removes a worker's registration, keep-alive, cleanup claim and inbox
-    /// once its inbox is empty; moves late entries first.
-    pub(crate) async fn remove_worker_entry(&self, worker: &str) -> Result<()> {
+    /// once its inbox is empty; moves late entries first. `cleaner`: this
+    /// node's id when a cleanup removes a dead worker (nothing is done once
+    /// its claim is not this node's any more).
+    pub(crate) async fn remove_worker_entry(
+        &self,
+        worker: &str,
+        cleaner: Option<&str>,
+    ) -> Result<()> {
         for _ in 0..5 {
             let inbox = self.inbox(worker)?;
-            let status = self.store.remove_worker(worker, inbox.key()).await?;
-            if status == Removed::Ok {
-                self.inboxes.remove(worker);
-                return Ok(());
+            let status = self
+                .store
+                .remove_worker(worker, inbox.key(), cleaner)
+                .await?;
+            match status {
+                Removed::Ok => {
+                    self.inboxes.remove(worker);
+                    return Ok(());
+                }
+                Removed::NotClaimed => {
+                    tracing::info!(
+                        worker,
+                        "cleanup claim lost (the worker came back, or another node took it over): worker left in place"
+                    );
+                    return Ok(());
+                }
+                Removed::InboxNotEmpty => {}
             }
-            self.requeue_worker_inbox(worker).await?;
+            self.requeue_worker_inbox(worker, cleaner).await?;
         }
         Err(Error::Timeout(Duration::ZERO))
     }

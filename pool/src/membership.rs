@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::routing::Ring;
 use crate::store::records::WorkerEntry;
-use crate::store::{EntryMove, Handoff, Moved, Reassert};
+use crate::store::{EntryMove, Handoff, Moved, Reassert, Receiver, Requeue};
 use crate::worker::WorkerInner;
 
 impl NodeInner {
@@ -73,8 +73,8 @@ impl NodeInner {
     }
 
     /// Moves one inbox entry from `from`'s inbox to `to`'s.
-    /// `requeued_key`: the job key of a start entry a cleaner moves (it gets
-    /// a new fencing token); `None` when forwarding.
+    /// `requeue`: what the move requeues (`Requeue::default()` when
+    /// forwarding).
     pub(crate) async fn move_entry(
         &self,
         from: &str,
@@ -82,32 +82,43 @@ impl NodeInner {
         id: &str,
         name: &str,
         payload: Bytes,
-        requeued_key: Option<&str>,
+        requeue: Requeue<'_>,
     ) -> Result<Moved> {
         self.store
             .move_entry(EntryMove {
+                from,
                 from_inbox: self.inbox(from)?.key(),
                 to,
                 to_inbox: self.inbox(to)?.key(),
                 id,
                 name,
                 payload,
-                requeued_key,
+                requeue,
             })
             .await
     }
 
     /// Hands job `key`, owned by `from`, to `to`.
-    pub(crate) async fn handoff(&self, key: &str, from: &str, to: &str) -> Result<Handoff> {
+    /// `cleaner`: this node's id when a cleanup moves a dead worker's job.
+    pub(crate) async fn handoff(
+        &self,
+        key: &str,
+        from: &str,
+        to: &str,
+        cleaner: Option<&str>,
+    ) -> Result<Handoff> {
         let status = self
             .store
             .handoff(
                 key,
                 from,
-                to,
-                self.inbox(to)?.key(),
+                Receiver {
+                    worker: to,
+                    inbox: self.inbox(to)?.key(),
+                },
                 self.options.dispatch_timeout + self.options.ack_grace,
                 self.options.worker_ttl,
+                cleaner,
             )
             .await?;
         if let Handoff::Ok { .. } = status {
@@ -175,7 +186,7 @@ impl NodeInner {
             None => tokio::time::timeout_at(until, async {
                 if handover {
                     for (key, job) in stopped {
-                        let moved = self.requeue_job(&key, &worker.id).await;
+                        let moved = self.requeue_job(&key, &worker.id, None).await;
                         if let (Some(Handoff::NoPayload), Some(job)) = (moved, job) {
                             // Redis has the record but not the body (a
                             // start recorded during a recovery): this copy
@@ -185,13 +196,13 @@ impl NodeInner {
                             {
                                 tracing::warn!(key, error = %e, "giving back a job's payload failed");
                             }
-                            self.requeue_job(&key, &worker.id).await;
+                            self.requeue_job(&key, &worker.id, None).await;
                         }
                     }
-                    self.requeue_owned_by(&worker.id).await;
-                    self.requeue_worker_inbox(&worker.id).await?;
+                    self.requeue_owned_by(&worker.id, None).await;
+                    self.requeue_worker_inbox(&worker.id, None).await?;
                 }
-                self.remove_worker_entry(&worker.id).await
+                self.remove_worker_entry(&worker.id, None).await
             })
             .await
             .unwrap_or_else(|_| Err(gave_up(&worker.id, "handing its jobs over"))),

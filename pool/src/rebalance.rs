@@ -122,7 +122,7 @@ impl NodeInner {
             if target == worker.id {
                 break;
             }
-            match self.handoff(key, &worker.id, &target).await {
+            match self.handoff(key, &worker.id, &target, None).await {
                 Ok(Handoff::Ok { token }) => {
                     worker.handed_off.record(crate::handoffs::HandedOff {
                         key: key.to_string(),
@@ -174,7 +174,7 @@ impl NodeInner {
             }
             Ok(Restart::StartFailed(e)) => {
                 tracing::warn!(key, error = %e, "restart after failed handoff refused; requeueing");
-                self.requeue_job(key, &worker.id).await;
+                self.requeue_job(key, &worker.id, None).await;
             }
             Err(e) => {
                 // Recorded here (or nowhere) but not running: nothing else
@@ -182,7 +182,7 @@ impl NodeInner {
                 // (retried with backoff; released to the orphan sweep when
                 // no other worker can take it).
                 tracing::warn!(key, error = %e, "restart after failed handoff failed; requeueing");
-                self.requeue_job(key, &worker.id).await;
+                self.requeue_job(key, &worker.id, None).await;
             }
         }
     }

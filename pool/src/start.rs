@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::handler::{Job, guarded};
 use crate::node::NodeInner;
 use crate::store::records::job_owner;
-use crate::store::{Answer, Claimed, Moved, Reasserted, StartKept, StartToRecord};
+use crate::store::{Answer, Claimed, Moved, Reasserted, Requeue, StartKept, StartToRecord};
 use crate::worker::{LocalJob, WorkerInner};
 
 impl WorkerInner {
@@ -64,7 +64,7 @@ impl WorkerInner {
                     &event.id,
                     EV_START,
                     entry.forwarded(),
-                    None,
+                    Requeue::default(),
                 )
                 .await?
             {

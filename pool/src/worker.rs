@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::handler::{Handler, guarded};
 use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, LANES, SeenEntries, lane_of};
 use crate::node::{Node, NodeInner};
-use crate::store::Moved;
+use crate::store::{Moved, Requeue};
 
 /// A request is forwarded at most this many times when views of the ring
 /// disagree; then the receiving worker takes it.
@@ -520,7 +520,14 @@ impl WorkerInner {
                 ..req.clone()
             });
             let moved = node
-                .move_entry(&self.id, &target, &event.id, &event.name, fwd, None)
+                .move_entry(
+                    &self.id,
+                    &target,
+                    &event.id,
+                    &event.name,
+                    fwd,
+                    Requeue::default(),
+                )
                 .await?;
             if moved != Moved::NoTarget {
                 return Ok(());

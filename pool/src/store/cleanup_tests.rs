@@ -18,3 +18,107 @@ async fn no_cleanup_is_claimed_while_the_pool_recovers() {
     assert!(claim.silent_ms > TTL.as_millis() as u64, "{claim:?}");
     assert_eq!(s.maps.cleanup.get("w1"), None, "no claim taken");
 }
+
+/// A claim on `worker` by node `node`, made at server time `since_ms`.
+async fn claim(f: &Fixture, worker: &str, node: &str, since_ms: u64) {
+    f.store
+        .maps
+        .cleanup
+        .set(worker, &format!("{node} {since_ms}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_worker_that_renews_clears_a_claim_on_it_older_than_a_ttl() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let stored = codec::stored(0, &body("r"));
+    s.reassert("r", "w1", 7, stored, Reassert::Running, TTL)
+        .await
+        .unwrap();
+    // Redis went back to a moment within a cleanup of w1 that finished
+    // since: the claim is back, its cleaner is done, and w1 lives on.
+    claim(f, "w1", "n-done", 1000).await;
+    assert_eq!(s.resume("r", "w1").await.unwrap(), None, "held back");
+    let renewal = s
+        .keepalive("n-test", TTL, ["w1".to_string(), "w2".to_string()])
+        .await
+        .unwrap();
+    assert!(renewal.unknown.is_empty(), "{:?}", renewal.unknown);
+    s.maps
+        .cleanup
+        .wait_for(Duration::from_secs(10), |m| !m.contains_key("w1"))
+        .await
+        .expect("the stale claim goes");
+    assert!(s.resume("r", "w1").await.unwrap().is_some(), "w1 resumes");
+    // A claim within the TTL (a cleanup going on) stays.
+    claim(f, "w2", "n-busy", renewal.server_ms).await;
+    s.keepalive("n-test", TTL, ["w2".to_string()])
+        .await
+        .unwrap();
+    assert!(s.maps.cleanup.get("w2").is_some(), "a fresh claim stays");
+}
+
+#[tokio::test]
+async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
+    let f = &fixture().await;
+    let s = &f.store;
+    for w in ["w1", "w2"] {
+        f.register(w).await;
+    }
+    let stored = codec::stored(0, &body("r"));
+    s.reassert("r", "w1", 7, stored, Reassert::Running, TTL)
+        .await
+        .unwrap();
+    f.admitted("q", "w1").await;
+    let queued = f.entry_ids("w1").await[0].clone();
+    let (from_inbox, to_inbox) = (f.inbox("w1"), f.inbox("w2"));
+    let to = Receiver {
+        worker: "w2",
+        inbox: &to_inbox,
+    };
+    let entry = |cleaner| EntryMove {
+        from: "w1",
+        from_inbox: &from_inbox,
+        to: "w2",
+        to_inbox: &to_inbox,
+        id: &queued,
+        name: "start",
+        payload: body("q"),
+        requeue: Requeue {
+            key: Some("q"),
+            cleaner: Some(cleaner),
+        },
+    };
+    // Another node holds the claim (it took it over, or w1 came back and
+    // cleared this cleaner's, and a new one was made).
+    claim(f, "w1", "n-other", 1000).await;
+    let handed = s
+        .handoff("r", "w1", to, TTL, TTL, Some("n-me"))
+        .await
+        .unwrap();
+    assert_eq!(handed, Handoff::NotOwner);
+    assert_eq!(s.move_entry(entry("n-me")).await.unwrap(), Moved::Gone);
+    assert_eq!(f.entry_ids("w1").await, std::slice::from_ref(&queued));
+    let inbox = f.inbox("w1");
+    assert_eq!(
+        s.remove_worker("w1", &inbox, Some("n-me")).await.unwrap(),
+        Removed::NotClaimed
+    );
+    assert!(s.maps.workers.get("w1").is_some(), "w1 stays registered");
+    // With its own claim the cleaner moves everything and removes w1.
+    claim(f, "w1", "n-me", 1000).await;
+    let handed = s
+        .handoff("r", "w1", to, TTL, TTL, Some("n-me"))
+        .await
+        .unwrap();
+    assert!(matches!(handed, Handoff::Ok { .. }), "{handed:?}");
+    assert_eq!(s.move_entry(entry("n-me")).await.unwrap(), Moved::Ok);
+    assert_eq!(
+        s.remove_worker("w1", &inbox, Some("n-me")).await.unwrap(),
+        Removed::Ok
+    );
+}

@@ -115,10 +115,30 @@ call::status!(
     }
 );
 
+/// What a move of an inbox entry requeues (`Default`: nothing, a
+/// forward).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Requeue<'a> {
+    /// The job key of a start entry a cleaner or a leaving worker moves (it
+    /// gets a new fencing token).
+    pub(crate) key: Option<&'a str>,
+    /// This node's id when a cleanup moves a dead worker's entry: the claim
+    /// on the worker must still be its own.
+    pub(crate) cleaner: Option<&'a str>,
+}
+
+/// The worker a job is handed to, and its inbox stream key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Receiver<'a> {
+    pub(crate) worker: &'a str,
+    pub(crate) inbox: &'a str,
+}
+
 /// One inbox entry to move from one worker's inbox to another's.
 #[derive(Debug, Clone)]
 pub(crate) struct EntryMove<'a> {
-    /// The source inbox stream key.
+    /// The source worker and its inbox stream key.
+    pub(crate) from: &'a str,
     pub(crate) from_inbox: &'a str,
     /// The target worker and its inbox stream key.
     pub(crate) to: &'a str,
@@ -127,9 +147,8 @@ pub(crate) struct EntryMove<'a> {
     pub(crate) id: &'a str,
     pub(crate) name: &'a str,
     pub(crate) payload: Bytes,
-    /// The job key of a start entry a cleaner moves (it gets a new fencing
-    /// token); `None` when forwarding.
-    pub(crate) requeued_key: Option<&'a str>,
+    /// What the move requeues.
+    pub(crate) requeue: Requeue<'a>,
 }
 
 impl PoolStore {
@@ -217,22 +236,23 @@ impl PoolStore {
         &self,
         key: &str,
         from: &str,
-        to: &str,
-        to_inbox: &str,
+        to: Receiver<'_>,
         pending_ttl: Duration,
         worker_ttl: Duration,
+        cleaner: Option<&str>,
     ) -> Result<Handoff> {
         let mut keys = self.maps.base_keys();
-        keys.push(to_inbox.to_string());
+        keys.push(to.inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
             Value::from(from),
-            Value::from(to),
+            Value::from(to.worker),
             Value::from(pending_ttl.as_millis().to_string()),
             Value::from(keys::INBOX_MAXLEN.to_string()),
             Value::from(worker_ttl.as_millis().to_string()),
+            Value::from(cleaner.unwrap_or("")),
         ]);
         let reply: Value = self
             .scripts
@@ -255,7 +275,9 @@ impl PoolStore {
             Value::Bytes(entry.payload),
             Value::from(entry.to),
             Value::from(keys::INBOX_MAXLEN.to_string()),
-            Value::from(entry.requeued_key.unwrap_or("")),
+            Value::from(entry.requeue.key.unwrap_or("")),
+            Value::from(entry.requeue.cleaner.unwrap_or("")),
+            Value::from(entry.from),
         ]);
         let status: String = self
             .scripts

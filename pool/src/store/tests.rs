@@ -121,13 +121,14 @@ impl Fixture {
     async fn move_entry(&self, id: &str, from: &str, to: &str) -> Moved {
         let (from_inbox, to_inbox) = (self.inbox(from), self.inbox(to));
         let entry = EntryMove {
+            from,
             from_inbox: &from_inbox,
             to,
             to_inbox: &to_inbox,
             id,
             name: "notify",
             payload: body("j1"),
-            requeued_key: None,
+            requeue: Requeue::default(),
         };
         self.store.move_entry(entry).await.unwrap()
     }
@@ -377,9 +378,19 @@ async fn routing_scripts_answer_each_status() {
     );
 
     let hand = |from: &'static str, to: &'static str| async move {
-        s.handoff("j1", from, to, &f.inbox(to), TTL, TTL)
-            .await
-            .unwrap()
+        s.handoff(
+            "j1",
+            from,
+            Receiver {
+                worker: to,
+                inbox: &f.inbox(to),
+            },
+            TTL,
+            TTL,
+            None,
+        )
+        .await
+        .unwrap()
     };
     assert_eq!(hand("w2", "w2").await, Handoff::NotOwner);
     assert_eq!(hand("w1", "w-gone").await, Handoff::NoTarget);
@@ -442,7 +453,20 @@ async fn routing_scripts_answer_each_status() {
     let counter: u64 = s.client.hget(keys::fencing(&s.pool), "o1").await.unwrap();
     assert_eq!(tombstone, counter, "the answer names the tombstone token");
     let inbox = f.inbox("w1");
-    let orphan = s.handoff("o1", "-", "w1", &inbox, TTL, TTL).await.unwrap();
+    let orphan = s
+        .handoff(
+            "o1",
+            "-",
+            Receiver {
+                worker: "w1",
+                inbox: &inbox,
+            },
+            TTL,
+            TTL,
+            None,
+        )
+        .await
+        .unwrap();
     assert_eq!(orphan, Handoff::NoPayload);
 
     let queued = f.entry_ids("w1").await;
@@ -454,7 +478,20 @@ async fn routing_scripts_answer_each_status() {
     f.orphan("o2", "w1").await;
     f.lose_epoch().await;
     let inbox = f.inbox("w1");
-    let orphan = s.handoff("o2", "-", "w1", &inbox, TTL, TTL).await.unwrap();
+    let orphan = s
+        .handoff(
+            "o2",
+            "-",
+            Receiver {
+                worker: "w1",
+                inbox: &inbox,
+            },
+            TTL,
+            TTL,
+            None,
+        )
+        .await
+        .unwrap();
     assert_eq!(orphan, Handoff::Recovering);
 
     // While the pool recovers (Redis went back in time), a stop that finds
@@ -534,12 +571,15 @@ async fn worker_scripts_answer_each_status() {
     f.admitted("x1", "w2").await;
     let inbox = f.inbox("w2");
     assert_eq!(
-        s.remove_worker("w2", &inbox).await.unwrap(),
+        s.remove_worker("w2", &inbox, None).await.unwrap(),
         Removed::InboxNotEmpty
     );
     let ids = f.entry_ids("w2").await;
     let _: i64 = s.client.xdel(&inbox, ids).await.unwrap();
-    assert_eq!(s.remove_worker("w2", &inbox).await.unwrap(), Removed::Ok);
+    assert_eq!(
+        s.remove_worker("w2", &inbox, None).await.unwrap(),
+        Removed::Ok
+    );
 
     assert_eq!(s.begin_recovery(TTL).await.unwrap(), Recovery::Opened);
     assert_eq!(s.begin_recovery(TTL).await.unwrap(), Recovery::Open);

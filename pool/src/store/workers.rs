@@ -41,6 +41,9 @@ call::status!(
         Ok = "ok",
         /// Entries are left in the inbox: move them first.
         InboxNotEmpty = "inbox_not_empty",
+        /// A cleanup's claim on the worker is not the cleaner's any more
+        /// (the worker came back, or another node took the claim over).
+        NotClaimed = "not_claimed",
     }
 );
 
@@ -179,12 +182,15 @@ impl PoolStore {
     ) -> Result<Renewal> {
         let ka = self.maps.keepalive.keys_info();
         let nodes = self.maps.nodes.keys_info();
+        let cleanup = self.maps.cleanup.keys_info();
         let mut keys = self.maps.base_keys();
         keys.extend([
             ka.hash.clone(),
             ka.revision.clone(),
             nodes.hash.clone(),
             nodes.revision.clone(),
+            cleanup.hash.clone(),
+            cleanup.revision.clone(),
         ]);
         let mut args = self.maps.base_args();
         args.extend([
@@ -192,6 +198,7 @@ impl PoolStore {
             Value::from(nodes.channel.clone()),
             Value::from(node),
             Value::from(worker_ttl.as_millis().to_string()),
+            Value::from(cleanup.channel.clone()),
         ]);
         args.extend(workers.into_iter().map(Value::from));
         let reply: Vec<Value> = self
@@ -293,7 +300,12 @@ impl PoolStore {
 
     /// Removes `worker`'s registration, keep-alive, cleanup claim and inbox
     /// (stream key `inbox`) once the inbox is empty.
-    pub(crate) async fn remove_worker(&self, worker: &str, inbox: &str) -> Result<Removed> {
+    pub(crate) async fn remove_worker(
+        &self,
+        worker: &str,
+        inbox: &str,
+        cleaner: Option<&str>,
+    ) -> Result<Removed> {
         let ka = self.maps.keepalive.keys_info();
         let cl = self.maps.cleanup.keys_info();
         let mut keys = self.maps.base_keys();
@@ -309,6 +321,7 @@ impl PoolStore {
             Value::from(ka.channel.clone()),
             Value::from(cl.channel.clone()),
             Value::from(worker),
+            Value::from(cleaner.unwrap_or("")),
         ]);
         let status: String = self
             .scripts

@@ -178,6 +178,15 @@ local function worker_active(worker, cleanup)
   return not string.find(record, '"drained_at_ms":', 1, true)
 end
 
+-- Whether the cleanup claim on `worker` (in hash `cleanup`, "<node>
+-- <since_ms>") is held by node `cleaner`; any claim state passes when
+-- `cleaner` is '' (not a cleanup: a worker leaving, a rebalance).
+local function claim_held(cleanup, worker, cleaner)
+  if cleaner == '' then return true end
+  local claim = redis.call('HGET', cleanup, worker)
+  return claim ~= false and string.sub(claim, 1, #cleaner + 1) == cleaner .. ' '
+end
+
 -- "<worker> <token>" → worker
 local function owner_of(v)
   if not v then return nil end

@@ -4,7 +4,9 @@
 -- KEYS: base, 9 target inbox, 10 cleanup hash
 -- ARGV: base, 4 job key, 5 expected owner ('-': the job must be an orphan:
 --       no owner, no pending dispatch), 6 target worker, 7 pending ttl ms,
---       8 inbox maxlen, 9 worker ttl ms (the recovery window after a data loss)
+--       8 inbox maxlen, 9 worker ttl ms (the recovery window after a data loss),
+--       10 the cleaner's node id when a cleanup moves a dead worker's job
+--       ('' otherwise): its claim on the worker must still be its own
 -- Returns {'ok', token} | {'not_owner'} | {'no_target'} (the target is gone,
 --       being cleaned up or drained) | {'no_payload'}
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
@@ -18,6 +20,10 @@ if expected == '-' then
     return {'recovering'}
   end
 elseif owner_of(mget(JOBS, key)) ~= expected then
+  return {'not_owner'}
+elseif not claim_held(KEYS[10], expected, ARGV[10]) then
+  -- The worker came back and cleared a stale claim (it may run the job
+  -- again), or another cleaner took the claim over.
   return {'not_owner'}
 end
 if not worker_active(target, KEYS[10]) then

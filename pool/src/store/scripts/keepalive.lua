@@ -1,26 +1,40 @@
 -- Renews the keep-alive of a node and its workers on server time.
 -- KEYS: base, 9 keepalive hash, 10 keepalive revision, 11 nodes hash,
---       12 nodes revision
+--       12 nodes revision, 13 cleanup hash, 14 cleanup revision
 -- ARGV: base, 4 keepalive channel, 5 nodes channel, 6 node id,
---       7 worker ttl ms, 8.. worker ids (bounded by the node's worker count)
+--       7 worker ttl ms, 8 cleanup channel, 9.. worker ids (bounded by the
+--       node's worker count)
 -- Returns {now_ms, unknown worker ids...}: workers no longer registered
 -- (cleaned up, or Redis lost its data) are not renewed. Finding the pool's
 -- epoch gone (data loss) opens the recovery window.
 -- One change message per map whatever the worker count: the workers'
 -- renewals go out as one batch on the keepalive map, the node's on the
 -- nodes map.
-local now = string.format('%d', now_ms())
+-- A cleanup claim on a worker that renews, older than a TTL, goes: its
+-- cleaner is gone or stalled (a cleaner checks its claim at every step and
+-- stops once it is not its own), or Redis went back to a moment within a
+-- cleanup that has finished since. Left, it would keep the live worker
+-- from resuming its jobs and out of the ring for good.
+local now_n = now_ms()
+local now = string.format('%d', now_n)
+local ttl = tonumber(ARGV[7])
 local unknown = {now}
-recovering(tonumber(ARGV[7]))
+recovering(ttl)
 local renewed = rmap_batch(KEYS[9], KEYS[10], ARGV[4])
-for i = 8, #ARGV do
+local unclaimed = rmap_batch(KEYS[13], KEYS[14], ARGV[8])
+for i = 9, #ARGV do
   local w = ARGV[i]
   if redis.call('HEXISTS', WORKERS[1], w) == 1 then
     rmap_batch_set(renewed, w, now)
+    local claim = redis.call('HGET', KEYS[13], w)
+    if claim and now_n - (tonumber(string.match(claim, ' (%d+)$') or '0') or 0) > ttl then
+      rmap_batch_del(unclaimed, w)
+    end
   else
     unknown[#unknown + 1] = w
   end
 end
 rmap_batch_flush(renewed)
+rmap_batch_flush(unclaimed)
 rmap_set(KEYS[11], KEYS[12], ARGV[5], ARGV[6], now)
 return unknown

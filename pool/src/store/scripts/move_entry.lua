@@ -3,7 +3,9 @@
 -- KEYS: base, 9 source inbox, 10 target inbox, 11 cleanup hash
 -- ARGV: base, 4 entry id, 5 event name, 6 new payload, 7 target worker,
 --       8 maxlen, 9 the job key of a start entry a cleaner moves ('' when
---       forwarding)
+--       forwarding), 10 the cleaner's node id when a cleanup moves a dead
+--       worker's entry ('' otherwise): its claim must still be its own
+--       on 11 the source worker id
 -- A start entry moved by a cleaner gets a new fencing token (entry and
 -- pending guard alike): the dead or silent worker may have started it just
 -- before it went quiet (a start is recorded after the handler's `start`),
@@ -12,6 +14,10 @@
 -- drained) | 'gone'
 if not worker_active(ARGV[7], KEYS[11]) then
   return 'no_target'
+end
+if ARGV[10] ~= '' and not claim_held(KEYS[11], ARGV[11], ARGV[10]) then
+  -- Not this cleaner's worker any more: the entry stays where it is.
+  return 'gone'
 end
 if redis.call('XDEL', KEYS[9], ARGV[4]) == 0 then
   return 'gone'

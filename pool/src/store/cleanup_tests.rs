@@ -76,10 +76,6 @@ async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
     f.admitted("q", "w1").await;
     let queued = f.entry_ids("w1").await[0].clone();
     let (from_inbox, to_inbox) = (f.inbox("w1"), f.inbox("w2"));
-    let to = Receiver {
-        worker: "w2",
-        inbox: &to_inbox,
-    };
     let entry = |cleaner| EntryMove {
         from: "w1",
         from_inbox: &from_inbox,
@@ -96,10 +92,7 @@ async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
     // Another node holds the claim (it took it over, or w1 came back and
     // cleared this cleaner's, and a new one was made).
     claim(f, "w1", "n-other", 1000).await;
-    let handed = s
-        .handoff("r", "w1", to, TTL, TTL, Some("n-me"))
-        .await
-        .unwrap();
+    let handed = f.handoff("r", "w1", "w2", Some("n-me")).await;
     assert_eq!(handed, Handoff::NotOwner);
     assert_eq!(s.move_entry(entry("n-me")).await.unwrap(), Moved::Gone);
     assert_eq!(f.entry_ids("w1").await, std::slice::from_ref(&queued));
@@ -111,10 +104,7 @@ async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
     assert!(s.maps.workers.get("w1").is_some(), "w1 stays registered");
     // With its own claim the cleaner moves everything and removes w1.
     claim(f, "w1", "n-me", 1000).await;
-    let handed = s
-        .handoff("r", "w1", to, TTL, TTL, Some("n-me"))
-        .await
-        .unwrap();
+    let handed = f.handoff("r", "w1", "w2", Some("n-me")).await;
     assert!(matches!(handed, Handoff::Ok { .. }), "{handed:?}");
     assert_eq!(s.move_entry(entry("n-me")).await.unwrap(), Moved::Ok);
     assert_eq!(

@@ -53,20 +53,7 @@ async fn drain_script_answers_each_status_and_a_drained_worker_is_never_a_target
         s.claim_start(&f.start("d2", t, "w2", &id)).await.unwrap(),
         Claimed::Ok
     );
-    let to_w1 = s
-        .handoff(
-            "d2",
-            "w2",
-            Receiver {
-                worker: "w1",
-                inbox: &f.inbox("w1"),
-            },
-            TTL,
-            TTL,
-            None,
-        )
-        .await;
-    assert_eq!(to_w1.unwrap(), Handoff::NoTarget);
+    assert_eq!(f.handoff("d2", "w2", "w1", None).await, Handoff::NoTarget);
     s.to_owner("d2", "w2", &f.inbox("w2"), "notify", body("d2"), TTL)
         .await
         .unwrap();

@@ -378,20 +378,7 @@ async fn a_record_without_its_payload_survives_a_hand_off_and_gets_it_back() {
         .await
         .unwrap();
     let _: i64 = s.client.hdel(keys::payloads(&s.pool), "r1").await.unwrap();
-    let handed = s
-        .handoff(
-            "r1",
-            "w1",
-            Receiver {
-                worker: "w2",
-                inbox: &f.inbox("w2"),
-            },
-            TTL,
-            TTL,
-            None,
-        )
-        .await
-        .unwrap();
+    let handed = f.handoff("r1", "w1", "w2", None).await;
     assert_eq!(handed, Handoff::NoPayload);
     let (_, record, _) = s.job_records("r1").await.unwrap();
     assert_eq!(

@@ -117,6 +117,21 @@ impl Fixture {
         self.store.maps.pending_map().delete(key).await.unwrap();
     }
 
+    /// `handoff.lua` of `key` from `from` (`"-"`: an orphan) to `to`, by a
+    /// cleanup on node `cleaner` or (`None`) not.
+    async fn handoff(&self, key: &str, from: &str, to: &str, cleaner: Option<&str>) -> Handoff {
+        let inbox = self.inbox(to);
+        let to = Receiver {
+            worker: to,
+            inbox: &inbox,
+        };
+        let ttl = TTL;
+        self.store
+            .handoff(key, from, to, ttl, ttl, cleaner)
+            .await
+            .unwrap()
+    }
+
     /// Moves entry `id` of `from`'s inbox to `to`'s.
     async fn move_entry(&self, id: &str, from: &str, to: &str) -> Moved {
         let (from_inbox, to_inbox) = (self.inbox(from), self.inbox(to));
@@ -377,21 +392,7 @@ async fn routing_scripts_answer_each_status() {
         Reasserted::Ok
     );
 
-    let hand = |from: &'static str, to: &'static str| async move {
-        s.handoff(
-            "j1",
-            from,
-            Receiver {
-                worker: to,
-                inbox: &f.inbox(to),
-            },
-            TTL,
-            TTL,
-            None,
-        )
-        .await
-        .unwrap()
-    };
+    let hand = |from: &'static str, to: &'static str| f.handoff("j1", from, to, None);
     assert_eq!(hand("w2", "w2").await, Handoff::NotOwner);
     assert_eq!(hand("w1", "w-gone").await, Handoff::NoTarget);
     let Handoff::Ok { token: t2 } = hand("w1", "w2").await else {
@@ -452,21 +453,7 @@ async fn routing_scripts_answer_each_status() {
     };
     let counter: u64 = s.client.hget(keys::fencing(&s.pool), "o1").await.unwrap();
     assert_eq!(tombstone, counter, "the answer names the tombstone token");
-    let inbox = f.inbox("w1");
-    let orphan = s
-        .handoff(
-            "o1",
-            "-",
-            Receiver {
-                worker: "w1",
-                inbox: &inbox,
-            },
-            TTL,
-            TTL,
-            None,
-        )
-        .await
-        .unwrap();
+    let orphan = f.handoff("o1", "-", "w1", None).await;
     assert_eq!(orphan, Handoff::NoPayload);
 
     let queued = f.entry_ids("w1").await;
@@ -477,21 +464,7 @@ async fn routing_scripts_answer_each_status() {
 
     f.orphan("o2", "w1").await;
     f.lose_epoch().await;
-    let inbox = f.inbox("w1");
-    let orphan = s
-        .handoff(
-            "o2",
-            "-",
-            Receiver {
-                worker: "w1",
-                inbox: &inbox,
-            },
-            TTL,
-            TTL,
-            None,
-        )
-        .await
-        .unwrap();
+    let orphan = f.handoff("o2", "-", "w1", None).await;
     assert_eq!(orphan, Handoff::Recovering);
 
     // While the pool recovers (Redis went back in time), a stop that finds
@@ -720,21 +693,6 @@ mod rollback_tests;
 
 #[path = "drain_tests.rs"]
 mod drain_tests;
-
-#[tokio::test]
-async fn no_cleanup_is_claimed_while_the_pool_recovers() {
-    let f = &fixture().await;
-    let s = &f.store;
-    f.register("w1").await;
-    s.maps.keepalive.set("w1", "1000").await.unwrap(); // silent for ages
-    // The older state Redis went back to may show the dead worker owning a
-    // run stopped since, whose stop is not made to stand yet.
-    s.begin_recovery(TTL).await.unwrap();
-    let claim = s.claim_cleanup("w1", "n-test", TTL).await.unwrap();
-    assert_eq!(claim.status, ClaimStatus::Recovering);
-    assert!(claim.silent_ms > TTL.as_millis() as u64, "{claim:?}");
-    assert_eq!(s.maps.cleanup.get("w1"), None, "no claim taken");
-}
 
 #[path = "cleanup_tests.rs"]
 mod cleanup_tests;

@@ -178,6 +178,18 @@ local function worker_active(worker, cleanup)
   return not string.find(record, '"drained_at_ms":', 1, true)
 end
 
+-- When a stored payload ("<created_ms> <body>") was admitted (0 when
+-- unreadable): admissions of one key are serial, so a larger value is a
+-- newer admission.
+local function payload_created_ms(stored)
+  return tonumber(string.match(stored, '^(%d+) ') or '') or 0
+end
+
+-- When a cleanup claim ("<node> <since_ms>") was made (0 when unreadable).
+local function claim_since(claim)
+  return tonumber(string.match(claim, ' (%d+)$') or '0') or 0
+end
+
 -- Whether the cleanup claim on `worker` (in hash `cleanup`, "<node>
 -- <since_ms>") is held by node `cleaner`; any claim state passes when
 -- `cleaner` is '' (not a cleanup: a worker leaving, a rebalance).

@@ -31,7 +31,7 @@ if not current then
   rmap_set(KEYS[10], KEYS[11], ARGV[4], worker, claim)
   return {'claimed', silent}
 end
-local since = tonumber(string.match(current, ' (%d+)$') or '0') or 0
+local since = claim_since(current)
 if now - since > ttl then
   rmap_set(KEYS[10], KEYS[11], ARGV[4], worker, claim)
   return {'taken_over', silent}

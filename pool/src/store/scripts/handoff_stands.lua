@@ -30,8 +30,7 @@ local key = ARGV[4]
 local current = tonumber(redis.call('HGET', FENCING, key) or '')
 if current and current >= tonumber(ARGV[5]) then return 'current' end
 if mget(JOBS, key) or mget(PENDING, key) then return 'kept' end
-local function created_ms(v) return tonumber(string.match(v, '^(%d+) ') or '') or 0 end
 local stored = redis.call('HGET', PAYLOADS, key)
-if stored and created_ms(stored) >= created_ms(ARGV[6]) then return 'kept' end
+if stored and payload_created_ms(stored) >= payload_created_ms(ARGV[6]) then return 'kept' end
 redis.call('HSET', PAYLOADS, key, ARGV[6])
 return 'restored'

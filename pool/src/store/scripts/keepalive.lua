@@ -27,7 +27,7 @@ for i = 9, #ARGV do
   if redis.call('HEXISTS', WORKERS[1], w) == 1 then
     rmap_batch_set(renewed, w, now)
     local claim = redis.call('HGET', KEYS[13], w)
-    if claim and now_n - (tonumber(string.match(claim, ' (%d+)$') or '0') or 0) > ttl then
+    if claim and now_n - claim_since(claim) > ttl then
       rmap_batch_del(unclaimed, w)
     end
   else

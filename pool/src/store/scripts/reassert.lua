@@ -20,7 +20,6 @@
 -- Returns 'ok' | 'lost' | 'orphaned' (payload restored, ownership not taken)
 local key, worker = ARGV[4], ARGV[5]
 local mine = tonumber(ARGV[6])
-local function created_ms(v) return tonumber(string.match(v, '^(%d+) ') or '') or 0 end
 -- The payload is this run's unless Redis holds one of this admission or
 -- a newer one: a payload of an *older* admission (the state Redis went
 -- back to, or a hand-off of an older run given back after the loss) goes,
@@ -28,7 +27,7 @@ local function created_ms(v) return tonumber(string.match(v, '^(%d+) ') or '') o
 -- of this one's, and a move of this run would start the older body.
 local function own_payload()
   local stored = redis.call('HGET', PAYLOADS, key)
-  if not stored or created_ms(stored) < created_ms(ARGV[7]) then
+  if not stored or payload_created_ms(stored) < payload_created_ms(ARGV[7]) then
     redis.call('HSET', PAYLOADS, key, ARGV[7])
   end
 end

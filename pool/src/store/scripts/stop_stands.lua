@@ -24,7 +24,7 @@ if stored then
   -- "<created_ms> <body>": a payload admitted after the stop (its record
   -- or guard lost, or not re-asserted yet) is newer than the stopped run's
   -- token, which was issued at or after that run's own admission.
-  local created = tonumber(string.match(stored, '^(%d+) ') or '') or 0
+  local created = payload_created_ms(stored)
   if removed or created * 1000 <= stopped then
     redis.call('HDEL', PAYLOADS, key)
     removed = true

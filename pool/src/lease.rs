@@ -25,7 +25,7 @@ use crate::handler::{Job, guarded};
 use crate::node::NodeInner;
 use crate::options::LeasePolicy;
 pub(crate) use crate::store::Reassert;
-use crate::store::Reasserted;
+use crate::store::{Reasserted, Resumed};
 use crate::worker::{LocalJob, WorkerInner};
 
 /// Re-assertions in flight at once. After Redis lost its data a worker is
@@ -79,6 +79,10 @@ impl NodeInner {
                     .await;
                     if self.lease_suspended.swap(false, Ordering::SeqCst) {
                         self.resume_all().await;
+                    } else {
+                        // Jobs a cleanup claim or an error held back at
+                        // the last resume: asked again at every renewal.
+                        self.resume_held().await;
                     }
                 }
                 Ok(Err(e)) => tracing::warn!(node = %self.id, error = %e, "keep-alive failed"),
@@ -311,6 +315,27 @@ impl NodeInner {
     pub(crate) async fn resume_all(&self) {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
+        self.resume_workers(workers).await;
+    }
+
+    /// Asks again for the suspended jobs of workers that hold some while
+    /// the lease is valid: jobs a cleanup claim held back (kept until the
+    /// cleaner moved them or the claim is gone), or whose resume failed.
+    async fn resume_held(&self) {
+        let workers: Vec<Arc<WorkerInner>> =
+            self.workers.iter().map(|w| w.value().clone()).collect();
+        let mut held = Vec::new();
+        for worker in workers {
+            if !worker.suspended.lock().await.is_empty() {
+                held.push(worker);
+            }
+        }
+        if !held.is_empty() {
+            self.resume_workers(held).await;
+        }
+    }
+
+    async fn resume_workers(&self, workers: Vec<Arc<WorkerInner>>) {
         for worker in workers {
             let _guard = worker.ops.write().await;
             let suspended: Vec<(String, LocalJob)> = {
@@ -330,6 +355,15 @@ impl NodeInner {
                     Ok(Restart::Started | Restart::Left) => {}
                     Ok(Restart::Moved) => {
                         tracing::info!(key, "job moved during lease loss; forgetting it");
+                    }
+                    Ok(Restart::Claimed) => {
+                        // The cleaner that claimed this worker (it was
+                        // silent past its TTL) may be moving the job. Held
+                        // here, not forgotten: a cleaner that dies or
+                        // stalls until the claim is cleared would leave a
+                        // record naming this worker for a job nobody runs.
+                        tracing::info!(key, worker = %worker.id, "cleanup claim on the worker: job stays suspended until it is moved or the claim goes");
+                        worker.suspended.lock().await.insert(key, job);
                     }
                     Ok(Restart::Suspended) => {
                         // The lease lapsed again: keep this one and the
@@ -365,7 +399,7 @@ impl NodeInner {
     async fn resume_one(&self, worker: &WorkerInner, key: &str, job: &LocalJob) -> Result<Restart> {
         let restart = self.restart_owned(worker, key, job.clone()).await?;
         if !matches!(restart, Restart::Moved) {
-            return Ok(restart);
+            return Ok(restart); // a claimed one among them: Redis names us
         }
         match self.reassert(worker, key, job, Reassert::Suspended).await? {
             Reasserted::Ok => self.restart_owned(worker, key, job.clone()).await,
@@ -390,9 +424,10 @@ impl NodeInner {
         if worker.lease_lost.load(Ordering::SeqCst) || !self.lease_valid() {
             return Ok(Restart::Suspended);
         }
-        let token = self.store.resume(key, &worker.id).await?;
-        let Some(token) = token else {
-            return Ok(Restart::Moved);
+        let token = match self.store.resume(key, &worker.id).await? {
+            Resumed::Token(token) => token,
+            Resumed::Moved => return Ok(Restart::Moved),
+            Resumed::Claimed => return Ok(Restart::Claimed),
         };
         let run = Job::new_run(
             key,
@@ -437,6 +472,10 @@ pub(crate) enum Restart {
     StartFailed(String),
     /// The lease is lost: not running; resume it once the lease is back.
     Suspended,
+    /// Still recorded as this worker's, but a cleanup claim on the worker
+    /// holds it back: not running; kept suspended and asked again at each
+    /// renewal until the cleaner moved it or the claim is gone.
+    Claimed,
 }
 
 impl NodeInner {

@@ -168,8 +168,10 @@ impl NodeInner {
         }
         match self.restart_owned(worker, key, job.clone()).await {
             Ok(Restart::Started | Restart::Moved | Restart::Left) => {}
-            Ok(Restart::Suspended) => {
-                // The lease is lost: resumed with the others once it is back.
+            Ok(Restart::Suspended | Restart::Claimed) => {
+                // The lease is lost, or a cleaner claimed the worker: held
+                // suspended, resumed (or forgotten once moved) by the
+                // renewals.
                 worker.suspended.lock().await.insert(key.to_string(), job);
             }
             Ok(Restart::StartFailed(e)) => {

@@ -42,7 +42,16 @@ async fn a_worker_that_renews_clears_a_claim_on_it_older_than_a_ttl() {
     // Redis went back to a moment within a cleanup of w1 that finished
     // since: the claim is back, its cleaner is done, and w1 lives on.
     claim(f, "w1", "n-done", 1000).await;
-    assert_eq!(s.resume("r", "w1").await.unwrap(), None, "held back");
+    assert_eq!(
+        s.resume("r", "w1").await.unwrap(),
+        Resumed::Claimed,
+        "held back"
+    );
+    assert_eq!(
+        s.resume("r", "w2").await.unwrap(),
+        Resumed::Moved,
+        "not w2's"
+    );
     let renewal = s
         .keepalive("n-test", TTL, ["w1".to_string(), "w2".to_string()])
         .await
@@ -53,7 +62,10 @@ async fn a_worker_that_renews_clears_a_claim_on_it_older_than_a_ttl() {
         .wait_for(Duration::from_secs(10), |m| !m.contains_key("w1"))
         .await
         .expect("the stale claim goes");
-    assert!(s.resume("r", "w1").await.unwrap().is_some(), "w1 resumes");
+    assert!(
+        matches!(s.resume("r", "w1").await.unwrap(), Resumed::Token(_)),
+        "w1 resumes"
+    );
     // A claim within the TTL (a cleanup going on) stays.
     claim(f, "w2", "n-busy", renewal.server_ms).await;
     s.keepalive("n-test", TTL, ["w2".to_string()])

@@ -44,7 +44,7 @@ pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{
     ClaimStatus, DeadWorkerClaim, DrainMark, HandoffStands, Reassert, Reasserted, RecoveryMark,
-    Removed, StopStands,
+    Removed, Resumed, StopStands,
 };
 
 use crate::error::Result;

@@ -34,6 +34,28 @@ call::status!(
     }
 );
 
+/// What `resume.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resumed {
+    /// The job is the worker's again, with this new fencing token.
+    Token(u64),
+    /// Another worker owns the job, or nobody does.
+    Moved,
+    /// Still recorded as the worker's, but a cleanup claim on the worker
+    /// holds it back: the cleaner may be moving it.
+    Claimed,
+}
+
+call::status!(
+    /// Why `resume.lua` refused.
+    ResumeRefused, "resume reply" {
+        /// Another worker owns the job, or nobody does.
+        Moved = "moved",
+        /// A cleanup claim on the worker holds the job back.
+        Claimed = "claimed",
+    }
+);
+
 call::status!(
     /// What `remove_worker.lua` did.
     Removed, "remove_worker reply" {
@@ -251,16 +273,25 @@ impl PoolStore {
     }
 
     /// Takes job `key` back for `worker` with a new token, if it still owns
-    /// it and no cleaner claimed it; `None` when it moved.
-    pub(crate) async fn resume(&self, key: &str, worker: &str) -> Result<Option<u64>> {
+    /// it and no cleaner claimed the worker.
+    pub(crate) async fn resume(&self, key: &str, worker: &str) -> Result<Resumed> {
         let mut keys = self.maps.base_keys();
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         let mut args = self.maps.base_args();
         args.extend([Value::from(key), Value::from(worker)]);
-        self.scripts
+        let reply: Value = self
+            .scripts
             .resume
             .run(&self.client, keys, args, self.timeout)
-            .await
+            .await?;
+        if let Some(token) = reply.as_u64() {
+            return Ok(Resumed::Token(token));
+        }
+        let word = reply.as_string().unwrap_or_default();
+        match ResumeRefused::parse(&word)? {
+            ResumeRefused::Moved => Ok(Resumed::Moved),
+            ResumeRefused::Claimed => Ok(Resumed::Claimed),
+        }
     }
 
     /// Takes the cleanup claim on `worker` for `node` if Redis says it is

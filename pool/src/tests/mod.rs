@@ -718,6 +718,7 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
     }
 }
 
+mod claim_resume;
 mod data_loss;
 mod drain;
 mod handoff_rollback;

@@ -2,13 +2,17 @@
 -- job that is still its own, with a new fencing token. Not while a cleaner
 -- has claimed the worker: the cleaner is handing its jobs to other workers
 -- (the worker was silent past its TTL), and a restart here would run a key
--- the cleaner is about to start elsewhere.
+-- the cleaner is about to start elsewhere. The worker keeps such a job
+-- suspended and asks again: the cleaner moves it, or the claim goes (the
+-- cleaner finished, or it died and the worker's renewals clear its stale
+-- claim) and the job is still this worker's, which no one else would run.
 -- KEYS: base, 9 cleanup hash
 -- ARGV: base, 4 job key, 5 worker id
--- Returns the new token, or false when the job moved or is being moved.
+-- Returns the new token, 'moved' (another owner, or none), or 'claimed'
+-- (still recorded here, held back by a cleanup claim on the worker).
 local key, worker = ARGV[4], ARGV[5]
-if redis.call('HEXISTS', KEYS[9], worker) == 1 then return false end
-if owner_of(mget(JOBS, key)) ~= worker then return false end
+if owner_of(mget(JOBS, key)) ~= worker then return 'moved' end
+if redis.call('HEXISTS', KEYS[9], worker) == 1 then return 'claimed' end
 local token = next_token(key)
 -- '%d': Lua prints a number concatenated as is with %.14g, and a 16-digit
 -- time-based token would become "1.7953564485967e+15", a record nobody

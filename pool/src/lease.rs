@@ -36,7 +36,8 @@ const REASSERTS_IN_FLIGHT: usize = 64;
 
 impl NodeInner {
     /// Renews the keep-alives every TTL/3; after a lease loss, the first
-    /// renewal that succeeds resumes the suspended jobs. The lease itself is
+    /// renewal that succeeds has the resume task restart the suspended
+    /// jobs. The lease itself is
     /// watched by [`NodeInner::lease_watchdog`], a task of its own, so a
     /// renewal, a re-registration or a resume stuck on an unreachable Redis
     /// never delays the stop of the jobs.
@@ -78,15 +79,33 @@ impl NodeInner {
                     }))
                     .await;
                     if self.lease_suspended.swap(false, Ordering::SeqCst) {
-                        self.resume_all().await;
-                    } else {
-                        // Jobs a cleanup claim or an error held back at
-                        // the last resume: asked again at every renewal.
-                        self.resume_held().await;
+                        self.resume_everyone.store(true, Ordering::SeqCst);
                     }
+                    // Also when no lease was lost: jobs a cleanup claim or
+                    // an error held back at the last resume are asked for
+                    // again at every renewal.
+                    self.resume_wanted.notify_one();
                 }
                 Ok(Err(e)) => tracing::warn!(node = %self.id, error = %e, "keep-alive failed"),
                 Err(_) => tracing::warn!(node = %self.id, "keep-alive timed out"),
+            }
+        }
+    }
+
+    /// Resumes suspended jobs when a renewal asks (see
+    /// [`NodeInner::resume_wanted`]): every worker's after a lease loss,
+    /// else those of workers still holding some.
+    pub(crate) async fn resume_loop(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return,
+                _ = self.resume_wanted.notified() => {}
+            }
+            if self.resume_everyone.swap(false, Ordering::SeqCst) {
+                self.resume_all().await;
+            } else {
+                self.resume_held().await;
             }
         }
     }

@@ -99,6 +99,13 @@ pub(crate) struct NodeInner {
     /// Set by the lease watchdog when the lease lapsed (jobs suspended),
     /// cleared by the renewal that resumes them.
     pub(crate) lease_suspended: AtomicBool,
+    /// Set by the renewal that ends a lease loss: the resume task then
+    /// resumes every worker, not only those holding suspended jobs.
+    pub(crate) resume_everyone: AtomicBool,
+    /// Woken by every successful renewal: the resume task restarts the
+    /// suspended jobs still this node's (off the renewal loop, which a
+    /// resume of many jobs must not delay).
+    pub(crate) resume_wanted: tokio::sync::Notify,
     /// Held while every job is stopped on lease loss, and while a resume
     /// takes a worker's suspended jobs: neither sees half of the other.
     pub(crate) lease_transition: Mutex<()>,
@@ -229,6 +236,8 @@ impl Node {
             server_restarts: watch::Sender::new(0),
             last_renewal: tokio::sync::watch::Sender::new(Instant::now()),
             lease_suspended: AtomicBool::new(false),
+            resume_everyone: AtomicBool::new(false),
+            resume_wanted: tokio::sync::Notify::new(),
             lease_transition: Mutex::new(()),
             freshness: crate::freshness::Freshness::default(),
             recorder,
@@ -461,6 +470,8 @@ impl NodeInner {
         self.tasks.spawn(async move { me.renewal_loop().await });
         let me = self.clone();
         self.tasks.spawn(async move { me.lease_watchdog().await });
+        let me = self.clone();
+        self.tasks.spawn(async move { me.resume_loop().await });
         if !self.options.client_only {
             let me = self.clone();
             self.tasks.spawn(async move { me.cleanup_loop().await });

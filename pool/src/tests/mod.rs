@@ -718,7 +718,6 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
     }
 }
 
-mod claim_resume;
 mod data_loss;
 mod drain;
 mod handoff_rollback;
@@ -726,5 +725,6 @@ mod lease_after_claim;
 mod pending_admission;
 mod reconcile_lease;
 mod recovery_window;
+mod resume;
 mod stop_answers;
 mod sweeper;

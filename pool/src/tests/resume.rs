@@ -1,0 +1,153 @@
+//! Resuming jobs after a lease loss.
+//!
+//! A worker whose lease lapsed comes back while a cleanup claim on it
+//! stands: the claim holds its jobs back (the cleaner may be moving them),
+//! but a cleaner that dies, or stalls until the worker's renewals clear
+//! its claim, moves nothing. The worker keeps such jobs suspended and asks
+//! again; forgetting them would leave records naming it for jobs nobody
+//! runs (found reading a chaos soak: "job moved during lease loss" for
+//! every job of a worker whose cleanup claim Redis went back to).
+
+use std::sync::atomic::AtomicBool;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::store::records::job_owner;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_a_cleanup_claim_holds_back_resumes_once_the_claim_goes() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("claim-resume");
+    // Renewals every second; a claim goes once older than 3 s.
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    let first = worker.job_token("k").unwrap();
+
+    // A cleaner claimed the worker, then died before it moved anything.
+    let store = &node.inner.store;
+    let now = store.server_time_ms().await.unwrap();
+    store
+        .maps
+        .cleanup
+        .set(worker.id(), &format!("n-gone {now}"))
+        .await
+        .unwrap();
+    node.inner.lose_lease(Instant::now()).await;
+    assert!(worker.job_token("k").is_none(), "stopped on lease loss");
+    assert_eq!(handler.stops.load(Ordering::SeqCst), 1);
+
+    // The next renewal resumes; the claim refuses, and the job is held
+    // (the resume task takes it out of the suspended set while it asks,
+    // and puts it back). Forgotten, it would be in neither set for good.
+    wait_until(
+        Duration::from_secs(10),
+        "the job held, or resumed",
+        || async {
+            let resumed = !worker.inner.lease_lost.load(Ordering::SeqCst);
+            (resumed && worker.inner.suspended.lock().await.contains_key("k"))
+                || worker.job_token("k").is_some()
+        },
+    )
+    .await
+    .expect("a job Redis still names this worker for was forgotten");
+    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
+    let record = || async {
+        let v: Option<String> = client.hget(jobs_hash.as_str(), "k").await.unwrap();
+        v
+    };
+
+    // The worker's renewals clear the claim once it is older than a TTL;
+    // the job then runs here again, with a newer token.
+    wait_until(Duration::from_secs(15), "the held job resumed", || async {
+        worker.job_token("k").is_some()
+    })
+    .await
+    .unwrap();
+    let resumed = worker.job_token("k").unwrap();
+    assert!(resumed > first, "{resumed} > {first}");
+    let raw = record().await.expect("a record");
+    assert_eq!(job_owner(&raw), Some((worker.id(), resumed)));
+    assert!(!worker.inner.suspended.lock().await.contains_key("k"));
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
+    node.close().await.unwrap();
+}
+
+/// Starts at once, except the second start of a key, which takes
+/// `slow` (the resume after a lease loss).
+#[derive(Clone)]
+struct SlowSecondStart {
+    starts: Arc<AtomicUsize>,
+    in_slow_start: Arc<AtomicBool>,
+    slow: Duration,
+}
+
+#[async_trait]
+impl Handler for SlowSecondStart {
+    async fn start(&self, _job: Job) -> Result<(), HandlerError> {
+        if self.starts.fetch_add(1, Ordering::SeqCst) == 1 {
+            self.in_slow_start.store(true, Ordering::SeqCst);
+            tokio::time::sleep(self.slow).await;
+            self.in_slow_start.store(false, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// A resume whose handler start takes longer than a renewal period does
+/// not hold the renewals back: they go on meanwhile, and the lease does
+/// not lapse again because of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_resume_does_not_hold_the_renewals_back() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("slow-resume");
+    // Renewals every second; the lease lapses 2 s after the last one.
+    let options = NodeOptions::default().worker_ttl(Duration::from_secs(3));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let handler = SlowSecondStart {
+        starts: Arc::default(),
+        in_slow_start: Arc::default(),
+        slow: Duration::from_secs(4),
+    };
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+
+    node.inner.lose_lease(Instant::now()).await;
+    wait_until(Duration::from_secs(10), "the resume starts", || async {
+        handler.in_slow_start.load(Ordering::SeqCst)
+    })
+    .await
+    .unwrap();
+    let during = *node.inner.last_renewal.borrow();
+    let renewed = wait_until(
+        Duration::from_secs(3),
+        "a renewal during the resume",
+        || async { *node.inner.last_renewal.borrow() > during },
+    )
+    .await;
+    assert!(
+        handler.in_slow_start.load(Ordering::SeqCst),
+        "the slow start ended first; the test proves nothing"
+    );
+    renewed.unwrap();
+    assert!(
+        !node.inner.lease_suspended.load(Ordering::SeqCst),
+        "the lease lapsed during the resume"
+    );
+    wait_until(Duration::from_secs(10), "the job resumed", || async {
+        worker.job_token("k").is_some()
+    })
+    .await
+    .unwrap();
+    node.close().await.unwrap();
+}

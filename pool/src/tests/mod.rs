@@ -328,57 +328,6 @@ async fn stop_of_a_pending_job_stops_it_once_started() {
     node.close().await.unwrap();
 }
 
-/// A start entry that was moved on (another worker runs the key with the
-/// same or a newer token) is dropped, never started: a worker that was cut
-/// off or paused with it in hand must not run the key, not even briefly.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stale_start_for_a_key_running_elsewhere_is_dropped() {
-    let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("stale");
-    let (node, worker, handler) = pool(&server, &name).await;
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let other = Node::join(
-        &client,
-        &name,
-        NodeOptions::default().worker_ttl(Duration::from_secs(10)),
-    )
-    .await
-    .unwrap();
-    let other_handler = Counting::default();
-    let other_worker = Worker::new(&other, other_handler.clone()).await.unwrap();
-    wait_until(Duration::from_secs(5), "both workers seen", || async {
-        node.pool_workers().len() == 2 && other.pool_workers().len() == 2
-    })
-    .await
-    .unwrap();
-    // A key the other worker runs.
-    let key = key_placed_on(&node, &other_worker).await;
-    node.dispatch_job(&key, &b"p"[..]).await.unwrap();
-    let token = other_worker.job_token(&key).unwrap();
-    wait_until(
-        Duration::from_secs(5),
-        "replica knows the owner",
-        || async { node.job_owner(&key).is_some() },
-    )
-    .await
-    .unwrap();
-    // The same start, as if it had also stayed in this worker's hands, and
-    // an older one.
-    let inbox = node.inner.inbox(worker.id()).unwrap();
-    for stale in [token, token - 1] {
-        inbox.add("start", start_entry(&key, stale)).await.unwrap();
-    }
-    wait_until(Duration::from_secs(5), "stale starts dropped", || async {
-        inbox.len().await.unwrap() == 0
-    })
-    .await
-    .unwrap();
-    assert_eq!(handler.starts.load(Ordering::SeqCst), 0, "stale start ran");
-    assert_eq!(other_worker.job_token(&key), Some(token));
-    other.close().await.unwrap();
-    node.close().await.unwrap();
-}
-
 /// Runs per key: how many handlers run it now, the most at once, and how
 /// many starts there were.
 #[derive(Clone, Default)]
@@ -726,5 +675,6 @@ mod pending_admission;
 mod reconcile_lease;
 mod recovery_window;
 mod resume;
+mod stale_starts;
 mod stop_answers;
 mod sweeper;

@@ -212,17 +212,60 @@ impl Sentinels {
         // Sentinel would convert it after a while; telling it at once keeps
         // the window where it answers as an empty primary short.
         raw_command(port, &["REPLICAOF", "127.0.0.1", &primary.to_string()]);
-        self.wait(
+        let primary = primary.to_string();
+        let mut asked = Instant::now();
+        let waited = self.wait(
             deadline,
             "the old primary back as an in-sync replica",
             |me| {
-                info_field(port, "replication", "master_link_status").as_deref() == Some("up")
+                let link = info_field(port, "replication", "master_link_status");
+                if link.as_deref() != Some("up") && asked.elapsed() > Duration::from_secs(5) {
+                    // Not syncing after 5 s: a reconfiguration by a Sentinel
+                    // may have crossed ours; ask again.
+                    raw_command(port, &["REPLICAOF", "127.0.0.1", &primary]);
+                    asked = Instant::now();
+                }
+                link.as_deref() == Some("up")
                     && me.sentinels.iter().all(|s| {
                         let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
                         field_after(&master, "num-slaves").is_some_and(|n| n != "0")
                     })
             },
-        )
+        );
+        waited.map_err(|e| match e {
+            Error::Timeout(d, what) => {
+                Error::Timeout(d, format!("{what} ({})", self.replication_report(port)))
+            }
+            other => other,
+        })
+    }
+
+    /// What the server on `port` and each Sentinel say about replication,
+    /// and the last lines of the Sentinels' logs: the detail of a timeout.
+    fn replication_report(&self, port: u16) -> String {
+        let field = |name| info_field(port, "replication", name).unwrap_or_else(|| "-".into());
+        let mut report = format!(
+            "server {port}: role {}, master_port {}, master_link_status {}, master_sync_in_progress {}; sentinels' primary {:?}",
+            field("role"),
+            field("master_port"),
+            field("master_link_status"),
+            field("master_sync_in_progress"),
+            self.primary_port(),
+        );
+        for (i, s) in self.sentinels.iter().enumerate() {
+            let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
+            let log = std::fs::read_to_string(self.dir.path().join(format!("sentinel-{i}.log")))
+                .unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(4).collect();
+            report.push_str(&format!(
+                "; sentinel {i}: port {:?}, num-slaves {:?}, flags {:?}, log tail {:?}",
+                field_after(&master, "port"),
+                field_after(&master, "num-slaves"),
+                field_after(&master, "flags"),
+                tail,
+            ));
+        }
+        report
     }
 
     /// The ports of the Sentinels.

@@ -3,6 +3,7 @@
 pub mod dispatch;
 pub mod failover;
 pub mod fleet;
+pub mod floor;
 pub mod idle;
 pub mod rebalance;
 pub mod rmap;

@@ -37,10 +37,9 @@ const REASSERTS_IN_FLIGHT: usize = 64;
 impl NodeInner {
     /// Renews the keep-alives every TTL/3; after a lease loss, the first
     /// renewal that succeeds has the resume task restart the suspended
-    /// jobs. The lease itself is
-    /// watched by [`NodeInner::lease_watchdog`], a task of its own, so a
-    /// renewal, a re-registration or a resume stuck on an unreachable Redis
-    /// never delays the stop of the jobs.
+    /// jobs. The lease itself is watched by [`NodeInner::lease_watchdog`],
+    /// a task of its own, so a renewal, a re-registration or a resume stuck
+    /// on an unreachable Redis never delays the stop of the jobs.
     pub(crate) async fn renewal_loop(self: Arc<Self>) {
         let period = self.options.worker_ttl / 3;
         let mut next = Instant::now() + period;

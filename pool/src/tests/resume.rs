@@ -151,3 +151,66 @@ async fn a_slow_resume_does_not_hold_the_renewals_back() {
     .unwrap();
     node.close().await.unwrap();
 }
+
+/// The other way a held job ends: the cleaner moves it. The worker then
+/// forgets it at its next ask, and never runs it beside the new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_job_the_cleaner_moves_is_forgotten_not_run() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("claim-moved");
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let (held_handler, new_handler) = (Counting::default(), Counting::default());
+    let worker = Worker::new(&node, held_handler.clone()).await.unwrap();
+    let new_owner = Worker::new(&node, new_handler.clone()).await.unwrap();
+    let key = key_placed_on(&node, &worker).await;
+    node.dispatch_job(&key, &b"p"[..]).await.unwrap();
+
+    let store = &node.inner.store;
+    let now = store.server_time_ms().await.unwrap();
+    store
+        .maps
+        .cleanup
+        .set(worker.id(), &format!("n-cleaner {now}"))
+        .await
+        .unwrap();
+    node.inner.lose_lease(Instant::now()).await;
+    wait_until(Duration::from_secs(10), "the job held", || async {
+        !worker.inner.lease_lost.load(Ordering::SeqCst)
+            && worker.inner.suspended.lock().await.contains_key(&key)
+    })
+    .await
+    .unwrap();
+
+    // The cleaner, whose claim stands, hands the job on.
+    let moved = node
+        .inner
+        .handoff(&key, worker.id(), new_owner.id(), Some("n-cleaner"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(moved, crate::store::Handoff::Ok { .. }),
+        "{moved:?}"
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "forgotten here, run there",
+        || async {
+            !worker.inner.suspended.lock().await.contains_key(&key)
+                && new_owner.job_token(&key).is_some()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(worker.job_token(&key).is_none(), "ran beside the new owner");
+    assert_eq!(
+        held_handler.starts.load(Ordering::SeqCst),
+        1,
+        "restarted here"
+    );
+    assert_eq!(new_handler.starts.load(Ordering::SeqCst), 1);
+    node.close().await.unwrap();
+}

@@ -15,31 +15,44 @@ use tokio::time::Instant;
 use super::*;
 use crate::store::records::job_owner;
 
+/// A node (mirroring the jobs map) whose renewals come every second: a
+/// cleanup claim goes once older than its 3 s TTL.
+async fn short_lease_node(client: &fred::prelude::Client, prefix: &str) -> Node {
+    let name = flotilla_testkit::unique_name(prefix);
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3));
+    Node::join(client, &name, options).await.unwrap()
+}
+
+/// A cleanup claim on `worker` by node `cleaner`, made now (server time),
+/// then a lease loss on `node`: its jobs stop, and its next renewal
+/// resumes them while the claim stands.
+async fn claim_then_lose_lease(node: &Node, worker: &Worker, cleaner: &str) {
+    let store = &node.inner.store;
+    let now = store.server_time_ms().await.unwrap();
+    store
+        .maps
+        .cleanup
+        .set(worker.id(), &format!("{cleaner} {now}"))
+        .await
+        .unwrap();
+    node.inner.lose_lease(Instant::now()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_a_cleanup_claim_holds_back_resumes_once_the_claim_goes() {
     let server = RedisServer::start().unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("claim-resume");
-    // Renewals every second; a claim goes once older than 3 s.
-    let options = NodeOptions::default()
-        .mirror_jobs(true)
-        .worker_ttl(Duration::from_secs(3));
-    let node = Node::join(&client, &name, options).await.unwrap();
+    let node = short_lease_node(&client, "claim-resume").await;
     let handler = Counting::default();
     let worker = Worker::new(&node, handler.clone()).await.unwrap();
     node.dispatch_job("k", &b"p"[..]).await.unwrap();
     let first = worker.job_token("k").unwrap();
 
     // A cleaner claimed the worker, then died before it moved anything.
+    claim_then_lose_lease(&node, &worker, "n-gone").await;
     let store = &node.inner.store;
-    let now = store.server_time_ms().await.unwrap();
-    store
-        .maps
-        .cleanup
-        .set(worker.id(), &format!("n-gone {now}"))
-        .await
-        .unwrap();
-    node.inner.lose_lease(Instant::now()).await;
     assert!(worker.job_token("k").is_none(), "stopped on lease loss");
     assert_eq!(handler.stops.load(Ordering::SeqCst), 1);
 
@@ -158,26 +171,14 @@ async fn a_slow_resume_does_not_hold_the_renewals_back() {
 async fn a_held_job_the_cleaner_moves_is_forgotten_not_run() {
     let server = RedisServer::start().unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("claim-moved");
-    let options = NodeOptions::default()
-        .mirror_jobs(true)
-        .worker_ttl(Duration::from_secs(3));
-    let node = Node::join(&client, &name, options).await.unwrap();
+    let node = short_lease_node(&client, "claim-moved").await;
     let (held_handler, new_handler) = (Counting::default(), Counting::default());
     let worker = Worker::new(&node, held_handler.clone()).await.unwrap();
     let new_owner = Worker::new(&node, new_handler.clone()).await.unwrap();
     let key = key_placed_on(&node, &worker).await;
     node.dispatch_job(&key, &b"p"[..]).await.unwrap();
 
-    let store = &node.inner.store;
-    let now = store.server_time_ms().await.unwrap();
-    store
-        .maps
-        .cleanup
-        .set(worker.id(), &format!("n-cleaner {now}"))
-        .await
-        .unwrap();
-    node.inner.lose_lease(Instant::now()).await;
+    claim_then_lose_lease(&node, &worker, "n-cleaner").await;
     wait_until(Duration::from_secs(10), "the job held", || async {
         !worker.inner.lease_lost.load(Ordering::SeqCst)
             && worker.inner.suspended.lock().await.contains_key(&key)

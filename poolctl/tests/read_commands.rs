@@ -284,6 +284,8 @@ const WRITES: &[&str] = &[
     "pexpire",
     "eval",
     "evalsha",
+    "fcall",
+    "function|load",
     "publish",
     "spublish",
     "subscribe",

@@ -19,6 +19,7 @@
 //! | `rmap_batch_flush(batch)` | bumps the revision once and publishes every change of the batch in one message | the new revision, or `false` if nothing changed |
 //! | `rmap_publish(rev_key, channel, op, field, value)` | low level: bump + publish only | the new revision |
 //! | `rmap_decode_list(value)` | decodes a list value (JSON array of strings) | the table, or `nil, reason` |
+//! | `rmap_begin()` | resets the prelude's per-run state; first in every function of a Redis function library that holds the prelude (its top level runs once, at load) | nothing |
 //!
 //! Pass the map's three names in `KEYS` (so Redis Cluster routes the script to
 //! their slot) and read them from there. Values must be strings.

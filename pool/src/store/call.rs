@@ -1,6 +1,7 @@
 //! The one way the crate talks to Redis with a deadline: every script call
-//! of the pool, the locks and the tickers goes through [`script`], every
-//! other bounded call through [`bounded`]; errors are classified by
+//! of the locks and the tickers goes through [`script`], every function
+//! call of the pool (`registry.rs`) and every other bounded call through
+//! [`bounded`]; errors are classified by
 //! [`from_redis`]. Server time and the readers of script replies live here
 //! too.
 

@@ -12,9 +12,11 @@
 //!                        locks, tickers ──▶ call::script (the same timed runner)
 //! ```
 //!
-//! The scripts (`scripts/*.lua`) all start with `scripts/base.lua`; its
-//! header names the KEYS and ARGV every script shares, and each script's
-//! header the ones of its own, which the method of the same name follows.
+//! The scripts (`scripts/*.lua`) are the functions of one Redis function
+//! library whose top level is the rmap and streaming preludes and
+//! `scripts/base.lua` (`registry.rs`); base.lua's header names the KEYS and
+//! ARGV every script shares, and each script's header the ones of its own,
+//! which the method of the same name follows.
 
 mod admit;
 pub(crate) mod call;

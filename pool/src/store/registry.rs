@@ -1,48 +1,168 @@
-//! The pool's Lua scripts, each prefixed with the rmap and streaming
-//! preludes (so one script changes maps and streams atomically while
-//! replicas still see every change) and the pool's shared head
-//! (`scripts/base.lua`); and the two plain scripts without preludes.
+//! The pool's Lua, loaded into Redis as one function library: the rmap and
+//! streaming preludes (so one function changes maps and streams atomically
+//! while replicas still see every change) and the pool's shared head
+//! (`scripts/base.lua`) make up its top level, and every script of
+//! `scripts/` becomes one function of it, called with `FCALL`.
+//!
+//! Why a library and not `EVALSHA`: a script's top level runs at every
+//! call, so every call of a script with the preludes made their forty-odd
+//! helper functions again — 54.8 µs per call against 20.8 µs for the same
+//! call without them, on the development VM. A library's top level runs
+//! once, when Redis loads it; a call runs its function's body only (13.1 µs
+//! for that call, see the bench README).
+//!
+//! The library's name and its functions' names carry a digest of its code,
+//! so two versions of the pool (a rolling upgrade) never call or replace
+//! each other's functions. Redis keeps the library in its snapshots and
+//! replicates it; a server that lacks it (an empty restart, a failover to a
+//! replica that missed the load, a new cluster node) answers "Function not
+//! found", and the call loads it and runs once more.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::prelude::*;
-use fred::types::scripts::Script;
 use fred::types::{FromValue, MultipleKeys, Value};
 
 use crate::error::Result;
 
-/// One loaded script.
-#[derive(Debug)]
-pub(crate) struct PoolScript {
-    name: &'static str,
-    script: Script,
+/// `(name, text)` of each named file of `scripts/`.
+macro_rules! sources {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("scripts/", $name, ".lua")))),*]
+    };
 }
 
-impl PoolScript {
-    fn new(name: &'static str, body: &str) -> Self {
-        let src = format!(
-            "{}\n{}\n{}\n{}",
+/// Every script of `scripts/` but `base.lua`, by name: each becomes the
+/// library function `<prefix>_<name>`.
+const SOURCES: &[(&str, &str)] = sources![
+    "admit",
+    "claim_start",
+    "record_starts",
+    "started",
+    "start_failed",
+    "to_owner",
+    "stopped",
+    "handoff",
+    "move_entry",
+    "register",
+    "keepalive",
+    "reassert",
+    "resume",
+    "remove_worker",
+    "claim_cleanup",
+    "drain_worker",
+    "begin_recovery",
+    "recovery_mark",
+    "release_stale",
+    "release_owner",
+    "handoff_stands",
+    "stop_stands",
+    "job_ended",
+    "job_restart",
+    "job_forget_failed",
+    "sweep_orphans",
+    "requeue_orphan",
+    "sweep_pending",
+    "owned_page",
+    "unmark",
+    "schedule_forget",
+    "node_info",
+    "server_id",
+];
+
+/// The pool's function library: its name and code.
+#[derive(Debug)]
+pub(crate) struct Library {
+    /// `flotilla_pool_<digest>`.
+    name: String,
+    /// `<digest>`'s prefix of every function name, `fl<digest>`.
+    prefix: String,
+    /// The `FUNCTION LOAD` text.
+    code: Str,
+}
+
+impl Library {
+    fn build() -> Library {
+        let mut top = String::new();
+        for part in [
             flotilla_rmap::lua::PRELUDE,
             flotilla_streaming::lua::PRELUDE,
             include_str!("scripts/base.lua"),
-            body
+        ] {
+            top.push_str(part);
+            top.push('\n');
+        }
+        let mut functions = String::new();
+        for (name, body) in SOURCES {
+            // The prefix is filled in below, once the digest is known.
+            functions.push_str(&format!(
+                "redis.register_function('{{prefix}}_{name}', function(keys, args)\n\
+                 pool_call_begin(keys, args)\n{body}\nend)\n"
+            ));
+        }
+        let digest = fred::util::sha1_hash(&format!("{top}{functions}"));
+        let digest = &digest[..16];
+        let prefix = format!("fl{digest}");
+        let name = format!("flotilla_pool_{digest}");
+        let code = format!(
+            "#!lua name={name}\n{top}{}",
+            functions.replace("{prefix}", &prefix)
         );
-        PoolScript {
+        Library {
             name,
-            script: Script::from_lua(src),
+            prefix,
+            code: Str::from(code),
         }
     }
 
-    /// A script without the preludes.
-    fn plain(name: &'static str, body: &str) -> Self {
+    /// Loads the library (replacing a library of the same name: the same
+    /// code, since the name carries its digest), on every primary of a
+    /// cluster.
+    async fn load(&self, client: &Client) -> std::result::Result<(), fred::error::Error> {
+        tracing::debug!(library = %self.name, "loading the pool's function library");
+        if client.is_clustered() {
+            client
+                .function_load_cluster::<(), _>(true, self.code.clone())
+                .await
+        } else {
+            let _: Value = client.function_load(true, self.code.clone()).await?;
+            Ok(())
+        }
+    }
+}
+
+/// The library every node of this build loads (the same text, the same
+/// digest).
+static LIBRARY: LazyLock<Library> = LazyLock::new(Library::build);
+
+/// Whether Redis refused a call because it lacks the function: the server
+/// never loaded the library or lost it.
+fn function_missing(e: &fred::error::Error) -> bool {
+    e.details().contains("Function not found")
+}
+
+/// One function of the pool's library.
+#[derive(Debug)]
+pub(crate) struct PoolScript {
+    /// The script's file name, for errors and logs.
+    name: &'static str,
+    /// The function's name in the library.
+    function: Str,
+}
+
+impl PoolScript {
+    fn new(name: &'static str) -> Self {
+        debug_assert!(SOURCES.iter().any(|(n, _)| *n == name), "no script {name}");
         PoolScript {
             name,
-            script: Script::from_lua(body),
+            function: Str::from(format!("{}_{name}", LIBRARY.prefix)),
         }
     }
 
-    /// Runs the script (EVALSHA, reloading on NOSCRIPT), waiting at most
-    /// `timeout` for the answer.
+    /// Runs the function (`FCALL`, loading the library when Redis lacks
+    /// it), waiting at most `timeout` for the answer.
     pub(crate) async fn run<R: FromValue>(
         &self,
         client: &Client,
@@ -51,11 +171,23 @@ impl PoolScript {
         timeout: Duration,
     ) -> Result<R> {
         let keys: MultipleKeys = keys.into();
-        super::call::script(client, &self.script, self.name, keys, args, timeout).await
+        let call = async move {
+            match client
+                .fcall(self.function.clone(), keys.clone(), args.clone())
+                .await
+            {
+                Err(e) if function_missing(&e) => {
+                    LIBRARY.load(client).await?;
+                    client.fcall(self.function.clone(), keys, args).await
+                }
+                result => result,
+            }
+        };
+        super::call::bounded(timeout, self.name, call).await
     }
 }
 
-/// Every script of the pool.
+/// Every function of the pool.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) admit: PoolScript,
@@ -88,64 +220,124 @@ pub(crate) struct Scripts {
     pub(crate) sweep_pending: PoolScript,
     pub(crate) owned_page: PoolScript,
     /// Removes the idempotency marker of an admission whose start was
-    /// refused (plain).
+    /// refused.
     pub(crate) unmark: PoolScript,
-    /// Drops a job from a schedule's job set while the caller leads
-    /// (plain).
+    /// Drops a job from a schedule's job set while the caller leads.
     pub(crate) schedule_forget: PoolScript,
-    /// Records a joining node's info with its join time (plain).
+    /// Records a joining node's info with its join time.
     pub(crate) node_info: PoolScript,
     /// Reads the run id of the server holding the pool's keys, and opens
     /// the recovery window when the pool's scripts last ran on another.
     pub(crate) server_id: PoolScript,
 }
 
-/// A pool script by its file name.
-macro_rules! pool_script {
-    ($name:literal) => {
-        PoolScript::new($name, include_str!(concat!("scripts/", $name, ".lua")))
-    };
-}
-
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            admit: pool_script!("admit"),
-            claim_start: pool_script!("claim_start"),
-            record_starts: pool_script!("record_starts"),
-            started: pool_script!("started"),
-            start_failed: pool_script!("start_failed"),
-            to_owner: pool_script!("to_owner"),
-            stopped: pool_script!("stopped"),
-            handoff: pool_script!("handoff"),
-            move_entry: pool_script!("move_entry"),
-            register: pool_script!("register"),
-            keepalive: pool_script!("keepalive"),
-            reassert: pool_script!("reassert"),
-            resume: pool_script!("resume"),
-            remove_worker: pool_script!("remove_worker"),
-            claim_cleanup: pool_script!("claim_cleanup"),
-            drain_worker: pool_script!("drain_worker"),
-            begin_recovery: pool_script!("begin_recovery"),
-            recovery_mark: pool_script!("recovery_mark"),
-            release_stale: pool_script!("release_stale"),
-            release_owner: pool_script!("release_owner"),
-            handoff_stands: pool_script!("handoff_stands"),
-            stop_stands: pool_script!("stop_stands"),
-            job_ended: pool_script!("job_ended"),
-            job_restart: pool_script!("job_restart"),
-            job_forget_failed: pool_script!("job_forget_failed"),
-            sweep_orphans: pool_script!("sweep_orphans"),
-            requeue_orphan: pool_script!("requeue_orphan"),
-            sweep_pending: pool_script!("sweep_pending"),
-            owned_page: pool_script!("owned_page"),
-            unmark: PoolScript::plain("unmark", include_str!("scripts/unmark.lua")),
-            schedule_forget: PoolScript::plain(
-                "schedule_forget",
-                include_str!("scripts/schedule_forget.lua"),
-            ),
-            node_info: PoolScript::plain("node_info", include_str!("scripts/node_info.lua")),
-            server_id: pool_script!("server_id"),
+            admit: PoolScript::new("admit"),
+            claim_start: PoolScript::new("claim_start"),
+            record_starts: PoolScript::new("record_starts"),
+            started: PoolScript::new("started"),
+            start_failed: PoolScript::new("start_failed"),
+            to_owner: PoolScript::new("to_owner"),
+            stopped: PoolScript::new("stopped"),
+            handoff: PoolScript::new("handoff"),
+            move_entry: PoolScript::new("move_entry"),
+            register: PoolScript::new("register"),
+            keepalive: PoolScript::new("keepalive"),
+            reassert: PoolScript::new("reassert"),
+            resume: PoolScript::new("resume"),
+            remove_worker: PoolScript::new("remove_worker"),
+            claim_cleanup: PoolScript::new("claim_cleanup"),
+            drain_worker: PoolScript::new("drain_worker"),
+            begin_recovery: PoolScript::new("begin_recovery"),
+            recovery_mark: PoolScript::new("recovery_mark"),
+            release_stale: PoolScript::new("release_stale"),
+            release_owner: PoolScript::new("release_owner"),
+            handoff_stands: PoolScript::new("handoff_stands"),
+            stop_stands: PoolScript::new("stop_stands"),
+            job_ended: PoolScript::new("job_ended"),
+            job_restart: PoolScript::new("job_restart"),
+            job_forget_failed: PoolScript::new("job_forget_failed"),
+            sweep_orphans: PoolScript::new("sweep_orphans"),
+            requeue_orphan: PoolScript::new("requeue_orphan"),
+            sweep_pending: PoolScript::new("sweep_pending"),
+            owned_page: PoolScript::new("owned_page"),
+            unmark: PoolScript::new("unmark"),
+            schedule_forget: PoolScript::new("schedule_forget"),
+            node_info: PoolScript::new("node_info"),
+            server_id: PoolScript::new("server_id"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_is_one_function_of_the_library() {
+        let library = Library::build();
+        assert!(library.code.starts_with("#!lua name=flotilla_pool_"));
+        for (name, _) in SOURCES {
+            let registration = format!("redis.register_function('{}_{name}',", library.prefix);
+            assert_eq!(library.code.matches(&registration).count(), 1, "{name}");
+        }
+        assert!(!library.code.contains("{prefix}"));
+    }
+
+    /// The libraries named `flotilla_pool_*` on the server.
+    async fn pool_libraries(client: &Client) -> Vec<String> {
+        let list: Value = client
+            .custom(
+                fred::types::CustomCommand::new_static("FUNCTION", None, false),
+                vec!["LIST", "LIBRARYNAME", "flotilla_pool_*"],
+            )
+            .await
+            .unwrap();
+        let Value::Array(libraries) = list else {
+            panic!("FUNCTION LIST answered {list:?}")
+        };
+        libraries
+            .into_iter()
+            .map(|library| {
+                let fields: Vec<Value> = library.convert().unwrap();
+                let at = fields
+                    .iter()
+                    .position(|f| f.as_str().as_deref() == Some("library_name"))
+                    .unwrap();
+                fields[at + 1].as_string().unwrap()
+            })
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_lost_the_library_is_given_it_again_by_the_next_call() {
+        let server = flotilla_testkit::RedisServer::start().unwrap();
+        let client = flotilla_testkit::client(&server.url()).await.unwrap();
+        let unmark = PoolScript::new("unmark");
+        let call = || {
+            // KEYS[1] a marker, ARGV[1] a token; 0 when there is no marker.
+            unmark.run::<u64>(
+                &client,
+                vec!["fl:{t}:marker".to_string()],
+                vec![Value::from("1")],
+                Duration::from_secs(5),
+            )
+        };
+        assert!(pool_libraries(&client).await.is_empty());
+        assert_eq!(call().await.unwrap(), 0, "first call loads");
+        assert_eq!(pool_libraries(&client).await, [LIBRARY.name.clone()]);
+        // As after an empty restart: the server has no functions at all.
+        let _: Value = client
+            .custom(
+                fred::types::CustomCommand::new_static("FUNCTION", None, false),
+                vec!["FLUSH"],
+            )
+            .await
+            .unwrap();
+        assert!(pool_libraries(&client).await.is_empty());
+        assert_eq!(call().await.unwrap(), 0, "the call after the loss");
+        assert_eq!(pool_libraries(&client).await, [LIBRARY.name.clone()]);
     }
 }

@@ -574,12 +574,14 @@ async fn a_batch_of_admissions_decides_each_in_order() {
     node.close().await.unwrap();
 }
 
-/// Changes the default user's permissions (`rule`, e.g. `-evalsha`).
-async fn acl_default_user(client: &fred::prelude::Client, rule: &str) {
+/// Changes the default user's permissions (`rules`, e.g. `-fcall`).
+async fn acl_default_user(client: &fred::prelude::Client, rules: &[&str]) {
+    let mut args = vec!["SETUSER", "default"];
+    args.extend_from_slice(rules);
     let _: fred::types::Value = client
         .custom(
             fred::types::CustomCommand::new_static("ACL", None, false),
-            vec!["SETUSER", "default", rule],
+            args,
         )
         .await
         .unwrap();
@@ -603,15 +605,15 @@ async fn a_job_neither_moved_nor_restarted_is_requeued() {
         .unwrap();
     assert_eq!(status, "ok", "recorded as running on a");
     wa.inner.jobs.insert(key.clone(), job);
-    // Every script call is refused for 1.5 s from the stop on, as when
-    // Redis errors in the middle of a handoff.
+    // Every script and function call is refused for 1.5 s from the stop
+    // on, as when Redis errors in the middle of a handoff.
     let hook: StopHook = Box::new(move || {
         let client = client.clone();
         Box::pin(async move {
-            acl_default_user(&client, "-evalsha").await;
+            acl_default_user(&client, &["-evalsha", "-fcall"]).await;
             tokio::spawn(async move {
                 tokio::time::sleep(Duration::from_millis(1500)).await;
-                acl_default_user(&client, "+evalsha").await;
+                acl_default_user(&client, &["+evalsha", "+fcall"]).await;
             });
         })
     });

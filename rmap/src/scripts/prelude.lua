@@ -36,6 +36,14 @@ local function rmap_dec(n)
   return text
 end
 
+-- Resets the state above to what a fresh run starts with. For a prelude
+-- loaded once into a Redis function library, whose top level runs at load
+-- and whose functions run many times: call it first in every function.
+local function rmap_begin()
+  rmap_rev_floor = 0
+  rmap_decimals = {}
+end
+
 -- Bumps the revision and announces one change. Returns the new revision.
 -- A revision key that does not exist yet (new map, destroyed map, expired
 -- keys, Redis restarted without persistence) starts at the server time in

@@ -1,21 +1,38 @@
--- Shared head of every pool script (after the rmap and streaming preludes).
+-- Shared head of every pool function (after the rmap and streaming
+-- preludes), run once when Redis loads the pool's function library (see
+-- `registry.rs`): the helpers below are made once, not at every call.
 -- KEYS[1..8]: jobs hash, jobs revision, pending hash, pending revision,
 --             workers hash, workers revision, payloads hash, fencing hash
 -- ARGV[1..3]: jobs channel, pending channel, workers channel
--- Script-specific KEYS start at 9 and ARGV at 4.
-local JOBS = {KEYS[1], KEYS[2], ARGV[1]}
-local PENDING = {KEYS[3], KEYS[4], ARGV[2]}
-local WORKERS = {KEYS[5], KEYS[6], ARGV[3]}
-local PAYLOADS = KEYS[7]
-local FENCING = KEYS[8]
+-- Function-specific KEYS start at 9 and ARGV at 4.
+
+-- The state of one call. Redis runs one function at a time, so these
+-- library-level variables serve each call as its own locals would;
+-- `pool_call_begin` sets every one of them before a function's body runs.
+local KEYS, ARGV
+local JOBS, PENDING, WORKERS, PAYLOADS, FENCING
+-- Redis server time, read once per call (a function is atomic, so one
+-- reading serves all its uses and saves a TIME call per use).
+local server_time_us
+
+-- Starts a call: its keys and arguments, the maps they name, and the
+-- per-call state of the preludes (no replica revision floor, an empty
+-- cache of formatted lengths), as a script run afresh would have them.
+local function pool_call_begin(keys, args)
+  KEYS, ARGV = keys, args
+  JOBS = {keys[1], keys[2], args[1]}
+  PENDING = {keys[3], keys[4], args[2]}
+  WORKERS = {keys[5], keys[6], args[3]}
+  PAYLOADS = keys[7]
+  FENCING = keys[8]
+  server_time_us = nil
+  rmap_begin()
+end
 
 local function mset(m, f, v) return rmap_set(m[1], m[2], m[3], f, v) end
 local function mdel(m, f) return rmap_del(m[1], m[2], m[3], f) end
 local function mget(m, f) return redis.call('HGET', m[1], f) end
 
--- Redis server time, read once per script run (a script is atomic, so
--- one reading serves all its uses and saves a TIME call per use).
-local server_time_us = nil
 local function now_us()
   if not server_time_us then
     local t = redis.call('TIME')

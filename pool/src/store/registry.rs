@@ -327,7 +327,7 @@ mod tests {
         };
         assert!(pool_libraries(&client).await.is_empty());
         assert_eq!(call().await.unwrap(), 0, "first call loads");
-        assert_eq!(pool_libraries(&client).await, [LIBRARY.name.clone()]);
+        assert_eq!(pool_libraries(&client).await, [LIBRARY.name.as_str()]);
         // As after an empty restart: the server has no functions at all.
         let _: Value = client
             .custom(
@@ -338,6 +338,6 @@ mod tests {
             .unwrap();
         assert!(pool_libraries(&client).await.is_empty());
         assert_eq!(call().await.unwrap(), 0, "the call after the loss");
-        assert_eq!(pool_libraries(&client).await, [LIBRARY.name.clone()]);
+        assert_eq!(pool_libraries(&client).await, [LIBRARY.name.as_str()]);
     }
 }

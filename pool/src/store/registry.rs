@@ -121,7 +121,7 @@ impl Library {
     /// code, since the name carries its digest), on every primary of a
     /// cluster.
     async fn load(&self, client: &Client) -> std::result::Result<(), fred::error::Error> {
-        tracing::debug!(library = %self.name, "loading the pool's function library");
+        tracing::info!(library = %self.name, "loading the pool's function library into Redis");
         if client.is_clustered() {
             client
                 .function_load_cluster::<(), _>(true, self.code.clone())

@@ -31,6 +31,28 @@ pub struct WorkerArgs {
     /// them (`mirror_jobs(true)`, set explicitly).
     #[arg(long)]
     pub no_job_replicas: bool,
+    /// Run on a current-thread Tokio runtime (default: multi-thread).
+    #[arg(long)]
+    pub current_thread: bool,
+}
+
+/// The Tokio runtime of the worker processes (`--worker-runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkerRuntime {
+    /// A multi-thread runtime with one worker thread per core.
+    Multi,
+    /// A current-thread runtime.
+    Current,
+}
+
+/// The runtime every worker process of this run gets, set once from the
+/// command line before any section starts one.
+static WORKER_RUNTIME: std::sync::OnceLock<WorkerRuntime> = std::sync::OnceLock::new();
+
+/// Sets the runtime of the worker processes started from now on (the
+/// first call wins).
+pub fn set_worker_runtime(runtime: WorkerRuntime) {
+    let _ = WORKER_RUNTIME.set(runtime);
 }
 
 /// What a worker process reports once its workers are registered.
@@ -115,6 +137,9 @@ impl WorkerProcess {
         command.arg("worker");
         if !mirror_jobs {
             command.arg("--no-job-replicas");
+        }
+        if WORKER_RUNTIME.get() == Some(&WorkerRuntime::Current) {
+            command.arg("--current-thread");
         }
         let mut child = command
             .args(["--url", url, "--pool", pool])

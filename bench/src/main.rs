@@ -94,6 +94,11 @@ struct Cli {
     /// section's idle-node round (0: no such round).
     #[arg(long, default_value_t = 16)]
     fleet_idle_nodes: usize,
+    /// Tokio runtime of every worker process the benchmark starts:
+    /// `multi` (a multi-thread runtime, one thread per core) or `current`
+    /// (a current-thread runtime: one thread).
+    #[arg(long, value_enum, default_value_t = child::WorkerRuntime::Multi)]
+    worker_runtime: child::WorkerRuntime,
 }
 
 #[derive(Debug, Subcommand)]
@@ -191,10 +196,13 @@ impl Ctx {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = match &cli.command {
+        Some(Command::Worker(args)) if args.current_thread => {
+            tokio::runtime::Builder::new_current_thread()
+        }
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: {e}");
@@ -220,6 +228,7 @@ fn main() -> std::process::ExitCode {
 
 /// Runs the selected sections; `Ok(false)` when one failed.
 async fn bench(cli: Cli) -> Result<bool, BoxError> {
+    child::set_worker_runtime(cli.worker_runtime);
     let (url, server) = flotilla_testkit::redis_for_example()?;
     let client = flotilla_testkit::client(&url).await?;
     let redis_version = redis_stats::info_field(&client, InfoKind::Server, "redis_version")

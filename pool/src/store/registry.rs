@@ -117,18 +117,30 @@ impl Library {
         }
     }
 
-    /// Loads the library (replacing a library of the same name: the same
-    /// code, since the name carries its digest), on every primary of a
-    /// cluster.
+    /// Loads the library (on every primary of a cluster).
+    ///
+    /// Without `REPLACE`, a server that has the library already answers at
+    /// once ("already exists", about 12 µs on the development VM) instead
+    /// of compiling it again (1.5–2 ms): when many calls find it missing
+    /// at once, after an empty restart, Redis compiles it once. On a
+    /// cluster, where some primaries may have it and others not, `REPLACE`
+    /// loads it on all of them whatever each holds (the same code: the
+    /// name carries its digest).
     async fn load(&self, client: &Client) -> std::result::Result<(), fred::error::Error> {
-        tracing::info!(library = %self.name, "loading the pool's function library into Redis");
-        if client.is_clustered() {
-            client
-                .function_load_cluster::<(), _>(true, self.code.clone())
-                .await
-        } else {
-            let _: Value = client.function_load(true, self.code.clone()).await?;
-            Ok(())
+        let replace = client.is_clustered();
+        match client
+            .function_load_cluster::<Value, _>(replace, self.code.clone())
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(library = %self.name, "loaded the pool's function library into Redis");
+                Ok(())
+            }
+            Err(e) if e.details().contains("already exists") => {
+                tracing::debug!(library = %self.name, "the pool's function library was loaded meanwhile");
+                Ok(())
+            }
+            Err(e) => Err(e),
         }
     }
 }
@@ -339,5 +351,19 @@ mod tests {
         assert!(pool_libraries(&client).await.is_empty());
         assert_eq!(call().await.unwrap(), 0, "the call after the loss");
         assert_eq!(pool_libraries(&client).await, [LIBRARY.name.as_str()]);
+        // Many calls find it missing at once: those whose load comes
+        // second find the library there ("already exists") and run.
+        let _: Value = client
+            .custom(
+                fred::types::CustomCommand::new_static("FUNCTION", None, false),
+                vec!["FLUSH"],
+            )
+            .await
+            .unwrap();
+        let burst = futures::future::join_all((0..20).map(|_| call())).await;
+        assert!(burst.iter().all(|r| matches!(r, Ok(0))), "{burst:?}");
+        assert_eq!(pool_libraries(&client).await, [LIBRARY.name.as_str()]);
+        // A load where the library is already there succeeds.
+        LIBRARY.load(&client).await.unwrap();
     }
 }

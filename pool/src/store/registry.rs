@@ -298,15 +298,20 @@ mod tests {
         assert!(!library.code.contains("{prefix}"));
     }
 
-    /// The libraries named `flotilla_pool_*` on the server.
-    async fn pool_libraries(client: &Client) -> Vec<String> {
-        let list: Value = client
+    /// `FUNCTION <args>`.
+    async fn function_command(client: &Client, args: Vec<&str>) -> Value {
+        client
             .custom(
                 fred::types::CustomCommand::new_static("FUNCTION", None, false),
-                vec!["LIST", "LIBRARYNAME", "flotilla_pool_*"],
+                args,
             )
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// The libraries named `flotilla_pool_*` on the server.
+    async fn pool_libraries(client: &Client) -> Vec<String> {
+        let list = function_command(client, vec!["LIST", "LIBRARYNAME", "flotilla_pool_*"]).await;
         let Value::Array(libraries) = list else {
             panic!("FUNCTION LIST answered {list:?}")
         };
@@ -341,25 +346,13 @@ mod tests {
         assert_eq!(call().await.unwrap(), 0, "first call loads");
         assert_eq!(pool_libraries(&client).await, [LIBRARY.name.as_str()]);
         // As after an empty restart: the server has no functions at all.
-        let _: Value = client
-            .custom(
-                fred::types::CustomCommand::new_static("FUNCTION", None, false),
-                vec!["FLUSH"],
-            )
-            .await
-            .unwrap();
+        function_command(&client, vec!["FLUSH"]).await;
         assert!(pool_libraries(&client).await.is_empty());
         assert_eq!(call().await.unwrap(), 0, "the call after the loss");
         assert_eq!(pool_libraries(&client).await, [LIBRARY.name.as_str()]);
         // Many calls find it missing at once: those whose load comes
         // second find the library there ("already exists") and run.
-        let _: Value = client
-            .custom(
-                fred::types::CustomCommand::new_static("FUNCTION", None, false),
-                vec!["FLUSH"],
-            )
-            .await
-            .unwrap();
+        function_command(&client, vec!["FLUSH"]).await;
         let burst = futures::future::join_all((0..20).map(|_| call())).await;
         assert!(burst.iter().all(|r| matches!(r, Ok(0))), "{burst:?}");
         assert_eq!(pool_libraries(&client).await, [LIBRARY.name.as_str()]);

@@ -156,8 +156,12 @@ impl NodeInner {
         // node's: the worker may come back and clear a claim older than a
         // TTL (`keepalive.lua`), or another cleaner take it over.
         let cleaner = Some(self.id.as_str());
-        self.requeue_owned_by(worker, cleaner).await;
-        self.requeue_worker_inbox(worker, cleaner).await?;
+        if self.requeue_owned_by(worker, cleaner).await == Claim::Lost
+            || self.requeue_worker_inbox(worker, cleaner).await? == Claim::Lost
+        {
+            log_claim_lost(worker);
+            return Ok(());
+        }
         self.remove_worker_entry(worker, cleaner).await
     }
 
@@ -165,8 +169,9 @@ impl NodeInner {
     /// from the jobs hash. A page that fails is retried with backoff; past
     /// that the rest waits for the orphan sweep (the worker is removed
     /// afterwards, which makes its jobs orphans). `cleaner`: this node's id
-    /// when a cleanup moves a dead worker's jobs.
-    pub(crate) async fn requeue_owned_by(&self, worker: &str, cleaner: Option<&str>) {
+    /// when a cleanup moves a dead worker's jobs; the walk stops at the
+    /// first job whose hand-off finds the claim gone.
+    pub(crate) async fn requeue_owned_by(&self, worker: &str, cleaner: Option<&str>) -> Claim {
         let mut cursor = SCAN_START.to_string();
         loop {
             let page = (|| self.store.owned_page(worker, &cursor, OWNED_PAGE))
@@ -182,14 +187,16 @@ impl NodeInner {
                 Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(worker, error = %e, "listing a worker's jobs failed; the orphan sweep requeues the rest");
-                    return;
+                    return Claim::Held;
                 }
             };
             for key in page.keys {
-                self.requeue_job(&key, worker, cleaner).await;
+                if self.requeue_job(&key, worker, cleaner).await == Some(Handoff::ClaimLost) {
+                    return Claim::Lost;
+                }
             }
             if page.cursor == SCAN_START {
-                return;
+                return Claim::Held;
             }
             cursor = page.cursor;
         }
@@ -254,21 +261,24 @@ impl NodeInner {
 
     /// Moves every entry left in `worker`'s inbox to the new owner of its
     /// key, page by page. `cleaner`: this node's id when a cleanup moves a
-    /// dead worker's entries.
+    /// dead worker's entries; it stops at the first entry whose move finds
+    /// the claim gone.
     pub(crate) async fn requeue_worker_inbox(
         &self,
         worker: &str,
         cleaner: Option<&str>,
-    ) -> Result<()> {
+    ) -> Result<Claim> {
         let mut after = None;
         loop {
             let entries = self.inbox_page(worker, after.as_deref()).await?;
             let Some((last, _)) = entries.last() else {
-                return Ok(());
+                return Ok(Claim::Held);
             };
             after = Some(last.clone());
             for (id, fields) in entries {
-                self.requeue_entry(worker, &id, &fields, cleaner).await?;
+                if self.requeue_entry(worker, &id, &fields, cleaner).await? == Claim::Lost {
+                    return Ok(Claim::Lost);
+                }
             }
         }
     }
@@ -299,7 +309,7 @@ impl NodeInner {
         id: &str,
         fields: &HashMap<String, Bytes>,
         cleaner: Option<&str>,
-    ) -> Result<()> {
+    ) -> Result<Claim> {
         let name = fields
             .get("n")
             .map(|n| String::from_utf8_lossy(n).into_owned())
@@ -327,7 +337,7 @@ impl NodeInner {
                     .xdel(self.inbox(worker)?.key(), id)
                     .await
                     .map_err(from_redis)?;
-                return Ok(());
+                return Ok(Claim::Held);
             }
         };
         if self.ring.load().owner_excluding(&key, worker).is_none() {
@@ -341,7 +351,7 @@ impl NodeInner {
                 .xdel(self.inbox(worker)?.key(), id)
                 .await
                 .map_err(from_redis)?;
-            return Ok(());
+            return Ok(Claim::Held);
         }
         let attempt = || async {
             let ring = self.ring.load_full();
@@ -367,7 +377,8 @@ impl NodeInner {
                     self.refresh_ring();
                     Err(Error::NoActiveWorker(self.pool.clone()))
                 }
-                Moved::Ok | Moved::Gone => Ok(()),
+                Moved::Ok | Moved::Gone => Ok(Claim::Held),
+                Moved::ClaimLost => Ok(Claim::Lost),
             }
         };
         attempt
@@ -402,16 +413,34 @@ impl NodeInner {
                     return Ok(());
                 }
                 Removed::NotClaimed => {
-                    tracing::info!(
-                        worker,
-                        "cleanup claim lost (the worker came back, or another node took it over): worker left in place"
-                    );
+                    log_claim_lost(worker);
                     return Ok(());
                 }
                 Removed::InboxNotEmpty => {}
             }
-            self.requeue_worker_inbox(worker, cleaner).await?;
+            if self.requeue_worker_inbox(worker, cleaner).await? == Claim::Lost {
+                log_claim_lost(worker);
+                return Ok(());
+            }
         }
         Err(Error::Timeout(Duration::ZERO))
     }
+}
+
+/// Whether a cleanup's claim on the worker it cleans was still its own at
+/// its last step (always `Held` when no cleanup claim is involved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// Still this node's (or none is needed): go on.
+    Held,
+    /// Gone (the worker came back and cleared it, or another node took it
+    /// over): what is left of the worker is not this node's to move.
+    Lost,
+}
+
+fn log_claim_lost(worker: &str) {
+    tracing::info!(
+        worker,
+        "cleanup claim lost (the worker came back, or another node took it over): the rest of the worker left in place"
+    );
 }

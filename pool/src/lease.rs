@@ -367,9 +367,14 @@ impl NodeInner {
             let mut suspended = suspended.into_iter();
             while let Some((key, job)) = suspended.next() {
                 if worker.jobs.contains_key(&key) {
+                    lock_held(&worker).remove(&key);
                     continue; // started again from its inbox entry meanwhile
                 }
-                match self.resume_one(&worker, &key, &job).await {
+                let restart = self.resume_one(&worker, &key, &job).await;
+                if !matches!(restart, Ok(Restart::Claimed)) {
+                    note_release(&worker, &key, &restart);
+                }
+                match restart {
                     Ok(Restart::Started | Restart::Left) => {}
                     Ok(Restart::Moved) => {
                         tracing::info!(key, "job moved during lease loss; forgetting it");
@@ -380,7 +385,7 @@ impl NodeInner {
                         // here, not forgotten: a cleaner that dies or
                         // stalls until the claim is cleared would leave a
                         // record naming this worker for a job nobody runs.
-                        tracing::info!(key, worker = %worker.id, "cleanup claim on the worker: job stays suspended until it is moved or the claim goes");
+                        note_held(&worker, &key);
                         worker.suspended.lock().await.insert(key, job);
                     }
                     Ok(Restart::Suspended) => {
@@ -514,4 +519,41 @@ impl NodeInner {
         self.metrics.jobs_restarting.set(restarting as f64);
         self.metrics.jobs_suspended.set(suspended as f64);
     }
+}
+
+/// Logs a job a cleanup claim holds back: at INFO the first time, at DEBUG
+/// at each renewal that finds it still held.
+fn note_held(worker: &WorkerInner, key: &str) {
+    let first = lock_held(worker).insert(key.to_string());
+    if first {
+        tracing::info!(key, worker = %worker.id, "cleanup claim on the worker: job stays suspended until it is moved or the claim goes");
+    } else {
+        tracing::debug!(key, worker = %worker.id, "job still held back by a cleanup claim");
+    }
+}
+
+/// Logs how a job a cleanup claim held back left that state, if it was
+/// held.
+fn note_release(worker: &WorkerInner, key: &str, restart: &Result<Restart>) {
+    if lock_held(worker).remove(key) {
+        let outcome = match restart {
+            Ok(Restart::Started) => "resumed here",
+            Ok(Restart::Moved) => "moved by the cleaner",
+            Ok(Restart::Left) => "left to the orphan sweep",
+            Ok(Restart::Suspended) => "suspended again (lease lapsed)",
+            Ok(Restart::StartFailed(_)) => "start failed",
+            Ok(Restart::Claimed) => "still held",
+            Err(_) => "resume failed",
+        };
+        tracing::info!(key, worker = %worker.id, outcome, "job no longer held back by a cleanup claim");
+    }
+}
+
+fn lock_held(worker: &WorkerInner) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    // A panic while holding this lock can only come from the set itself;
+    // the set is a log aid, so a poisoned one is still used.
+    worker
+        .held_back
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

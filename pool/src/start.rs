@@ -68,7 +68,8 @@ impl WorkerInner {
                 )
                 .await?
             {
-                Moved::Ok | Moved::Gone => return Ok(()),
+                // A forward names no cleaner: no claim to lose.
+                Moved::Ok | Moved::Gone | Moved::ClaimLost => return Ok(()),
                 Moved::NoTarget => node.refresh_ring(), // target left: run it here
             }
         }

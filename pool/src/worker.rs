@@ -69,6 +69,10 @@ pub(crate) struct WorkerInner {
     pub(crate) jobs: DashMap<String, LocalJob>,
     /// Jobs stopped on lease loss, to resume once the lease is back.
     pub(crate) suspended: Mutex<HashMap<String, LocalJob>>,
+    /// Suspended jobs a cleanup claim on this worker holds back (asked
+    /// again at every renewal): logged when one is first held and when it
+    /// leaves that state, not at every renewal in between.
+    pub(crate) held_back: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Outcome reports and restarts of failed jobs.
     pub(crate) lifecycle: crate::lifecycle::WorkerLifecycle,
     /// Job operations on single keys (start, stop, handoff) share it;
@@ -142,6 +146,7 @@ impl Worker {
             lanes,
             jobs: DashMap::new(),
             suspended: Mutex::new(HashMap::new()),
+            held_back: std::sync::Mutex::default(),
             lifecycle: crate::lifecycle::WorkerLifecycle::new(),
             ops: RwLock::new(()),
             key_locks: (0..LANES).map(|_| Mutex::new(())).collect(),

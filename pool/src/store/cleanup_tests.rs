@@ -105,8 +105,8 @@ async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
     // cleared this cleaner's, and a new one was made).
     claim(f, "w1", "n-other", 1000).await;
     let handed = f.handoff("r", "w1", "w2", Some("n-me")).await;
-    assert_eq!(handed, Handoff::NotOwner);
-    assert_eq!(s.move_entry(entry("n-me")).await.unwrap(), Moved::Gone);
+    assert_eq!(handed, Handoff::ClaimLost);
+    assert_eq!(s.move_entry(entry("n-me")).await.unwrap(), Moved::ClaimLost);
     assert_eq!(f.entry_ids("w1").await, std::slice::from_ref(&queued));
     let inbox = f.inbox("w1");
     assert_eq!(

@@ -84,6 +84,10 @@ pub(crate) enum Handoff {
     NoPayload,
     /// The pool recovers from a data loss: orphans wait.
     Recovering,
+    /// A cleanup's claim on the expected owner is not the cleaner's any
+    /// more (the worker came back, or another cleaner took over): the
+    /// cleaner moves nothing more of that worker.
+    ClaimLost,
 }
 
 impl Handoff {
@@ -98,6 +102,7 @@ impl Handoff {
             "no_target" => Handoff::NoTarget,
             "no_payload" => Handoff::NoPayload,
             "recovering" => Handoff::Recovering,
+            "claim_lost" => Handoff::ClaimLost,
             other => return Err(call::unknown_status(WHAT, other)),
         })
     }
@@ -112,6 +117,9 @@ call::status!(
         NoTarget = "no_target",
         /// The entry is no longer in the source inbox.
         Gone = "gone",
+        /// A cleanup's claim on the source worker is not the cleaner's any
+        /// more: the entry stays.
+        ClaimLost = "claim_lost",
     }
 );
 

@@ -673,6 +673,7 @@ mod data_loss;
 mod drain;
 mod handoff_rollback;
 mod lease_after_claim;
+mod lost_claim;
 mod pending_admission;
 mod reconcile_lease;
 mod recovery_window;

@@ -70,6 +70,10 @@ async fn a_job_a_cleanup_claim_holds_back_resumes_once_the_claim_goes() {
     )
     .await
     .expect("a job Redis still names this worker for was forgotten");
+    if worker.job_token("k").is_none() {
+        // Held: noted once (logged at INFO), not at every renewal.
+        assert!(worker.inner.held_back.lock().unwrap().contains("k"));
+    }
     let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
     let record = || async {
         let v: Option<String> = client.hget(jobs_hash.as_str(), "k").await.unwrap();
@@ -88,6 +92,10 @@ async fn a_job_a_cleanup_claim_holds_back_resumes_once_the_claim_goes() {
     let raw = record().await.expect("a record");
     assert_eq!(job_owner(&raw), Some((worker.id(), resumed)));
     assert!(!worker.inner.suspended.lock().await.contains_key("k"));
+    assert!(
+        worker.inner.held_back.lock().unwrap().is_empty(),
+        "a resumed job is no longer noted as held"
+    );
     assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
     node.close().await.unwrap();
 }

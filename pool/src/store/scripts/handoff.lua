@@ -9,6 +9,8 @@
 --       ('' otherwise): its claim on the worker must still be its own
 -- Returns {'ok', token} | {'not_owner'} | {'no_target'} (the target is gone,
 --       being cleaned up or drained) | {'no_payload'}
+--       | {'claim_lost'} (a cleanup's claim on the expected owner is not
+--       the cleaner's any more: nothing of that worker is its to move)
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
 --       from a data loss: a worker that runs it may not have re-asserted yet)
 local key, expected, target = ARGV[4], ARGV[5], ARGV[6]
@@ -19,11 +21,12 @@ if expected == '-' then
   if recovering(tonumber(ARGV[9])) then
     return {'recovering'}
   end
-elseif owner_of(mget(JOBS, key)) ~= expected then
-  return {'not_owner'}
 elseif not claim_held(KEYS[10], expected, ARGV[10]) then
   -- The worker came back and cleared a stale claim (it may run the job
-  -- again), or another cleaner took the claim over.
+  -- again), or another cleaner took the claim over. Checked before the
+  -- owner, so the cleaner learns it at its next call and stops.
+  return {'claim_lost'}
+elseif owner_of(mget(JOBS, key)) ~= expected then
   return {'not_owner'}
 end
 if not worker_active(target, KEYS[10]) then

@@ -11,13 +11,14 @@
 -- before it went quiet (a start is recorded after the handler's `start`),
 -- and the run elsewhere must be fenced off from that one.
 -- Returns 'ok' | 'no_target' (the target is gone, being cleaned up or
--- drained) | 'gone'
-if not worker_active(ARGV[7], KEYS[11]) then
-  return 'no_target'
-end
+-- drained) | 'gone' | 'claim_lost' (a cleanup's claim on the source worker
+-- is not the cleaner's any more)
 if ARGV[10] ~= '' and not claim_held(KEYS[11], ARGV[11], ARGV[10]) then
   -- Not this cleaner's worker any more: the entry stays where it is.
-  return 'gone'
+  return 'claim_lost'
+end
+if not worker_active(ARGV[7], KEYS[11]) then
+  return 'no_target'
 end
 if redis.call('XDEL', KEYS[9], ARGV[4]) == 0 then
   return 'gone'

@@ -196,6 +196,7 @@ impl Ctx {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    init_logs();
     let mut builder = match &cli.command {
         Some(Command::Worker(args)) if args.current_thread => {
             tokio::runtime::Builder::new_current_thread()
@@ -321,4 +322,17 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
     }
     drop(server);
     Ok(report.errors.is_empty())
+}
+
+/// Logs to stderr at the levels `RUST_LOG` names, when it is set: the
+/// figures can then be taken with the logging a service runs with (every
+/// span and event the library enables at that level costs CPU per job).
+/// Without it nothing is logged, and tracing costs next to nothing.
+fn init_logs() {
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init();
+    }
 }

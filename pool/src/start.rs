@@ -33,6 +33,7 @@ impl WorkerInner {
             Ok(Reasserted::Ok) => {}
             Ok(status) => {
                 tracing::info!(
+                    worker = %self.id,
                     key,
                     status = status.as_str(),
                     "a newer start exists; stopping the local run"
@@ -42,12 +43,14 @@ impl WorkerInner {
                 }
             }
             Err(e) => {
-                tracing::warn!(key, error = %e, "re-asserting a start failed; retried on recovery")
+                tracing::warn!(worker = %self.id, key, error = %e, "re-asserting a start failed; retried on recovery")
             }
         }
     }
 
-    #[tracing::instrument(name = "start", skip_all, fields(pool = %node.pool, worker = %self.id, key))]
+    // DEBUG, not INFO: a span per start costs a service that logs at INFO
+    // several µs of CPU per job (its events name the worker and key).
+    #[tracing::instrument(name = "start", level = "debug", skip_all, fields(pool = %node.pool, worker = %self.id, key))]
     pub(crate) async fn on_start(
         &self,
         node: &NodeInner,
@@ -78,6 +81,7 @@ impl WorkerInner {
             // A start this worker ran and then stopped on request, back in
             // its inbox because Redis went back in time: the stop stands.
             tracing::info!(
+                worker = %self.id,
                 key,
                 token = entry.token,
                 "start of a run stopped here already; dropped"
@@ -90,6 +94,7 @@ impl WorkerInner {
             // pending guard, so a claim would be accepted): the run it was
             // handed to may have been stopped since, elsewhere.
             tracing::info!(
+                worker = %self.id,
                 key,
                 token = entry.token,
                 "start older than a hand-off made here; dropped"
@@ -111,6 +116,7 @@ impl WorkerInner {
                 self.reassert_start(node, &key).await;
             } else if status != StartKept::Ok {
                 tracing::warn!(
+                    worker = %self.id,
                     key,
                     status = status.as_str(),
                     "start not kept; stopping the local run"
@@ -131,6 +137,7 @@ impl WorkerInner {
             // paused). The claim below would refuse it too; the replica,
             // where the node mirrors the jobs map, saves the round trip.
             tracing::info!(
+                worker = %self.id,
                 key,
                 token = entry.token,
                 "stale start dropped: the key runs elsewhere"
@@ -160,6 +167,7 @@ impl WorkerInner {
             let claim = node.store.claim_start(&start).await?;
             if claim != Claimed::Ok {
                 tracing::info!(
+                    worker = %self.id,
                     key,
                     token = entry.token,
                     claim = claim.as_str(),
@@ -183,7 +191,7 @@ impl WorkerInner {
         );
         match guarded("start", self.handler.start(job.clone())).await {
             Err(message) => {
-                tracing::info!(key, error = %message, "handler refused to start job");
+                tracing::info!(worker = %self.id, key, error = %message, "handler refused to start job");
                 node.metrics.start_failed.increment(1);
                 node.store.start_failed(&start, &message).await?;
                 Ok(())
@@ -224,10 +232,11 @@ impl WorkerInner {
                     // Redis lost its data or went back in time since the
                     // entry was written: the run stays and is re-asserted
                     // now (and again when the worker registers again).
-                    tracing::warn!(key, "start lost with Redis's data; re-asserting it");
+                    tracing::warn!(worker = %self.id, key, "start lost with Redis's data; re-asserting it");
                     self.reassert_start(node, &key).await;
                 } else if status != StartKept::Ok {
                     tracing::warn!(
+                        worker = %self.id,
                         key,
                         status = status.as_str(),
                         "start not kept (superseded, or the worker is being cleaned up); stopping the local run"

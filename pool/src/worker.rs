@@ -417,7 +417,7 @@ impl WorkerInner {
         }
     }
 
-    #[tracing::instrument(name = "stop", skip_all, fields(worker = %self.id, key = %req.key))]
+    #[tracing::instrument(name = "stop", level = "debug", skip_all, fields(worker = %self.id, key = %req.key))]
     async fn on_stop(
         &self,
         node: &NodeInner,
@@ -435,7 +435,7 @@ impl WorkerInner {
             .filter(|t| newer(*t))
             .or(suspended.filter(|t| newer(*t)));
         if kept.is_some() {
-            tracing::info!(key = %req.key, ?target, ?kept, "stop sent for an older run; the run here goes on");
+            tracing::info!(worker = %self.id, key = %req.key, ?target, ?kept, "stop sent for an older run; the run here goes on");
         } else {
             self.stop_local(&req.key).await;
         }
@@ -450,7 +450,7 @@ impl WorkerInner {
         if let Some((_, job)) = self.jobs.remove(key) {
             self.stopped.record(key, job.token);
             if let Err(e) = self.stop_handler(key).await {
-                tracing::warn!(key, error = %e, "handler stop failed; job dropped anyway");
+                tracing::warn!(worker = %self.id, key, error = %e, "handler stop failed; job dropped anyway");
             }
         }
         if let Some(job) = self.suspended.lock().await.remove(key) {

@@ -371,9 +371,7 @@ impl NodeInner {
                     continue; // started again from its inbox entry meanwhile
                 }
                 let restart = self.resume_one(&worker, &key, &job).await;
-                if !matches!(restart, Ok(Restart::Claimed)) {
-                    note_release(&worker, &key, &restart);
-                }
+                note_held_back(&worker, &key, &restart);
                 match restart {
                     Ok(Restart::Started | Restart::Left) => {}
                     Ok(Restart::Moved) => {
@@ -385,7 +383,6 @@ impl NodeInner {
                         // here, not forgotten: a cleaner that dies or
                         // stalls until the claim is cleared would leave a
                         // record naming this worker for a job nobody runs.
-                        note_held(&worker, &key);
                         worker.suspended.lock().await.insert(key, job);
                     }
                     Ok(Restart::Suspended) => {
@@ -521,32 +518,29 @@ impl NodeInner {
     }
 }
 
-/// Logs a job a cleanup claim holds back: at INFO the first time, at DEBUG
-/// at each renewal that finds it still held.
-fn note_held(worker: &WorkerInner, key: &str) {
-    let first = lock_held(worker).insert(key.to_string());
-    if first {
-        tracing::info!(key, worker = %worker.id, "cleanup claim on the worker: job stays suspended until it is moved or the claim goes");
-    } else {
-        tracing::debug!(key, worker = %worker.id, "job still held back by a cleanup claim");
-    }
-}
-
-/// Logs how a job a cleanup claim held back left that state, if it was
-/// held.
-fn note_release(worker: &WorkerInner, key: &str, restart: &Result<Restart>) {
-    if lock_held(worker).remove(key) {
-        let outcome = match restart {
-            Ok(Restart::Started) => "resumed here",
-            Ok(Restart::Moved) => "moved by the cleaner",
-            Ok(Restart::Left) => "left to the orphan sweep",
-            Ok(Restart::Suspended) => "suspended again (lease lapsed)",
-            Ok(Restart::StartFailed(_)) => "start failed",
-            Ok(Restart::Claimed) => "still held",
-            Err(_) => "resume failed",
-        };
-        tracing::info!(key, worker = %worker.id, outcome, "job no longer held back by a cleanup claim");
-    }
+/// Logs a resume's outcome for a job a cleanup claim holds back: at INFO
+/// when a claim first holds it back, at DEBUG at each renewal that finds it
+/// still held, at INFO once when it leaves that state.
+fn note_held_back(worker: &WorkerInner, key: &str, restart: &Result<Restart>) {
+    let mut held_back = lock_held(worker);
+    let outcome = match restart {
+        Ok(Restart::Claimed) => {
+            if held_back.insert(key.to_string()) {
+                tracing::info!(key, worker = %worker.id, "cleanup claim on the worker: job stays suspended until it is moved or the claim goes");
+            } else {
+                tracing::debug!(key, worker = %worker.id, "job still held back by a cleanup claim");
+            }
+            return;
+        }
+        _ if !held_back.remove(key) => return,
+        Ok(Restart::Started) => "resumed here",
+        Ok(Restart::Moved) => "moved by the cleaner",
+        Ok(Restart::Left) => "left to the orphan sweep",
+        Ok(Restart::Suspended) => "suspended again (lease lapsed)",
+        Ok(Restart::StartFailed(_)) => "start failed",
+        Err(_) => "resume failed",
+    };
+    tracing::info!(key, worker = %worker.id, outcome, "job no longer held back by a cleanup claim");
 }
 
 fn lock_held(worker: &WorkerInner) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {

@@ -3,7 +3,8 @@
 //! moves nothing more of the worker, and does not walk the rest of the
 //! worker's jobs and inbox with one script call each, all of them refused.
 
-use fred::types::{CustomCommand, Value};
+use fred::interfaces::{ConfigInterface, SlowlogInterface};
+use fred::types::SlowlogEntry;
 
 use super::*;
 use crate::store::records::job_owner;
@@ -11,42 +12,19 @@ use crate::store::records::job_owner;
 /// The pool functions Redis ran since the slow log was reset, by name
 /// (without the library's digest prefix).
 async fn functions_called(client: &fred::prelude::Client) -> Vec<String> {
-    let entries: Value = client
-        .custom(
-            CustomCommand::new_static("SLOWLOG", None, false),
-            vec!["GET", "-1"],
-        )
-        .await
-        .unwrap();
-    let mut names = Vec::new();
-    for entry in entries.into_array() {
-        let fields = entry.into_array();
-        let Some(args) = fields.get(3) else { continue };
-        let args: Vec<String> = args
-            .clone()
-            .into_array()
-            .into_iter()
-            .filter_map(|a| a.as_string())
-            .collect();
-        if args
-            .first()
-            .is_some_and(|c| c.eq_ignore_ascii_case("fcall"))
-            && let Some((_, name)) = args.get(1).and_then(|f| f.split_once('_'))
-        {
-            names.push(name.to_string());
-        }
-    }
-    names
-}
-
-async fn config_set(client: &fred::prelude::Client, name: &str, value: &str) {
-    let _: Value = client
-        .custom(
-            CustomCommand::new_static("CONFIG", None, false),
-            vec!["SET", name, value],
-        )
-        .await
-        .unwrap();
+    let entries: Vec<SlowlogEntry> = client.slowlog_get(Some(-1)).await.unwrap();
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let mut args = entry.args.into_iter().filter_map(|a| a.as_string());
+            let command = args.next()?;
+            let function = args.next()?;
+            command
+                .eq_ignore_ascii_case("fcall")
+                .then(|| function.split_once('_').map(|(_, name)| name.to_string()))
+                .flatten()
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,14 +51,7 @@ async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
     // A live claim on `wa` that is not `b`'s: `b` took one, then `wa` came
     // back and cleared it and another node claimed it, or another node
     // took it over.
-    let (secs, micros): (u64, u64) = client
-        .custom(
-            CustomCommand::new_static("TIME", None, false),
-            Vec::<String>::new(),
-        )
-        .await
-        .unwrap();
-    let now_ms = secs * 1000 + micros / 1000;
+    let now_ms = crate::store::call::server_time_ms(&client).await.unwrap();
     a.inner
         .store
         .maps
@@ -89,17 +60,17 @@ async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
         .await
         .unwrap();
 
-    config_set(&client, "slowlog-max-len", "100000").await;
-    config_set(&client, "slowlog-log-slower-than", "0").await;
-    let _: Value = client
-        .custom(
-            CustomCommand::new_static("SLOWLOG", None, false),
-            vec!["RESET"],
-        )
+    let _: () = client.config_set("slowlog-max-len", 100_000).await.unwrap();
+    let _: () = client
+        .config_set("slowlog-log-slower-than", 0)
         .await
         .unwrap();
+    client.slowlog_reset().await.unwrap();
     b.inner.clean_worker(wa.id()).await.unwrap();
-    config_set(&client, "slowlog-log-slower-than", "10000").await;
+    let _: () = client
+        .config_set("slowlog-log-slower-than", 10_000)
+        .await
+        .unwrap();
 
     let called = functions_called(&client).await;
     let steps = called

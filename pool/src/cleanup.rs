@@ -26,7 +26,9 @@ use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::store::call::from_redis;
 use crate::store::records::WorkerEntry;
-use crate::store::{ClaimStatus, DeadWorkerClaim, Handoff, Moved, Removed, Requeue, SCAN_START};
+use crate::store::{
+    ClaimStatus, DeadWorkerClaim, Dropped, Handoff, Moved, Removed, Requeue, SCAN_START,
+};
 
 /// Most inbox entries read per page when moving a dead worker's inbox.
 const INBOX_PAGE: u64 = 200;
@@ -283,6 +285,22 @@ impl NodeInner {
         }
     }
 
+    /// Drops entry `id` of `worker`'s inbox unless `cleaner`'s claim on
+    /// the worker is gone (then the entry stays for whoever holds it now).
+    async fn drop_entry(&self, worker: &str, id: &str, cleaner: Option<&str>) -> Result<Claim> {
+        let inbox = self.inbox(worker)?;
+        Ok(
+            match self
+                .store
+                .drop_entry(worker, inbox.key(), id, cleaner)
+                .await?
+            {
+                Dropped::Ok | Dropped::Gone => Claim::Held,
+                Dropped::ClaimLost => Claim::Lost,
+            },
+        )
+    }
+
     /// Up to [`INBOX_PAGE`] entries of `worker`'s inbox, oldest first,
     /// from the start or after entry `after`: `(id, fields)`.
     pub(crate) async fn inbox_page(
@@ -330,28 +348,22 @@ impl NodeInner {
         let key = match key {
             Ok(k) => k,
             Err(e) => {
-                tracing::warn!(worker, id, error = %e, "malformed inbox entry dead-lettered during cleanup");
-                let _: i64 = self
-                    .store
-                    .client
-                    .xdel(self.inbox(worker)?.key(), id)
-                    .await
-                    .map_err(from_redis)?;
-                return Ok(Claim::Held);
+                let claim = self.drop_entry(worker, id, cleaner).await?;
+                if claim == Claim::Held {
+                    tracing::warn!(worker, id, error = %e, "malformed inbox entry dead-lettered during cleanup");
+                }
+                return Ok(claim);
             }
         };
         if self.ring.load().owner_excluding(&key, worker).is_none() {
             // No other worker: a start entry's pending guard and payload
             // stay, so the job is requeued as an orphan once a worker joins;
             // a stop or notify for a job nobody runs has nowhere to go.
-            tracing::info!(worker, id, key, event = %name, "no worker left for inbox entry; dropping it");
-            let _: i64 = self
-                .store
-                .client
-                .xdel(self.inbox(worker)?.key(), id)
-                .await
-                .map_err(from_redis)?;
-            return Ok(Claim::Held);
+            let claim = self.drop_entry(worker, id, cleaner).await?;
+            if claim == Claim::Held {
+                tracing::info!(worker, id, key, event = %name, "no worker left for inbox entry; dropped it");
+            }
+            return Ok(claim);
         }
         let attempt = || async {
             let ring = self.ring.load_full();

@@ -107,6 +107,12 @@ async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
     let handed = f.handoff("r", "w1", "w2", Some("n-me")).await;
     assert_eq!(handed, Handoff::ClaimLost);
     assert_eq!(s.move_entry(entry("n-me")).await.unwrap(), Moved::ClaimLost);
+    assert_eq!(
+        s.drop_entry("w1", &from_inbox, &queued, Some("n-me"))
+            .await
+            .unwrap(),
+        Dropped::ClaimLost
+    );
     assert_eq!(f.entry_ids("w1").await, std::slice::from_ref(&queued));
     let inbox = f.inbox("w1");
     assert_eq!(

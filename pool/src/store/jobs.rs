@@ -123,6 +123,19 @@ call::status!(
     }
 );
 
+call::status!(
+    /// What `drop_entry.lua` did.
+    Dropped, "drop_entry reply" {
+        /// Dropped.
+        Ok = "ok",
+        /// The entry is no longer in the inbox.
+        Gone = "gone",
+        /// A cleanup's claim on the worker is not the cleaner's any more:
+        /// the entry stays.
+        ClaimLost = "claim_lost",
+    }
+);
+
 /// What a move of an inbox entry requeues (`Default`: nothing, a
 /// forward).
 #[derive(Debug, Clone, Copy, Default)]
@@ -293,5 +306,32 @@ impl PoolStore {
             .run(&self.client, keys, args, self.timeout)
             .await?;
         Moved::parse(&status)
+    }
+
+    /// Drops entry `id` of `worker`'s inbox (nobody can take it, or it
+    /// cannot be read). `cleaner`: this node's id when a cleanup drops a
+    /// dead worker's entry; nothing is dropped once its claim is gone.
+    pub(crate) async fn drop_entry(
+        &self,
+        worker: &str,
+        inbox: &str,
+        id: &str,
+        cleaner: Option<&str>,
+    ) -> Result<Dropped> {
+        let mut keys = self.maps.base_keys();
+        keys.push(inbox.to_string());
+        keys.push(self.maps.cleanup.keys_info().hash.clone());
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(id),
+            Value::from(cleaner.unwrap_or("")),
+            Value::from(worker),
+        ]);
+        let status: String = self
+            .scripts
+            .drop_entry
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        Dropped::parse(&status)
     }
 }

@@ -3,10 +3,11 @@
 //! moves nothing more of the worker, and does not walk the rest of the
 //! worker's jobs and inbox with one script call each, all of them refused.
 
-use fred::interfaces::{ConfigInterface, SlowlogInterface};
+use fred::interfaces::{ConfigInterface, SlowlogInterface, StreamsInterface};
 use fred::types::SlowlogEntry;
 
 use super::*;
+use crate::cleanup::Claim;
 use crate::store::records::job_owner;
 
 /// The pool functions Redis ran since the slow log was reset, by name
@@ -91,4 +92,62 @@ async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
     assert!(a.pool_workers().iter().any(|w| w.id == wa.id()));
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
+
+/// With no other worker to take a dead worker's inbox entry, a cleaner
+/// drops it only while its claim holds: a worker that came back (and
+/// cleared the claim) reads its own entries, a stop among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleaner_whose_claim_is_gone_drops_no_entry_of_a_lone_worker() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    // A client-only node: no worker but the one this test makes up.
+    let a = Node::join(&client, "lost-claim-drop", NodeOptions::default())
+        .await
+        .unwrap();
+    let lone = "w-lone";
+    let inbox = a.inner.inbox(lone).unwrap().key().to_string();
+    let mut ids = Vec::new();
+    for key in ["k1", "k2"] {
+        let payload = bytes::Bytes::from(start_entry(key, 7));
+        let id: String = client
+            .xadd(
+                &inbox,
+                false,
+                None,
+                "*",
+                vec![("n", bytes::Bytes::from_static(b"start")), ("p", payload)],
+            )
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let now_ms = crate::store::call::server_time_ms(&client).await.unwrap();
+    let claim = |node: &str| format!("{node} {now_ms}");
+    let cleanup = &a.inner.store.maps.cleanup;
+    cleanup.set(lone, &claim("n-other")).await.unwrap();
+
+    let held = a
+        .inner
+        .requeue_worker_inbox(lone, Some(a.inner.id.as_str()))
+        .await
+        .unwrap();
+    assert_eq!(held, Claim::Lost, "the claim is another node's");
+    let left: Vec<(String, std::collections::HashMap<String, bytes::Bytes>)> =
+        client.xrange(&inbox, "-", "+", None).await.unwrap();
+    let left: Vec<String> = left.into_iter().map(|(id, _)| id).collect();
+    assert_eq!(left, ids, "every entry stays for the worker");
+
+    // With its own claim, the cleaner drops them (their guards and
+    // payloads, if any, wait for the orphan sweep).
+    cleanup.set(lone, &claim(&a.inner.id)).await.unwrap();
+    let held = a
+        .inner
+        .requeue_worker_inbox(lone, Some(a.inner.id.as_str()))
+        .await
+        .unwrap();
+    assert_eq!(held, Claim::Held);
+    let len: u64 = client.xlen(&inbox).await.unwrap();
+    assert_eq!(len, 0, "dropped");
+    a.close().await.unwrap();
 }

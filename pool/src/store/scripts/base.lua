@@ -104,17 +104,32 @@ local function open_recovery_window(ttl)
   return true
 end
 
+-- The run id of the server this library runs in, read from INFO once.
+-- A run id belongs to a server process, and so does this library's state:
+-- a restart, or another server taking over, starts with the library loaded
+-- afresh and this unset. INFO formats its whole section at every call
+-- (6-10 µs, more than any command an admission runs). A replica keeps its
+-- run id when it is promoted, so what it cached is still its own.
+local this_server_run_id
+
+local function server_run_id()
+  if this_server_run_id == nil then
+    -- A plain find, then a match anchored there: an unanchored pattern
+    -- would be tried at every byte of the section before it.
+    local info = redis.call('INFO', 'server')
+    local at = string.find(info, 'run_id:', 1, true)
+    this_server_run_id = at and string.match(info, '^%w+', at + 7) or false
+  end
+  return this_server_run_id or nil
+end
+
 -- This server's run id (nil when INFO shows none), and whether the pool's
 -- scripts last ran on another server: it then records this one, so only
 -- the first script after a change sees it. A missing record is not a sign
 -- (an empty restart loses it with the epoch, whose absence opens the
--- window). Needs INFO: callers that know the run id have it.
+-- window).
 local function server_changed()
-  -- A plain find, then a match anchored there: an unanchored pattern
-  -- would be tried at every byte of the section before it.
-  local info = redis.call('INFO', 'server')
-  local at = string.find(info, 'run_id:', 1, true)
-  local run_id = at and string.match(info, '^%w+', at + 7)
+  local run_id = server_run_id()
   if not run_id then return nil, false end
   local last = redis.call('HGET', FENCING, SERVER)
   if last == run_id then return run_id, false end
@@ -137,10 +152,10 @@ end
 -- (a dispatch made just before it, by another node), before the caller's
 -- own check after its reconnect: against the server the caller knows, and
 -- against the one the pool's scripts last ran on (`SERVER`), which a node
--- that joined after the restart cannot know otherwise. It is read on every
--- call (INFO server, about 2.5 µs): LASTSAVE, cheaper, stays the same
--- across a restart within the second of the last save, which let a key
--- lost that way be admitted again while it still ran.
+-- that joined after the restart cannot know otherwise. The run id, not
+-- LASTSAVE: LASTSAVE stays the same across a restart within the second of
+-- the last save, which let a key lost that way be admitted again while it
+-- still ran.
 -- A missing revision is not a sign: after an empty restart the epoch's
 -- absence opens the window, and a revision only comes back with the next
 -- change of its map (there may be none while nothing runs).

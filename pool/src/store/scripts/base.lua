@@ -14,6 +14,9 @@ local JOBS, PENDING, WORKERS, PAYLOADS, FENCING
 -- Redis server time, read once per call (a function is atomic, so one
 -- reading serves all its uses and saves a TIME call per use).
 local server_time_us
+-- The pool's control fields of the fencing hash as this call found them
+-- (see `control_field` below).
+local control
 
 -- Starts a call: its keys and arguments, the maps they name, and the
 -- per-call state of the preludes (no replica revision floor, an empty
@@ -26,6 +29,7 @@ local function pool_call_begin(keys, args)
   PAYLOADS = keys[7]
   FENCING = keys[8]
   server_time_us = nil
+  control = nil
   rmap_begin()
 end
 
@@ -59,9 +63,34 @@ local EPOCH = '\nepoch'
 -- of a node that died lapses within a TTL).
 local RECOVERY_MARKS = '\nrecovering'
 
+-- The run id of the server the pool's scripts last ran on: another field
+-- of the fencing hash. A restart or failover brings a server with a new
+-- run id while this field holds an older one (written before the snapshot
+-- it restarted from, or replicated from the old primary), so the first
+-- script on the new server sees the change whichever node calls it, even a
+-- node that joined after the restart and knows no other server.
+local SERVER = '\nserver'
+
+-- The three control fields, read with one HMGET on first use in a call
+-- (an admission needs all three: three HGETs were two calls too many) and
+-- kept current by the helpers below that write them. A script that writes
+-- one itself (recovery_mark.lua) reads it itself too.
+local C_SERVER, C_EPOCH, C_MARKS = 1, 2, 3
+local function control_field(i)
+  if not control then
+    control = redis.call('HMGET', FENCING, SERVER, EPOCH, RECOVERY_MARKS)
+  end
+  return control[i]
+end
+
+local function set_control_field(i, field, value)
+  redis.call('HSET', FENCING, field, value)
+  if control then control[i] = value end
+end
+
 -- Whether a node's recovery mark is live at `now` (ms).
 local function recovery_marked(now)
-  local marks = redis.call('HGET', FENCING, RECOVERY_MARKS)
+  local marks = control_field(C_MARKS)
   if not marks then return false end
   for until_ms in string.gmatch(marks, '%S+ (%d+)') do
     if tonumber(until_ms) > now then return true end
@@ -76,31 +105,23 @@ end
 -- worker that has not re-asserted yet would otherwise start twice).
 local function recovering(ttl)
   local now = now_ms()
-  local epoch = redis.call('HGET', FENCING, EPOCH)
+  local epoch = control_field(C_EPOCH)
   if not epoch then
-    redis.call('HSET', FENCING, EPOCH, string.format('%d %d', now, now + ttl))
+    set_control_field(C_EPOCH, EPOCH, string.format('%d %d', now, now + ttl))
     return true
   end
   local until_ms = tonumber(string.match(epoch, ' (%d+)$') or '0') or 0
   return now < until_ms or recovery_marked(now)
 end
 
--- The run id of the server the pool's scripts last ran on: another field
--- of the fencing hash. A restart or failover brings a server with a new
--- run id while this field holds an older one (written before the snapshot
--- it restarted from, or replicated from the old primary), so the first
--- script on the new server sees the change whichever node calls it, even a
--- node that joined after the restart and knows no other server.
-local SERVER = '\nserver'
-
 -- Opens the recovery window for `ttl` ms from now, unless one is open.
 -- Returns whether it opened one.
 local function open_recovery_window(ttl)
   local now = now_ms()
-  local epoch = redis.call('HGET', FENCING, EPOCH)
+  local epoch = control_field(C_EPOCH)
   local until_ms = epoch and tonumber(string.match(epoch, ' (%d+)$') or '0') or 0
   if now < until_ms then return false end
-  redis.call('HSET', FENCING, EPOCH, string.format('%d %d', now, now + ttl))
+  set_control_field(C_EPOCH, EPOCH, string.format('%d %d', now, now + ttl))
   return true
 end
 
@@ -131,9 +152,9 @@ end
 local function server_changed()
   local run_id = server_run_id()
   if not run_id then return nil, false end
-  local last = redis.call('HGET', FENCING, SERVER)
+  local last = control_field(C_SERVER)
   if last == run_id then return run_id, false end
-  redis.call('HSET', FENCING, SERVER, run_id)
+  set_control_field(C_SERVER, SERVER, run_id)
   return run_id, last ~= false
 end
 

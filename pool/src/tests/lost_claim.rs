@@ -106,21 +106,10 @@ async fn a_cleaner_whose_claim_is_gone_drops_no_entry_of_a_lone_worker() {
         .await
         .unwrap();
     let lone = "w-lone";
-    let inbox = a.inner.inbox(lone).unwrap().key().to_string();
+    let inbox = a.inner.inbox(lone).unwrap();
     let mut ids = Vec::new();
     for key in ["k1", "k2"] {
-        let payload = bytes::Bytes::from(start_entry(key, 7));
-        let id: String = client
-            .xadd(
-                &inbox,
-                false,
-                None,
-                "*",
-                vec![("n", bytes::Bytes::from_static(b"start")), ("p", payload)],
-            )
-            .await
-            .unwrap();
-        ids.push(id);
+        ids.push(inbox.add("start", start_entry(key, 7)).await.unwrap());
     }
     let now_ms = crate::store::call::server_time_ms(&client).await.unwrap();
     let claim = |node: &str| format!("{node} {now_ms}");
@@ -134,7 +123,7 @@ async fn a_cleaner_whose_claim_is_gone_drops_no_entry_of_a_lone_worker() {
         .unwrap();
     assert_eq!(held, Claim::Lost, "the claim is another node's");
     let left: Vec<(String, std::collections::HashMap<String, bytes::Bytes>)> =
-        client.xrange(&inbox, "-", "+", None).await.unwrap();
+        client.xrange(inbox.key(), "-", "+", None).await.unwrap();
     let left: Vec<String> = left.into_iter().map(|(id, _)| id).collect();
     assert_eq!(left, ids, "every entry stays for the worker");
 
@@ -147,7 +136,6 @@ async fn a_cleaner_whose_claim_is_gone_drops_no_entry_of_a_lone_worker() {
         .await
         .unwrap();
     assert_eq!(held, Claim::Held);
-    let len: u64 = client.xlen(&inbox).await.unwrap();
-    assert_eq!(len, 0, "dropped");
+    assert_eq!(inbox.len().await.unwrap(), 0, "dropped");
     a.close().await.unwrap();
 }

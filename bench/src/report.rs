@@ -95,6 +95,9 @@ pub struct Report {
     pub schema: &'static str,
     /// `redis_version` from `INFO server`.
     pub redis_version: String,
+    /// The benchmark program's allocator: `jemalloc` (default build) or
+    /// `system` (`--no-default-features`).
+    pub allocator: &'static str,
     /// Whether the program started its own Redis (no `REDIS_URL`).
     pub private_redis: bool,
     /// Options the run used.

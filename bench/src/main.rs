@@ -113,6 +113,13 @@ struct Cli {
     /// (a current-thread runtime: one thread).
     #[arg(long, value_enum, default_value_t = child::WorkerRuntime::Multi)]
     worker_runtime: child::WorkerRuntime,
+    /// Worker threads of the benchmark process's own multi-thread Tokio
+    /// runtime, which runs the dispatchers and the dispatch section's
+    /// workers (default: one per core). On a machine that also runs Redis,
+    /// fewer threads than cores leave Redis a core of its own (README, "The
+    /// benchmark process's threads").
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -215,7 +222,13 @@ fn main() -> std::process::ExitCode {
         Some(Command::Worker(args)) if args.current_thread => {
             tokio::runtime::Builder::new_current_thread()
         }
-        _ => tokio::runtime::Builder::new_multi_thread(),
+        _ => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            if let Some(threads) = cli.threads {
+                builder.worker_threads(threads.max(1));
+            }
+            builder
+        }
     };
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
@@ -280,6 +293,7 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
             "skip_scale": cli.skip_scale,
             "only": cli.only.iter().map(|s| format!("{s:?}").to_lowercase()).collect::<Vec<_>>(),
             "peer": cli.peer.map(|p| format!("{p:?}").to_lowercase()),
+            "threads": tokio::runtime::Handle::current().metrics().num_workers(),
         }),
         figures: Vec::new(),
         errors: Vec::new(),

@@ -128,9 +128,10 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
             .value(jobs as f64 / elapsed.as_secs_f64(), "jobs/s")
             .target_text(">= 3x BullMQ (see peer)")
             .detail(format!(
-                "{jobs} jobs dispatched and started in {:.2} s; {WORKERS} workers, {} dispatchers, one process",
+                "{jobs} jobs dispatched and started in {:.2} s; {WORKERS} workers, {} dispatchers, one process of {} runtime threads",
                 elapsed.as_secs_f64(),
-                ctx.opts.concurrency
+                ctx.opts.concurrency,
+                tokio::runtime::Handle::current().metrics().num_workers()
             )),
     );
     report.push(

@@ -470,6 +470,76 @@ async fn a_batch_of_changes_is_one_revision_and_replicated() {
     converged(&env.client, &jobs).await;
 }
 
+/// A batch made while nobody subscribes to the map's channel sends no
+/// message (building it is most of a batch's cost in Lua) but still moves
+/// the revision; a replica that joins later reads the change from the hash,
+/// and once one listens, the next batch reaches it as a message.
+#[tokio::test]
+async fn a_batch_nobody_listens_to_sends_no_message_but_moves_the_revision() {
+    use fred::types::scripts::Script;
+    let env = env().await;
+    let tag = unique_name("unheard");
+    let keys = flotilla_rmap::MapKeys::new("jobs", Some(&tag)).unwrap();
+    let script = Script::from_lua(flotilla_rmap::lua::with_prelude(
+        "local b = rmap_batch(KEYS[1], KEYS[2], KEYS[3])\n\
+         rmap_batch_set(b, ARGV[1], ARGV[2])\n\
+         return rmap_batch_flush(b)",
+    ));
+    let run = |field: &'static str, value: &'static str| {
+        let keys = keys.clone();
+        let script = script.clone();
+        let client = env.client.clone();
+        async move {
+            let rev: u64 = script
+                .evalsha_with_reload(
+                    &client,
+                    vec![keys.hash, keys.revision, keys.channel],
+                    vec![field, value],
+                )
+                .await
+                .unwrap();
+            rev
+        }
+    };
+    let spublish_calls = || async {
+        let stats: String = env
+            .client
+            .info(Some(fred::types::InfoKind::CommandStats))
+            .await
+            .unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_spublish:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let published_before = spublish_calls().await;
+    let first = run("a", "1").await;
+    let second = run("b", "2").await;
+    assert_eq!(second, first + 1, "each batch is a revision, heard or not");
+    assert_eq!(
+        spublish_calls().await,
+        published_before,
+        "no message while nobody listens"
+    );
+    let jobs = Map::join(&env.client, "jobs", MapOptions::default().hash_tag(&tag))
+        .await
+        .unwrap();
+    assert_eq!(jobs.revision(), second);
+    assert_eq!(jobs.get("a").as_deref(), Some("1"));
+    assert_eq!(jobs.get("b").as_deref(), Some("2"));
+    let third = run("c", "3").await;
+    assert_eq!(third, second + 1);
+    assert!(
+        spublish_calls().await > published_before,
+        "a listener gets the message"
+    );
+    jobs.wait_revision(third).await.unwrap();
+    assert_eq!(jobs.get("c").as_deref(), Some("3"));
+    converged(&env.client, &jobs).await;
+}
+
 /// A large map is read whole when a replica joins, which can take longer
 /// than a command timeout set for single commands: the snapshot has its own
 /// deadline (`MapOptions::snapshot_timeout`). A slow read is made here by

@@ -54,12 +54,22 @@ end
 -- lost writes): the sequence restarts above both the floor and the server
 -- time, so the new write never passes for one the replica already has
 -- (a `set_and_wait` would return before the replica shows it).
-local function rmap_publish(rev_key, channel, op, field, value)
+-- The next revision of the map: returns it, and whether it starts a new
+-- sequence (see rmap_publish).
+local function rmap_next_rev(rev_key)
   local rev = redis.call('INCR', rev_key)
   if rev == 1 or rev <= rmap_rev_floor then
     local t = redis.call('TIME')
     rev = math.max(tonumber(t[1]) * 1000000 + tonumber(t[2]), rmap_rev_floor + 1)
     redis.call('SET', rev_key, string.format('%d', rev))
+    return rev, true
+  end
+  return rev, false
+end
+
+local function rmap_publish(rev_key, channel, op, field, value)
+  local rev, first = rmap_next_rev(rev_key)
+  if first then
     op = string.upper(op) -- "first revision of a new sequence"
   end
   redis.call('SPUBLISH', channel, string.format('%d', rev) .. ':' .. op .. ':' .. rmap_dec(#field) .. ':' .. field .. value)
@@ -97,13 +107,30 @@ end
 -- value the changes, each
 --   "<op>:<byte length of field>:<field><byte length of value>:<value>"
 -- with op s (set) or d (delete, empty value).
+-- The message is built only while someone listens on the map's channel,
+-- asked once per batch at its first change (`PUBSUB SHARDNUMSUB`): a
+-- script runs alone, so the answer holds until the flush, and whoever
+-- subscribes later reads the map after subscribing (a replica subscribes,
+-- then snapshots), so it sees the change there. The revision moves either
+-- way: replicas and the pool's checks compare revisions, not messages.
 local function rmap_batch(hash_key, rev_key, channel)
-  return {hash_key = hash_key, rev_key = rev_key, channel = channel, parts = {}}
+  return {hash_key = hash_key, rev_key = rev_key, channel = channel, parts = {}, changes = 0}
+end
+
+-- Counts a change; returns whether its part of the message is wanted.
+local function rmap_batch_count(batch)
+  if batch.listened == nil then
+    batch.listened = redis.call('PUBSUB', 'SHARDNUMSUB', batch.channel)[2] > 0
+  end
+  batch.changes = batch.changes + 1
+  return batch.listened
 end
 
 -- Adds a set of field to value to the batch's message.
 local function rmap_batch_note_set(batch, field, value)
-  batch.parts[#batch.parts + 1] = 's:' .. rmap_dec(#field) .. ':' .. field .. rmap_dec(#value) .. ':' .. value
+  if rmap_batch_count(batch) then
+    batch.parts[#batch.parts + 1] = 's:' .. rmap_dec(#field) .. ':' .. field .. rmap_dec(#value) .. ':' .. value
+  end
 end
 
 -- Sets field to value in the batch's map.
@@ -127,19 +154,27 @@ local function rmap_batch_del(batch, field)
   if redis.call('HDEL', batch.hash_key, field) == 0 then
     return 0
   end
-  batch.parts[#batch.parts + 1] = 'd:' .. rmap_dec(#field) .. ':' .. field .. '0:'
+  if rmap_batch_count(batch) then
+    batch.parts[#batch.parts + 1] = 'd:' .. rmap_dec(#field) .. ':' .. field .. '0:'
+  end
   return 1
 end
 
--- Announces the batch's changes, if any. Returns the new revision, or
--- false when nothing changed.
+-- Announces the batch's changes, if any (to listeners, if any). Returns
+-- the new revision, or false when nothing changed.
 local function rmap_batch_flush(batch)
-  local n = #batch.parts
+  local n = batch.changes
   if n == 0 then
     return false
   end
-  local rev = rmap_publish(batch.rev_key, batch.channel, 'm', rmap_dec(n), table.concat(batch.parts))
+  local rev
+  if batch.listened then
+    rev = rmap_publish(batch.rev_key, batch.channel, 'm', rmap_dec(n), table.concat(batch.parts))
+  else
+    rev = rmap_next_rev(batch.rev_key)
+  end
   batch.parts = {}
+  batch.changes = 0
   return rev
 end
 

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use fred::prelude::*;
 use fred::socket2::TcpKeepalive;
 use fred::types::config::{ServerConfig, UnresponsiveConfig};
@@ -85,26 +86,67 @@ pub(crate) fn resilient_builder(config: Config, timeout: Duration) -> Builder {
     builder
 }
 
-/// Connects a built client within `timeout`.
+/// Connects a built client within `timeout`. A failure that may pass (no
+/// server listening yet, a reset connection, a Sentinel that still names a
+/// demoted primary during a failover) is tried again, with pauses of 10 ms
+/// growing to 500 ms, until `timeout` has passed: a process started during
+/// a restart or failover joins once Redis is back rather than exit. A wrong
+/// URL, password or TLS setting fails at once.
 pub(crate) async fn connect_client(client: &Client, timeout: Duration) -> Result<()> {
     let address = address(&client.client_config());
-    match tokio::time::timeout(timeout, client.init()).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => {
-            let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
-            Err(unavailable(
-                e.kind().clone(),
-                format!("cannot connect to Redis at {address}: {}", reason(&e)),
-            ))
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut pauses = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(10))
+        .with_max_delay(Duration::from_millis(500))
+        .without_max_times()
+        .build();
+    let mut last: Option<fred::error::Error> = None;
+    let failed = loop {
+        match tokio::time::timeout_at(deadline, client.init()).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(e)) => {
+                let pause = pauses.next().unwrap_or(Duration::from_millis(500));
+                if !may_pass(&e) || tokio::time::Instant::now() + pause >= deadline {
+                    break unavailable(
+                        e.kind().clone(),
+                        format!("cannot connect to Redis at {address}: {}", reason(&e)),
+                    );
+                }
+                tracing::debug!(%address, error = %reason(&e), ?pause, "connecting to Redis again");
+                last = Some(e);
+                tokio::time::sleep(pause).await;
+            }
+            Err(_) => {
+                break unavailable(
+                    fred::error::ErrorKind::Timeout,
+                    match &last {
+                        Some(e) => format!(
+                            "no connection to Redis at {address} within {timeout:?} (last: {})",
+                            reason(e)
+                        ),
+                        None => format!("no connection to Redis at {address} within {timeout:?}"),
+                    },
+                );
+            }
         }
-        Err(_) => {
-            let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
-            Err(unavailable(
-                fred::error::ErrorKind::Timeout,
-                format!("no connection to Redis at {address} within {timeout:?}"),
-            ))
-        }
-    }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+    Err(failed)
+}
+
+/// Whether a failed first connection may succeed when tried again.
+fn may_pass(e: &fred::error::Error) -> bool {
+    use fred::error::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::IO
+            | ErrorKind::Sentinel
+            | ErrorKind::Timeout
+            | ErrorKind::Canceled
+            | ErrorKind::Cluster
+            | ErrorKind::Routing
+            | ErrorKind::Backpressure
+    )
 }
 
 /// What [`Node::join`] checks on the client it is handed: a WARN when the

@@ -61,7 +61,9 @@ impl Node {
     /// [`Error::InvalidOptions`](crate::Error::InvalidOptions) for a URL that does not parse, or a TLS
     /// URL in a build without the `tls` feature (the message names it);
     /// [`Error::Unavailable`](crate::Error::Unavailable) naming the address when Redis does not answer
-    /// within `redis_timeout`; then as [`Node::join`].
+    /// within `redis_timeout` (a refused or reset connection, or a Sentinel
+    /// that still names a demoted primary, is tried again until then; a
+    /// wrong password or TLS setting fails at once); then as [`Node::join`].
     pub async fn connect(url: &str, pool: &str, options: NodeOptions) -> Result<Node> {
         options.validate()?;
         crate::keys::check_name("pool name", pool)?;

@@ -113,6 +113,46 @@ async fn connect_where_nothing_listens_names_the_address_within_redis_timeout() 
     );
 }
 
+/// A process started while Redis restarts (or while Sentinel still names a
+/// demoted primary) joins once Redis answers within `redis_timeout`,
+/// instead of failing at the first refused connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_waits_within_redis_timeout_for_a_server_that_comes_up() {
+    support::init_tracing();
+    let port = flotilla_testkit::free_port().unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let pool = flotilla_testkit::unique_name("connect-late");
+    let connecting = tokio::spawn({
+        let url = url.clone();
+        let pool = pool.clone();
+        async move {
+            let t0 = Instant::now();
+            let node =
+                Node::connect(&url, &pool, fast().redis_timeout(Duration::from_secs(10))).await;
+            (node, t0.elapsed())
+        }
+    });
+    // Nothing listens yet: the first attempts are refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !connecting.is_finished(),
+        "connect gave up while nothing listened"
+    );
+    let _server = RedisServer::start_with(ServerOptions::default().port(port))
+        .expect("redis-server must be installed (apt-get install redis-server)");
+    let (node, took) = tokio::time::timeout(Duration::from_secs(15), connecting)
+        .await
+        .expect("connect returns within its redis_timeout")
+        .unwrap();
+    let node = node.expect("joins once the server answers");
+    println!("Node::connect joined {took:?} after it started, the server came up at 300 ms");
+    let ledger = Ledger::default();
+    let _worker = Worker::new(&node, ledger.handler("w")).await.unwrap();
+    node.dispatch_job("late", "p").await.unwrap();
+    assert!(ledger.running().contains_key("late"));
+    node.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_and_remove_worker_while_redis_is_down_return_within_the_bound() {
     let mut server = server(false);

@@ -194,6 +194,31 @@ async fn main() -> ExitCode {
     }
 }
 
+/// How long a process started during a failover keeps trying to join, as a
+/// supervisor restarting it would (the harness waits 30 s for `READY`).
+const JOIN_WINDOW: Duration = Duration::from_secs(25);
+
+/// `Node::connect` through Sentinel, tried again while the Sentinels name
+/// no server that answers as primary: each attempt waits its own
+/// `redis_timeout`, and a Sentinel that still names a demoted primary after
+/// a failover fails every attempt that asks it until it learns the new one.
+async fn connect_through_sentinel(
+    args: &Args,
+    options: &NodeOptions,
+) -> Result<Node, flotilla_pool::Error> {
+    let started = tokio::time::Instant::now();
+    loop {
+        match Node::connect(&args.redis, &args.pool, options.clone()).await {
+            Ok(node) => return Ok(node),
+            Err(e @ flotilla_pool::Error::Unavailable(_)) if started.elapsed() < JOIN_WINDOW => {
+                eprintln!("flotilla-test-worker: joining again after: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let ttl = Duration::from_millis(args.ttl_ms);
     let options = NodeOptions::default()
@@ -204,7 +229,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // Behind Sentinel the node connects by URL (and follows failovers);
     // otherwise through the test client, which trusts a private TLS server.
     let connected = if args.redis.contains("-sentinel://") {
-        Some(Node::connect(&args.redis, &args.pool, options.clone()).await?)
+        Some(connect_through_sentinel(&args, &options).await?)
     } else {
         None
     };

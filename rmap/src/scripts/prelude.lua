@@ -44,18 +44,16 @@ local function rmap_begin()
   rmap_decimals = {}
 end
 
--- Bumps the revision and announces one change. Returns the new revision.
--- A revision key that does not exist yet (new map, destroyed map, expired
--- keys, Redis restarted without persistence) starts at the server time in
--- microseconds, so revisions never go backwards across such a loss and
--- replicas see a gap and resync instead of mistaking new writes for old.
--- A revision at or below the caller's replica revision means Redis went
--- back in time (restarted from an older snapshot, a replica promoted with
--- lost writes): the sequence restarts above both the floor and the server
--- time, so the new write never passes for one the replica already has
--- (a `set_and_wait` would return before the replica shows it).
--- The next revision of the map: returns it, and whether it starts a new
--- sequence (see rmap_publish).
+-- Bumps the revision of the map and returns it, with whether it starts a
+-- new sequence. A revision key that does not exist yet (new map, destroyed
+-- map, expired keys, Redis restarted without persistence) starts at the
+-- server time in microseconds, so revisions never go backwards across such
+-- a loss and replicas see a gap and resync instead of mistaking new writes
+-- for old. A revision at or below the caller's replica revision means
+-- Redis went back in time (restarted from an older snapshot, a replica
+-- promoted with lost writes): the sequence restarts above both the floor
+-- and the server time, so the new write never passes for one the replica
+-- already has (a `set_and_wait` would return before the replica shows it).
 local function rmap_next_rev(rev_key)
   local rev = redis.call('INCR', rev_key)
   if rev == 1 or rev <= rmap_rev_floor then
@@ -67,6 +65,7 @@ local function rmap_next_rev(rev_key)
   return rev, false
 end
 
+-- Bumps the revision and announces one change. Returns the new revision.
 local function rmap_publish(rev_key, channel, op, field, value)
   local rev, first = rmap_next_rev(rev_key)
   if first then

@@ -384,3 +384,73 @@ async fn sentinel_failover_while_a_worker_process_is_frozen() {
     cost.print(keys.len());
     h.kill_all().await;
 }
+
+/// A Sentinel that missed a failover still names the old primary, now a
+/// replica. fred asks the Sentinels in order and gives up an attempt when
+/// the server named is not a primary; listed first, such a Sentinel used to
+/// fail every attempt until `redis_timeout` ("Invalid role"). `Node::connect`
+/// now asks the next Sentinel after such an answer, joins, and dispatches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_asks_the_next_sentinel_when_the_first_names_a_replica() {
+    let mut ha = tokio::task::block_in_place(Sentinels::start)
+        .expect("redis-sentinel must be installed (apt-get install redis-sentinel redis-server)");
+    let stale = tokio::task::block_in_place(|| ha.start_stale_sentinel()).unwrap();
+    let primary = ha.primary_port().expect("a primary");
+    let good = ha.sentinel_ports();
+    // fred lists the `node=` Sentinels first and the URL's host last.
+    let mut url = format!(
+        "redis-sentinel://127.0.0.1:{}?sentinelServiceName={}&node=127.0.0.1:{stale}",
+        good[0],
+        flotilla_testkit::SERVICE_NAME
+    );
+    for port in &good[1..] {
+        url.push_str(&format!("&node=127.0.0.1:{port}"));
+    }
+    let config = flotilla_pool::fred::prelude::Config::from_url(&url).unwrap();
+    let first = match &config.server {
+        flotilla_pool::fred::types::config::ServerConfig::Sentinel { hosts, .. } => hosts[0].port,
+        other => panic!("not a Sentinel URL: {other:?}"),
+    };
+    assert_eq!(first, stale, "the stale Sentinel must be asked first");
+
+    let pool = unique_name("sentinel-stale");
+    let redis_timeout = Duration::from_secs(5);
+    let t0 = Instant::now();
+    let node = Node::connect(
+        &url,
+        &pool,
+        NodeOptions::default()
+            .worker_ttl(TTL)
+            .redis_timeout(redis_timeout),
+    )
+    .await
+    .expect("joins through the next Sentinel");
+    let took = t0.elapsed();
+    println!("Node::connect joined in {took:?} with a stale Sentinel listed first");
+    assert!(took < redis_timeout, "took {took:?}");
+    use flotilla_pool::fred::interfaces::ConfigInterface;
+    let port: i64 = node
+        .client()
+        .config_get::<std::collections::HashMap<String, i64>, _>("port")
+        .await
+        .unwrap()["port"];
+    assert_eq!(port, i64::from(primary), "connected to the primary");
+
+    let started = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = started.clone();
+    let handler = flotilla_pool::TaskHandler::new(
+        move |_job, cancel: tokio_util::sync::CancellationToken| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                cancel.cancelled().await;
+                Ok(())
+            }
+        },
+    );
+    let _worker = flotilla_pool::Worker::new(&node, handler).await.unwrap();
+    node.dispatch_job("through-the-next-sentinel", "p")
+        .await
+        .unwrap();
+    assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
+    node.close().await.unwrap();
+}

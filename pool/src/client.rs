@@ -86,13 +86,20 @@ pub(crate) fn resilient_builder(config: Config, timeout: Duration) -> Builder {
     builder
 }
 
-/// Connects a built client within `timeout`. A failure that may pass (no
-/// server listening yet, a reset connection, a Sentinel that still names a
-/// demoted primary during a failover) is tried again, with pauses of 10 ms
-/// growing to 500 ms, until `timeout` has passed: a process started during
-/// a restart or failover joins once Redis is back rather than exit. A wrong
-/// URL, password or TLS setting fails at once.
-pub(crate) async fn connect_client(client: &Client, timeout: Duration) -> Result<()> {
+/// Connects a built client within `timeout` and returns the client that
+/// connected. A failure that may pass (no server listening yet, a reset
+/// connection, a Sentinel that still names a demoted primary during a
+/// failover) is tried again, with pauses of 10 ms growing to 500 ms, until
+/// `timeout` has passed: a process started during a restart or failover
+/// joins once Redis is back rather than exit. A wrong URL, password or TLS
+/// setting fails at once.
+///
+/// fred asks the Sentinels in their listed order and stops at the first
+/// that answers, even when the server it names turns out to be a replica;
+/// a Sentinel with a stale view would then fail every attempt. So after a
+/// Sentinel error the next attempt goes through a new client whose list
+/// starts at the next Sentinel (same settings otherwise).
+pub(crate) async fn connect_client(client: Client, timeout: Duration) -> Result<Client> {
     let address = address(&client.client_config());
     let deadline = tokio::time::Instant::now() + timeout;
     let mut pauses = ExponentialBuilder::default()
@@ -100,10 +107,11 @@ pub(crate) async fn connect_client(client: &Client, timeout: Duration) -> Result
         .with_max_delay(Duration::from_millis(500))
         .without_max_times()
         .build();
+    let mut client = client;
     let mut last: Option<fred::error::Error> = None;
     let failed = loop {
         match tokio::time::timeout_at(deadline, client.init()).await {
-            Ok(Ok(_)) => return Ok(()),
+            Ok(Ok(_)) => return Ok(client),
             Ok(Err(e)) => {
                 let pause = pauses.next().unwrap_or(Duration::from_millis(500));
                 if !may_pass(&e) || tokio::time::Instant::now() + pause >= deadline {
@@ -113,6 +121,12 @@ pub(crate) async fn connect_client(client: &Client, timeout: Duration) -> Result
                     );
                 }
                 tracing::debug!(%address, error = %reason(&e), ?pause, "connecting to Redis again");
+                if *e.kind() == fred::error::ErrorKind::Sentinel
+                    && let Some(next) = with_next_sentinel_first(&client)
+                {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
+                    client = next;
+                }
                 last = Some(e);
                 tokio::time::sleep(pause).await;
             }
@@ -132,6 +146,23 @@ pub(crate) async fn connect_client(client: &Client, timeout: Duration) -> Result
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), client.quit()).await;
     Err(failed)
+}
+
+/// A new, unconnected client like `client` whose Sentinel list starts at
+/// the second Sentinel (the first moves to the end); `None` unless it
+/// connects through two or more Sentinels.
+fn with_next_sentinel_first(client: &Client) -> Option<Client> {
+    let mut config = client.client_config();
+    match &mut config.server {
+        ServerConfig::Sentinel { hosts, .. } if hosts.len() > 1 => hosts.rotate_left(1),
+        _ => return None,
+    }
+    Some(Client::new(
+        config,
+        Some(client.perf_config()),
+        Some(client.connection_config().clone()),
+        client.client_reconnect_policy(),
+    ))
 }
 
 /// Whether a failed first connection may succeed when tried again.

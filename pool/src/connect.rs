@@ -62,15 +62,16 @@ impl Node {
     /// URL in a build without the `tls` feature (the message names it);
     /// [`Error::Unavailable`](crate::Error::Unavailable) naming the address when Redis does not answer
     /// within `redis_timeout` (a refused or reset connection, or a Sentinel
-    /// that still names a demoted primary, is tried again until then; a
-    /// wrong password or TLS setting fails at once); then as [`Node::join`].
+    /// that still names a demoted primary, is tried again until then, the
+    /// next attempt asking the next Sentinel; a wrong password or TLS
+    /// setting fails at once); then as [`Node::join`].
     pub async fn connect(url: &str, pool: &str, options: NodeOptions) -> Result<Node> {
         options.validate()?;
         crate::keys::check_name("pool name", pool)?;
         let client = client_builder(url, &options)?
             .build()
             .map_err(|e| bad_url(url, e))?;
-        connect_client(&client, options.redis_timeout).await?;
+        let client = connect_client(client, options.redis_timeout).await?;
         match Node::join(&client, pool, options).await {
             Ok(node) => {
                 node.inner

@@ -54,6 +54,8 @@ pub struct Sentinels {
     options: SentinelOptions,
     servers: Vec<RedisServer>,
     sentinels: Vec<SentinelProcess>,
+    /// Sentinels started by [`Sentinels::start_stale_sentinel`].
+    stale: Vec<SentinelProcess>,
     dir: tempfile::TempDir,
 }
 
@@ -95,6 +97,7 @@ impl Sentinels {
             options,
             servers: vec![primary, replica],
             sentinels: Vec::new(),
+            stale: Vec::new(),
             dir,
         };
         me.wait(READY_DEADLINE, "the replica in sync", |me| {
@@ -268,6 +271,42 @@ impl Sentinels {
         report
     }
 
+    /// Starts one more Sentinel that takes the replica for the primary (the
+    /// view of a Sentinel that missed a failover) and returns its port. It
+    /// stays stale: alone it cannot reach the quorum of 2 to fail its
+    /// "primary" over, the others do not see that server down, and its
+    /// configuration epoch equals theirs, so their announcements do not
+    /// correct it. It is not part of [`url`](Self::url).
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when no primary is known or the Sentinel does not
+    /// start; [`Error::Timeout`] when it does not name the replica in time.
+    pub fn start_stale_sentinel(&mut self) -> Result<u16, Error> {
+        let primary = self
+            .primary_port()
+            .ok_or_else(|| Error::Startup("the sentinels agree on no primary".into()))?;
+        let replica = self
+            .servers
+            .iter()
+            .map(RedisServer::port)
+            .find(|p| *p != primary)
+            .ok_or_else(|| Error::Startup("no replica".into()))?;
+        let index = self.sentinels.len() + self.stale.len();
+        let sentinel = self.spawn_sentinel(&sentinel_binary()?, index, replica)?;
+        let port = sentinel.port;
+        self.stale.push(sentinel);
+        self.wait(
+            READY_DEADLINE,
+            "the stale sentinel names the replica",
+            |_| {
+                let reply =
+                    raw_command(port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE_NAME]);
+                reply.lines().any(|l| l == replica.to_string())
+            },
+        )?;
+        Ok(port)
+    }
+
     /// The ports of the Sentinels.
     pub fn sentinel_ports(&self) -> Vec<u16> {
         self.sentinels.iter().map(|s| s.port).collect()
@@ -355,7 +394,7 @@ impl Sentinels {
 
 impl Drop for Sentinels {
     fn drop(&mut self) {
-        for s in &mut self.sentinels {
+        for s in self.sentinels.iter_mut().chain(self.stale.iter_mut()) {
             let _ = s.child.kill();
             let _ = s.child.wait();
         }

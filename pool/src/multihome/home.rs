@@ -13,7 +13,8 @@ use super::breaker::{Breaker, BreakerState};
 use super::capacity::HomeSlots;
 use super::home_handler::{HomeHandler, HomeShared};
 use super::options::MultiHomeOptions;
-use crate::error::{Error, Result, from_redis};
+use crate::client::connect_client;
+use crate::error::{Error, Result};
 use crate::handler::Handler;
 use crate::node::Node;
 use crate::worker::Worker;
@@ -87,8 +88,11 @@ impl Home {
     ) -> Result<()> {
         let client = build_client(self.config.clone(), options.poll_timeout)?;
         let bound = options.poll_timeout * 3;
-        let joined = tokio::time::timeout(bound, async {
-            client.init().await.map_err(from_redis)?;
+        let deadline = tokio::time::Instant::now() + bound;
+        // Tried again within the poll timeout like `Node::connect`: a home
+        // joining during its Redis's restart or failover waits for it.
+        let client = connect_client(client, options.poll_timeout).await?;
+        let joined = tokio::time::timeout_at(deadline, async {
             let node = Node::join(&client, &self.pool, options.node.clone()).await?;
             let handler = HomeHandler {
                 home: self.shared.clone(),

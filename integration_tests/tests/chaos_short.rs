@@ -100,3 +100,28 @@ async fn chaos_short_rollbacks_and_outage_kills() {
     assert!(summary.dispatch_ok > 50, "{}", summary.table());
     assert!(summary.passed(), "{}", summary.table());
 }
+
+/// Ledgers are appended to: a run pointed at a directory that holds an
+/// earlier run's ledgers would be judged together with that run (its open
+/// runs overlap every later one). Such a directory is refused before
+/// anything starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_dir_holding_an_earlier_run_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("worker-1.jsonl"), "{}\n").unwrap();
+    let t0 = std::time::Instant::now();
+    let result = run(options(5, vec![FaultKind::Kill]).ledger_dir(dir.path().to_path_buf())).await;
+    match result {
+        Err(e @ flotilla_integration_tests::driver::ChaosError::LedgerDirInUse(_)) => {
+            let text = e.to_string();
+            assert!(text.contains("--ledger-dir"), "{text}");
+            println!("refused in {:?}: {text}", t0.elapsed());
+        }
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(summary) => panic!("ran on an earlier run's ledgers:\n{}", summary.table()),
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "nothing may start first"
+    );
+}

@@ -204,6 +204,24 @@ pub enum ChaosError {
         "flotilla-test-worker binary not found; build it (cargo build -p flotilla-integration-tests) or pass its path"
     )]
     NoWorkerBinary,
+    /// The ledger directory holds ledgers of an earlier run. Ledgers are
+    /// appended to, so the checker would judge both runs' records together
+    /// (a run the earlier one left open overlaps every later one).
+    #[error(
+        "the ledger directory {0} already holds ledgers (*.jsonl) of an earlier run: \
+         remove them or pass another --ledger-dir"
+    )]
+    LedgerDirInUse(PathBuf),
+}
+
+/// Whether `dir` holds a ledger (`*.jsonl`).
+fn holds_ledgers(dir: &std::path::Path) -> std::io::Result<bool> {
+    for entry in std::fs::read_dir(dir)? {
+        if entry?.path().extension().is_some_and(|e| e == "jsonl") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Shared state of a run.
@@ -246,6 +264,9 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         .clone()
         .unwrap_or_else(|| temp.path().to_path_buf());
     std::fs::create_dir_all(&dir)?;
+    if holds_ledgers(&dir)? {
+        return Err(ChaosError::LedgerDirInUse(dir));
+    }
     let server = RedisServer::start_with(ServerOptions::default().aof(true))?;
     let sentinels = if options.sentinel {
         Some(tokio::task::block_in_place(Sentinels::start)?)

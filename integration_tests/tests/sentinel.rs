@@ -372,6 +372,22 @@ async fn sentinel_failover_while_a_worker_process_is_frozen() {
         end: true,
     });
     h.processes[victim].signal(Signal::SIGCONT).unwrap();
+    // Its lease lapsed while it was frozen: it stops its jobs on its own and
+    // says so in its ledger (the checker exempts those stops from I4; a
+    // process that joined through Sentinel once wrote nothing, because its
+    // node registered its counters before the ledger's recorder existed).
+    let victim_ledger = h.processes[victim].ledger.clone();
+    wait_until(
+        Duration::from_secs(10),
+        "the frozen process records its lease loss",
+        || {
+            let lines = read_ledger(&victim_ledger).unwrap_or_default();
+            let lost = lines.iter().any(|l| l.record == Record::LeaseLost);
+            async move { lost }
+        },
+    )
+    .await
+    .unwrap();
     let mut running_after = keys.clone();
     running_after.push("after-failover".into());
     h.settle(&running_after).await;

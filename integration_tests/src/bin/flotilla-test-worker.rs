@@ -14,7 +14,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -114,20 +114,29 @@ impl Handler for LedgerHandler {
 
 /// A metrics recorder that turns the pool's lease-loss counter into ledger
 /// lines, so the checker knows when this process stopped its jobs on its
-/// own.
+/// own. It must be installed before the node exists: the node registers
+/// its counters when it is made, and a counter registered while no
+/// recorder is installed stays a no-op. The ledger needs the server clock,
+/// read through the node's client behind Sentinel, so it is set later (a
+/// lease can only be lost once workers run, after that).
 #[derive(Debug)]
 struct LeaseLossRecorder {
-    ledger: LedgerWriter,
+    ledger: Arc<OnceLock<LedgerWriter>>,
 }
 
 #[derive(Debug)]
 struct LeaseLossCounter {
-    ledger: LedgerWriter,
+    ledger: Arc<OnceLock<LedgerWriter>>,
 }
 
 impl metrics::CounterFn for LeaseLossCounter {
     fn increment(&self, _value: u64) {
-        self.ledger.record(Record::LeaseLost);
+        match self.ledger.get() {
+            Some(ledger) => {
+                ledger.record(Record::LeaseLost);
+            }
+            None => eprintln!("flotilla-test-worker: lease lost before the ledger opened"),
+        }
     }
     fn absolute(&self, _value: u64) {}
 }
@@ -221,6 +230,14 @@ async fn connect_through_sentinel(
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let ttl = Duration::from_millis(args.ttl_ms);
+    let lease_loss_ledger = Arc::new(OnceLock::new());
+    if metrics::set_global_recorder(LeaseLossRecorder {
+        ledger: lease_loss_ledger.clone(),
+    })
+    .is_err()
+    {
+        return Err("a metrics recorder was installed already".into());
+    }
     let options = NodeOptions::default()
         .worker_ttl(ttl)
         .ack_grace(ttl)
@@ -246,9 +263,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .run(client.clone(), Duration::from_millis(500), cancel.clone()),
     );
     let ledger = LedgerWriter::open(&args.ledger, clock)?;
-    let _ = metrics::set_global_recorder(LeaseLossRecorder {
-        ledger: ledger.clone(),
-    });
+    let _ = lease_loss_ledger.set(ledger.clone());
     let node = match connected {
         Some(node) => node,
         None => Node::join(&client, &args.pool, options).await?,

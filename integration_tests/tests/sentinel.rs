@@ -470,3 +470,53 @@ async fn connect_asks_the_next_sentinel_when_the_first_names_a_replica() {
     assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
     node.close().await.unwrap();
 }
+
+/// The same stale Sentinel listed first in a multi-home worker's only home:
+/// the home's join asks the next Sentinel after it and joins the primary
+/// (before, the home called `init()` once and the join failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_home_home_joins_past_a_stale_sentinel_listed_first() {
+    use flotilla_pool::multihome::{
+        HomeConfig, MultiHomeConfig, MultiHomeOptions, MultiHomeWorker,
+    };
+    let mut ha = tokio::task::block_in_place(Sentinels::start)
+        .expect("redis-sentinel must be installed (apt-get install redis-sentinel redis-server)");
+    let stale = tokio::task::block_in_place(|| ha.start_stale_sentinel()).unwrap();
+    let good = ha.sentinel_ports();
+    let mut url = format!(
+        "redis-sentinel://127.0.0.1:{}?sentinelServiceName={}&node=127.0.0.1:{stale}",
+        good[0],
+        flotilla_testkit::SERVICE_NAME
+    );
+    for port in &good[1..] {
+        url.push_str(&format!("&node=127.0.0.1:{port}"));
+    }
+    let pool = unique_name("sentinel-stale-mh");
+    let handler = flotilla_pool::TaskHandler::new(
+        |_job, cancel: tokio_util::sync::CancellationToken| async move {
+            cancel.cancelled().await;
+            Ok(())
+        },
+    );
+    let poll_timeout = Duration::from_secs(3);
+    let t0 = Instant::now();
+    let worker = MultiHomeWorker::start(
+        MultiHomeConfig::new(vec![HomeConfig::new(&url, &pool)]).unwrap(),
+        MultiHomeOptions::default()
+            .poll_timeout(poll_timeout)
+            .node(NodeOptions::default().worker_ttl(TTL)),
+        handler,
+    )
+    .await
+    .expect("the home joins through the next Sentinel");
+    println!(
+        "MultiHomeWorker::start joined in {:?} with a stale Sentinel listed first",
+        t0.elapsed()
+    );
+    assert!(
+        worker.homes().iter().all(|h| h.joined),
+        "{:?}",
+        worker.homes()
+    );
+    worker.close().await.unwrap();
+}

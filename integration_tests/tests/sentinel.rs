@@ -401,17 +401,13 @@ async fn sentinel_failover_while_a_worker_process_is_frozen() {
     h.kill_all().await;
 }
 
-/// A Sentinel that missed a failover still names the old primary, now a
-/// replica. fred asks the Sentinels in order and gives up an attempt when
-/// the server named is not a primary; listed first, such a Sentinel used to
-/// fail every attempt until `redis_timeout` ("Invalid role"). `Node::connect`
-/// now asks the next Sentinel after such an answer, joins, and dispatches.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connect_asks_the_next_sentinel_when_the_first_names_a_replica() {
+/// A Sentinel deployment plus a stale Sentinel (it names the replica as
+/// the primary), and a Sentinel URL that lists the stale one first, as fred
+/// parses it (checked here).
+fn with_a_stale_sentinel_first() -> (Sentinels, String) {
     let mut ha = tokio::task::block_in_place(Sentinels::start)
         .expect("redis-sentinel must be installed (apt-get install redis-sentinel redis-server)");
     let stale = tokio::task::block_in_place(|| ha.start_stale_sentinel()).unwrap();
-    let primary = ha.primary_port().expect("a primary");
     let good = ha.sentinel_ports();
     // fred lists the `node=` Sentinels first and the URL's host last.
     let mut url = format!(
@@ -428,6 +424,18 @@ async fn connect_asks_the_next_sentinel_when_the_first_names_a_replica() {
         other => panic!("not a Sentinel URL: {other:?}"),
     };
     assert_eq!(first, stale, "the stale Sentinel must be asked first");
+    (ha, url)
+}
+
+/// A Sentinel that missed a failover still names the old primary, now a
+/// replica. fred asks the Sentinels in order and gives up an attempt when
+/// the server named is not a primary; listed first, such a Sentinel used to
+/// fail every attempt until `redis_timeout` ("Invalid role"). `Node::connect`
+/// now asks the next Sentinel after such an answer, joins, and dispatches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_asks_the_next_sentinel_when_the_first_names_a_replica() {
+    let (ha, url) = with_a_stale_sentinel_first();
+    let primary = ha.primary_port().expect("a primary");
 
     let pool = unique_name("sentinel-stale");
     let redis_timeout = Duration::from_secs(5);
@@ -479,18 +487,7 @@ async fn a_multi_home_home_joins_past_a_stale_sentinel_listed_first() {
     use flotilla_pool::multihome::{
         HomeConfig, MultiHomeConfig, MultiHomeOptions, MultiHomeWorker,
     };
-    let mut ha = tokio::task::block_in_place(Sentinels::start)
-        .expect("redis-sentinel must be installed (apt-get install redis-sentinel redis-server)");
-    let stale = tokio::task::block_in_place(|| ha.start_stale_sentinel()).unwrap();
-    let good = ha.sentinel_ports();
-    let mut url = format!(
-        "redis-sentinel://127.0.0.1:{}?sentinelServiceName={}&node=127.0.0.1:{stale}",
-        good[0],
-        flotilla_testkit::SERVICE_NAME
-    );
-    for port in &good[1..] {
-        url.push_str(&format!("&node=127.0.0.1:{port}"));
-    }
+    let (_ha, url) = with_a_stale_sentinel_first();
     let pool = unique_name("sentinel-stale-mh");
     let handler = flotilla_pool::TaskHandler::new(
         |_job, cancel: tokio_util::sync::CancellationToken| async move {

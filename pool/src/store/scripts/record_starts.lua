@@ -42,6 +42,8 @@ end
 -- One revision and one message per map for the whole call.
 local jobs = rmap_batch(JOBS[1], JOBS[2], JOBS[3])
 local pending = rmap_batch(PENDING[1], PENDING[2], PENDING[3])
+-- A start changes both maps: whether anyone listens, asked once for both.
+rmap_batch_listen(jobs, pending)
 -- The status of a start that is not the plain case.
 local function settle(key, token, worker, mine, p, own_guard)
   local running = mget(JOBS, key)

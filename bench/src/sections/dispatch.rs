@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use dashmap::DashMap;
 use flotilla_pool::{Node, NodeOptions, Worker};
 
 use crate::monitor::{Counts, Monitor};
@@ -110,7 +109,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let before = CommandStats::read(&ctx.client).await?;
     let redis_cpu_before = redis_cpu_seconds(&ctx.client).await?;
     let cpu_before = process_cpu_seconds();
-    let sent = Arc::new(DashMap::with_capacity(jobs));
+    let sent = Arc::new(probe::stamps(jobs));
     let t0 = Instant::now();
     concurrent(&node, "tp", jobs, ctx.opts.concurrency, Some(sent.clone())).await?;
     let elapsed = t0.elapsed();
@@ -216,7 +215,7 @@ async fn concurrent(
     prefix: &str,
     count: usize,
     in_flight: usize,
-    sent: Option<Arc<DashMap<String, Instant>>>,
+    sent: Option<Arc<probe::Stamps>>,
 ) -> Result<(), BoxError> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();

@@ -299,6 +299,19 @@ impl LedgerWriter {
 ///
 /// # Errors
 /// I/O errors.
+/// The processes that wrote `lines`, in the order they first appear. Each
+/// process of a run writes a ledger of its own, so more than one means that
+/// something else (another run) wrote into the file as well.
+pub fn writers(lines: &[Line]) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for line in lines {
+        if !pids.contains(&line.pid) {
+            pids.push(line.pid);
+        }
+    }
+    pids
+}
+
 pub fn read_ledger(path: &Path) -> std::io::Result<Vec<Line>> {
     let mut tail = LedgerTail::new(path.to_path_buf());
     tail.read_new()

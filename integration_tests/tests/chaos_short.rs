@@ -125,3 +125,63 @@ async fn a_ledger_dir_holding_an_earlier_run_is_refused() {
         "nothing may start first"
     );
 }
+
+/// A chaos run that is still going after its directory was removed and
+/// made again (a background run that ignored SIGINT) writes the ledgers of
+/// the worker processes it adds into the new run's directory, under the
+/// new run's file names: the checker then judged two pools' jobs as one
+/// and reported 16,852 violations of a clean run. A ledger written by more
+/// than one process now fails the run with an error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_another_run_wrote_into_fails_the_run() {
+    use flotilla_integration_tests::driver::ChaosError;
+    use flotilla_integration_tests::ledger::{Line, Record};
+    use std::io::Write;
+
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("worker-1.jsonl");
+    // Another run's worker process appends a start of its own.
+    let foreign = {
+        let ledger = ledger.clone();
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while !ledger.exists() {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "worker-1.jsonl never appeared"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let line = Line {
+                pid: std::process::id() + 1_000_000,
+                mono_ns: 1,
+                server_us: 0,
+                record: Record::Start {
+                    key: "job-0000".into(),
+                    token: 1,
+                    worker: "w-of-another-run".into(),
+                },
+            };
+            let mut text = serde_json::to_string(&line).unwrap();
+            text.push('\n');
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&ledger)
+                .unwrap();
+            file.write_all(text.as_bytes()).unwrap();
+        })
+    };
+    let result =
+        run(options(5, vec![FaultKind::AddWorker]).ledger_dir(dir.path().to_path_buf())).await;
+    foreign.await.unwrap();
+    match result {
+        Err(e @ ChaosError::MixedLedger { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("worker-1.jsonl"), "{text}");
+            assert!(text.contains("another run"), "{text}");
+            println!("{text}");
+        }
+        Err(e) => panic!("failed for another reason: {e}"),
+        Ok(summary) => panic!("judged a ledger of two runs:\n{}", summary.table()),
+    }
+}

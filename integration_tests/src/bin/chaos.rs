@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use flotilla_integration_tests::checker::{CheckOptions, check};
-use flotilla_integration_tests::driver::{ChaosOptions, run};
+use flotilla_integration_tests::driver::{ChaosOptions, mixed_ledger, run};
 use flotilla_integration_tests::ledger::{FaultKind, read_ledger};
 
 /// Command line.
@@ -178,7 +178,13 @@ fn recheck(dir: &std::path::Path, ttl_ms: u64) -> ExitCode {
         let path = entry.path();
         if path.extension().is_some_and(|e| e == "jsonl") {
             match read_ledger(&path) {
-                Ok(l) => ledgers.push(l),
+                Ok(l) => {
+                    if let Some(e) = mixed_ledger(&path, &l) {
+                        eprintln!("chaos: {e}");
+                        return ExitCode::from(2);
+                    }
+                    ledgers.push(l);
+                }
                 Err(e) => {
                     eprintln!("chaos: {}: {e}", path.display());
                     return ExitCode::from(2);

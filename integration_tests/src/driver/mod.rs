@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::checker::{CheckOptions, TimeBase, check};
 use crate::clock::{ServerClock, mono_ns};
-use crate::ledger::{FaultKind, LedgerWriter, read_ledger};
+use crate::ledger::{FaultKind, LedgerWriter, Line, read_ledger};
 use fleet::Fleet;
 use load::{KeyState, Load};
 pub use summary::ChaosSummary;
@@ -212,6 +212,32 @@ pub enum ChaosError {
          remove them or pass another --ledger-dir"
     )]
     LedgerDirInUse(PathBuf),
+    /// A ledger holds lines of more than one process: another run (one
+    /// still going, e.g. after its directory was removed and made again)
+    /// wrote into this run's directory, and the checker would judge the
+    /// two runs' jobs as one pool's. The run's result is withheld.
+    #[error(
+        "the ledger {path} holds lines of {} processes (pids {pids:?}); each process writes \
+         its own, so another run wrote into this directory (a chaos run still going? one \
+         started in the background of a script ignores SIGINT: stop it with SIGTERM)",
+        pids.len()
+    )]
+    MixedLedger {
+        /// The ledger.
+        path: PathBuf,
+        /// The processes that wrote it.
+        pids: Vec<u32>,
+    },
+}
+
+/// The error for a ledger that more than one process wrote, if `lines` is
+/// one.
+pub fn mixed_ledger(path: &std::path::Path, lines: &[Line]) -> Option<ChaosError> {
+    let pids = crate::ledger::writers(lines);
+    (pids.len() > 1).then(|| ChaosError::MixedLedger {
+        path: path.to_path_buf(),
+        pids,
+    })
 }
 
 /// Whether `dir` holds a ledger (`*.jsonl`).
@@ -379,9 +405,13 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let end_ns = mono_ns();
-    let mut ledgers = vec![read_ledger(&dir.join("driver.jsonl"))?];
+    let driver_ledger = dir.join("driver.jsonl");
+    let mut ledgers = vec![read_ledger(&driver_ledger)?];
+    let mut mixed = mixed_ledger(&driver_ledger, &ledgers[0]);
     for path in &run.fleet.ledgers {
-        ledgers.push(read_ledger(path)?);
+        let lines = read_ledger(path)?;
+        mixed = mixed.or_else(|| mixed_ledger(path, &lines));
+        ledgers.push(lines);
     }
     let report = check(
         &ledgers,
@@ -398,6 +428,9 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         let _ = node.close().await;
     }
     cancel.cancel();
+    if let Some(error) = mixed {
+        return Err(error);
+    }
     let stats = load.stats.lock().map(|s| s.clone()).unwrap_or_default();
     let summary = ChaosSummary {
         duration: started.elapsed(),

@@ -294,11 +294,6 @@ impl LedgerWriter {
     }
 }
 
-/// Reads every complete line of a ledger file (a torn last line, from a
-/// process killed mid-write, is skipped).
-///
-/// # Errors
-/// I/O errors.
 /// The processes that wrote `lines`, in the order they first appear. Each
 /// process of a run writes a ledger of its own, so more than one means that
 /// something else (another run) wrote into the file as well.
@@ -312,6 +307,11 @@ pub fn writers(lines: &[Line]) -> Vec<u32> {
     pids
 }
 
+/// Reads every complete line of a ledger file (a torn last line, from a
+/// process killed mid-write, is skipped).
+///
+/// # Errors
+/// I/O errors.
 pub fn read_ledger(path: &Path) -> std::io::Result<Vec<Line>> {
     let mut tail = LedgerTail::new(path.to_path_buf());
     tail.read_new()

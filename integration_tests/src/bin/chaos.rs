@@ -145,7 +145,17 @@ async fn main() -> ExitCode {
     if let Some(bin) = args.worker_binary {
         options = options.worker_binary(bin);
     }
-    match run(options).await {
+    let outcome = tokio::select! {
+        outcome = run(options) => outcome,
+        signal = interrupted() => {
+            // Leaving drops the run: its worker processes (killed on drop),
+            // proxies and servers end with it, and no fault of its schedule
+            // starts a process any more.
+            eprintln!("chaos: {signal}: run abandoned, its processes stopped");
+            return ExitCode::from(130);
+        }
+    };
+    match outcome {
         Ok(summary) => {
             if args.json {
                 println!("{:#}", summary.to_json());
@@ -162,6 +172,24 @@ async fn main() -> ExitCode {
             eprintln!("chaos: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Waits for SIGINT or SIGTERM. Both get a handler, so that a run started
+/// in the background of a script (where the shell leaves SIGINT ignored)
+/// stops on either instead of running on.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        eprintln!("chaos: no signal handlers; SIGINT and SIGTERM end the run abruptly");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
     }
 }
 

@@ -218,8 +218,7 @@ pub enum ChaosError {
     /// two runs' jobs as one pool's. The run's result is withheld.
     #[error(
         "the ledger {path} holds lines of {} processes (pids {pids:?}); each process writes \
-         its own, so another run wrote into this directory (a chaos run still going? one \
-         started in the background of a script ignores SIGINT: stop it with SIGTERM)",
+         its own, so another run wrote into this directory (a chaos run still going?)",
         pids.len()
     )]
     MixedLedger {

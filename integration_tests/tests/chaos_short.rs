@@ -153,7 +153,8 @@ async fn a_ledger_another_run_wrote_into_fails_the_run() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let line = Line {
-                pid: std::process::id() + 1_000_000,
+                // No process has this id (Linux caps pids at 2^22).
+                pid: u32::MAX - 1,
                 mono_ns: 1,
                 server_us: 0,
                 record: Record::Start {

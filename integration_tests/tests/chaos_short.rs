@@ -186,3 +186,36 @@ async fn a_ledger_another_run_wrote_into_fails_the_run() {
         Ok(summary) => panic!("judged a ledger of two runs:\n{}", summary.table()),
     }
 }
+
+/// Handler stops longer than the workers' stop budget (a sixth of the TTL:
+/// 333 ms here) break the handler contract: the pool counts an overrun
+/// stop as done and may start the key elsewhere while the old handler still
+/// runs. A soak with `--stop-max-ms 400` reported 7,808 violations that
+/// way (12,864 "handler stop overran its budget" errors in its log). Such
+/// options are refused before anything starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_stops_longer_than_the_stop_budget_are_refused() {
+    use flotilla_integration_tests::driver::ChaosError;
+
+    let t0 = std::time::Instant::now();
+    let result = run(options(5, vec![FaultKind::Kill]).stop_ms(0, 400)).await;
+    match result {
+        Err(e @ ChaosError::StopsOverBudget { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("--stop-max-ms 333"), "{text}");
+            println!("refused in {:?}: {text}", t0.elapsed());
+        }
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(summary) => panic!("ran with stops over budget:\n{}", summary.table()),
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "nothing may start first"
+    );
+    // At the budget itself the options are taken (a 1-second run).
+    let within = run(options(1, vec![FaultKind::AddWorker]).stop_ms(0, 333)).await;
+    assert!(
+        !matches!(within, Err(ChaosError::StopsOverBudget { .. })),
+        "stops of at most the budget were refused"
+    );
+}

@@ -62,7 +62,8 @@ struct Args {
     /// Shortest handler stop (ms).
     #[arg(long, default_value_t = ChaosOptions::default().stop_ms.0)]
     stop_min_ms: u64,
-    /// Longest handler stop (ms).
+    /// Longest handler stop (ms); at most the workers' stop budget, a
+    /// sixth of the 2 s TTL (333), or the run is refused.
     #[arg(long, default_value_t = ChaosOptions::default().stop_ms.1)]
     stop_max_ms: u64,
     /// Half the nodes do not mirror the jobs and pending maps (every other

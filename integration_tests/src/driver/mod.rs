@@ -212,6 +212,25 @@ pub enum ChaosError {
          remove them or pass another --ledger-dir"
     )]
     LedgerDirInUse(PathBuf),
+    /// The handlers' longest stop exceeds the workers' stop budget
+    /// ([`NodeOptions::stop_timeout`](flotilla_pool::NodeOptions), a sixth
+    /// of the TTL by default). The pool counts a stop that overran its
+    /// budget as done (`Handler::stop`: such work is kept apart only by the
+    /// fencing token), so the run would report overlaps the contract allows.
+    #[error(
+        "handler stops of up to {longest:?} exceed the workers' stop budget of {budget:?} \
+         (NodeOptions::stop_timeout for a TTL of {ttl:?}): the pool counts an overrun stop as \
+         done and the checker would report the overlaps that follow; pass --stop-max-ms {} or less",
+        budget.as_millis()
+    )]
+    StopsOverBudget {
+        /// The longest handler stop asked for.
+        longest: Duration,
+        /// The workers' stop budget.
+        budget: Duration,
+        /// The workers' TTL.
+        ttl: Duration,
+    },
     /// A ledger holds lines of more than one process: another run (one
     /// still going, e.g. after its directory was removed and made again)
     /// wrote into this run's directory, and the checker would judge the
@@ -281,6 +300,19 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         .clone()
         .or_else(crate::process::sibling_worker_binary)
         .ok_or(ChaosError::NoWorkerBinary)?;
+    // The worker processes take the stop budget that their TTL gives
+    // (flotilla-test-worker sets no stop_timeout of its own).
+    let budget = flotilla_pool::NodeOptions::default()
+        .worker_ttl(options.ttl)
+        .stop_timeout;
+    let longest = Duration::from_millis(options.stop_ms.1);
+    if longest > budget {
+        return Err(ChaosError::StopsOverBudget {
+            longest,
+            budget,
+            ttl: options.ttl,
+        });
+    }
     let temp = tempfile::Builder::new()
         .prefix("flotilla-chaos-")
         .tempdir()?;

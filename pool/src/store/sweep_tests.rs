@@ -4,7 +4,9 @@
 //! worker's jobs from Redis.
 
 use super::*;
-use crate::store::{OrphanRequeue, SCAN_START};
+use fred::types::{ClusterHash, CustomCommand};
+
+use crate::store::{HandoffStands, OrphanRequeue, SCAN_START};
 
 /// Runs orphan sweep steps over the whole payloads hash; the due orphans.
 async fn full_pass(f: &Fixture, grace: Duration) -> Vec<(String, String)> {
@@ -190,4 +192,88 @@ async fn an_orphan_is_not_admitted_again() {
     f.orphan("o1", "w1").await;
     let again = f.admission("o1", "w1", 7);
     assert_eq!(f.admit(&f.limits(), again).await, Admitted::Pending);
+}
+
+/// An orphan that a re-assertion leaves (a job suspended on lease loss
+/// whose ownership Redis lost), or a hand-off given back after a loss,
+/// carries its mark from that moment, and the sweep reports it one grace
+/// later at its next step, wherever its pass over the payloads is. With
+/// many keys a pass takes many steps: the sweep used to start the grace
+/// only when its pass reached the key, and report it due at the next pass
+/// that came back to it; after an empty restart, the chaos soak with 2,000
+/// keys (4 steps a pass) saw such jobs stopped for up to 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_a_recovery_leaves_is_due_one_grace_later_wherever_the_pass_is() {
+    let f = fixture().await;
+    let s = &f.store;
+    let window = Duration::from_millis(200);
+    let grace = Duration::from_millis(1_000);
+    f.register("w1").await;
+    // Enough jobs that the payloads hash is a hash table (past
+    // `hash-max-listpack-entries`, 512), paged by COUNT.
+    for i in 0..600 {
+        f.admitted(&format!("r{i:03}"), "w1").await;
+    }
+    // Redis lost the pool's epoch: the next script opens a recovery window.
+    let fencing = keys::fencing(&s.pool);
+    let _: i64 = s
+        .client
+        .hdel(fencing.as_str(), keys::EPOCH_FIELD)
+        .await
+        .unwrap();
+    let stored = |key| codec::stored(0, &body(key));
+    let suspended = Reassert::Suspended;
+    let status = s
+        .reassert("o1", "w1", 5_000_000, stored("o1"), suspended, window)
+        .await
+        .unwrap();
+    assert_eq!(status, Reasserted::Orphaned);
+    let given_back = s.handoff_stands("h1", 5_000_000, stored("h1")).await;
+    assert_eq!(given_back.unwrap(), HandoffStands::Restored);
+    let left_at = std::time::Instant::now();
+    let start = page_without(&f, &["o1", "h1"]).await;
+    let step = || async {
+        let mut due = s
+            .sweep_orphans(&start, SCAN_START, 2, grace, window)
+            .await
+            .unwrap()
+            .due;
+        due.sort();
+        due
+    };
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    assert!(step().await.is_empty(), "due before its grace");
+    tokio::time::sleep(grace.saturating_sub(left_at.elapsed())).await;
+    let orphan = |key: &str| (key.to_string(), "-".to_string());
+    assert_eq!(
+        step().await,
+        vec![orphan("h1"), orphan("o1")],
+        "not due at the first step after their grace"
+    );
+}
+
+/// A payloads cursor whose page (`HSCAN` … `COUNT 2`, as the sweep reads
+/// it) holds none of `keys`.
+async fn page_without(f: &Fixture, keys: &[&str]) -> String {
+    let payloads = keys::payloads(&f.store.pool);
+    let mut cursor = SCAN_START.to_string();
+    loop {
+        let (next, fields): (String, Vec<Bytes>) = f
+            .store
+            .client
+            .custom(
+                CustomCommand::new_static("HSCAN", ClusterHash::FirstKey, false),
+                vec![payloads.as_str(), cursor.as_str(), "COUNT", "2"],
+            )
+            .await
+            .unwrap();
+        if !fields
+            .iter()
+            .any(|k| keys.iter().any(|key| k.as_ref() == key.as_bytes()))
+        {
+            return cursor;
+        }
+        assert_ne!(next, SCAN_START, "every page holds one of {keys:?}");
+        cursor = next;
+    }
 }

@@ -13,6 +13,7 @@ use fred::types::Value;
 use super::PoolStore;
 use super::call::{self, status_reply};
 use crate::error::Result;
+use crate::keys;
 
 /// Whether a re-asserted job runs here or was suspended on lease loss.
 #[derive(Debug, Clone, Copy)]
@@ -264,10 +265,12 @@ impl PoolStore {
             }),
             Value::from(worker_ttl.as_millis().to_string()),
         ]);
+        let mut keys = self.maps.base_keys();
+        keys.push(keys::orphan_marks(&self.pool));
         let status: String = self
             .scripts
             .reassert
-            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .run(&self.client, keys, args, self.timeout)
             .await?;
         Reasserted::parse(&status)
     }
@@ -453,10 +456,12 @@ impl PoolStore {
             Value::from(token.to_string()),
             Value::Bytes(stored),
         ]);
+        let mut keys = self.maps.base_keys();
+        keys.push(keys::orphan_marks(&self.pool));
         let status: String = self
             .scripts
             .handoff_stands
-            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .run(&self.client, keys, args, self.timeout)
             .await?;
         HandoffStands::parse(&status)
     }

@@ -20,7 +20,8 @@
 -- orphan whose run ended since) is replaced, or the orphan sweep would
 -- start the older body, and that run's stop, made to stand, would then
 -- take the only copy of this job.
--- KEYS: base
+-- The orphan is marked at once, as `reassert.lua` does.
+-- KEYS: base, 9 orphan marks hash
 -- ARGV: base, 4 job key, 5 the token the hand-off issued, 6 the stored
 --       payload ("<created_ms> <body>")
 -- Returns 'restored' | 'kept' (owned, pending, or this payload or a newer one
@@ -33,4 +34,6 @@ if mget(JOBS, key) or mget(PENDING, key) then return 'kept' end
 local stored = redis.call('HGET', PAYLOADS, key)
 if stored and payload_created_ms(stored) >= payload_created_ms(ARGV[6]) then return 'kept' end
 redis.call('HSET', PAYLOADS, key, ARGV[6])
+redis.call('HSET', KEYS[9], key,
+  string.format('%d - ', now_ms()) .. (redis.call('HGET', FENCING, key) or '0'))
 return 'restored'

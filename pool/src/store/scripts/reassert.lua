@@ -10,7 +10,10 @@
 -- recovery window only the payload is restored: the job becomes an orphan,
 -- which the orphan sweep requeues (after its grace period, past the window)
 -- unless a running copy re-asserted it meanwhile.
--- KEYS: base
+-- The orphan is marked at once (its grace starts now, see
+-- `sweep_orphans.lua`): the sweep requeues it one grace later wherever
+-- its pass is, not only when the pass comes to it.
+-- KEYS: base, 9 orphan marks hash
 -- ARGV: base, 4 job key, 5 worker id, 6 token, 7 stored payload
 --       ("<created_ms> <body>"), 8 'running' | 'suspended', 9 worker ttl ms
 -- A record or pending guard with an *older* token than the worker's is
@@ -66,6 +69,7 @@ if current > mine then return 'lost' end
 redis.call('HSET', FENCING, key, ARGV[6])
 own_payload()
 if ARGV[8] == 'suspended' and recovering(tonumber(ARGV[9])) then
+  redis.call('HSET', KEYS[9], key, string.format('%d - ', now_ms()) .. ARGV[6])
   return 'orphaned'
 end
 mset(JOBS, key, worker .. ' ' .. ARGV[6])

@@ -9,9 +9,12 @@
 -- not orphaned loses its mark. So a job between two dispatch steps, or a
 -- worker about to re-register and re-assert, is never requeued early, and
 -- a sweeper that takes over from another one keeps the marks it left.
--- The same step prunes a page of the marks hash (marks of keys whose
--- payload is gone). Nothing is requeued here: the caller picks the target
--- on its ring and `requeue_orphan.lua` checks everything again.
+-- The same step checks a page of the marks hash the same way (a marked
+-- key is due at the first step past its grace, not when the pass over the
+-- payloads comes back to it; scripts that make an orphan mark it at once)
+-- and drops the marks of keys whose payload is gone. Nothing is requeued
+-- here: the caller picks the target on its ring and `requeue_orphan.lua`
+-- checks everything again.
 -- KEYS: base, 9 orphan marks hash, 10 keep-alive revision (`went_back`)
 -- ARGV: base, 4 payloads cursor, 5 marks cursor, 6 page size (HSCAN COUNT),
 --       7 grace ms, 8 worker ttl ms (the recovery window after a data
@@ -69,9 +72,12 @@ end
 
 local marked = redis.call('HLEN', MARKS) > 0
 local reply = {page[1], '0'}
-for i = 1, #keys do
-  local key = keys[i]
-  local state = orphan_state(key, records[i] or nil)
+local checked = {}
+-- Marks `key` (its record: `record`) on a first sighting as an orphan,
+-- drops its mark when it is none, and reports it when due.
+local function check(key, record)
+  checked[key] = true
+  local state = orphan_state(key, record)
   if state then
     local seen = state .. ' ' .. (redis.call('HGET', FENCING, key) or '0')
     local mark = marked and redis.call('HGET', MARKS, key)
@@ -88,14 +94,21 @@ for i = 1, #keys do
     redis.call('HDEL', MARKS, key)
   end
 end
+for i = 1, #keys do check(keys[i], records[i] or nil) end
 
+-- A page of the marks, checked as well: a marked key is due one grace
+-- after its mark at the next step, wherever the pass over the payloads
+-- is (marks are few: orphans only). A mark whose payload is gone goes.
 if marked then
   local marks = redis.call('HSCAN', MARKS, ARGV[5], 'COUNT', count)
   reply[2] = marks[1]
   local listed = marks[2]
   for i = 1, #listed, 2 do
-    if redis.call('HEXISTS', PAYLOADS, listed[i]) == 0 then
-      redis.call('HDEL', MARKS, listed[i])
+    local key = listed[i]
+    if redis.call('HEXISTS', PAYLOADS, key) == 0 then
+      redis.call('HDEL', MARKS, key)
+    elseif not checked[key] then
+      check(key, mget(JOBS, key))
     end
   end
 end

@@ -14,6 +14,9 @@ use super::fleet::Health;
 use super::{ChaosError, Run};
 use crate::ledger::{FaultKind, Record};
 
+/// How many of the keys that came back last a worst recovery names.
+const LAST_KEYS_SHOWN: usize = 5;
+
 impl Run {
     /// Injects faults until `end`.
     pub(crate) async fn inject_until(&mut self, end: Instant) -> Result<(), ChaosError> {
@@ -76,6 +79,7 @@ impl Run {
     }
 
     async fn inject(&mut self, kind: FaultKind) -> Result<(), ChaosError> {
+        self.still_missing.clear();
         let mut since = Instant::now();
         let ttl = self.options.ttl;
         let mut recovered = None;
@@ -338,7 +342,12 @@ impl Run {
         match recovered {
             Some(d) => {
                 let worst = self.recovery.entry(kind).or_default();
-                *worst = (*worst).max(d);
+                if d >= *worst {
+                    *worst = d;
+                    let mut last = std::mem::take(&mut self.still_missing);
+                    last.truncate(LAST_KEYS_SHOWN);
+                    self.last_to_recover.insert(kind, last);
+                }
             }
             None => {
                 let missing = self.not_running();
@@ -407,8 +416,13 @@ impl Run {
         recovered: &mut Option<Duration>,
     ) {
         loop {
-            if recovered.is_none() && self.recovered() {
-                *recovered = Some(since.elapsed());
+            if recovered.is_none() {
+                let missing = self.not_running();
+                if missing.is_empty() {
+                    *recovered = Some(since.elapsed());
+                } else {
+                    self.still_missing = missing;
+                }
             }
             if (stop_early && recovered.is_some()) || Instant::now() >= until {
                 return;

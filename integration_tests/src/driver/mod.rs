@@ -281,6 +281,11 @@ pub(crate) struct Run {
     rng: StdRng,
     faults: BTreeMap<FaultKind, u64>,
     recovery: BTreeMap<FaultKind, Duration>,
+    /// The keys that came back last in each kind's worst recovery.
+    last_to_recover: BTreeMap<FaultKind, Vec<String>>,
+    /// While a fault's recovery is observed: the keys still not running
+    /// at the last poll.
+    still_missing: Vec<String>,
     unrecovered: Vec<String>,
     /// Cuts injected so far (they rotate through the proxy's modes).
     cuts: usize,
@@ -400,6 +405,8 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         ledger,
         faults: BTreeMap::new(),
         recovery: BTreeMap::new(),
+        last_to_recover: BTreeMap::new(),
+        still_missing: Vec::new(),
         unrecovered: Vec::new(),
         cuts: 0,
         failed_primary: None,
@@ -468,6 +475,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         seed: options.seed,
         faults: run.faults,
         worst_recovery_by_kind: run.recovery,
+        last_to_recover_by_kind: run.last_to_recover,
         unrecovered: run.unrecovered,
         final_convergence: final_recovery,
         dispatch_ok: stats.dispatch_ok,

@@ -22,6 +22,10 @@ pub struct ChaosSummary {
     /// Worst time from a fault to "every running key runs on a member
     /// that is up", by kind.
     pub worst_recovery_by_kind: BTreeMap<FaultKind, Duration>,
+    /// The keys that came back last (at most 5, those still not running at
+    /// the poll before recovery) in each kind's worst recovery: where to
+    /// look in the ledgers and logs when a recovery is slow.
+    pub last_to_recover_by_kind: BTreeMap<FaultKind, Vec<String>>,
     /// Faults that did not recover within the limit, and harness problems.
     pub unrecovered: Vec<String>,
     /// Time to converge in the final recovery window.
@@ -75,20 +79,27 @@ impl ChaosSummary {
             self.duration.as_secs_f64(),
             self.seed
         );
-        let _ = writeln!(t, "| fault | injected | worst recovery |");
-        let _ = writeln!(t, "|---|---:|---:|");
+        let _ = writeln!(
+            t,
+            "| fault | injected | worst recovery | its last keys to recover |"
+        );
+        let _ = writeln!(t, "|---|---:|---:|---|");
         for kind in FaultKind::ALL {
             let n = self.faults.get(&kind).copied().unwrap_or(0);
             let r = self
                 .worst_recovery_by_kind
                 .get(&kind)
                 .map_or("-".to_string(), |d| ms(*d));
-            let _ = writeln!(t, "| {} | {n} | {r} |", kind.name());
+            let last = self
+                .last_to_recover_by_kind
+                .get(&kind)
+                .map_or(String::new(), |keys| keys.join(", "));
+            let _ = writeln!(t, "| {} | {n} | {r} | {last} |", kind.name());
         }
         let total: u64 = self.faults.values().sum();
         let _ = writeln!(
             t,
-            "| **all faults** | {total} | {} |",
+            "| **all faults** | {total} | {} | |",
             ms(self.worst_recovery())
         );
         let _ = writeln!(t);
@@ -181,6 +192,11 @@ impl ChaosSummary {
             "seed": self.seed,
             "faults": faults,
             "worst_recovery_ms_by_fault": recovery,
+            "last_to_recover_by_fault": self
+                .last_to_recover_by_kind
+                .iter()
+                .map(|(k, v)| (format!("{k:?}"), v.clone()))
+                .collect::<BTreeMap<String, Vec<String>>>(),
             "worst_recovery_ms": self.worst_recovery().as_millis(),
             "unrecovered": self.unrecovered,
             "final_convergence_ms": self.final_convergence.map(|d| d.as_millis()),

@@ -53,8 +53,9 @@ pub(crate) fn fencing(pool: &str) -> String {
 }
 
 /// Plain hash of orphan marks (job key → `"<since_ms> <record or '-'>
-/// <token>"`): when the orphan sweep first saw the key orphaned, and in
-/// which state (see `scripts/sweep_orphans.lua`).
+/// <token>"`): when the orphan sweep first saw the key orphaned, or the
+/// recovery script that made it one (`reassert.lua`, `handoff_stands.lua`)
+/// ran, and in which state (see `scripts/sweep_orphans.lua`).
 pub(crate) fn orphan_marks(pool: &str) -> String {
     format!("fl:{{{pool}}}:orphans")
 }

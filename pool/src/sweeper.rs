@@ -14,8 +14,13 @@
 //!                      orphan? (no pending guard; no record, or its owner
 //!                      not registered) → first sighting: mark "<since> <state>"
 //!                      same state for orphan_grace (server time) → due
-//!   for each due key:  target = ring.owner(key)
-//!   requeue_orphan.lua checks it all again, atomically, then hands it off
+//!                      + a page of the marks (cursor, COUNT sweep_batch),
+//!                      checked the same way: a key a recovery marked as it
+//!                      made it an orphan is due one grace later, wherever
+//!                      the pass over the payloads is
+//!   for each due key,  target = ring.owner(key)
+//!   32 at a time:      requeue_orphan.lua checks it all again, atomically,
+//!                      then hands it off
 //!   sweep_pending.lua  HSCAN pending (cursor, COUNT sweep_batch),
 //!                      guards past their deadline (server time) removed
 //! ```
@@ -30,10 +35,18 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt;
+
 use crate::keys;
 use crate::leader::{LeaderLease, LeaderOptions};
 use crate::node::NodeInner;
 use crate::store::{Cursor, OrphanRequeue, SCAN_START};
+
+/// Due orphans requeued at once, pipelined on the node's connection: each
+/// `requeue_orphan.lua` decides for its key alone, and a recovery can leave
+/// hundreds due in one step (one after the other, at a round trip each,
+/// the last of 300 waited over a second).
+const REQUEUES_IN_FLIGHT: usize = 32;
 
 /// Where the sweeper is in each hash.
 #[derive(Debug, Clone)]
@@ -137,9 +150,11 @@ impl NodeInner {
             // requeue nothing for a TTL.
             return Ok(());
         }
-        for (key, record) in page.due {
-            self.requeue_orphan(&key, &record).await;
-        }
+        futures::stream::iter(page.due)
+            .for_each_concurrent(REQUEUES_IN_FLIGHT, |(key, record)| async move {
+                self.requeue_orphan(&key, &record).await;
+            })
+            .await;
         let stale = self
             .store
             .sweep_pending(&cursors.pending, options.sweep_batch)

@@ -15,14 +15,17 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use bytes::Bytes;
 use fred::prelude::*;
+use futures::StreamExt;
 
 use crate::codec::{self, EV_START, KeyedRequest, StartEntry};
 use crate::error::{Error, Result};
+use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
 use crate::store::call::from_redis;
 use crate::store::records::WorkerEntry;
@@ -37,6 +40,9 @@ const INBOX_PAGE: u64 = 200;
 /// cleanup lists them all at once: it must be done within the failover
 /// bound, so pages are larger than the sweeper's).
 const OWNED_PAGE: usize = 1000;
+
+/// Dead workers one node cleans at once.
+const CLEANUPS_IN_FLIGHT: usize = 8;
 
 impl NodeInner {
     pub(crate) async fn cleanup_loop(self: Arc<Self>) {
@@ -69,31 +75,41 @@ impl NodeInner {
     async fn clean_dead_workers(&self, now: u64) {
         let ttl = self.options.worker_ttl.as_millis() as u64;
         let keepalive = self.store.maps.keepalive.snapshot();
-        for (worker, raw) in self.store.maps.workers.snapshot().iter() {
-            if self.workers.contains_key(worker) {
-                continue;
-            }
-            let created = WorkerEntry::parse(raw)
-                .and_then(|w| w.created_at_ms)
-                .unwrap_or(0);
-            let last = keepalive
-                .get(worker)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(created);
-            if now.saturating_sub(last) <= ttl {
-                continue;
-            }
-            // A reconnect since the pass began (Redis restarted, perhaps
-            // from an older state): judge nobody dead for a TTL.
-            if self.recently_connected().await {
-                return;
-            }
-            // The replica only picks candidates: the script decides on the
-            // keep-alive in Redis, so a stale replica judges nobody dead.
-            if let Err(e) = self.clean_if_dead(worker).await {
-                tracing::warn!(worker, error = %e, "dead-worker cleanup failed or incomplete; will retry");
-            }
-        }
+        let silent: Vec<String> = self
+            .store
+            .maps
+            .workers
+            .snapshot()
+            .iter()
+            .filter(|(worker, raw)| {
+                let created = WorkerEntry::parse(raw)
+                    .and_then(|w| w.created_at_ms)
+                    .unwrap_or(0);
+                let last = keepalive
+                    .get(*worker)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(created);
+                !self.workers.contains_key(*worker) && now.saturating_sub(last) > ttl
+            })
+            .map(|(worker, _)| worker.clone())
+            .collect();
+        // The workers of a dead process die together: cleaned one after the
+        // other, the last would wait for all the others' hand-offs.
+        futures::stream::iter(silent)
+            .for_each_concurrent(CLEANUPS_IN_FLIGHT, |worker| async move {
+                // A reconnect since the pass began (Redis restarted, perhaps
+                // from an older state): judge nobody dead for a TTL.
+                if self.recently_connected().await {
+                    return;
+                }
+                // The replica only picks candidates: the script decides on
+                // the keep-alive in Redis, so a stale replica judges nobody
+                // dead.
+                if let Err(e) = self.clean_if_dead(&worker).await {
+                    tracing::warn!(worker, error = %e, "dead-worker cleanup failed or incomplete; will retry");
+                }
+            })
+            .await;
         // Nodes silent for two TTLs: drop their entry and reply stream.
         for (node, raw) in self.store.maps.nodes.snapshot().iter() {
             let last: u64 = raw.parse().unwrap_or(0);
@@ -192,10 +208,27 @@ impl NodeInner {
                     return Claim::Held;
                 }
             };
-            for key in page.keys {
-                if self.requeue_job(&key, worker, cleaner).await == Some(Handoff::ClaimLost) {
-                    return Claim::Lost;
-                }
+            // Many hand-offs at once, pipelined on the node's connection:
+            // each script decides for its key alone, and a failover must
+            // not grow by a round trip per job. Once one finds the claim
+            // gone, no further one starts (those in flight find it too).
+            let claim_lost = AtomicBool::new(false);
+            futures::stream::iter(page.keys)
+                .for_each_concurrent(HANDOFFS_IN_FLIGHT, |key| {
+                    let claim_lost = &claim_lost;
+                    async move {
+                        if claim_lost.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        if self.requeue_job(&key, worker, cleaner).await == Some(Handoff::ClaimLost)
+                        {
+                            claim_lost.store(true, Ordering::Relaxed);
+                        }
+                    }
+                })
+                .await;
+            if claim_lost.into_inner() {
+                return Claim::Lost;
             }
             if page.cursor == SCAN_START {
                 return Claim::Held;

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 
 use crate::error::{Error, Result};
 use crate::node::NodeInner;
@@ -12,6 +13,12 @@ use crate::routing::Ring;
 use crate::store::records::WorkerEntry;
 use crate::store::{EntryMove, Handoff, Moved, Reassert, Receiver, Requeue};
 use crate::worker::WorkerInner;
+
+/// Most hand-offs of one worker in flight at once when its jobs move (a
+/// rebalance, a close, a dead worker's cleanup), pipelined on the node's
+/// connection: each `handoff.lua` decides for its key alone, and moving N
+/// jobs must not take N round trips one after the other.
+pub(crate) const HANDOFFS_IN_FLIGHT: usize = 64;
 
 impl NodeInner {
     /// Recomputes the ring and the drained set from the workers and
@@ -185,20 +192,23 @@ impl NodeInner {
             Some(e) => Err(e),
             None => tokio::time::timeout_at(until, async {
                 if handover {
-                    for (key, job) in stopped {
-                        let moved = self.requeue_job(&key, &worker.id, None).await;
-                        if let (Some(Handoff::NoPayload), Some(job)) = (moved, job) {
-                            // Redis has the record but not the body (a
-                            // start recorded during a recovery): this copy
-                            // is the only one. Given back, then handed on.
-                            if let Err(e) =
-                                self.reassert(worker, &key, &job, Reassert::Running).await
-                            {
-                                tracing::warn!(key, error = %e, "giving back a job's payload failed");
+                    futures::stream::iter(stopped)
+                        .for_each_concurrent(HANDOFFS_IN_FLIGHT, |(key, job)| async move {
+                            let moved = self.requeue_job(&key, &worker.id, None).await;
+                            if let (Some(Handoff::NoPayload), Some(job)) = (moved, job) {
+                                // Redis has the record but not the body (a
+                                // start recorded during a recovery): this
+                                // copy is the only one. Given back, then
+                                // handed on.
+                                if let Err(e) =
+                                    self.reassert(worker, &key, &job, Reassert::Running).await
+                                {
+                                    tracing::warn!(key, error = %e, "giving back a job's payload failed");
+                                }
+                                self.requeue_job(&key, &worker.id, None).await;
                             }
-                            self.requeue_job(&key, &worker.id, None).await;
-                        }
-                    }
+                        })
+                        .await;
                     self.requeue_owned_by(&worker.id, None).await;
                     self.requeue_worker_inbox(&worker.id, None).await?;
                 }

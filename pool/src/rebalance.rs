@@ -13,6 +13,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use crate::lease::{Reassert, Restart};
+use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
 use crate::store::{Handoff, Reasserted};
 use crate::worker::{LocalJob, WorkerInner};
@@ -20,8 +21,6 @@ use crate::worker::{LocalJob, WorkerInner};
 /// Wait after a ring change before moving jobs, so that a burst of joins
 /// moves each job once.
 const SETTLE: Duration = Duration::from_millis(100);
-/// Most hand-offs of one worker in flight at once.
-const HANDOFFS_IN_FLIGHT: usize = 64;
 
 impl NodeInner {
     pub(crate) async fn rebalance_loop(self: Arc<Self>) {

@@ -1,13 +1,16 @@
 //! A cleaner that finds its claim on a worker gone (the worker came back
-//! and cleared it, or another node took it over) stops at that step: it
-//! moves nothing more of the worker, and does not walk the rest of the
-//! worker's jobs and inbox with one script call each, all of them refused.
+//! and cleared it, or another node took it over) stops there: it moves
+//! nothing of the worker, and does not walk the rest of the worker's jobs
+//! and inbox with one script call each, all of them refused. (Its
+//! hand-offs run `HANDOFFS_IN_FLIGHT` at a time, so those already sent when
+//! the first refusal comes back are refused too, and no more are sent.)
 
 use fred::interfaces::{ConfigInterface, SlowlogInterface, StreamsInterface};
 use fred::types::SlowlogEntry;
 
 use super::*;
 use crate::cleanup::Claim;
+use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::store::records::job_owner;
 
 /// The pool functions Redis ran since the slow log was reset, by name
@@ -32,21 +35,24 @@ async fn functions_called(client: &fred::prelude::Client) -> Vec<String> {
 async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
     let server = RedisServer::start().unwrap();
     let (client, a, b, wa, _wb, _) = two_nodes(&server, "lost-claim").await;
+    // Three windows of hand-offs in flight.
+    let jobs = 3 * HANDOFFS_IN_FLIGHT;
     let mut keys = Vec::new();
-    for i in 0..400 {
+    for i in 0..10 * jobs {
         let key = format!("j{i}");
         if a.placement(&key).as_deref() == Some(wa.id()) {
             a.dispatch_job(&key, &b"p"[..]).await.unwrap();
             keys.push(key);
         }
-        if keys.len() == 40 {
+        if keys.len() == jobs {
             break;
         }
     }
     assert_eq!(
         keys.len(),
-        40,
-        "40 of 400 keys placed on one of two workers"
+        jobs,
+        "{jobs} of {} keys placed on one of two workers",
+        10 * jobs
     );
 
     // A live claim on `wa` that is not `b`'s: `b` took one, then `wa` came
@@ -74,13 +80,17 @@ async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
         .unwrap();
 
     let called = functions_called(&client).await;
-    let steps = called
-        .iter()
-        .filter(|f| matches!(f.as_str(), "handoff" | "move_entry" | "remove_worker"))
-        .count();
+    let count = |name: &str| called.iter().filter(|f| f.as_str() == name).count();
+    let handoffs = count("handoff");
+    assert!(
+        (1..=HANDOFFS_IN_FLIGHT).contains(&handoffs),
+        "the hand-offs in flight at the first refusal, then the cleaner stops; \
+         it called {handoffs} hand-offs for {jobs} jobs: {called:?}"
+    );
     assert_eq!(
-        steps, 1,
-        "one refused step, then the cleaner stops; it called: {called:?}"
+        count("move_entry") + count("remove_worker"),
+        0,
+        "the cleaner went on past the jobs: {called:?}"
     );
     // Nothing of `wa` moved: it still owns every job and stays registered.
     let jobs_hash = a.inner.store.maps.jobs_map().keys_info().hash.clone();

@@ -187,8 +187,8 @@ impl NodeInner {
     /// from the jobs hash. A page that fails is retried with backoff; past
     /// that the rest waits for the orphan sweep (the worker is removed
     /// afterwards, which makes its jobs orphans). `cleaner`: this node's id
-    /// when a cleanup moves a dead worker's jobs; the walk stops at the
-    /// first job whose hand-off finds the claim gone.
+    /// when a cleanup moves a dead worker's jobs; no hand-off starts after
+    /// the first that finds the claim gone.
     pub(crate) async fn requeue_owned_by(&self, worker: &str, cleaner: Option<&str>) -> Claim {
         let mut cursor = SCAN_START.to_string();
         loop {

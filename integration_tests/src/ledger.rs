@@ -186,6 +186,21 @@ impl FaultKind {
         FaultKind::PauseRollback,
     ];
 
+    /// Whether Redis loses writes in this fault: restarted empty, rolled
+    /// back to a snapshot, or a failover to a replica that lacked the
+    /// last writes (the AOF restarts sync every write: nothing lost).
+    pub fn loses_data(self) -> bool {
+        matches!(
+            self,
+            FaultKind::RestartEmpty
+                | FaultKind::Rollback
+                | FaultKind::Failover
+                | FaultKind::CutRollback
+                | FaultKind::CutRestartEmpty
+                | FaultKind::PauseRollback
+        )
+    }
+
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,

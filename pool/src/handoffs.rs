@@ -1,14 +1,23 @@
-//! Hand-offs a worker made, remembered for a while with the job's stored
-//! payload. A hand-off stops the job here and leaves a start entry at the
-//! new owner; if Redis then goes back in time to before it (restarted from
-//! an older snapshot, a replica promoted with lost writes) while that entry
-//! was not started yet, the job runs nowhere and Redis may not even know it
-//! any more. After such a rollback the worker gives each recent hand-off's
-//! payload back to Redis unless something newer happened to the key
-//! (`handoff_stands.lua`: Redis went back to before the hand-off, and holds
-//! no record or guard of the key): the job is then an orphan, which the
-//! orphan sweep requeues unless the new owner runs it and re-asserts it
-//! first.
+//! Jobs a worker passed on and Redis alone holds for a while, remembered
+//! with the job's stored payload, in case Redis loses them:
+//!
+//! * **Hand-offs.** A hand-off stops the job here and leaves a start entry
+//!   at the new owner; if Redis then goes back in time to before it
+//!   (restarted from an older snapshot, a replica promoted with lost
+//!   writes) while that entry was not started yet, the job runs nowhere and
+//!   Redis may not even know it any more.
+//! * **Orphans a re-assertion left.** A job the worker held suspended
+//!   through a data loss is left to the orphan sweep while the pool
+//!   recovers (`reassert.lua`): from then on its payload in Redis is the
+//!   only copy, until the sweep requeues it one grace later and a worker
+//!   starts it. A second loss meanwhile (another restart, a rollback)
+//!   would take that copy too.
+//!
+//! After such a loss the worker gives each remembered job's payload back to
+//! Redis unless something newer happened to the key (`handoff_stands.lua`:
+//! Redis went back to before the hand-off or the orphan, and holds no
+//! record or guard of the key): the job is then an orphan, which the orphan
+//! sweep requeues unless its owner runs it and re-asserts it first.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -18,14 +27,15 @@ use bytes::Bytes;
 
 /// How long a hand-off is remembered: a hand-off a rollback can lose
 /// before its new owner starts the job is one made seconds before Redis
-/// went down (the payloads are kept alive that long).
+/// went down (the payloads are kept alive that long). Orphans are kept
+/// longer, see [`Handoffs::record_orphan`].
 pub(crate) const KEEP: Duration = Duration::from_secs(30);
-/// Most hand-offs remembered.
+/// Most jobs remembered.
 const MAX: usize = 100_000;
 
-/// One hand-off: the job key, the fencing token issued for the new owner's
-/// run, and the job's creation time and body (shared with the run, not
-/// copied).
+/// One job passed on: the job key, the fencing token of the run it came
+/// from or led to, and the job's creation time and body (shared with the
+/// run, not copied).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HandedOff {
     pub(crate) key: String,
@@ -34,8 +44,8 @@ pub(crate) struct HandedOff {
     pub(crate) body: Bytes,
 }
 
-/// The recent hand-offs of one worker, oldest first, and the newest
-/// token handed on per key.
+/// The jobs one worker passed on lately, oldest first, and the newest
+/// token passed on per key.
 #[derive(Debug, Default)]
 pub(crate) struct Handoffs {
     inner: Mutex<Inner>,
@@ -43,19 +53,33 @@ pub(crate) struct Handoffs {
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// Each job with the instant it is forgotten.
     recent: VecDeque<(Instant, HandedOff)>,
     newest: HashMap<String, (Instant, u64)>,
 }
 
 impl Handoffs {
-    /// Remembers a hand-off (and forgets those past [`KEEP`]).
+    /// Remembers a hand-off for [`KEEP`].
     pub(crate) fn record(&self, handed: HandedOff) {
+        self.remember(handed, KEEP);
+    }
+
+    /// Remembers a job left to the orphan sweep for `keep`: until the sweep
+    /// requeued it (one orphan grace, counted once the pool recovered) and
+    /// its new owner started it.
+    pub(crate) fn record_orphan(&self, orphan: HandedOff, keep: Duration) {
+        self.remember(orphan, keep.max(KEEP));
+    }
+
+    fn remember(&self, handed: HandedOff, keep: Duration) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
+        // Oldest first; an orphan kept longer holds back the pruning of
+        // the entries behind it until it goes (they are skipped when read).
         while inner
             .recent
             .front()
-            .is_some_and(|(at, _)| inner.recent.len() >= MAX || now.duration_since(*at) >= KEEP)
+            .is_some_and(|(until, _)| inner.recent.len() >= MAX || *until <= now)
         {
             if let Some((_, old)) = inner.recent.pop_front()
                 && inner
@@ -66,35 +90,37 @@ impl Handoffs {
                 inner.newest.remove(&old.key);
             }
         }
-        let newest = inner.newest.entry(handed.key.clone()).or_insert((now, 0));
+        let until = now + keep;
+        let newest = inner.newest.entry(handed.key.clone()).or_insert((until, 0));
         if handed.token >= newest.1 {
-            *newest = (now, handed.token);
+            *newest = (until.max(newest.0), handed.token);
         }
-        inner.recent.push_back((now, handed));
+        inner.recent.push_back((until, handed));
     }
 
-    /// The hand-offs made within `within`, newest first.
-    pub(crate) fn recent(&self, within: Duration) -> Vec<HandedOff> {
+    /// The jobs still remembered, newest first.
+    pub(crate) fn remembered(&self) -> Vec<HandedOff> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
         inner
             .recent
             .iter()
             .rev()
-            .take_while(|(at, _)| at.elapsed() <= within)
+            .filter(|(until, _)| *until > now)
             .map(|(_, h)| h.clone())
             .collect()
     }
 
-    /// Whether this worker handed `key` on, within [`KEEP`], with a token
-    /// newer than `token`: a start entry of an older run, back in the
-    /// inbox because Redis went back in time, is then stale (the run it
-    /// led to may have been stopped since, elsewhere).
+    /// Whether this worker passed `key` on, and still remembers it, with a
+    /// token newer than `token`: a start entry of an older run, back in
+    /// the inbox because Redis went back in time, is then stale (the run
+    /// it led to may have been stopped since, elsewhere).
     pub(crate) fn supersede(&self, key: &str, token: u64) -> bool {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         inner
             .newest
             .get(key)
-            .is_some_and(|(at, handed)| *handed > token && at.elapsed() < KEEP)
+            .is_some_and(|(until, handed)| *handed > token && *until > Instant::now())
     }
 }
 
@@ -103,7 +129,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn recent_hand_offs_come_back_newest_first() {
+    fn remembered_jobs_come_back_newest_first() {
         let handoffs = Handoffs::default();
         for (key, token) in [("a", 1), ("b", 2)] {
             handoffs.record(HandedOff {
@@ -113,13 +139,17 @@ mod tests {
                 body: Bytes::from_static(b"x"),
             });
         }
-        let keys: Vec<String> = handoffs
-            .recent(Duration::from_secs(60))
-            .into_iter()
-            .map(|h| h.key)
-            .collect();
-        assert_eq!(keys, ["b", "a"]);
-        assert!(handoffs.recent(Duration::ZERO).len() <= 2);
+        handoffs.record_orphan(
+            HandedOff {
+                key: "c".into(),
+                token: 3,
+                created_at_ms: 0,
+                body: Bytes::from_static(b"x"),
+            },
+            Duration::ZERO, // kept for KEEP at least
+        );
+        let keys: Vec<String> = handoffs.remembered().into_iter().map(|h| h.key).collect();
+        assert_eq!(keys, ["c", "b", "a"]);
     }
 
     #[test]

@@ -275,7 +275,8 @@ impl NodeInner {
         job: &LocalJob,
         state: Reassert,
     ) -> Result<Reasserted> {
-        self.store
+        let outcome = self
+            .store
             .reassert(
                 key,
                 &worker.id,
@@ -284,7 +285,29 @@ impl NodeInner {
                 state,
                 self.options.worker_ttl,
             )
-            .await
+            .await?;
+        if outcome == Reasserted::Orphaned {
+            // Redis now holds the only copy, until the sweep requeued it
+            // and a worker started it: a second loss before then would take
+            // it, so the worker keeps it to give back (`handoffs.rs`).
+            worker.handed_off.record_orphan(
+                crate::handoffs::HandedOff {
+                    key: key.to_string(),
+                    token: job.token,
+                    created_at_ms: job.created_at_ms,
+                    body: job.raw_body.clone(),
+                },
+                self.orphan_exposure(),
+            );
+        }
+        Ok(outcome)
+    }
+
+    /// How long a job left to the orphan sweep may depend on Redis alone:
+    /// its grace, counted from when the pool has recovered (a few TTLs at
+    /// most), then a sweep step or two and the new owner's start.
+    fn orphan_exposure(&self) -> Duration {
+        self.options.orphan_grace + self.options.worker_ttl * 4 + self.options.sweep_interval * 2
     }
 
     /// Stops every local job at once, remembering them to resume later.

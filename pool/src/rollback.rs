@@ -307,28 +307,34 @@ impl NodeInner {
         }
     }
 
-    /// Gives back the payloads of the jobs `worker` handed off lately, where
-    /// nothing newer happened to them: Redis may have lost a hand-off whose
-    /// start entry the new owner had not started yet, and the job would run
-    /// nowhere (see `handoffs.rs`).
+    /// Gives back the payloads of the jobs `worker` handed off or left to
+    /// the orphan sweep lately, where nothing newer happened to them: Redis
+    /// may have lost a hand-off whose start entry the new owner had not
+    /// started yet, or an orphan the sweep had not requeued yet, and the job
+    /// would run nowhere (see `handoffs.rs`).
     async fn handoffs_stand(&self, worker: &WorkerInner) -> Result<()> {
-        for handed in worker.handed_off.recent(crate::handoffs::KEEP) {
-            if worker.jobs.contains_key(&handed.key) {
-                continue; // it came back here
-            }
-            let status = self
-                .store
-                .handoff_stands(
-                    &handed.key,
-                    handed.token,
-                    crate::codec::stored(handed.created_at_ms, &handed.body),
-                )
-                .await?;
-            if status == crate::store::HandoffStands::Restored {
-                tracing::info!(key = handed.key, token = handed.token, worker = %worker.id, "a hand-off Redis lost: the job is an orphan again");
-            }
-        }
-        Ok(())
+        let remembered = worker
+            .handed_off
+            .remembered()
+            .into_iter()
+            // One that came back here is re-asserted with the worker's jobs.
+            .filter(|handed| !worker.jobs.contains_key(&handed.key));
+        futures::stream::iter(remembered.map(Ok))
+            .try_for_each_concurrent(crate::membership::HANDOFFS_IN_FLIGHT, |handed| async move {
+                let status = self
+                    .store
+                    .handoff_stands(
+                        &handed.key,
+                        handed.token,
+                        crate::codec::stored(handed.created_at_ms, &handed.body),
+                    )
+                    .await?;
+                if status == crate::store::HandoffStands::Restored {
+                    tracing::info!(key = handed.key, token = handed.token, worker = %worker.id, "a job passed on that Redis lost (hand-off or orphan): it is an orphan again");
+                }
+                Ok(())
+            })
+            .await
     }
 
     /// Makes the stops this node's `stop_job` calls were answered for lately

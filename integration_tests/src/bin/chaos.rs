@@ -74,6 +74,11 @@ struct Args {
     /// every worker process and both dispatching nodes.
     #[arg(long, conflicts_with = "lean_nodes")]
     all_lean: bool,
+    /// Inject the next fault 0–2 TTLs after the last, while the pool may
+    /// still be recovering from it (faults during recoveries); only the
+    /// final check requires full recovery.
+    #[arg(long)]
+    overlap: bool,
 }
 
 fn parse_fault(s: &str) -> Result<FaultKind, String> {
@@ -116,7 +121,8 @@ async fn main() -> ExitCode {
         .keys(args.keys)
         .stop_ms(args.stop_min_ms, args.stop_max_ms)
         .lean_nodes(args.lean_nodes)
-        .all_lean(args.all_lean);
+        .all_lean(args.all_lean)
+        .overlap(args.overlap);
     let with_sentinel = [
         FaultKind::Kill,
         FaultKind::Pause,
@@ -227,6 +233,7 @@ fn recheck(dir: &std::path::Path, ttl_ms: u64) -> ExitCode {
         &CheckOptions {
             lease_stop_after: ttl * 2 / 3,
             settle: ttl * 3,
+            notice_within: ttl / 3,
             ..CheckOptions::default()
         },
     );

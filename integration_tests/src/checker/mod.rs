@@ -28,9 +28,12 @@
 //!   unpaused process; a key whose last outcome was "stopped" runs nowhere.
 //! * **I3**: no two admissions (`Ok`) of one key without a stop request
 //!   between them — unless Redis lost its data in between while the only
-//!   process that ran the key was cut off (a `cut-empty` fault): then
-//!   nothing reachable knows the key, and the second admission is counted,
-//!   not flagged (`readmitted_after_loss`).
+//!   process that ran the key was cut off (a `cut-empty` fault), or while
+//!   every process that ran it was out of reach (paused, cut, slowed or
+//!   killed) from at most `notice_within` after the loss until at most
+//!   `notice_within` before the second admission, too soon to re-assert
+//!   it: then nothing reachable knows the key, and the second admission is
+//!   counted, not flagged (`readmitted_after_loss`).
 //! * **Stops hold** (I2): once `stop_job` answered `Ok` or `JobNotFound`,
 //!   the key runs nowhere (after `stop_grace`) until it is dispatched
 //!   again: a `JobNotFound` for a key that runs, or a stop undone later in
@@ -84,6 +87,12 @@ pub struct CheckOptions {
     /// in the handlers' ledgers (the `stop` record is written as the
     /// handler's stop returns, just before the answer). Default: 1 s.
     pub stop_grace: Duration,
+    /// How soon a worker notices that Redis lost data, or that it can
+    /// reach Redis again, and re-asserts its jobs: one keep-alive renewal
+    /// period (TTL / 3). A holder out of reach from within this after a
+    /// loss until within this before a second admission of its key could
+    /// not have re-asserted it (I3). Default: 667 ms.
+    pub notice_within: Duration,
 }
 
 impl Default for CheckOptions {
@@ -97,6 +106,7 @@ impl Default for CheckOptions {
             ring_window: Duration::from_secs(1),
             end_ns: None,
             stop_grace: Duration::from_secs(1),
+            notice_within: Duration::from_millis(667),
         }
     }
 }
@@ -242,10 +252,10 @@ pub struct Report {
     pub moves_checked: usize,
     /// Stop answers (`Ok` or `JobNotFound`) checked to hold.
     pub stops_checked: usize,
-    /// Second admissions of a key after Redis lost its data while the only
-    /// process running the key was cut off (`cut-empty`): nothing reachable
-    /// knew the key then, so a new dispatch is admitted again (I1 is still
-    /// checked: the cut-off copy must not run beside it).
+    /// Second admissions of a key after Redis lost its data while every
+    /// process running the key was out of reach (see I3 above): nothing
+    /// reachable knew the key then, so a new dispatch is admitted again
+    /// (I1 is still checked: the cut-off copy must not run beside it).
     pub readmitted_after_loss: usize,
 }
 
@@ -298,7 +308,7 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
         v.sort_by_key(|(t, _)| *t);
         v
     };
-    check_admissions(&driver, &intervals, &faults, &mut report);
+    check_admissions(&driver, &intervals, &faults, options, &mut report);
     stops::check_stops_hold(&driver, &intervals, options, &mut report);
     if let Some(end) = options.end_ns {
         check_running_at(end, &driver, &intervals, &faults, &mut report);
@@ -499,6 +509,7 @@ fn check_admissions(
     driver: &[(u64, &Record)],
     intervals: &[Interval],
     faults: &[FaultSpan],
+    options: &CheckOptions,
     report: &mut Report,
 ) {
     // Redis lost its data between the two admissions while the key ran
@@ -517,13 +528,51 @@ fn check_admissions(
                 })
         })
     };
+    // The same for any loss, when every process that ran the key across it
+    // was out of reach from too soon after it to re-assert the key until
+    // too late before the second admission to have done so since.
+    let notice = options.notice_within.as_nanos() as u64;
+    let out_of_reach = |pid: u32, from: u64, until: u64| {
+        faults.iter().any(|u| {
+            matches!(
+                u.kind,
+                FaultKind::Kill
+                    | FaultKind::Pause
+                    | FaultKind::Cut
+                    | FaultKind::Slow
+                    | FaultKind::CutRollback
+                    | FaultKind::CutRestartEmpty
+                    | FaultKind::PauseRollback
+            ) && u.target == Some(pid)
+                && u.from <= from
+                && u.to.is_none_or(|to| to >= until)
+        })
+    };
+    let lost_out_of_reach = |key: &str, prev: u64, t: u64| {
+        faults.iter().any(|f| {
+            let lost_by = f.to.unwrap_or(f.from);
+            let holders: Vec<&Interval> = intervals
+                .iter()
+                .filter(|iv| {
+                    iv.key == key && iv.start <= lost_by && iv.end.is_none_or(|e| e > f.from)
+                })
+                .collect();
+            f.kind.loses_data()
+                && prev < f.from
+                && lost_by < t
+                && !holders.is_empty()
+                && holders
+                    .iter()
+                    .all(|iv| out_of_reach(iv.pid, lost_by + notice, t.saturating_sub(notice)))
+        })
+    };
     let mut last_admit: HashMap<&str, u64> = HashMap::new();
     for (t, r) in driver {
         match r {
             Record::Admit { key, .. } => {
                 report.admissions += 1;
                 if let Some(prev) = last_admit.insert(key, *t) {
-                    if forgotten_between(key, prev, *t) {
+                    if forgotten_between(key, prev, *t) || lost_out_of_reach(key, prev, *t) {
                         report.readmitted_after_loss += 1;
                     } else {
                         report.violations.push(Violation::DoubleAdmission {

@@ -338,6 +338,61 @@ fn a_readmission_after_a_loss_cut_off_from_the_holder_is_counted_not_flagged() {
     }
 }
 
+/// Any loss counts the same way when every process that ran the key across
+/// it was out of reach from within `notice_within` (667 ms) after the loss
+/// until within it before the second admission (chaos soak seed 140,
+/// `--overlap`: a rollback, then the holder paused 84 ms later, and the
+/// key dispatched again during the pause). A holder out of reach only
+/// later, or back in reach long enough to re-assert the key, leaves it a
+/// violation.
+#[test]
+fn a_readmission_while_every_holder_is_out_of_reach_since_a_loss_is_counted() {
+    let untargeted = |at: u64, kind: FaultKind, end: bool| {
+        line(
+            1,
+            at,
+            Record::Fault {
+                kind,
+                target: None,
+                end,
+            },
+        )
+    };
+    let run = |pause_from: u64, readmit_at: u64| {
+        let driver = vec![
+            admit(1000, "k"),
+            untargeted(3000, FaultKind::Rollback, false),
+            untargeted(3020, FaultKind::Rollback, true),
+            fault(pause_from, FaultKind::Pause, 7, false),
+            fault(6990, FaultKind::Pause, 7, true),
+            admit(readmit_at, "k"),
+        ];
+        // "k" ran on process 7 from 1005 until its watchdog stopped it
+        // after SIGCONT, and on process 8 from just before the second
+        // admission returned.
+        let workers = vec![
+            start(7, 1005, "k", "w7", 1),
+            stop(7, 7010, "k", "w7"),
+            start(8, readmit_at - 2, "k", "w8", 2),
+        ];
+        check(&[driver, workers], &CheckOptions::default())
+    };
+    let r = run(3100, 6200);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    // Paused too late after the loss to have missed it, or back long
+    // before the second admission.
+    for (pause_from, readmit_at) in [(3800, 6200), (3100, 9000)] {
+        let r = run(pause_from, readmit_at);
+        assert_eq!(
+            kinds(&r),
+            vec!["double"],
+            "pause from {pause_from}, readmitted at {readmit_at}"
+        );
+        assert_eq!(r.readmitted_after_loss, 0);
+    }
+}
+
 #[test]
 fn moves_must_follow_the_ring() {
     // Find a key that "a" owns among {a, b} and keeps when c joins, and one

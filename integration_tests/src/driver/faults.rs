@@ -37,7 +37,32 @@ impl Run {
             if self.options.faults.contains(&kind) {
                 self.inject(kind).await?;
             }
-            tokio::time::sleep(self.options.fault_gap).await;
+            if !self.options.overlap {
+                tokio::time::sleep(self.options.fault_gap).await;
+            }
+        }
+        if self.options.overlap {
+            // The last fault's recovery, however many it overlapped, must
+            // end within the usual limit.
+            let since = Instant::now();
+            let mut recovered = None;
+            self.observe(
+                since,
+                since + self.options.recovery_limit,
+                true,
+                &mut recovered,
+            )
+            .await;
+            if recovered.is_none() {
+                let missing = self.not_running();
+                let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
+                self.unrecovered.push(format!(
+                    "overlapping faults: not recovered within {:?} of the last: {} keys not running on a member that is up, e.g. {}",
+                    self.options.recovery_limit,
+                    missing.len(),
+                    shown.join(", ")
+                ));
+            }
         }
         Ok(())
     }
@@ -325,7 +350,11 @@ impl Run {
             }
         }
         *self.faults.entry(kind).or_default() += 1;
-        let limit = since + self.options.recovery_limit;
+        let limit = if self.options.overlap {
+            since + self.rng.random_range(Duration::ZERO..=ttl * 2)
+        } else {
+            since + self.options.recovery_limit
+        };
         self.observe(since, limit, true, &mut recovered).await;
         if let (Some(port), Some(ha)) = (self.failed_primary.take(), self.sentinels.clone()) {
             // The old primary returns as a replica, for the next failover.
@@ -349,6 +378,9 @@ impl Run {
                     self.last_to_recover.insert(kind, last);
                 }
             }
+            // The next fault lands during this recovery: only the final
+            // check counts.
+            None if self.options.overlap => {}
             None => {
                 let missing = self.not_running();
                 let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();

@@ -94,6 +94,14 @@ pub struct ChaosOptions {
     /// default): every worker process and both dispatching nodes. Takes
     /// precedence over [`lean_nodes`](Self::lean_nodes). Default: off.
     pub all_lean: bool,
+    /// Faults overlap recoveries: after each fault the schedule waits a
+    /// random 0–2 TTLs (less if the pool recovers sooner) and injects the
+    /// next one, with no quiet gap, so faults land while workers are still
+    /// re-asserting, handing off or cleaning up after the last one. A fault
+    /// not recovered before the next is not counted as unrecovered; the
+    /// final check after the run still requires every key to run.
+    /// Default: off.
+    pub overlap: bool,
 }
 
 impl Default for ChaosOptions {
@@ -121,6 +129,7 @@ impl Default for ChaosOptions {
             stop_ms: (0, 40),
             lean_nodes: false,
             all_lean: false,
+            overlap: false,
         }
     }
 }
@@ -164,6 +173,11 @@ impl ChaosOptions {
     /// Sets [`lean_nodes`](Self::lean_nodes).
     pub fn lean_nodes(mut self, on: bool) -> Self {
         self.lean_nodes = on;
+        self
+    }
+    /// Sets [`overlap`](Self::overlap).
+    pub fn overlap(mut self, on: bool) -> Self {
+        self.overlap = on;
         self
     }
     /// Sets [`all_lean`](Self::all_lean).
@@ -457,6 +471,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
             time_base: TimeBase::Monotonic,
             lease_stop_after: options.ttl * 2 / 3,
             settle: options.ttl * 3,
+            notice_within: options.ttl / 3,
             end_ns: Some(end_ns),
             ..CheckOptions::default()
         },

@@ -134,7 +134,7 @@ impl ChaosSummary {
                 ),
             ),
             (
-                "admitted again after a data loss cut off from the key's holder",
+                "admitted again after a data loss, the key's holder out of reach",
                 self.report.readmitted_after_loss.to_string(),
             ),
             (

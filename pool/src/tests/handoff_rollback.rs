@@ -76,7 +76,7 @@ async fn hand_offs_in_the_lost_writes_lose_no_job(loss: Loss) {
         .register("w-ghost", r#"{"node":"nowhere"}"#)
         .await
         .unwrap();
-    let recent = || worker.inner.handed_off.recent(Duration::from_secs(60));
+    let recent = || worker.inner.handed_off.remembered();
     wait_until(
         Duration::from_secs(5),
         "jobs handed to the ghost",
@@ -263,4 +263,74 @@ async fn a_stop_at_a_new_owner_that_is_gone_stands(loss: Loss) {
     drop(worker_a);
     dispatcher.close().await.unwrap();
     node_a.close().await.unwrap();
+}
+
+/// Jobs a worker held suspended through a data loss are left to the orphan
+/// sweep while the pool recovers (`reassert.lua`): from then on Redis holds
+/// the only copy, until the sweep requeues them one grace later. A second
+/// loss before that (an empty restart, a rollback) must not take them: the
+/// worker gives their payloads back as it does for its hand-offs, and the
+/// jobs run again (chaos soak seed 140, `--overlap`: a worker paused
+/// through a rollback woke, left its jobs to the sweep, and an empty
+/// restart 4 s later took them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_a_reassert_left_survive_a_second_rollback() {
+    orphans_a_reassert_left_survive_a_second_loss(Loss::Rollback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_a_reassert_left_survive_a_second_empty_restart() {
+    orphans_a_reassert_left_survive_a_second_loss(Loss::Empty).await;
+}
+
+async fn orphans_a_reassert_left_survive_a_second_loss(loss: Loss) {
+    let mut server = loss.server();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("orphan-second-loss");
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let ledger = Ledger::default();
+    let worker = Worker::new(&node, ledger.clone()).await.unwrap();
+    let keys: Vec<String> = (0..8).map(|i| format!("o{i}")).collect();
+    for k in &keys {
+        node.dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    // The worker's lease lapses (a pause, a cut): it stops its jobs and
+    // holds them suspended, out of Redis's sight.
+    let mut held = Vec::new();
+    for k in &keys {
+        let (_, job) = worker.inner.jobs.remove(k).unwrap();
+        worker.inner.stop_handler(k).await.unwrap();
+        held.push((k.clone(), job));
+    }
+    // The first loss; the worker comes back within the recovery window
+    // and re-asserts them: left to the orphan sweep.
+    super::flushall(&client).await;
+    let mark = loss.mark(&server);
+    for (k, job) in &held {
+        let outcome = node
+            .inner
+            .reassert(&worker.inner, k, job, crate::lease::Reassert::Suspended)
+            .await
+            .unwrap();
+        assert_eq!(outcome, crate::store::Reasserted::Orphaned, "{k}");
+    }
+    // The second loss, before the sweep requeued them (one grace: 4 s).
+    loss.lose(&mut server, mark);
+    if let Err(e) = wait_until(Duration::from_secs(30), "the orphans run again", || async {
+        let running = ledger.running();
+        keys.iter().all(|k| running.contains(k))
+    })
+    .await
+    {
+        let running = ledger.running();
+        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(*k)).collect();
+        panic!("{e}: {missing:?} run nowhere");
+    }
+    for k in &keys {
+        assert_eq!(ledger.starts(k), 2, "{k}: started once, then once again");
+    }
+    node.close().await.unwrap();
 }

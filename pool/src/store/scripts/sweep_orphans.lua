@@ -74,13 +74,14 @@ local marked = redis.call('HLEN', MARKS) > 0
 local reply = {page[1], '0'}
 local checked = {}
 -- Marks `key` (its record: `record`) on a first sighting as an orphan,
--- drops its mark when it is none, and reports it when due.
-local function check(key, record)
+-- drops its mark when it is none, and reports it when due. `mark` is its
+-- mark when the caller already read it (the marks page), else nil.
+local function check(key, record, mark)
   checked[key] = true
   local state = orphan_state(key, record)
   if state then
     local seen = state .. ' ' .. (redis.call('HGET', FENCING, key) or '0')
-    local mark = marked and redis.call('HGET', MARKS, key)
+    mark = mark or (marked and redis.call('HGET', MARKS, key))
     local since, what = nil, nil
     if mark then since, what = string.match(mark, '^(%d+) (.*)$') end
     if what ~= seen then
@@ -108,7 +109,7 @@ if marked then
     if redis.call('HEXISTS', PAYLOADS, key) == 0 then
       redis.call('HDEL', MARKS, key)
     elseif not checked[key] then
-      check(key, mget(JOBS, key))
+      check(key, mget(JOBS, key), listed[i + 1])
     end
   end
 end

@@ -101,6 +101,33 @@ async fn chaos_short_rollbacks_and_outage_kills() {
     assert!(summary.passed(), "{}", summary.table());
 }
 
+/// Faults during recoveries (`ChaosOptions::overlap`): each fault comes
+/// 0–2 TTLs after the last, so a pause or a cut lands while workers
+/// re-assert after a rollback or an empty restart, and a loss lands while
+/// the orphans of the last one wait out their grace (the `--overlap` soak
+/// found such orphans lost, README "Faults during recoveries").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_overlapping_losses_pauses_and_cuts() {
+    let faults = vec![
+        FaultKind::Rollback,
+        FaultKind::RestartEmpty,
+        FaultKind::PauseRollback,
+        FaultKind::Pause,
+        FaultKind::Cut,
+    ];
+    let summary = run(options(45, faults).lean_nodes(true).overlap(true))
+        .await
+        .expect("chaos harness");
+    println!("{}", summary.table());
+    assert!(
+        summary.faults.values().sum::<u64>() >= 8,
+        "{}",
+        summary.table()
+    );
+    assert!(summary.dispatch_ok > 50, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}
+
 /// Ledgers are appended to: a run pointed at a directory that holds an
 /// earlier run's ledgers would be judged together with that run (its open
 /// runs overlap every later one). Such a directory is refused before

@@ -306,7 +306,7 @@ impl NodeInner {
     /// How long a job left to the orphan sweep may depend on Redis alone:
     /// its grace, counted from when the pool has recovered (a few TTLs at
     /// most), then a sweep step or two and the new owner's start.
-    fn orphan_exposure(&self) -> Duration {
+    pub(crate) fn orphan_exposure(&self) -> Duration {
         self.options.orphan_grace + self.options.worker_ttl * 4 + self.options.sweep_interval * 2
     }
 

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::routing::Ring;
 use crate::store::records::WorkerEntry;
-use crate::store::{EntryMove, Handoff, Moved, Reassert, Receiver, Requeue};
+use crate::store::{EntryMove, Handoff, Moved, Reassert, Reasserted, Receiver, Requeue};
 use crate::worker::WorkerInner;
 
 /// Most hand-offs of one worker in flight at once when its jobs move (a
@@ -178,34 +178,56 @@ impl NodeInner {
         // worker with many jobs takes one stop, not one per job; each is
         // handed on only after its own stop returned.
         let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
-        let stopped: Vec<(String, Option<crate::worker::LocalJob>)> =
+        let mut stopped: Vec<(String, Option<crate::worker::LocalJob>, Reassert)> =
             futures::future::join_all(keys.into_iter().map(|key| async move {
                 if let Err(e) = worker.stop_handler(&key).await {
                     tracing::warn!(key, error = %e, "handler stop failed during close");
                 }
                 let job = worker.jobs.remove(&key).map(|(_, job)| job);
-                (key, job)
+                (key, job, Reassert::Running)
             }))
             .await;
-        worker.suspended.lock().await.clear();
+        // Jobs held suspended since a lease loss go on like the others.
+        stopped.extend(
+            worker
+                .suspended
+                .lock()
+                .await
+                .drain()
+                .map(|(key, job)| (key, Some(job), Reassert::Suspended)),
+        );
         let result = match failed {
             Some(e) => Err(e),
             None => tokio::time::timeout_at(until, async {
                 if handover {
                     futures::stream::iter(stopped)
-                        .for_each_concurrent(HANDOFFS_IN_FLIGHT, |(key, job)| async move {
+                        .for_each_concurrent(HANDOFFS_IN_FLIGHT, |(key, job, state)| async move {
                             let moved = self.requeue_job(&key, &worker.id, None).await;
-                            if let (Some(Handoff::NoPayload), Some(job)) = (moved, job) {
+                            let Some(job) = job else { return };
+                            let state = match moved {
                                 // Redis has the record but not the body (a
                                 // start recorded during a recovery): this
-                                // copy is the only one. Given back, then
-                                // handed on.
-                                if let Err(e) =
-                                    self.reassert(worker, &key, &job, Reassert::Running).await
-                                {
-                                    tracing::warn!(key, error = %e, "giving back a job's payload failed");
+                                // copy is the only one.
+                                Some(Handoff::NoPayload) => Reassert::Running,
+                                // Redis names someone else or nobody: the job
+                                // moved on, or Redis lost this run (a data
+                                // loss this worker has not re-asserted after
+                                // yet). Re-asserting tells them apart, as
+                                // the reconcile would have before the close.
+                                Some(Handoff::NotOwner) => state,
+                                _ => return,
+                            };
+                            match self.reassert(worker, &key, &job, state).await {
+                                Ok(Reasserted::Ok) => {
+                                    self.requeue_job(&key, &worker.id, None).await;
                                 }
-                                self.requeue_job(&key, &worker.id, None).await;
+                                Ok(Reasserted::Orphaned) => {
+                                    tracing::info!(key, worker = %worker.id, "closing: a job Redis did not hold left to the orphan sweep");
+                                }
+                                Ok(Reasserted::Lost) => {}
+                                Err(e) => {
+                                    tracing::warn!(key, error = %e, "closing: giving back a job Redis did not hold failed");
+                                }
                             }
                         })
                         .await;

@@ -331,6 +331,11 @@ impl NodeInner {
                     .await?;
                 if status == crate::store::HandoffStands::Restored {
                     tracing::info!(key = handed.key, token = handed.token, worker = %worker.id, "a job passed on that Redis lost (hand-off or orphan): it is an orphan again");
+                    // Redis holds the only copy again, until the sweep
+                    // requeues it: kept as long as any orphan.
+                    worker
+                        .handed_off
+                        .record_orphan(handed, self.orphan_exposure());
                 }
                 Ok(())
             })

@@ -539,3 +539,48 @@ async fn a_stop_answered_not_found_holds_through_a_second_data_loss() {
     dispatcher.close().await.unwrap();
     node.close().await.unwrap();
 }
+
+/// A worker that closes before it re-asserted what it runs after Redis
+/// lost its data finds its hand-offs refused (Redis names nobody as the
+/// jobs' owner): it re-asserts each job, the one it ran and the one it held
+/// suspended, and hands it on, instead of dropping it (chaos soak seed 140
+/// with `--overlap`: a rollback, then `SIGTERM` of the holder 1 ms later,
+/// lost the jobs Redis had forgotten).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_hands_on_the_jobs_redis_forgot() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("close-forgot");
+    let (client, a, b, wa, wb, _) = two_nodes(&server, &name).await;
+    let running = key_placed_on(&a, &wa).await;
+    let held = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| *k != running && a.placement(k).as_deref() == Some(wa.id()))
+        .unwrap();
+    for k in [&running, &held] {
+        a.dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    // `held` stopped on a lease loss and kept suspended here.
+    let (_, job) = wa.inner.jobs.remove(&held).unwrap();
+    wa.inner.stop_handler(&held).await.unwrap();
+    wa.inner.suspended.lock().await.insert(held.clone(), job);
+    // Redis as it was before both were admitted.
+    let pool_name = a.inner.store.pool.clone();
+    let hashes = [
+        a.inner.store.maps.jobs_map().keys_info().hash.clone(),
+        crate::keys::payloads(&pool_name),
+        crate::keys::fencing(&pool_name),
+    ];
+    for k in [&running, &held] {
+        forget_in_redis(&client, &hashes, k).await;
+    }
+    a.remove_worker(&wa).await.unwrap();
+    wait_until(
+        Duration::from_secs(15),
+        "both jobs run on the other worker",
+        || async { wb.job_token(&running).is_some() && wb.job_token(&held).is_some() },
+    )
+    .await
+    .unwrap();
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

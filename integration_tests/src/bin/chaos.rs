@@ -234,6 +234,7 @@ fn recheck(dir: &std::path::Path, ttl_ms: u64) -> ExitCode {
             lease_stop_after: ttl * 2 / 3,
             settle: ttl * 3,
             notice_within: ttl / 3,
+            orphan_exposure: ttl * 6,
             ..CheckOptions::default()
         },
     );

@@ -26,6 +26,11 @@
 //! * **I2**: at the check instant, a key whose last outcome at the
 //!   dispatcher was "admitted" (`Ok` or `JobExists`) runs on a live,
 //!   unpaused process; a key whose last outcome was "stopped" runs nowhere.
+//!   A key lost to two faults together is counted, not flagged: its
+//!   process had stopped it on a lease loss (holding it to re-assert or
+//!   give back), was then killed, and Redis lost its data within
+//!   `orphan_exposure` of the kill, before anything restarted the key
+//!   (`lost_with_killed_holder`).
 //! * **I3**: no two admissions (`Ok`) of one key without a stop request
 //!   between them — unless Redis lost its data in between while the only
 //!   process that ran the key was cut off (a `cut-empty` fault), or while
@@ -33,7 +38,9 @@
 //!   killed) from at most `notice_within` after the loss until at most
 //!   `notice_within` before the second admission, too soon to re-assert
 //!   it: then nothing reachable knows the key, and the second admission is
-//!   counted, not flagged (`readmitted_after_loss`).
+//!   counted, not flagged (`readmitted_after_loss`); the same when the
+//!   process that held the key stopped on a lease loss was killed and
+//!   Redis lost its data soon after (`lost_with_killed_holder`).
 //! * **Stops hold** (I2): once `stop_job` answered `Ok` or `JobNotFound`,
 //!   the key runs nowhere (after `stop_grace`) until it is dispatched
 //!   again: a `JobNotFound` for a key that runs, or a stop undone later in
@@ -93,6 +100,13 @@ pub struct CheckOptions {
     /// loss until within this before a second admission of its key could
     /// not have re-asserted it (I3). Default: 667 ms.
     pub notice_within: Duration,
+    /// How long a job that stopped on a lease loss may live only in Redis
+    /// once its process is killed: until the orphan sweep or the cleanup
+    /// restarts it elsewhere (the orphan grace, 2 TTLs, counted once the
+    /// pool has recovered, plus a few TTLs). A data loss within this of the
+    /// kill takes the last copy (I2, see `lost_with_killed_holder`).
+    /// Default: 12 s (6 TTLs of 2 s).
+    pub orphan_exposure: Duration,
 }
 
 impl Default for CheckOptions {
@@ -107,6 +121,7 @@ impl Default for CheckOptions {
             end_ns: None,
             stop_grace: Duration::from_secs(1),
             notice_within: Duration::from_millis(667),
+            orphan_exposure: Duration::from_secs(12),
         }
     }
 }
@@ -257,6 +272,12 @@ pub struct Report {
     /// reachable knew the key then, so a new dispatch is admitted again
     /// (I1 is still checked: the cut-off copy must not run beside it).
     pub readmitted_after_loss: usize,
+    /// Keys the dispatcher believes running that run nowhere at the end
+    /// because two faults took every copy: the process that had stopped
+    /// the key on a lease loss (and held it for re-assertion) was killed,
+    /// and Redis lost its data before anything restarted the key (see
+    /// `lost_with_killed_holder`). Counted, not flagged.
+    pub lost_with_killed_holder: Vec<String>,
 }
 
 impl Report {
@@ -311,7 +332,7 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
     check_admissions(&driver, &intervals, &faults, options, &mut report);
     stops::check_stops_hold(&driver, &intervals, options, &mut report);
     if let Some(end) = options.end_ns {
-        check_running_at(end, &driver, &intervals, &faults, &mut report);
+        check_running_at(end, &driver, &intervals, &faults, options, &mut report);
     }
     check_moves(ledgers, &time, &driver, &faults, options, &mut report);
     report
@@ -532,6 +553,7 @@ fn check_admissions(
     // was out of reach from too soon after it to re-assert the key until
     // too late before the second admission to have done so since.
     let notice = options.notice_within.as_nanos() as u64;
+    let exposure = options.orphan_exposure.as_nanos() as u64;
     let out_of_reach = |pid: u32, from: u64, until: u64| {
         faults.iter().any(|u| {
             matches!(
@@ -572,7 +594,10 @@ fn check_admissions(
             Record::Admit { key, .. } => {
                 report.admissions += 1;
                 if let Some(prev) = last_admit.insert(key, *t) {
-                    if forgotten_between(key, prev, *t) || lost_out_of_reach(key, prev, *t) {
+                    if forgotten_between(key, prev, *t)
+                        || lost_out_of_reach(key, prev, *t)
+                        || lost_with_killed_holder(key, prev, *t, intervals, faults, exposure)
+                    {
                         report.readmitted_after_loss += 1;
                     } else {
                         report.violations.push(Violation::DoubleAdmission {
@@ -598,14 +623,55 @@ enum Expect {
     Unknown,
 }
 
+/// Whether Redis lost `key` between `after` and `before` when no live
+/// process held it: its last run before the loss had stopped on its
+/// process (a lease loss: the process keeps such a job in memory, to
+/// re-assert it or give it back to the orphan sweep), that process was
+/// then killed, and the loss came within `exposure` of the kill, before the
+/// orphan sweep or the cleanup could restart the key elsewhere. Two faults
+/// at once (the process, and Redis's data) take every copy.
+fn lost_with_killed_holder(
+    key: &str,
+    after: u64,
+    before: u64,
+    intervals: &[Interval],
+    faults: &[FaultSpan],
+    exposure: u64,
+) -> bool {
+    faults
+        .iter()
+        .filter(|f| f.kind.loses_data() && after < f.from && f.from < before)
+        .any(|f| {
+            let Some(last) = intervals
+                .iter()
+                .filter(|iv| iv.key == key && iv.start < f.from)
+                .max_by_key(|iv| iv.start)
+            else {
+                return false;
+            };
+            // Still running at the loss: its process re-asserts it.
+            let Some(stopped) = last.end.filter(|e| *e <= f.from) else {
+                return false;
+            };
+            faults.iter().any(|k| {
+                k.kind == FaultKind::Kill
+                    && k.target == Some(last.pid)
+                    && stopped < k.from
+                    && k.from <= f.from
+                    && f.from - k.from <= exposure
+            })
+        })
+}
+
 fn check_running_at(
     end: u64,
     driver: &[(u64, &Record)],
     intervals: &[Interval],
     faults: &[FaultSpan],
+    options: &CheckOptions,
     report: &mut Report,
 ) {
-    let mut expect: BTreeMap<&str, Expect> = BTreeMap::new();
+    let mut expect: BTreeMap<&str, (u64, Expect)> = BTreeMap::new();
     for (t, r) in driver {
         if *t > end {
             break;
@@ -619,7 +685,7 @@ fn check_running_at(
             Record::StopDone { key, .. } => (key, Expect::Unknown),
             _ => continue,
         };
-        expect.insert(key.as_str(), e);
+        expect.insert(key.as_str(), (*t, e));
     }
     let paused_at_end = |pid: u32| {
         faults.iter().any(|f| {
@@ -635,12 +701,17 @@ fn check_running_at(
             running.entry(iv.key.as_str()).or_default().push(iv);
         }
     }
-    for (key, e) in expect {
+    let exposure = options.orphan_exposure.as_nanos() as u64;
+    for (key, (since, e)) in expect {
         match e {
             Expect::Running if !running.contains_key(key) => {
-                report.violations.push(Violation::NotRunning {
-                    key: key.to_string(),
-                })
+                if lost_with_killed_holder(key, since, end, intervals, faults, exposure) {
+                    report.lost_with_killed_holder.push(key.to_string());
+                } else {
+                    report.violations.push(Violation::NotRunning {
+                        key: key.to_string(),
+                    })
+                }
             }
             Expect::Stopped => {
                 for iv in running.get(key).into_iter().flatten() {

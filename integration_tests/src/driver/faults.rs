@@ -56,12 +56,13 @@ impl Run {
             if recovered.is_none() {
                 let missing = self.not_running();
                 let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
-                self.unrecovered.push(format!(
+                let message = format!(
                     "overlapping faults: not recovered within {:?} of the last: {} keys not running on a member that is up, e.g. {}",
                     self.options.recovery_limit,
                     missing.len(),
                     shown.join(", ")
-                ));
+                );
+                self.not_recovered(message, missing);
             }
         }
         Ok(())
@@ -343,9 +344,10 @@ impl Run {
                 self.record(kind, Some(pid), true);
                 self.fleet.forget(pid);
                 if !clean {
-                    self.unrecovered.push(format!(
-                        "worker process {pid} did not exit on SIGTERM within 15 s"
-                    ));
+                    self.not_recovered(
+                        format!("worker process {pid} did not exit on SIGTERM within 15 s"),
+                        Vec::new(),
+                    );
                 }
             }
         }
@@ -384,7 +386,7 @@ impl Run {
             None => {
                 let missing = self.not_running();
                 let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
-                self.unrecovered.push(format!(
+                let message = format!(
                     "{} (pid {:?}) at {:.1} s: not recovered within {:?}: {} keys not running on a member that is up, e.g. {}",
                     kind.name(),
                     target,
@@ -392,10 +394,17 @@ impl Run {
                     self.options.recovery_limit,
                     missing.len(),
                     shown.join(", ")
-                ))
+                );
+                self.not_recovered(message, missing);
             }
         }
         Ok(())
+    }
+
+    /// Notes a recovery that did not end in time, with the keys still
+    /// missing (the final check may find them lost to two faults at once).
+    fn not_recovered(&mut self, message: String, missing: Vec<String>) {
+        self.unrecovered.push((message, missing));
     }
 
     /// Runs `f` on the Redis server, on a blocking thread (it waits for

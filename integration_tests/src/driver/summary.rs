@@ -138,6 +138,10 @@ impl ChaosSummary {
                 self.report.readmitted_after_loss.to_string(),
             ),
             (
+                "lost with a killed holder and Redis's data (two faults)",
+                self.report.lost_with_killed_holder.len().to_string(),
+            ),
+            (
                 "unrequested moves checked against the ring",
                 self.report.moves_checked.to_string(),
             ),
@@ -211,6 +215,7 @@ impl ChaosSummary {
             "intervals": self.report.intervals,
             "stale_windows": self.report.stale_windows,
             "readmitted_after_loss": self.report.readmitted_after_loss,
+            "lost_with_killed_holder": self.report.lost_with_killed_holder,
             "moves_checked": self.report.moves_checked,
             "stops_checked": self.report.stops_checked,
             "violations": self.violations,

@@ -235,6 +235,7 @@ fn recheck(dir: &std::path::Path, ttl_ms: u64) -> ExitCode {
             settle: ttl * 3,
             notice_within: ttl / 3,
             orphan_exposure: ttl * 6,
+            failover_within: ttl * 3 / 2,
             ..CheckOptions::default()
         },
     );

@@ -27,10 +27,10 @@
 //!   dispatcher was "admitted" (`Ok` or `JobExists`) runs on a live,
 //!   unpaused process; a key whose last outcome was "stopped" runs nowhere.
 //!   A key lost to two faults together is counted, not flagged: its
-//!   process had stopped it on a lease loss (holding it to re-assert or
-//!   give back), was then killed, and Redis lost its data within
-//!   `orphan_exposure` of the kill, before anything restarted the key
-//!   (`lost_with_killed_holder`).
+//!   process was killed, and Redis lost its data before anything could
+//!   restart the key elsewhere (within `failover_within` of the kill for a
+//!   key that ran until it, within `orphan_exposure` for one the process
+//!   had stopped on a lease loss and held; `lost_with_killed_holder`).
 //! * **I3**: no two admissions (`Ok`) of one key without a stop request
 //!   between them — unless Redis lost its data in between while the only
 //!   process that ran the key was cut off (a `cut-empty` fault), or while
@@ -107,6 +107,10 @@ pub struct CheckOptions {
     /// kill takes the last copy (I2, see `lost_with_killed_holder`).
     /// Default: 12 s (6 TTLs of 2 s).
     pub orphan_exposure: Duration,
+    /// The failover bound: a killed process's running jobs start elsewhere
+    /// within this (1.5 × TTL); a data loss within it of the kill takes
+    /// them (I2, see `lost_with_killed_holder`). Default: 3 s.
+    pub failover_within: Duration,
 }
 
 impl Default for CheckOptions {
@@ -122,6 +126,7 @@ impl Default for CheckOptions {
             stop_grace: Duration::from_secs(1),
             notice_within: Duration::from_millis(667),
             orphan_exposure: Duration::from_secs(12),
+            failover_within: Duration::from_secs(3),
         }
     }
 }
@@ -553,7 +558,7 @@ fn check_admissions(
     // was out of reach from too soon after it to re-assert the key until
     // too late before the second admission to have done so since.
     let notice = options.notice_within.as_nanos() as u64;
-    let exposure = options.orphan_exposure.as_nanos() as u64;
+    let windows = killed_holder_windows(options);
     let out_of_reach = |pid: u32, from: u64, until: u64| {
         faults.iter().any(|u| {
             matches!(
@@ -596,7 +601,7 @@ fn check_admissions(
                 if let Some(prev) = last_admit.insert(key, *t) {
                     if forgotten_between(key, prev, *t)
                         || lost_out_of_reach(key, prev, *t)
-                        || lost_with_killed_holder(key, prev, *t, intervals, faults, exposure)
+                        || lost_with_killed_holder(key, prev, *t, intervals, faults, windows)
                     {
                         report.readmitted_after_loss += 1;
                     } else {
@@ -624,19 +629,28 @@ enum Expect {
 }
 
 /// Whether Redis lost `key` between `after` and `before` when no live
-/// process held it: its last run before the loss had stopped on its
-/// process (a lease loss: the process keeps such a job in memory, to
-/// re-assert it or give it back to the orphan sweep), that process was
-/// then killed, and the loss came within `exposure` of the kill, before the
-/// orphan sweep or the cleanup could restart the key elsewhere. Two faults
-/// at once (the process, and Redis's data) take every copy.
+/// process held it: the process of its last run before the loss was
+/// killed, and the loss came before anything could restart the key
+/// elsewhere: within `failover` of the kill when the run went on until the
+/// kill (the cleanup moves it), within `exposure` when the run had stopped
+/// before on a lease loss (the process held it to re-assert it or give it
+/// back to the orphan sweep, which restarts it one grace later). Two
+/// faults at once (the process, and Redis's data) take every copy.
+/// The `(failover, exposure)` windows of [`lost_with_killed_holder`], in ns.
+fn killed_holder_windows(options: &CheckOptions) -> (u64, u64) {
+    (
+        options.failover_within.as_nanos() as u64,
+        options.orphan_exposure.as_nanos() as u64,
+    )
+}
+
 fn lost_with_killed_holder(
     key: &str,
     after: u64,
     before: u64,
     intervals: &[Interval],
     faults: &[FaultSpan],
-    exposure: u64,
+    (failover, exposure): (u64, u64),
 ) -> bool {
     faults
         .iter()
@@ -650,15 +664,19 @@ fn lost_with_killed_holder(
                 return false;
             };
             // Still running at the loss: its process re-asserts it.
-            let Some(stopped) = last.end.filter(|e| *e <= f.from) else {
+            let Some(ended) = last.end.filter(|e| *e <= f.from) else {
                 return false;
             };
             faults.iter().any(|k| {
+                // Stopped before the kill: held for re-assertion, or left
+                // to the orphan sweep; running until the kill: the cleanup
+                // moves it within the failover bound.
+                let bound = if ended < k.from { exposure } else { failover };
                 k.kind == FaultKind::Kill
                     && k.target == Some(last.pid)
-                    && stopped < k.from
+                    && ended <= k.from
                     && k.from <= f.from
-                    && f.from - k.from <= exposure
+                    && f.from - k.from <= bound
             })
         })
 }
@@ -701,11 +719,11 @@ fn check_running_at(
             running.entry(iv.key.as_str()).or_default().push(iv);
         }
     }
-    let exposure = options.orphan_exposure.as_nanos() as u64;
+    let windows = killed_holder_windows(options);
     for (key, (since, e)) in expect {
         match e {
             Expect::Running if !running.contains_key(key) => {
-                if lost_with_killed_holder(key, since, end, intervals, faults, exposure) {
+                if lost_with_killed_holder(key, since, end, intervals, faults, windows) {
                     report.lost_with_killed_holder.push(key.to_string());
                 } else {
                     report.violations.push(Violation::NotRunning {

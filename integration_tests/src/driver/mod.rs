@@ -474,6 +474,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
             settle: options.ttl * 3,
             notice_within: options.ttl / 3,
             orphan_exposure: options.ttl * 6,
+            failover_within: options.ttl * 3 / 2,
             end_ns: Some(end_ns),
             ..CheckOptions::default()
         },

@@ -35,9 +35,10 @@
 //!   between them — unless Redis lost its data in between while the only
 //!   process that ran the key was cut off (a `cut-empty` fault), or while
 //!   every process that ran it was out of reach (paused, cut, slowed or
-//!   killed) from at most `notice_within` after the loss until at most
-//!   `notice_within` before the second admission, too soon to re-assert
-//!   it: then nothing reachable knows the key, and the second admission is
+//!   killed; one such fault after another, with gaps shorter than
+//!   `notice_within`) from at most `notice_within` after the loss until at
+//!   most `notice_within` before the second admission, too soon to
+//!   re-assert it: then nothing reachable knows the key, and the second admission is
 //!   counted, not flagged (`readmitted_after_loss`); the same when the
 //!   process that held the key stopped on a lease loss was killed and
 //!   Redis lost its data soon after (`lost_with_killed_holder`).
@@ -559,21 +560,37 @@ fn check_admissions(
     // too late before the second admission to have done so since.
     let notice = options.notice_within.as_nanos() as u64;
     let windows = killed_holder_windows(options);
+    // Out of reach over [from, until]: faults on the process cover it, one
+    // after the other, with no gap in between long enough to re-assert (a
+    // pause, then at once a cut).
     let out_of_reach = |pid: u32, from: u64, until: u64| {
-        faults.iter().any(|u| {
-            matches!(
-                u.kind,
-                FaultKind::Kill
-                    | FaultKind::Pause
-                    | FaultKind::Cut
-                    | FaultKind::Slow
-                    | FaultKind::CutRollback
-                    | FaultKind::CutRestartEmpty
-                    | FaultKind::PauseRollback
-            ) && u.target == Some(pid)
-                && u.from <= from
-                && u.to.is_none_or(|to| to >= until)
-        })
+        let mut spans: Vec<(u64, u64)> = faults
+            .iter()
+            .filter(|u| {
+                u.target == Some(pid)
+                    && matches!(
+                        u.kind,
+                        FaultKind::Kill
+                            | FaultKind::Pause
+                            | FaultKind::Cut
+                            | FaultKind::Slow
+                            | FaultKind::CutRollback
+                            | FaultKind::CutRestartEmpty
+                            | FaultKind::PauseRollback
+                    )
+            })
+            .map(|u| (u.from, u.to.unwrap_or(u64::MAX)))
+            .collect();
+        spans.sort_unstable();
+        let mut covered: Option<u64> = None;
+        for (a, b) in spans {
+            covered = match covered {
+                None if a <= from && b >= from => Some(b),
+                Some(c) if a <= c.saturating_add(notice) => Some(c.max(b)),
+                other => other,
+            };
+        }
+        covered.is_some_and(|c| c >= until)
     };
     let lost_out_of_reach = |key: &str, prev: u64, t: u64| {
         faults.iter().any(|f| {

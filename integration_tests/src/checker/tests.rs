@@ -380,6 +380,29 @@ fn a_readmission_while_every_holder_is_out_of_reach_since_a_loss_is_counted() {
     let r = run(3100, 6200);
     assert!(r.ok(), "{:?}", r.violations);
     assert_eq!(r.readmitted_after_loss, 1);
+    // A pause, then at once a cut of the same process (chaos_short with
+    // `overlap`): out of reach throughout.
+    let mut ledgers = vec![
+        vec![
+            admit(1000, "k"),
+            untargeted(3000, FaultKind::Rollback, false),
+            untargeted(3020, FaultKind::Rollback, true),
+            fault(3100, FaultKind::Pause, 7, false),
+            fault(6990, FaultKind::Pause, 7, true),
+            fault(6991, FaultKind::Cut, 7, false),
+            fault(11_000, FaultKind::Cut, 7, true),
+            admit(9000, "k"),
+        ],
+        vec![start(7, 1005, "k", "w7", 1), stop(7, 7010, "k", "w7")],
+    ];
+    ledgers.push(vec![start(8, 8998, "k", "w8", 2)]);
+    let r = check(&ledgers, &CheckOptions::default());
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    // The same with the process back for 2 s between the two.
+    ledgers[0][5] = fault(8990, FaultKind::Cut, 7, false);
+    let r = check(&ledgers, &CheckOptions::default());
+    assert_eq!(kinds(&r), vec!["double"]);
     // Paused too late after the loss to have missed it, or back long
     // before the second admission.
     for (pause_from, readmit_at) in [(3800, 6200), (3100, 9000)] {

@@ -439,6 +439,28 @@ fn build_intervals(
     out
 }
 
+/// The pauses of each process, as `(SIGSTOP, SIGCONT)` spans, with a pause
+/// that starts within `grace` of the last one's `SIGCONT` merged into it
+/// (faults during recoveries: a pause, then a pause with a rollback 2 ms
+/// later): the watchdog gets its `grace` after the last `SIGCONT`.
+fn merged_pauses(faults: &[FaultSpan], grace: u64) -> HashMap<u32, Vec<(u64, u64)>> {
+    let mut spans: Vec<(u32, u64, u64)> = faults
+        .iter()
+        .filter(|f| f.kind.pauses_process())
+        .filter_map(|f| Some((f.target?, f.from, f.to?)))
+        .collect();
+    spans.sort_unstable();
+    let mut merged: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+    for (pid, from, to) in spans {
+        let list = merged.entry(pid).or_default();
+        match list.last_mut() {
+            Some(last) if from <= last.1.saturating_add(grace) => last.1 = last.1.max(to),
+            _ => list.push((from, to)),
+        }
+    }
+    merged
+}
+
 fn check_pauses(
     intervals: &mut [Interval],
     faults: &[FaultSpan],
@@ -448,23 +470,20 @@ fn check_pauses(
     let lease = options.lease_stop_after.as_nanos() as u64;
     let grace = options.pause_stop_grace.as_nanos() as u64;
     let mut stale: Vec<(usize, u64, u64)> = Vec::new(); // (index, pause start, recorded end)
+    let pauses = merged_pauses(faults, grace);
     for (i, iv) in intervals.iter_mut().enumerate() {
-        for p in faults
-            .iter()
-            .filter(|f| f.kind.pauses_process() && f.target == Some(iv.pid))
-        {
-            let Some(resumed) = p.to else { continue };
+        for &(from, resumed) in pauses.get(&iv.pid).into_iter().flatten() {
             // `kill(SIGSTOP)` returns before every thread of the target has
             // stopped: a start the paused process itself recorded after the
             // fault record (seen: 0.8 ms after) still happened before the
             // pause took effect, since a stopped process records nothing.
-            if resumed.saturating_sub(p.from) < lease
+            if resumed.saturating_sub(from) < lease
                 || iv.start >= resumed
-                || iv.end.is_some_and(|e| e <= p.from)
+                || iv.end.is_some_and(|e| e <= from)
             {
                 continue;
             }
-            let paused_from = p.from.max(iv.start);
+            let paused_from = from.max(iv.start);
             match iv.end {
                 Some(end) if end <= resumed + grace => {
                     report.stale_windows += 1;

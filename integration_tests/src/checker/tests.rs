@@ -475,6 +475,29 @@ fn a_key_lost_with_its_killed_holder_and_redis_data_is_counted() {
     }
 }
 
+/// A pause that starts 2 ms after the last one's SIGCONT (faults during
+/// recoveries): the watchdog has its grace after the second SIGCONT, not
+/// the first, since the process ran for 2 ms in between.
+#[test]
+fn back_to_back_pauses_give_the_watchdog_its_grace_after_the_last() {
+    let faults = vec![
+        fault(1000, FaultKind::Pause, 10, false),
+        fault(5000, FaultKind::Pause, 10, true),
+        fault(5002, FaultKind::PauseRollback, 10, false),
+        fault(9000, FaultKind::PauseRollback, 10, true),
+    ];
+    let run = |stopped_at: u64| {
+        let a = vec![start(10, 100, "k", "a", 1), stop(10, stopped_at, "k", "a")];
+        let b = vec![start(20, 3000, "k", "b", 2)];
+        check(&[a, b, faults.clone()], &CheckOptions::default())
+    };
+    let r = run(9002);
+    assert!(r.ok(), "{:?}", r.violations);
+    // Past the grace after the last SIGCONT: not stopped by the watchdog
+    // (and so overlapping b's run).
+    assert_eq!(kinds(&run(10_500)), vec!["paused", "overlap"]);
+}
+
 #[test]
 fn moves_must_follow_the_ring() {
     // Find a key that "a" owns among {a, b} and keeps when c joins, and one

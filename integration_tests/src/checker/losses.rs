@@ -1,0 +1,237 @@
+//! I2 and I3 at the dispatcher: what a key's admissions and its state at
+//! the end of the run may be, and the data losses that excuse a second
+//! admission or a key running nowhere (nothing reachable knew the key, or
+//! two faults together took every copy).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{CheckOptions, FaultSpan, Interval, Report, Violation};
+use crate::ledger::{FaultKind, Record};
+
+pub(super) fn check_admissions(
+    driver: &[(u64, &Record)],
+    intervals: &[Interval],
+    faults: &[FaultSpan],
+    options: &CheckOptions,
+    report: &mut Report,
+) {
+    // Redis lost its data between the two admissions while the key ran
+    // only on the process cut off then: no reachable process or Redis
+    // could know the key any more.
+    let forgotten_between = |key: &str, prev: u64, t: u64| {
+        faults.iter().any(|f| {
+            f.kind == FaultKind::CutRestartEmpty
+                && prev < f.from
+                && f.from < t
+                && intervals.iter().any(|iv| {
+                    iv.key == key
+                        && Some(iv.pid) == f.target
+                        && iv.start <= f.from
+                        && iv.end.is_none_or(|e| e > f.from)
+                })
+        })
+    };
+    // The same for any loss, when every process that ran the key across it
+    // was out of reach from too soon after it to re-assert the key until
+    // too late before the second admission to have done so since.
+    let notice = options.notice_within.as_nanos() as u64;
+    let windows = killed_holder_windows(options);
+    // Out of reach over [from, until]: faults on the process cover it, one
+    // after the other, with no gap in between long enough to re-assert (a
+    // pause, then at once a cut).
+    let out_of_reach = |pid: u32, from: u64, until: u64| {
+        let mut spans: Vec<(u64, u64)> = faults
+            .iter()
+            .filter(|u| {
+                u.target == Some(pid)
+                    && matches!(
+                        u.kind,
+                        FaultKind::Kill
+                            | FaultKind::Pause
+                            | FaultKind::Cut
+                            | FaultKind::Slow
+                            | FaultKind::CutRollback
+                            | FaultKind::CutRestartEmpty
+                            | FaultKind::PauseRollback
+                    )
+            })
+            .map(|u| (u.from, u.to.unwrap_or(u64::MAX)))
+            .collect();
+        spans.sort_unstable();
+        let mut covered: Option<u64> = None;
+        for (a, b) in spans {
+            covered = match covered {
+                None if a <= from && b >= from => Some(b),
+                Some(c) if a <= c.saturating_add(notice) => Some(c.max(b)),
+                other => other,
+            };
+        }
+        covered.is_some_and(|c| c >= until)
+    };
+    let lost_out_of_reach = |key: &str, prev: u64, t: u64| {
+        faults.iter().any(|f| {
+            let lost_by = f.to.unwrap_or(f.from);
+            let holders: Vec<&Interval> = intervals
+                .iter()
+                .filter(|iv| {
+                    iv.key == key && iv.start <= lost_by && iv.end.is_none_or(|e| e > f.from)
+                })
+                .collect();
+            f.kind.loses_data()
+                && prev < f.from
+                && lost_by < t
+                && !holders.is_empty()
+                && holders
+                    .iter()
+                    .all(|iv| out_of_reach(iv.pid, lost_by + notice, t.saturating_sub(notice)))
+        })
+    };
+    let mut last_admit: HashMap<&str, u64> = HashMap::new();
+    for (t, r) in driver {
+        match r {
+            Record::Admit { key, .. } => {
+                report.admissions += 1;
+                if let Some(prev) = last_admit.insert(key, *t) {
+                    if forgotten_between(key, prev, *t)
+                        || lost_out_of_reach(key, prev, *t)
+                        || lost_with_killed_holder(key, prev, *t, intervals, faults, windows)
+                    {
+                        report.readmitted_after_loss += 1;
+                    } else {
+                        report.violations.push(Violation::DoubleAdmission {
+                            key: key.clone(),
+                            at: (prev, *t),
+                        });
+                    }
+                }
+            }
+            Record::StopSent { key } => {
+                last_admit.remove(key.as_str());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What the dispatcher last learnt about a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Running,
+    Stopped,
+    Unknown,
+}
+
+/// The `(failover, exposure)` windows of [`lost_with_killed_holder`], in ns.
+fn killed_holder_windows(options: &CheckOptions) -> (u64, u64) {
+    (
+        options.failover_within.as_nanos() as u64,
+        options.orphan_exposure.as_nanos() as u64,
+    )
+}
+
+/// Whether Redis lost `key` between `after` and `before` when no live
+/// process held it: the process of its last run before the loss was
+/// killed, and the loss came before anything could restart the key
+/// elsewhere: within `failover` of the kill when the run went on until the
+/// kill (the cleanup moves it), within `exposure` when the run had stopped
+/// before on a lease loss (the process held it to re-assert it or give it
+/// back to the orphan sweep, which restarts it one grace later). Two
+/// faults at once (the process, and Redis's data) take every copy.
+fn lost_with_killed_holder(
+    key: &str,
+    after: u64,
+    before: u64,
+    intervals: &[Interval],
+    faults: &[FaultSpan],
+    (failover, exposure): (u64, u64),
+) -> bool {
+    faults
+        .iter()
+        .filter(|f| f.kind.loses_data() && after < f.from && f.from < before)
+        .any(|f| {
+            let Some(last) = intervals
+                .iter()
+                .filter(|iv| iv.key == key && iv.start < f.from)
+                .max_by_key(|iv| iv.start)
+            else {
+                return false;
+            };
+            // Still running at the loss: its process re-asserts it.
+            let Some(ended) = last.end.filter(|e| *e <= f.from) else {
+                return false;
+            };
+            faults.iter().any(|k| {
+                // Stopped before the kill: held for re-assertion, or left
+                // to the orphan sweep; running until the kill: the cleanup
+                // moves it within the failover bound.
+                let bound = if ended < k.from { exposure } else { failover };
+                k.kind == FaultKind::Kill
+                    && k.target == Some(last.pid)
+                    && ended <= k.from
+                    && k.from <= f.from
+                    && f.from - k.from <= bound
+            })
+        })
+}
+
+pub(super) fn check_running_at(
+    end: u64,
+    driver: &[(u64, &Record)],
+    intervals: &[Interval],
+    faults: &[FaultSpan],
+    options: &CheckOptions,
+    report: &mut Report,
+) {
+    let mut expect: BTreeMap<&str, (u64, Expect)> = BTreeMap::new();
+    for (t, r) in driver {
+        if *t > end {
+            break;
+        }
+        let (key, e) = match r {
+            Record::Admit { key, .. } | Record::Exists { key } => (key, Expect::Running),
+            Record::DispatchUnknown { key } | Record::StopSent { key } => (key, Expect::Unknown),
+            Record::StopDone { key, outcome } if outcome == "ok" || outcome == "not_found" => {
+                (key, Expect::Stopped)
+            }
+            Record::StopDone { key, .. } => (key, Expect::Unknown),
+            _ => continue,
+        };
+        expect.insert(key.as_str(), (*t, e));
+    }
+    let paused_at_end = |pid: u32| {
+        faults.iter().any(|f| {
+            f.kind.pauses_process()
+                && f.target == Some(pid)
+                && f.from <= end
+                && f.to.is_none_or(|t| t > end)
+        })
+    };
+    let mut running: HashMap<&str, Vec<&Interval>> = HashMap::new();
+    for iv in intervals {
+        if iv.start <= end && iv.end.is_none_or(|e| e > end) && !paused_at_end(iv.pid) {
+            running.entry(iv.key.as_str()).or_default().push(iv);
+        }
+    }
+    let windows = killed_holder_windows(options);
+    for (key, (since, e)) in expect {
+        match e {
+            Expect::Running if !running.contains_key(key) => {
+                if lost_with_killed_holder(key, since, end, intervals, faults, windows) {
+                    report.lost_with_killed_holder.push(key.to_string());
+                } else {
+                    report.violations.push(Violation::NotRunning {
+                        key: key.to_string(),
+                    })
+                }
+            }
+            Expect::Stopped => {
+                for iv in running.get(key).into_iter().flatten() {
+                    report.violations.push(Violation::StoppedStillRunning {
+                        interval: (*iv).clone(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use super::{CheckOptions, FaultSpan, Interval, Report, Violation};
 use crate::ledger::{FaultKind, Record};
 
+/// I3: no two admissions of one key without a stop request between them,
+/// but for those a data loss excuses (counted in `readmitted_after_loss`).
 pub(super) fn check_admissions(
     driver: &[(u64, &Record)],
     intervals: &[Interval],
@@ -174,6 +176,9 @@ fn lost_with_killed_holder(
         })
 }
 
+/// I2 at `end`: a key the dispatcher last saw admitted runs on a live,
+/// unpaused process (unless two faults took every copy, counted in
+/// `lost_with_killed_holder`); one it last saw stopped runs nowhere.
 pub(super) fn check_running_at(
     end: u64,
     driver: &[(u64, &Record)],

@@ -228,17 +228,7 @@ fn recheck(dir: &std::path::Path, ttl_ms: u64) -> ExitCode {
         }
     }
     let ttl = Duration::from_millis(ttl_ms);
-    let report = check(
-        &ledgers,
-        &CheckOptions {
-            lease_stop_after: ttl * 2 / 3,
-            settle: ttl * 3,
-            notice_within: ttl / 3,
-            orphan_exposure: ttl * 6,
-            failover_within: ttl * 3 / 2,
-            ..CheckOptions::default()
-        },
-    );
+    let report = check(&ledgers, &CheckOptions::for_ttl(ttl));
     for v in &report.violations {
         println!("VIOLATION: {v}");
     }

@@ -133,6 +133,23 @@ impl Default for CheckOptions {
     }
 }
 
+impl CheckOptions {
+    /// The windows derived from the pool's worker TTL (the defaults are
+    /// those of a 2 s TTL): lease stop 2/3 TTL, settle 3 TTLs, noticing a
+    /// loss TTL/3 (a renewal period), orphan exposure 6 TTLs, failover
+    /// 1.5 × TTL; the rest default.
+    pub fn for_ttl(ttl: Duration) -> Self {
+        CheckOptions {
+            lease_stop_after: ttl * 2 / 3,
+            settle: ttl * 3,
+            notice_within: ttl / 3,
+            orphan_exposure: ttl * 6,
+            failover_within: ttl * 3 / 2,
+            ..CheckOptions::default()
+        }
+    }
+}
+
 /// One run of a key on a worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Interval {

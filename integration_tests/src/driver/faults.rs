@@ -54,15 +54,10 @@ impl Run {
             )
             .await;
             if recovered.is_none() {
-                let missing = self.not_running();
-                let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
-                let message = format!(
-                    "overlapping faults: not recovered within {:?} of the last: {} keys not running on a member that is up, e.g. {}",
-                    self.options.recovery_limit,
-                    missing.len(),
-                    shown.join(", ")
-                );
-                self.not_recovered(message, missing);
+                self.keys_not_recovered(format!(
+                    "overlapping faults: not recovered within {:?} of the last",
+                    self.options.recovery_limit
+                ));
             }
         }
         Ok(())
@@ -384,18 +379,13 @@ impl Run {
             // check counts.
             None if self.options.overlap => {}
             None => {
-                let missing = self.not_running();
-                let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
-                let message = format!(
-                    "{} (pid {:?}) at {:.1} s: not recovered within {:?}: {} keys not running on a member that is up, e.g. {}",
+                self.keys_not_recovered(format!(
+                    "{} (pid {:?}) at {:.1} s: not recovered within {:?}",
                     kind.name(),
                     target,
                     since.elapsed().as_secs_f64(),
                     self.options.recovery_limit,
-                    missing.len(),
-                    shown.join(", ")
-                );
-                self.not_recovered(message, missing);
+                ));
             }
         }
         Ok(())
@@ -405,6 +395,19 @@ impl Run {
     /// missing (the final check may find them lost to two faults at once).
     fn not_recovered(&mut self, message: String, missing: Vec<String>) {
         self.unrecovered.push((message, missing));
+    }
+
+    /// [`not_recovered`](Self::not_recovered) with the keys not running
+    /// now, named after `what`.
+    fn keys_not_recovered(&mut self, what: String) {
+        let missing = self.not_running();
+        let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
+        let message = format!(
+            "{what}: {} keys not running on a member that is up, e.g. {}",
+            missing.len(),
+            shown.join(", ")
+        );
+        self.not_recovered(message, missing);
     }
 
     /// Runs `f` on the Redis server, on a blocking thread (it waits for

@@ -470,13 +470,8 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         &ledgers,
         &CheckOptions {
             time_base: TimeBase::Monotonic,
-            lease_stop_after: options.ttl * 2 / 3,
-            settle: options.ttl * 3,
-            notice_within: options.ttl / 3,
-            orphan_exposure: options.ttl * 6,
-            failover_within: options.ttl * 3 / 2,
             end_ns: Some(end_ns),
-            ..CheckOptions::default()
+            ..CheckOptions::for_ttl(options.ttl)
         },
     );
     run.fleet.kill_all().await;
@@ -513,9 +508,9 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
 }
 
 /// The recoveries that did not end in time, but for those whose missing
-/// keys the checker found lost to two faults at once (their process killed
-/// after it stopped them, then Redis's data lost): nothing could restart
-/// those.
+/// keys the checker found lost to two faults at once (their process
+/// killed, then Redis's data lost before anything restarted them): nothing
+/// could restart those.
 fn still_unrecovered(unrecovered: Vec<(String, Vec<String>)>, lost: &[String]) -> Vec<String> {
     unrecovered
         .into_iter()

@@ -175,6 +175,10 @@ impl Node {
         self.inner.check_open()?;
         check_name("job key", key)?;
         let mut pause = SettlePause::new(self.inner.options.dispatch_timeout);
+        // A worker stopped its run of the key though Redis had lost the
+        // run's record (`stopped.lua`): the stop is done, and a later
+        // "not found" only says nothing else runs the key.
+        let mut stopped_here = false;
         loop {
             let (request, rx) = self.inner.register_waiter();
             let body = codec::encode(&KeyedRequest {
@@ -209,11 +213,11 @@ impl Node {
                     // another loss may take the tombstone that keeps it out:
                     // made to stand again then, like a stop answered `Ok`.
                     self.inner.stops_requested.record(key, token);
-                    return self.inner.forget_failed_or_not_found(key).await;
+                    return self.inner.not_found_after(key, stopped_here).await;
                 }
                 Err(Error::JobNotFound(_)) => {
                     self.inner.waiters.remove(&request);
-                    return self.inner.forget_failed_or_not_found(key).await;
+                    return self.inner.not_found_after(key, stopped_here).await;
                 }
                 Err(e) => {
                     self.inner.waiters.remove(&request);
@@ -236,10 +240,21 @@ impl Node {
                     if let Ok(token) = reply.message.parse::<u64>() {
                         self.inner.stops_requested.record(key, token);
                     }
+                    if stopped_here {
+                        return Ok(());
+                    }
                     return Err(Error::JobNotFound(key.to_string()));
                 }
-                // The job moved on before the request got there: again.
-                "retry" => pause.wait().await?,
+                // The job moved on before the request got there, or the
+                // worker stopped its run ("retry <token>") but Redis had
+                // lost the run's record: again, for whatever runs it now.
+                "retry" => {
+                    if let Ok(token) = reply.message.parse::<u64>() {
+                        self.inner.stops_requested.record(key, token);
+                        stopped_here = true;
+                    }
+                    pause.wait().await?;
+                }
                 other => {
                     return Err(Error::Malformed {
                         what: "stop reply",
@@ -509,6 +524,15 @@ impl NodeInner {
     /// The end of a stop of a job that does not run: a job that failed for
     /// good is shown until stopped, and the stop removes its record (`Ok`);
     /// otherwise [`Error::JobNotFound`].
+    /// What a stop answers when nothing runs `key` any more: `Ok` when a
+    /// worker stopped a run of it on this request already.
+    async fn not_found_after(&self, key: &str, stopped_here: bool) -> Result<()> {
+        match self.forget_failed_or_not_found(key).await {
+            Err(Error::JobNotFound(_)) if stopped_here => Ok(()),
+            other => other,
+        }
+    }
+
     async fn forget_failed_or_not_found(&self, key: &str) -> Result<()> {
         if self.store.forget_failed_job(key).await? {
             return Ok(());

@@ -439,7 +439,7 @@ impl WorkerInner {
         } else {
             self.stop_local(&req.key).await;
         }
-        let held = local.is_some() || suspended.is_some();
+        let held = local.or(suspended);
         self.record_stop(node, event, &req, held, target, kept)
             .await
     }
@@ -464,7 +464,7 @@ impl WorkerInner {
         node: &NodeInner,
         event: &Event,
         req: &KeyedRequest,
-        held: bool,
+        held: Option<u64>,
         target: Option<u64>,
         kept: Option<u64>,
     ) -> Result<()> {

@@ -44,9 +44,11 @@ pub(crate) struct StopDone<'a> {
     pub(crate) entry_id: &'a str,
     /// Reply stream key and request id, if someone waits.
     pub(crate) reply: Option<(&'a str, u64)>,
-    /// Whether the worker ran or held the job: a record naming a worker
-    /// that did not is stale (`Retry` while the pool recovers).
-    pub(crate) held: bool,
+    /// The token of the run of the key the worker ran or held (suspended),
+    /// if any: a record naming a worker that held none is stale (`Retry`
+    /// while the pool recovers); with no record at all, the worker's stop
+    /// of this run is `Retry` with the run's token in the reply.
+    pub(crate) held: Option<u64>,
     /// The recovery window after a data loss.
     pub(crate) worker_ttl: Duration,
     /// The token of the run the stop was sent for, if the router knew it:
@@ -64,7 +66,8 @@ call::status!(
     Stopped, "stopped reply" {
         /// Ownership and payload removed, dispatcher answered.
         Ok = "ok",
-        /// The job moved on: the dispatcher sends the request again.
+        /// The job moved on, or Redis lost the record of the run stopped
+        /// here: the dispatcher sends the request again.
         Retry = "retry",
         /// No such job.
         NotFound = "not_found",
@@ -239,7 +242,7 @@ impl PoolStore {
             Value::from(done.worker),
             Value::from(done.entry_id),
             Value::from(request.to_string()),
-            Value::from(if done.held { "1" } else { "0" }),
+            Value::from(done.held.unwrap_or(0).to_string()),
             Value::from(done.worker_ttl.as_millis().to_string()),
             Value::from(done.target.unwrap_or(0).to_string()),
             Value::from(done.kept.unwrap_or(0).to_string()),

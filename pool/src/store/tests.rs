@@ -403,7 +403,10 @@ async fn routing_scripts_answer_each_status() {
     // A stop at w2 for the run with token `target`, w2 holding (`held`) a
     // run with token `kept` it leaves going on (both `None`: not known /
     // none).
-    let stop_at = |key: &'static str, held: bool, target: Option<u64>, kept: Option<u64>| async move {
+    let stop_at = |key: &'static str,
+                   held: Option<u64>,
+                   target: Option<u64>,
+                   kept: Option<u64>| async move {
         s.stopped(StopDone {
             key,
             worker: "w2",
@@ -419,7 +422,7 @@ async fn routing_scripts_answer_each_status() {
         .unwrap()
     };
     let stop_run = |key: &'static str, target: Option<u64>, kept: Option<u64>| {
-        stop_at(key, true, target, kept)
+        stop_at(key, Some(t2), target, kept)
     };
     let stop = |key: &'static str| stop_run(key, None, None);
     assert_eq!(stop("j1").await, Stopped::Retry, "pending at w2");
@@ -437,13 +440,28 @@ async fn routing_scripts_answer_each_status() {
     assert_eq!(behind, Stopped::Retry, "the worker runs a newer run");
     assert_eq!(stop("j1").await, Stopped::Ok);
     // Again, at a worker that no longer holds it: not found.
-    assert_eq!(stop_at("j1", false, None, None).await, Stopped::NotFound);
+    assert_eq!(stop_at("j1", None, None, None).await, Stopped::NotFound);
     // That answer is a tombstone too: no older copy re-asserts over it.
     assert_eq!(
         s.reassert("j1", "w1", t2, stored("j1"), Reassert::Running, TTL)
             .await
             .unwrap(),
         Reasserted::Lost
+    );
+
+    // A worker stopped the run it held, but Redis has no record of the key
+    // (lost with its data): `Retry`, and no tombstone, which would refuse
+    // a newer run of the key that Redis lost too.
+    assert_eq!(
+        stop_at("lost", Some(500), Some(500), None).await,
+        Stopped::Retry
+    );
+    assert_eq!(
+        s.reassert("lost", "w1", 501, stored("lost"), Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok,
+        "a newer run re-asserts"
     );
 
     f.orphan("o1", "w1").await;
@@ -477,7 +495,7 @@ async fn routing_scripts_answer_each_status() {
             inbox: &f.inbox("w2"),
             entry_id: "1-2",
             reply: None,
-            held: false,
+            held: None,
             worker_ttl: TTL,
             target: None,
             kept: None,

@@ -248,7 +248,7 @@ async fn time_based_tokens_round_trip_through_every_job_record() {
     b.close().await.unwrap();
 }
 
-async fn eventually_owner(node: &Node, key: &str, worker: &str, token: u64) {
+pub(super) async fn eventually_owner(node: &Node, key: &str, worker: &str, token: u64) {
     wait_until(
         Duration::from_secs(5),
         "the replica shows the owner",

@@ -54,3 +54,67 @@ async fn a_held_job_stopped_after_redis_lost_its_record_answers_ok() {
     assert!(node.inner.stops_requested.covers("k", token));
     node.close().await.unwrap();
 }
+
+/// A stop carried out late does not fence out a newer admission of the key
+/// (chaos CI, seed 7 with `--overlap`): a worker stopped an older run on
+/// request and was cut off before it could record the stop; the stop was
+/// answered meanwhile by the run's new owner, the key was admitted again,
+/// and Redis then lost its data. The late record found no record of the
+/// key and laid a tombstone issued at that moment, above the newer run's
+/// token: the newer run's re-assertion was refused, the job stopped, and
+/// the key was admitted again 3 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_stop_of_an_older_run_does_not_fence_out_a_newer_admission() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("late-stop");
+    let handler = Counting::default();
+    let (client, a, b, wa, wb) = two_nodes_with(&server, &name, handler.clone()).await;
+    let key = key_placed_on(&a, &wa).await;
+    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    wait_until(Duration::from_secs(10), "the job runs on a", || {
+        let runs = wa.job_token(&key).is_some();
+        async move { runs }
+    })
+    .await
+    .unwrap();
+    let newer = wa.job_token(&key).unwrap();
+    // `wb` still holds an older run of the key, and a stop for that run
+    // reaches it only now, its dispatcher long answered.
+    let older = newer - 1_000_000;
+    wb.inner.jobs.insert(key.clone(), local_job(&key, older));
+    // Redis lost the newer run's record and payload (an empty restart).
+    let jobs_hash = a.inner.store.maps.jobs_map().keys_info().hash.clone();
+    forget_in_redis(
+        &client,
+        &[jobs_hash, crate::keys::payloads(&a.inner.store.pool)],
+        &key,
+    )
+    .await;
+    let stop = crate::codec::encode(&crate::codec::KeyedRequest {
+        key: key.clone(),
+        payload: Vec::new(),
+        reply: Some(crate::codec::ReplyTo {
+            node: b.id().to_string(),
+            request: u64::MAX,
+        }),
+        hops: 0,
+    });
+    let inbox = b.inner.inbox(wb.id()).unwrap();
+    inbox.add(&format!("stop {older}"), stop).await.unwrap();
+    let inbox_key = inbox.key().to_string();
+    wait_until(Duration::from_secs(10), "b carried out the stop", || async {
+        let len: u64 = client.xlen(&inbox_key).await.unwrap();
+        len == 0 && wb.job_token(&key).is_none()
+    })
+    .await
+    .unwrap();
+
+    // `wa` re-asserts what it runs, as its recovery from the loss does: the
+    // newer run is not the one stopped, and goes on.
+    a.inner.reconcile(&wa.inner).await.unwrap();
+    assert_eq!(wa.job_token(&key), Some(newer), "the newer run was stopped");
+    assert_eq!(handler.stops.load(Ordering::SeqCst), 0);
+    crate::tests::data_loss::eventually_owner(&a, &key, wa.id(), newer).await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

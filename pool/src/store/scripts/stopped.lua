@@ -2,7 +2,8 @@
 -- removed, inbox entry removed, dispatcher answered.
 -- KEYS: base, 9 worker inbox, 10 reply stream
 -- ARGV: base, 4 job key, 5 worker id, 6 inbox entry id, 7 reply request (0),
---       8 '1' if the worker ran or held the job (suspended) | '0',
+--       8 the token of the run the worker ran or held (suspended) ('0':
+--       none),
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
 --       token of the run the stop was sent for ('0': not known), 11 the
 --       token of the worker's own newer run it left going on ('0': none)
@@ -10,7 +11,9 @@
 -- token after 'ok' ("<request> ok <token>") and the tombstone's after
 -- 'not_found': the dispatcher remembers it, to make the stop stand again if
 -- Redis goes back in time (the worker that stopped the run may be gone by
--- then).
+-- then). A 'retry' after the worker stopped its run names that run too
+-- ("<request> retry <token>"): the stop is done here, whatever the
+-- dispatcher finds when it sends it again.
 -- Returns 'ok' | 'retry' (the job moved on or is about to start elsewhere,
 -- or the pool recovers and its run may not have re-asserted yet: the
 -- dispatcher sends the request again) | 'not_found'
@@ -20,6 +23,7 @@ local stopped_token = 0
 local record = mget(JOBS, key)
 local owner = owner_of(record)
 local recorded = tonumber(record and string.match(record, ' (%d+)$') or '') or 0
+local held = tonumber(ARGV[8]) or 0
 local target = tonumber(ARGV[10]) or 0
 local kept = tonumber(ARGV[11]) or 0
 if target > 0 and kept > target then
@@ -33,7 +37,7 @@ elseif record and target > 0 and recorded > target then
   -- in time, or moved on by a cleanup): the dispatcher, if it still
   -- waits, sends it again for the run that goes on now.
   status = 'retry'
-elseif owner == ARGV[5] and ARGV[8] == '0' and recovering(tonumber(ARGV[9])) then
+elseif owner == ARGV[5] and held == 0 and recovering(tonumber(ARGV[9])) then
   -- A record naming a worker that does not hold the job, while the pool
   -- recovers from Redis going back in time: it may predate the hand-off
   -- or restart of a run that goes on elsewhere and has not re-asserted
@@ -43,7 +47,7 @@ elseif owner == ARGV[5] then
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
   stopped_token = recorded
-  if ARGV[8] == '0' then
+  if held == 0 then
     -- A stale record: a tombstone token, so that no older copy of the run
     -- can re-assert over the stop (reassert.lua refuses a lower token).
     stopped_token = next_token(key)
@@ -51,25 +55,31 @@ elseif owner == ARGV[5] then
   status = 'ok'
 elseif owner or mget(PENDING, key) then
   status = 'retry'
-elseif ARGV[8] == '0' and recovering(tonumber(ARGV[9])) then
+elseif held == 0 and recovering(tonumber(ARGV[9])) then
   -- No record while the pool recovers from Redis going back in time: the
   -- run may go on on a worker that has not re-asserted it yet (the record
   -- the router found was a stale one, released meanwhile). Ask again once
   -- it has.
   status = 'retry'
+elseif held > 0 then
+  -- The worker ran or held the job, and stopped it, but Redis has no
+  -- record: it lost it (an empty restart, a rollback) after the stop was
+  -- routed here. No tombstone from here: the worker may have been cut off
+  -- since the stop was routed, the stop answered meanwhile by the run's
+  -- next owner, and the key admitted again, its record lost with the same
+  -- data; a token issued now would be above that newer run's and refuse
+  -- its re-assertion. The dispatcher, if it still waits, sends the stop
+  -- again (after the pool recovered) and so stops whatever runs the key
+  -- then, or leaves the tombstone itself; the reply names the run stopped
+  -- here, so that "not found" then still means the stop is done.
+  stopped_token = held
+  status = 'retry'
 else
   -- No record and no guard: a tombstone token, as `to_owner.lua` leaves
   -- for a stop it finds nothing for, so that no copy held by a cut-off
-  -- worker re-asserts over it. The dispatcher gets the token either way,
-  -- to make the stop stand again if Redis goes back in time.
+  -- worker re-asserts over it. The dispatcher gets the token, to make the
+  -- stop stand again if Redis goes back in time.
   stopped_token = next_token(key)
-  if ARGV[8] == '1' then
-    -- The worker ran or held the job, and stopped it: Redis lost its
-    -- record (an empty restart, a rollback) before the stop got here.
-    -- The job was there; the stop is done.
-    redis.call('HDEL', PAYLOADS, key)
-    status = 'ok'
-  end
 end
 stream_remove(KEYS[9], ARGV[6])
 if ARGV[7] ~= '0' then

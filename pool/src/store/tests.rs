@@ -403,10 +403,7 @@ async fn routing_scripts_answer_each_status() {
     // A stop at w2 for the run with token `target`, w2 holding (`held`) a
     // run with token `kept` it leaves going on (both `None`: not known /
     // none).
-    let stop_at = |key: &'static str,
-                   held: Option<u64>,
-                   target: Option<u64>,
-                   kept: Option<u64>| async move {
+    let stop_at = |key: &'static str, held: Option<u64>, target: Option<u64>, kept: Option<u64>| async move {
         s.stopped(StopDone {
             key,
             worker: "w2",

@@ -102,10 +102,14 @@ async fn a_late_stop_of_an_older_run_does_not_fence_out_a_newer_admission() {
     let inbox = b.inner.inbox(wb.id()).unwrap();
     inbox.add(&format!("stop {older}"), stop).await.unwrap();
     let inbox_key = inbox.key().to_string();
-    wait_until(Duration::from_secs(10), "b carried out the stop", || async {
-        let len: u64 = client.xlen(&inbox_key).await.unwrap();
-        len == 0 && wb.job_token(&key).is_none()
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "b carried out the stop",
+        || async {
+            let len: u64 = client.xlen(&inbox_key).await.unwrap();
+            len == 0 && wb.job_token(&key).is_none()
+        },
+    )
     .await
     .unwrap();
 

@@ -235,8 +235,10 @@ impl Node {
                     return Ok(());
                 }
                 "not_found" => {
-                    // "not_found <token>": the tombstone the worker left,
-                    // remembered like a stop answered `Ok` (see above).
+                    // "not_found <token>", from workers of earlier versions
+                    // (this one answers `retry` and leaves the tombstone to
+                    // the next routing): remembered like a stop answered
+                    // `Ok` (see above).
                     if let Ok(token) = reply.message.parse::<u64>() {
                         self.inner.stops_requested.record(key, token);
                     }

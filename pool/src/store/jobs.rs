@@ -66,11 +66,10 @@ call::status!(
     Stopped, "stopped reply" {
         /// Ownership and payload removed, dispatcher answered.
         Ok = "ok",
-        /// The job moved on, or Redis lost the record of the run stopped
-        /// here: the dispatcher sends the request again.
+        /// The job moved on, or Redis has no record of the run stopped
+        /// here (or only a stale one): the dispatcher sends the request
+        /// again.
         Retry = "retry",
-        /// No such job.
-        NotFound = "not_found",
     }
 );
 

@@ -8,17 +8,19 @@
 --       token of the run the stop was sent for ('0': not known), 11 the
 --       token of the worker's own newer run it left going on ('0': none)
 -- The dispatcher's reply is "<request> <status>", with the stopped run's
--- token after 'ok' ("<request> ok <token>") and the tombstone's after
--- 'not_found': the dispatcher remembers it, to make the stop stand again if
--- Redis goes back in time (the worker that stopped the run may be gone by
--- then). A 'retry' after the worker stopped its run names that run too
+-- token after 'ok' ("<request> ok <token>"): the dispatcher remembers it,
+-- to make the stop stand again if Redis goes back in time (the worker that
+-- stopped the run may be gone by then). A 'retry' after the worker stopped
+-- its run, or removed a stale record of one, names that run too
 -- ("<request> retry <token>"): the stop is done here, whatever the
 -- dispatcher finds when it sends it again.
 -- Returns 'ok' | 'retry' (the job moved on or is about to start elsewhere,
--- or the pool recovers and its run may not have re-asserted yet: the
--- dispatcher sends the request again) | 'not_found'
+-- or the pool recovers and its run may not have re-asserted yet, or Redis
+-- has no record of the run stopped here: the dispatcher sends the request
+-- again). Tombstones (a fencing token above every copy of a stopped run)
+-- are left by `to_owner.lua` alone, for a dispatcher that still waits.
 local key = ARGV[4]
-local status = 'not_found'
+local status = 'retry'
 local stopped_token = 0
 local record = mget(JOBS, key)
 local owner = owner_of(record)
@@ -43,43 +45,36 @@ elseif owner == ARGV[5] and held == 0 and recovering(tonumber(ARGV[9])) then
   -- or restart of a run that goes on elsewhere and has not re-asserted
   -- yet. Ask again once it has (stopping here would be undone by it).
   status = 'retry'
-elseif owner == ARGV[5] then
+elseif owner == ARGV[5] and held > 0 then
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
   stopped_token = recorded
-  if held == 0 then
-    -- A stale record: a tombstone token, so that no older copy of the run
-    -- can re-assert over the stop (reassert.lua refuses a lower token).
-    stopped_token = next_token(key)
-  end
   status = 'ok'
+elseif owner == ARGV[5] then
+  -- A stale record: the worker holds no run of the key. It goes, and the
+  -- dispatcher sends the stop again, to find the run elsewhere or leave
+  -- the tombstone itself (`to_owner.lua`); the reply names the recorded
+  -- run, so that "not found" then means the stop is done.
+  mdel(JOBS, key)
+  redis.call('HDEL', PAYLOADS, key)
+  stopped_token = recorded
+  status = 'retry'
 elseif owner or mget(PENDING, key) then
   status = 'retry'
-elseif held == 0 and recovering(tonumber(ARGV[9])) then
-  -- No record while the pool recovers from Redis going back in time: the
-  -- run may go on on a worker that has not re-asserted it yet (the record
-  -- the router found was a stale one, released meanwhile). Ask again once
-  -- it has.
-  status = 'retry'
-elseif held > 0 then
-  -- The worker ran or held the job, and stopped it, but Redis has no
-  -- record: it lost it (an empty restart, a rollback) after the stop was
-  -- routed here. No tombstone from here: the worker may have been cut off
-  -- since the stop was routed, the stop answered meanwhile by the run's
-  -- next owner, and the key admitted again, its record lost with the same
-  -- data; a token issued now would be above that newer run's and refuse
-  -- its re-assertion. The dispatcher, if it still waits, sends the stop
-  -- again (after the pool recovered) and so stops whatever runs the key
-  -- then, or leaves the tombstone itself; the reply names the run stopped
-  -- here, so that "not found" then still means the stop is done.
+else
+  -- No record and no guard. If the worker stopped its run, Redis lost the
+  -- run's record (an empty restart, a rollback) after the stop was routed
+  -- here, and the reply names the run stopped here. Either way the
+  -- dispatcher, if it still waits, sends the stop again: while the pool
+  -- recovers it waits for the runs to re-assert, then stops whatever
+  -- runs the key or leaves a tombstone (`to_owner.lua`).
+  -- No tombstone from here: this worker may have been cut off since the
+  -- stop was routed, the stop answered meanwhile by the run's next owner,
+  -- and the key admitted again, its record lost with the same data; a
+  -- token issued now would be above that newer run's and refuse its
+  -- re-assertion (chaos CI, seed 7 with --overlap).
   stopped_token = held
   status = 'retry'
-else
-  -- No record and no guard: a tombstone token, as `to_owner.lua` leaves
-  -- for a stop it finds nothing for, so that no copy held by a cut-off
-  -- worker re-asserts over it. The dispatcher gets the token, to make the
-  -- stop stand again if Redis goes back in time.
-  stopped_token = next_token(key)
 end
 stream_remove(KEYS[9], ARGV[6])
 if ARGV[7] ~= '0' then

@@ -523,9 +523,6 @@ impl NodeInner {
         }
     }
 
-    /// The end of a stop of a job that does not run: a job that failed for
-    /// good is shown until stopped, and the stop removes its record (`Ok`);
-    /// otherwise [`Error::JobNotFound`].
     /// What a stop answers when nothing runs `key` any more: `Ok` when a
     /// worker stopped a run of it on this request already.
     async fn not_found_after(&self, key: &str, stopped_here: bool) -> Result<()> {
@@ -535,6 +532,9 @@ impl NodeInner {
         }
     }
 
+    /// The end of a stop of a job that does not run: a job that failed for
+    /// good is shown until stopped, and the stop removes its record (`Ok`);
+    /// otherwise [`Error::JobNotFound`].
     async fn forget_failed_or_not_found(&self, key: &str) -> Result<()> {
         if self.store.forget_failed_job(key).await? {
             return Ok(());

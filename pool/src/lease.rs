@@ -472,6 +472,13 @@ impl NodeInner {
             Resumed::Moved => return Ok(Restart::Moved),
             Resumed::Claimed => return Ok(Restart::Claimed),
         };
+        // The resume took a round trip: on a slow link, or through a
+        // stall, seconds. Past the lease a cleaner may have moved the job
+        // and another worker started it; the record stays this worker's
+        // (a later resume takes it again, with the next token).
+        if worker.lease_lost.load(Ordering::SeqCst) || !self.lease_valid() {
+            return Ok(Restart::Suspended);
+        }
         let run = Job::new_run(
             key,
             job.payload.clone(),

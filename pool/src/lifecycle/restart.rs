@@ -227,13 +227,21 @@ impl WorkerInner {
             }
         };
         self.lifecycle.forget(&key);
-        self.jobs.insert(
-            key.clone(),
-            LocalJob {
-                token: new_token,
-                ..job.clone()
-            },
-        );
+        let next = LocalJob {
+            token: new_token,
+            ..job.clone()
+        };
+        // The restart took a round trip: past the lease meanwhile (a slow
+        // link, a stall), a cleaner may have moved the job and another
+        // worker started it. Held suspended instead, as a lease loss
+        // leaves a job: the renewals resume it.
+        if self.lease_lost.load(Ordering::SeqCst) || !node.lease_valid() {
+            let mut held = self.suspended.lock().await;
+            self.jobs.remove(&key);
+            held.insert(key, next);
+            return;
+        }
+        self.jobs.insert(key.clone(), next);
         let run = Job::new_run(
             &key,
             job.payload.clone(),

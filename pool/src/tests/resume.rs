@@ -223,3 +223,74 @@ async fn a_held_job_the_cleaner_moves_is_forgotten_not_run() {
     assert_eq!(new_handler.starts.load(Ordering::SeqCst), 1);
     node.close().await.unwrap();
 }
+
+/// A resume answered after the lease lapsed does not start the job (chaos
+/// soak seed 230, `--overlap`): a worker on a slow link resumed its jobs
+/// after a Redis freeze, one resume at a time, each with the lease valid
+/// when sent. One reply came back 1.7 s later, past the lease; a cleaner
+/// had moved the job meanwhile and another worker started it, and the
+/// handler here started it too (an I1 overlap), stopped 170 ms later by the
+/// check after the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let node = short_lease_node(&client, "late-resume").await;
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    wait_until(Duration::from_secs(10), "the job runs", || {
+        let runs = worker.job_token("k").is_some();
+        async move { runs }
+    })
+    .await
+    .unwrap();
+    // Held as a lease loss leaves a job: not running, still recorded here.
+    let (_, job) = worker.inner.jobs.remove("k").unwrap();
+    let starts = handler.starts.load(Ordering::SeqCst);
+
+    // Redis answers nothing for 3 s (a slow link, a stall), longer than the
+    // lease (2 s): a script on another connection holds the server.
+    let blocker = flotilla_testkit::client(&server.url()).await.unwrap();
+    let hold = tokio::spawn(async move {
+        let busy = "local t = redis.call('TIME') \
+                    local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1]) \
+                    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop \
+                    return 1";
+        let _: i64 = fred::prelude::LuaInterface::eval(
+            &blocker,
+            busy,
+            Vec::<String>::new(),
+            vec!["3000000"],
+        )
+        .await
+        .unwrap();
+    });
+    wait_until(Duration::from_secs(5), "the server is held", || async {
+        let script_running = tokio::time::timeout(Duration::from_millis(200), async {
+            let _: String = client.ping(None).await.unwrap();
+        })
+        .await
+        .is_err();
+        script_running
+    })
+    .await
+    .unwrap();
+    assert!(
+        node.inner.lease_valid(),
+        "the lease holds when the resume is sent"
+    );
+    let restarted = node
+        .inner
+        .restart_owned(&worker.inner, "k", job)
+        .await
+        .unwrap();
+    hold.await.unwrap();
+    assert!(matches!(restarted, crate::lease::Restart::Suspended));
+    assert_eq!(
+        handler.starts.load(Ordering::SeqCst),
+        starts,
+        "started after the lease lapsed"
+    );
+    node.close().await.unwrap();
+}

@@ -234,8 +234,17 @@ async fn a_held_job_the_cleaner_moves_is_forgotten_not_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
     let server = RedisServer::start().unwrap();
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let node = short_lease_node(&client, "late-resume").await;
+    let proxy = flotilla_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    // Renewals every second, each given a second; the lease 1 s.
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3))
+        .lease_stop_after(Duration::from_secs(1));
+    let name = flotilla_testkit::unique_name("late-resume");
+    let node = Node::join(&client, &name, options).await.unwrap();
     let handler = Counting::default();
     let worker = Worker::new(&node, handler.clone()).await.unwrap();
     node.dispatch_job("k", &b"p"[..]).await.unwrap();
@@ -248,34 +257,23 @@ async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
     // Held as a lease loss leaves a job: not running, still recorded here.
     let (_, job) = worker.inner.jobs.remove("k").unwrap();
     let starts = handler.starts.load(Ordering::SeqCst);
-
-    // Redis answers nothing for 3 s (a slow link, a stall), longer than the
-    // lease (2 s): a script on another connection holds the server.
-    let blocker = flotilla_testkit::client(&server.url()).await.unwrap();
-    let hold = tokio::spawn(async move {
-        let busy = "local t = redis.call('TIME') \
-                    local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1]) \
-                    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop \
-                    return 1";
-        let _: i64 = fred::prelude::LuaInterface::eval(
-            &blocker,
-            busy,
-            Vec::<String>::new(),
-            vec!["3000000"],
-        )
-        .await
-        .unwrap();
-    });
-    wait_until(Duration::from_secs(5), "the server is held", || async {
-        let script_running = tokio::time::timeout(Duration::from_millis(200), async {
-            let _: String = client.ping(None).await.unwrap();
-        })
-        .await
-        .is_err();
-        script_running
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "a renewal just went through",
+        || {
+            let fresh = node.inner.last_renewal.borrow().elapsed() < Duration::from_millis(300);
+            async move { fresh }
+        },
+    )
     .await
     .unwrap();
+
+    // A slow link: 0.7 s each way. No renewal gets its answer within its
+    // second any more, and the resume, sent while the lease holds, is
+    // answered 1.4 s later, past it.
+    proxy.set_mode(flotilla_testkit::ProxyMode::Delay(Duration::from_millis(
+        700,
+    )));
     assert!(
         node.inner.lease_valid(),
         "the lease holds when the resume is sent"
@@ -285,12 +283,13 @@ async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
         .restart_owned(&worker.inner, "k", job)
         .await
         .unwrap();
-    hold.await.unwrap();
+    assert!(!node.inner.lease_valid(), "the lease lapsed meanwhile");
     assert!(matches!(restarted, crate::lease::Restart::Suspended));
     assert_eq!(
         handler.starts.load(Ordering::SeqCst),
         starts,
         "started after the lease lapsed"
     );
+    proxy.set_mode(flotilla_testkit::ProxyMode::Forward);
     node.close().await.unwrap();
 }

@@ -123,11 +123,13 @@ enum Expect {
     Unknown,
 }
 
-/// The `(failover, exposure)` windows of [`lost_with_killed_holder`], in ns.
-fn killed_holder_windows(options: &CheckOptions) -> (u64, u64) {
+/// The `(failover, exposure, notice)` windows of
+/// [`lost_with_killed_holder`], in ns.
+fn killed_holder_windows(options: &CheckOptions) -> (u64, u64, u64) {
     (
         options.failover_within.as_nanos() as u64,
         options.orphan_exposure.as_nanos() as u64,
+        options.notice_within.as_nanos() as u64,
     )
 }
 
@@ -137,15 +139,18 @@ fn killed_holder_windows(options: &CheckOptions) -> (u64, u64) {
 /// elsewhere: within `failover` of the kill when the run went on until the
 /// kill (the cleanup moves it), within `exposure` when the run had stopped
 /// before on a lease loss (the process held it to re-assert it or give it
-/// back to the orphan sweep, which restarts it one grace later). Two
-/// faults at once (the process, and Redis's data) take every copy.
+/// back to the orphan sweep, which restarts it one grace later). Or the
+/// other way round: the run went on through the loss, and its process was
+/// killed within `notice` after it (before its next renewal could find the
+/// loss and re-assert the key). Two faults at once (the process, and
+/// Redis's data) take every copy.
 fn lost_with_killed_holder(
     key: &str,
     after: u64,
     before: u64,
     intervals: &[Interval],
     faults: &[FaultSpan],
-    (failover, exposure): (u64, u64),
+    (failover, exposure, notice): (u64, u64, u64),
 ) -> bool {
     faults
         .iter()
@@ -158,9 +163,19 @@ fn lost_with_killed_holder(
             else {
                 return false;
             };
-            // Still running at the loss: its process re-asserts it.
+            // Still running at the loss: its process re-asserts it, unless
+            // killed before it could.
             let Some(ended) = last.end.filter(|e| *e <= f.from) else {
-                return false;
+                let lost_by = f.to.unwrap_or(f.from);
+                return last.end.is_some_and(|ended| {
+                    faults.iter().any(|k| {
+                        k.kind == FaultKind::Kill
+                            && k.target == Some(last.pid)
+                            && f.from <= k.from
+                            && ended <= k.from
+                            && k.from <= lost_by + notice
+                    })
+                });
             };
             faults.iter().any(|k| {
                 // Stopped before the kill: held for re-assertion, or left

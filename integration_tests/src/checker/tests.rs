@@ -473,6 +473,26 @@ fn a_key_lost_with_its_killed_holder_and_redis_data_is_counted() {
         );
         assert!(r.lost_with_killed_holder.is_empty());
     }
+    // The other order: an empty restart, and 1 ms after it the holder's
+    // SIGKILL, before its next renewal could find the loss (seed 230);
+    // killed 2 s after the loss, it had time to re-assert the key.
+    let loss_then_kill = |kill_at: u64| {
+        let mut driver = vec![admit(1000, "k")];
+        driver.extend(loss(5000));
+        driver.push(fault(kill_at, FaultKind::Kill, 7, false));
+        let worker = vec![start(7, 1005, "k", "w7", 1)];
+        let options = CheckOptions {
+            end_ns: Some(40_000 * MS),
+            ..CheckOptions::default()
+        };
+        check(&[driver, worker], &options)
+    };
+    let r = loss_then_kill(5021);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.lost_with_killed_holder, ["k"]);
+    let r = loss_then_kill(7020);
+    assert_eq!(kinds(&r), vec!["not_running"]);
+    assert!(r.lost_with_killed_holder.is_empty());
 }
 
 /// A pause that starts 2 ms after the last one's SIGCONT (faults during

@@ -464,7 +464,7 @@ impl NodeInner {
         key: &str,
         job: LocalJob,
     ) -> Result<Restart> {
-        if worker.lease_lost.load(Ordering::SeqCst) || !self.lease_valid() {
+        if !worker.holds_lease(self) {
             return Ok(Restart::Suspended);
         }
         let token = match self.store.resume(key, &worker.id).await? {
@@ -476,7 +476,7 @@ impl NodeInner {
         // stall, seconds. Past the lease a cleaner may have moved the job
         // and another worker started it; the record stays this worker's
         // (a later resume takes it again, with the next token).
-        if worker.lease_lost.load(Ordering::SeqCst) || !self.lease_valid() {
+        if !worker.holds_lease(self) {
             return Ok(Restart::Suspended);
         }
         let run = Job::new_run(

@@ -262,7 +262,7 @@ impl WorkerInner {
 
     /// `Unavailable` ("lease lost") unless this worker holds its lease now.
     fn check_lease(&self, node: &NodeInner) -> Result<()> {
-        if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) || !node.lease_valid() {
+        if !self.holds_lease(node) {
             return Err(Error::Unavailable(fred::error::Error::new(
                 fred::error::ErrorKind::Timeout,
                 "lease lost",

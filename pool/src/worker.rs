@@ -270,6 +270,15 @@ impl RewindState {
 }
 
 impl WorkerInner {
+    /// Whether this worker may start a job now: its lease is not marked
+    /// lost, and the node's last renewal was sent less than
+    /// `lease_stop_after` ago (the clock catches a lapse the watchdog has
+    /// not acted on yet: a pause, a slow reply). Asked again after every
+    /// Redis round trip that precedes a start.
+    pub(crate) fn holds_lease(&self, node: &NodeInner) -> bool {
+        !self.lease_lost.load(std::sync::atomic::Ordering::SeqCst) && node.lease_valid()
+    }
+
     /// Whether `key` runs here or is held suspended (a lease loss moves a
     /// job from one set to the other under the suspended set's lock, which
     /// this holds, so a job in transit is never in neither).

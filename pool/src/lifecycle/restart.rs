@@ -206,7 +206,7 @@ impl WorkerInner {
             self.lifecycle.forget(&key);
             return;
         };
-        if self.lease_lost.load(Ordering::Acquire) || !node.lease_valid() {
+        if !self.holds_lease(&node) {
             // No start without a lease; the watchdog suspends the job and
             // the resume restarts it, else try again shortly.
             self.clone().restart_after(key, token, RETRY_AFTER);
@@ -235,7 +235,7 @@ impl WorkerInner {
         // link, a stall), a cleaner may have moved the job and another
         // worker started it. Held suspended instead, as a lease loss
         // leaves a job: the renewals resume it.
-        if self.lease_lost.load(Ordering::SeqCst) || !node.lease_valid() {
+        if !self.holds_lease(&node) {
             let mut held = self.suspended.lock().await;
             self.jobs.remove(&key);
             held.insert(key, next);

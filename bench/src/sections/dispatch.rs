@@ -110,6 +110,8 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     let redis_cpu_before = redis_cpu_seconds(&ctx.client).await?;
     let cpu_before = process_cpu_seconds();
     let sent = Arc::new(probe::stamps(jobs));
+    // Marks the timed window on stderr, for a profiler's time filter.
+    ctx.progress("dispatch", "throughput run: timed window starts");
     let t0 = Instant::now();
     concurrent(&node, "tp", jobs, ctx.opts.concurrency, Some(sent.clone())).await?;
     let elapsed = t0.elapsed();
@@ -161,7 +163,10 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
                 100.0 * redis_cpu / elapsed.as_secs_f64()
             )),
     );
-    ctx.progress("dispatch", "Redis CPU floor after the run");
+    ctx.progress(
+        "dispatch",
+        "throughput run: timed window ended; Redis CPU floor after the run",
+    );
     let per_dispatch = redis_cpu * 1e6 / jobs as f64;
     let floor_after = super::floor::redis_cpu_floor(ctx, jobs, ctx.opts.concurrency).await?;
     let floor = (floor_before + floor_after) / 2.0;

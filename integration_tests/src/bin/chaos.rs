@@ -45,9 +45,15 @@ struct Args {
     #[arg(long)]
     ledger_dir: Option<PathBuf>,
     /// Only re-check the ledgers (`*.jsonl`) kept in this directory by an
-    /// earlier run (I1, I3, I4; I2 needs the run's end instant).
+    /// earlier run (I1, I3, I4; I2 too with `--end-ms`).
     #[arg(long)]
     recheck: Option<PathBuf>,
+    /// With `--recheck`: the run's end instant, in ms on the ledgers'
+    /// monotonic clock (`mono_ns` / 10^6; e.g. the last fault's end plus
+    /// the recovery window). The keys believed running must run then (I2);
+    /// the keys lost to two faults at once are listed.
+    #[arg(long, requires = "recheck")]
+    end_ms: Option<f64>,
     /// Path of the flotilla-test-worker binary (default: next to this one).
     #[arg(long)]
     worker_binary: Option<PathBuf>,
@@ -112,7 +118,7 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     if let Some(dir) = args.recheck {
-        return recheck(&dir, args.ttl_ms);
+        return recheck(&dir, args.ttl_ms, args.end_ms);
     }
     let mut options = ChaosOptions::default()
         .duration(args.duration)
@@ -200,7 +206,7 @@ async fn interrupted() -> &'static str {
     }
 }
 
-fn recheck(dir: &std::path::Path, ttl_ms: u64) -> ExitCode {
+fn recheck(dir: &std::path::Path, ttl_ms: u64, end_ms: Option<f64>) -> ExitCode {
     let mut ledgers = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -228,9 +234,22 @@ fn recheck(dir: &std::path::Path, ttl_ms: u64) -> ExitCode {
         }
     }
     let ttl = Duration::from_millis(ttl_ms);
-    let report = check(&ledgers, &CheckOptions::for_ttl(ttl));
+    let report = check(
+        &ledgers,
+        &CheckOptions {
+            end_ns: end_ms.map(|ms| (ms * 1e6) as u64),
+            ..CheckOptions::for_ttl(ttl)
+        },
+    );
     for v in &report.violations {
         println!("VIOLATION: {v}");
+    }
+    if end_ms.is_some() {
+        println!(
+            "lost with a killed holder and Redis's data (two faults): {} keys {}",
+            report.lost_with_killed_holder.len(),
+            report.lost_with_killed_holder.join(" ")
+        );
     }
     println!(
         "{} ledgers, {} intervals, {} admissions, {} stale windows, {} moves checked, {} violations",

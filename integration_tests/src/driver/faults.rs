@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::fleet::Health;
 use super::{ChaosError, Run};
+use crate::clock::mono_ns;
 use crate::ledger::{FaultKind, Record};
 
 /// How many of the keys that came back last a worst recovery names.
@@ -394,7 +395,11 @@ impl Run {
     /// Notes a recovery that did not end in time, with the keys still
     /// missing (the final check may find them lost to two faults at once).
     fn not_recovered(&mut self, message: String, missing: Vec<String>) {
-        self.unrecovered.push((message, missing));
+        self.unrecovered.push(super::Unrecovered {
+            message,
+            missing,
+            at_ns: mono_ns(),
+        });
     }
 
     /// [`not_recovered`](Self::not_recovered) with the keys not running

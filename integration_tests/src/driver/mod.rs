@@ -300,8 +300,9 @@ pub(crate) struct Run {
     /// While a fault's recovery is observed: the keys still not running
     /// at the last poll.
     still_missing: Vec<String>,
-    /// Recoveries that did not end in time, each with the keys it missed.
-    unrecovered: Vec<(String, Vec<String>)>,
+    /// Recoveries that did not end in time, each with the keys it missed
+    /// and when it found them missing (`mono_ns`).
+    unrecovered: Vec<Unrecovered>,
     /// Cuts injected so far (they rotate through the proxy's modes).
     cuts: usize,
     /// The port of a primary killed by a failover, to start again as a
@@ -489,7 +490,17 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         faults: run.faults,
         worst_recovery_by_kind: run.recovery,
         last_to_recover_by_kind: run.last_to_recover,
-        unrecovered: still_unrecovered(run.unrecovered, &report.lost_with_killed_holder),
+        unrecovered: still_unrecovered(run.unrecovered, |at_ns| {
+            check(
+                &ledgers,
+                &CheckOptions {
+                    time_base: TimeBase::Monotonic,
+                    end_ns: Some(at_ns),
+                    ..CheckOptions::for_ttl(options.ttl)
+                },
+            )
+            .lost_with_killed_holder
+        }),
         final_convergence: final_recovery,
         dispatch_ok: stats.dispatch_ok,
         dispatch_exists: stats.dispatch_exists,
@@ -507,15 +518,53 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     Ok(summary)
 }
 
+/// A recovery that did not end in time.
+struct Unrecovered {
+    message: String,
+    /// The keys believed running that ran on no member that was up.
+    missing: Vec<String>,
+    /// When they were found missing (`mono_ns`).
+    at_ns: u64,
+}
+
 /// The recoveries that did not end in time, but for those whose missing
 /// keys the checker found lost to two faults at once (their process
 /// killed, then Redis's data lost before anything restarted them): nothing
-/// could restart those.
-fn still_unrecovered(unrecovered: Vec<(String, Vec<String>)>, lost: &[String]) -> Vec<String> {
+/// could restart those. Each is judged at its own instant (`lost_at`: the
+/// keys lost to two faults then), since the load may stop such a key
+/// before the run ends.
+fn still_unrecovered(
+    unrecovered: Vec<Unrecovered>,
+    lost_at: impl Fn(u64) -> Vec<String>,
+) -> Vec<String> {
     unrecovered
         .into_iter()
-        .filter(|(_, missing)| missing.is_empty() || !missing.iter().all(|k| lost.contains(k)))
-        .map(|(message, _)| message)
+        .filter_map(|u| {
+            if u.missing.is_empty() {
+                return Some(u.message);
+            }
+            let lost = lost_at(u.at_ns);
+            // Name the keys that matter: those not lost to two faults.
+            let others: Vec<&str> = u
+                .missing
+                .iter()
+                .filter(|k| !lost.contains(k))
+                .map(String::as_str)
+                .collect();
+            if others.is_empty() {
+                return None;
+            }
+            if others.len() == u.missing.len() {
+                return Some(u.message);
+            }
+            let shown: Vec<&str> = others.iter().take(10).copied().collect();
+            Some(format!(
+                "{}; {} of them not lost to two faults: {}",
+                u.message,
+                others.len(),
+                shown.join(", ")
+            ))
+        })
         .collect()
 }
 
@@ -549,5 +598,48 @@ impl Run {
             .collect();
         missing.sort();
         missing
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Unrecovered, still_unrecovered};
+
+    fn entry(message: &str, missing: &[&str], at_ns: u64) -> Unrecovered {
+        Unrecovered {
+            message: message.to_string(),
+            missing: missing.iter().map(|k| k.to_string()).collect(),
+            at_ns,
+        }
+    }
+
+    /// Each entry is judged against the keys lost to two faults at its own
+    /// instant: all lost, it goes; some not, it stays and names them.
+    #[test]
+    fn unrecovered_keys_are_judged_at_their_own_instant() {
+        let lost_at = |at_ns: u64| -> Vec<String> {
+            match at_ns {
+                // A key the load stopped later is lost only at this instant.
+                10 => vec!["a".into(), "b".into()],
+                _ => vec!["a".into()],
+            }
+        };
+        let kept = still_unrecovered(
+            vec![
+                entry("all lost then", &["a", "b"], 10),
+                entry("one not lost", &["a", "b"], 20),
+                entry("none lost", &["c"], 10),
+                entry("no keys", &[], 20),
+            ],
+            lost_at,
+        );
+        assert_eq!(
+            kept,
+            vec![
+                "one not lost; 1 of them not lost to two faults: b".to_string(),
+                "none lost".to_string(),
+                "no keys".to_string(),
+            ]
+        );
     }
 }

@@ -189,7 +189,7 @@ impl WorkerInner {
     }
 
     /// Starts the next run of a failed job, if it still waits here.
-    async fn restart(self: Arc<Self>, key: String, token: u64) {
+    pub(crate) async fn restart(self: Arc<Self>, key: String, token: u64) {
         let Some(node) = self.node() else { return };
         let _ops = self.ops.read().await;
         let _key = self.lock_key(&key).await;

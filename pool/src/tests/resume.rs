@@ -293,3 +293,96 @@ async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
     proxy.set_mode(flotilla_testkit::ProxyMode::Forward);
     node.close().await.unwrap();
 }
+
+/// A handler that keeps each run's outcome handle, so the test can fail a
+/// run.
+#[derive(Clone, Default)]
+struct Failing {
+    starts: Arc<AtomicUsize>,
+    outcome: Arc<std::sync::Mutex<Option<crate::JobOutcome>>>,
+}
+
+#[async_trait]
+impl Handler for Failing {
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        self.starts.fetch_add(1, Ordering::SeqCst);
+        *self.outcome.lock().unwrap() = Some(job.outcome());
+        Ok(())
+    }
+    async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// The restart of a failed run checks the lease again once Redis answered
+/// it, as a resume does (above): sent while the lease held, answered past
+/// it, it holds the job suspended instead of starting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_answered_after_the_lease_lapsed_does_not_start_the_job() {
+    let server = RedisServer::start().unwrap();
+    let proxy = flotilla_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    // Renewals every second, each given a second; the lease 1 s. The
+    // backoff is long: the test makes the restart itself, when it wants.
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3))
+        .lease_stop_after(Duration::from_secs(1))
+        .restart_policy(
+            crate::RestartPolicy::default()
+                .first_delay(Duration::from_secs(3600))
+                .max_delay(Duration::from_secs(3600)),
+        );
+    let name = flotilla_testkit::unique_name("late-restart");
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let handler = Failing::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    let token = worker.job_token("k").expect("the job runs");
+
+    // The run fails: recorded in Redis, the job waits for its restart.
+    let outcome = handler.outcome.lock().unwrap().take().unwrap();
+    outcome.failed("boom");
+    wait_until(Duration::from_secs(10), "the restart is due", || {
+        let waiting = worker.inner.lifecycle.restarting() == 1;
+        async move { waiting }
+    })
+    .await
+    .unwrap();
+    let starts = handler.starts.load(Ordering::SeqCst);
+    wait_until(
+        Duration::from_secs(5),
+        "a renewal just went through",
+        || {
+            let fresh = node.inner.last_renewal.borrow().elapsed() < Duration::from_millis(300);
+            async move { fresh }
+        },
+    )
+    .await
+    .unwrap();
+
+    // A slow link: the restart, sent while the lease holds, is answered
+    // 1.4 s later, past it.
+    proxy.set_mode(flotilla_testkit::ProxyMode::Delay(Duration::from_millis(
+        700,
+    )));
+    assert!(
+        node.inner.lease_valid(),
+        "the lease holds when the restart is sent"
+    );
+    worker.inner.clone().restart("k".to_string(), token).await;
+    assert!(!node.inner.lease_valid(), "the lease lapsed meanwhile");
+    assert_eq!(
+        handler.starts.load(Ordering::SeqCst),
+        starts,
+        "started after the lease lapsed"
+    );
+    assert!(
+        worker.inner.suspended.lock().await.contains_key("k"),
+        "held suspended, for the renewals to resume"
+    );
+    proxy.set_mode(flotilla_testkit::ProxyMode::Forward);
+    node.close().await.unwrap();
+}

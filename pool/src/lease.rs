@@ -237,7 +237,7 @@ impl NodeInner {
                     tracing::info!(key, worker = %worker.id, "suspended job left to the orphan sweep");
                     worker.suspended.lock().await.remove(&key);
                 }
-                Ok(Reasserted::Lost) => {
+                Ok(Reasserted::Lost | Reasserted::Pending) => {
                     worker.suspended.lock().await.remove(&key);
                 }
                 Err(e) => {
@@ -286,6 +286,24 @@ impl NodeInner {
                 self.options.worker_ttl,
             )
             .await?;
+        if outcome == Reasserted::Pending {
+            // Given way to a newer admission or hand-off that has not
+            // started: until it does, Redis holds the only copy, and a
+            // second loss (a restart, a rollback) would take it. Kept as
+            // a hand-off is (`handoffs.rs`), under the next token: any
+            // token issued since this run's (that admission's, a stop's
+            // tombstone) is at least that, so the payload is given back
+            // only when Redis holds nothing newer than this run.
+            worker.handed_off.record_orphan(
+                crate::handoffs::HandedOff {
+                    key: key.to_string(),
+                    token: job.token + 1,
+                    created_at_ms: job.created_at_ms,
+                    body: job.raw_body.clone(),
+                },
+                self.orphan_exposure(),
+            );
+        }
         if outcome == Reasserted::Orphaned {
             // Redis now holds the only copy, until the sweep requeued it
             // and a worker started it: a second loss before then would take
@@ -450,7 +468,7 @@ impl NodeInner {
                 tracing::info!(key, worker = %worker.id, "suspended job Redis did not hold left to the orphan sweep");
                 Ok(Restart::Left)
             }
-            Reasserted::Lost => Ok(Restart::Moved),
+            Reasserted::Lost | Reasserted::Pending => Ok(Restart::Moved),
         }
     }
 

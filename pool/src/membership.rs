@@ -224,7 +224,7 @@ impl NodeInner {
                                 Ok(Reasserted::Orphaned) => {
                                     tracing::info!(key, worker = %worker.id, "closing: a job Redis did not hold left to the orphan sweep");
                                 }
-                                Ok(Reasserted::Lost) => {}
+                                Ok(Reasserted::Lost | Reasserted::Pending) => {}
                                 Err(e) => {
                                     tracing::warn!(key, error = %e, "closing: giving back a job Redis did not hold failed");
                                 }

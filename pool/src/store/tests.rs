@@ -423,6 +423,14 @@ async fn routing_scripts_answer_each_status() {
     };
     let stop = |key: &'static str| stop_run(key, None, None);
     assert_eq!(stop("j1").await, Stopped::Retry, "pending at w2");
+    // An older run re-asserted while the hand-off waits gives way to it,
+    // and says the newer start has not happened yet (changing nothing).
+    assert_eq!(
+        s.reassert("j1", "w1", t2 - 1, stored("j1"), Reassert::Suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Pending
+    );
     let entry = f.entry_ids("w2").await.pop().unwrap();
     let start = f.start("j1", t2, "w2", &entry);
     assert_eq!(s.claim_start(&start).await.unwrap(), Claimed::Ok);

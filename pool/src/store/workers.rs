@@ -29,6 +29,10 @@ call::status!(
         Ok = "ok",
         /// Another start of the job is newer: it is not the worker's.
         Lost = "lost",
+        /// A newer admission or hand-off of the job, not started yet (its
+        /// pending guard), holds it: it is not the worker's, and Redis
+        /// alone holds the job until that start.
+        Pending = "pending",
         /// Payload restored, ownership not taken (the orphan sweep
         /// requeues it).
         Orphaned = "orphaned",

@@ -334,3 +334,98 @@ async fn orphans_a_reassert_left_survive_a_second_loss(loss: Loss) {
     }
     node.close().await.unwrap();
 }
+
+/// A worker holding jobs suspended (its lease lapsed: a cut, a pause)
+/// while Redis lost their records finds, when it re-asserts them, newer
+/// admissions of their keys that have not started yet: a dispatch retried
+/// while the worker was out of reach and nothing in Redis knew the keys.
+/// The worker gives way to them. If Redis then loses those admissions too
+/// (a second restart or rollback before they started), the jobs must not
+/// run nowhere: the worker remembers what it gave way to and gives the
+/// payloads back, as for a hand-off (chaos soak seed 241, `--overlap`: a
+/// rollback while the holder was cut, a dispatch of the key 73 ms after
+/// the cut healed, then an empty restart; the key ran nowhere for 17 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_given_way_to_admissions_a_rollback_lost_run_again() {
+    jobs_given_way_to_lost_admissions_run_again(Loss::Rollback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_given_way_to_admissions_an_empty_restart_lost_run_again() {
+    jobs_given_way_to_lost_admissions_run_again(Loss::Empty).await;
+}
+
+async fn jobs_given_way_to_lost_admissions_run_again(loss: Loss) {
+    let mut server = loss.server();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("given-way");
+    // Mirroring: the test writes the pending map by its key.
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let ledger = Ledger::default();
+    let worker = Worker::new(&node, ledger.clone()).await.unwrap();
+    let keys: Vec<String> = (0..8).map(|i| format!("g{i}")).collect();
+    for k in &keys {
+        node.dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    // The worker's lease lapses: it stops its jobs and holds them
+    // suspended, out of Redis's sight.
+    let mut held = Vec::new();
+    for k in &keys {
+        let (_, job) = worker.inner.jobs.remove(k).unwrap();
+        worker.inner.stop_handler(k).await.unwrap();
+        held.push((k.clone(), job));
+    }
+    // The first loss takes their records.
+    super::flushall(&client).await;
+    let mark = loss.mark(&server);
+    // A newer admission of each key, not started yet: its token issued,
+    // its pending guard standing (the start entry waits at an owner).
+    let store = &node.inner.store;
+    let pending_hash = store.maps.pending_map().keys_info().hash.clone();
+    let fencing = crate::keys::fencing(&store.pool);
+    let now_ms = store.server_time_ms().await.unwrap();
+    for (k, job) in &held {
+        let newer = job.token + 1_000;
+        let guard = format!("{newer} {} n-elsewhere/1", now_ms + 60_000);
+        let _: () = client
+            .hset(pending_hash.as_str(), (k.as_str(), guard))
+            .await
+            .unwrap();
+        let _: () = client
+            .hset(fencing.as_str(), (k.as_str(), newer.to_string()))
+            .await
+            .unwrap();
+    }
+    // The worker comes back and re-asserts: each key is another
+    // admission's now.
+    for (k, job) in &held {
+        let outcome = node
+            .inner
+            .reassert(&worker.inner, k, job, crate::lease::Reassert::Suspended)
+            .await
+            .unwrap();
+        assert_ne!(outcome, crate::store::Reasserted::Ok, "{k}");
+        assert_ne!(outcome, crate::store::Reasserted::Orphaned, "{k}");
+        worker.inner.suspended.lock().await.remove(k);
+    }
+    // The second loss takes those admissions before they started.
+    loss.lose(&mut server, mark);
+    if let Err(e) = wait_until(Duration::from_secs(30), "the jobs run again", || async {
+        let running = ledger.running();
+        keys.iter().all(|k| running.contains(k))
+    })
+    .await
+    {
+        let running = ledger.running();
+        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(*k)).collect();
+        panic!("{e}: {missing:?} run nowhere");
+    }
+    for k in &keys {
+        assert_eq!(ledger.starts(k), 2, "{k}: started once, then once again");
+    }
+    node.close().await.unwrap();
+}

@@ -20,7 +20,10 @@
 -- stale: Redis went back in time and lost the start the worker holds (a
 -- hand-off to it, a restart here). The newer token wins, as fencing says.
 -- A guard with the worker's own token is the admission of that very start.
--- Returns 'ok' | 'lost' | 'orphaned' (payload restored, ownership not taken)
+-- Returns 'ok' | 'lost' | 'pending' (lost to a newer admission or hand-off
+-- of the key that has not started yet: the caller remembers what it gave
+-- way to, as for a hand-off, in case Redis loses that too) | 'orphaned'
+-- (payload restored, ownership not taken)
 local key, worker = ARGV[4], ARGV[5]
 local mine = tonumber(ARGV[6])
 -- The payload is this run's unless Redis holds one of this admission or
@@ -58,7 +61,7 @@ if p then
   -- A guard with this worker's own token is its own start, admitted before
   -- the state Redis went back to and started after it: take it.
   local guarded = tonumber(string.match(p, '^(%d+)') or '')
-  if not (guarded and guarded <= mine) then return 'lost' end
+  if not (guarded and guarded <= mine) then return 'pending' end
   mdel(PENDING, key)
 end
 local current = tonumber(redis.call('HGET', FENCING, key) or '0')

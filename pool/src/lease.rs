@@ -287,6 +287,7 @@ impl NodeInner {
             )
             .await?;
         if outcome == Reasserted::Pending {
+            tracing::info!(key, worker = %worker.id, token = job.token, "re-asserted job gives way to a newer admission not started yet; kept until it starts");
             // Given way to a newer admission or hand-off that has not
             // started: until it does, Redis holds the only copy, and a
             // second loss (a restart, a rollback) would take it. Kept as

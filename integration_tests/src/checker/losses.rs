@@ -70,15 +70,32 @@ pub(super) fn check_admissions(
         }
         covered.is_some_and(|c| c >= until)
     };
+    let (_, exposure, _) = windows;
     let lost_out_of_reach = |key: &str, prev: u64, t: u64| {
         faults.iter().any(|f| {
             let lost_by = f.to.unwrap_or(f.from);
-            let holders: Vec<&Interval> = intervals
+            let mut holders: Vec<&Interval> = intervals
                 .iter()
                 .filter(|iv| {
                     iv.key == key && iv.start <= lost_by && iv.end.is_none_or(|e| e > f.from)
                 })
                 .collect();
+            if holders.is_empty() {
+                // No run across the loss: the last run before it stopped
+                // without a request (a lease loss), and its process holds
+                // the key, to re-assert it or give it back to Redis (an
+                // orphan it remembers) for `exposure`.
+                holders.extend(
+                    intervals
+                        .iter()
+                        .filter(|iv| iv.key == key && iv.start < f.from)
+                        .max_by_key(|iv| iv.start)
+                        .filter(|iv| {
+                            iv.end
+                                .is_some_and(|e| e <= f.from && f.from - e <= exposure)
+                        }),
+                );
+            }
             f.kind.loses_data()
                 && prev < f.from
                 && lost_by < t

@@ -416,6 +416,59 @@ fn a_readmission_while_every_holder_is_out_of_reach_since_a_loss_is_counted() {
     }
 }
 
+/// A key whose process stopped it on a lease loss and holds it (to
+/// re-assert it, or to give it back to Redis as an orphan it remembers),
+/// lost by Redis while that process is out of reach until the key is
+/// admitted again, is counted, not flagged (chaos seed 251, the CI overlap
+/// configuration: an empty restart 41 ms before a cut of the holder, 8.7 s
+/// after its lease-loss stop, the key admitted again during the cut). The
+/// holder back in reach long enough, or the loss past the exposure window
+/// after the stop, is a violation.
+#[test]
+fn a_readmission_while_the_process_holding_a_stopped_run_is_out_of_reach_is_counted() {
+    let untargeted = |at: u64, kind: FaultKind, end: bool| {
+        line(
+            1,
+            at,
+            Record::Fault {
+                kind,
+                target: None,
+                end,
+            },
+        )
+    };
+    let run = |loss_at: u64, cut_from: u64| {
+        let driver = vec![
+            admit(1000, "k"),
+            fault(1500, FaultKind::Cut, 7, false),
+            fault(5500, FaultKind::Cut, 7, true),
+            untargeted(loss_at, FaultKind::RestartEmpty, false),
+            untargeted(loss_at + 15, FaultKind::RestartEmpty, true),
+            fault(cut_from, FaultKind::Cut, 7, false),
+            fault(cut_from + 4000, FaultKind::Cut, 7, true),
+            admit(cut_from + 2000, "k"),
+        ];
+        // "k" ran on process 7 until its lease lapsed in the first cut.
+        let workers = vec![start(7, 998, "k", "w7", 1), stop(7, 2500, "k", "w7")];
+        let others = vec![start(8, cut_from + 1998, "k", "w8", 2)];
+        check(&[driver, workers, others], &CheckOptions::default())
+    };
+    let r = run(10_000, 10_040);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    // Back in reach for 3 s after the loss; or the loss 13.5 s after the
+    // stop, past the exposure window (6 TTLs of 2 s).
+    for (loss_at, cut_from) in [(10_000, 13_000), (16_000, 16_040)] {
+        let r = run(loss_at, cut_from);
+        assert_eq!(
+            kinds(&r),
+            vec!["double"],
+            "loss at {loss_at}, cut from {cut_from}"
+        );
+        assert_eq!(r.readmitted_after_loss, 0);
+    }
+}
+
 /// A key lost with its process (SIGKILL) and Redis's data is counted, not
 /// flagged: stopped on a lease loss before the kill and an empty restart
 /// 3.4 s after it (chaos soak seed 143 with `--overlap`), or running until

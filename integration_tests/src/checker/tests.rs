@@ -44,6 +44,19 @@ fn fault(at: u64, kind: FaultKind, target: u32, end: bool) -> Line {
         },
     )
 }
+/// A fault on Redis (no target process), in the driver's ledger.
+fn untargeted(at: u64, kind: FaultKind, end: bool) -> Line {
+    line(
+        1,
+        at,
+        Record::Fault {
+            kind,
+            target: None,
+            end,
+        },
+    )
+}
+
 fn dispatch_sent(at: u64, key: &str) -> Line {
     line(1, at, Record::DispatchSent { key: key.into() })
 }
@@ -347,17 +360,6 @@ fn a_readmission_after_a_loss_cut_off_from_the_holder_is_counted_not_flagged() {
 /// violation.
 #[test]
 fn a_readmission_while_every_holder_is_out_of_reach_since_a_loss_is_counted() {
-    let untargeted = |at: u64, kind: FaultKind, end: bool| {
-        line(
-            1,
-            at,
-            Record::Fault {
-                kind,
-                target: None,
-                end,
-            },
-        )
-    };
     let run = |pause_from: u64, readmit_at: u64| {
         let driver = vec![
             admit(1000, "k"),
@@ -426,17 +428,6 @@ fn a_readmission_while_every_holder_is_out_of_reach_since_a_loss_is_counted() {
 /// after the stop, is a violation.
 #[test]
 fn a_readmission_while_the_process_holding_a_stopped_run_is_out_of_reach_is_counted() {
-    let untargeted = |at: u64, kind: FaultKind, end: bool| {
-        line(
-            1,
-            at,
-            Record::Fault {
-                kind,
-                target: None,
-                end,
-            },
-        )
-    };
     let run = |loss_at: u64, cut_from: u64| {
         let driver = vec![
             admit(1000, "k"),

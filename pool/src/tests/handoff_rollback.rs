@@ -283,31 +283,70 @@ async fn orphans_a_reassert_left_survive_a_second_empty_restart() {
     orphans_a_reassert_left_survive_a_second_loss(Loss::Empty).await;
 }
 
-async fn orphans_a_reassert_left_survive_a_second_loss(loss: Loss) {
-    let mut server = loss.server();
+/// A one-worker pool (TTL 2 s) whose 8 jobs, keyed `<prefix>0`..`7`,
+/// the worker holds suspended: its lease lapsed (a pause, a cut), so it
+/// stopped them and holds them out of Redis's sight. Then the first loss:
+/// Redis loses every record. Returns the client, node, worker, its ledger,
+/// the keys and the held jobs.
+async fn jobs_held_through_a_loss(
+    server: &RedisServer,
+    prefix: &str,
+    options: NodeOptions,
+) -> (
+    fred::prelude::Client,
+    Node,
+    Worker,
+    Ledger,
+    Vec<String>,
+    Vec<(String, crate::worker::LocalJob)>,
+) {
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("orphan-second-loss");
-    let options = NodeOptions::default()
+    let name = flotilla_testkit::unique_name(prefix);
+    let options = options
         .worker_ttl(Duration::from_secs(2))
         .dispatch_timeout(Duration::from_secs(5));
     let node = Node::join(&client, &name, options).await.unwrap();
     let ledger = Ledger::default();
     let worker = Worker::new(&node, ledger.clone()).await.unwrap();
-    let keys: Vec<String> = (0..8).map(|i| format!("o{i}")).collect();
+    let keys: Vec<String> = (0..8).map(|i| format!("{prefix}{i}")).collect();
     for k in &keys {
         node.dispatch_job(k, &b"p"[..]).await.unwrap();
     }
-    // The worker's lease lapses (a pause, a cut): it stops its jobs and
-    // holds them suspended, out of Redis's sight.
     let mut held = Vec::new();
     for k in &keys {
         let (_, job) = worker.inner.jobs.remove(k).unwrap();
         worker.inner.stop_handler(k).await.unwrap();
         held.push((k.clone(), job));
     }
-    // The first loss; the worker comes back within the recovery window
-    // and re-asserts them: left to the orphan sweep.
     super::flushall(&client).await;
+    (client, node, worker, ledger, keys, held)
+}
+
+/// Waits until every job of `keys` runs again on the ledger's worker, and
+/// each was started twice (before the losses, and once after).
+async fn each_runs_again(ledger: &Ledger, keys: &[String]) {
+    if let Err(e) = wait_until(Duration::from_secs(30), "the jobs run again", || async {
+        let running = ledger.running();
+        keys.iter().all(|k| running.contains(k))
+    })
+    .await
+    {
+        let running = ledger.running();
+        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(*k)).collect();
+        panic!("{e}: {missing:?} run nowhere");
+    }
+    for k in keys {
+        assert_eq!(ledger.starts(k), 2, "{k}: started once, then once again");
+    }
+}
+
+async fn orphans_a_reassert_left_survive_a_second_loss(loss: Loss) {
+    let mut server = loss.server();
+    // The worker's lease lapses and the first loss comes; the worker comes
+    // back within the recovery window and re-asserts them: left to the
+    // orphan sweep.
+    let (_client, node, worker, ledger, keys, held) =
+        jobs_held_through_a_loss(&server, "o", NodeOptions::default()).await;
     let mark = loss.mark(&server);
     for (k, job) in &held {
         let outcome = node
@@ -319,19 +358,7 @@ async fn orphans_a_reassert_left_survive_a_second_loss(loss: Loss) {
     }
     // The second loss, before the sweep requeued them (one grace: 4 s).
     loss.lose(&mut server, mark);
-    if let Err(e) = wait_until(Duration::from_secs(30), "the orphans run again", || async {
-        let running = ledger.running();
-        keys.iter().all(|k| running.contains(k))
-    })
-    .await
-    {
-        let running = ledger.running();
-        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(*k)).collect();
-        panic!("{e}: {missing:?} run nowhere");
-    }
-    for k in &keys {
-        assert_eq!(ledger.starts(k), 2, "{k}: started once, then once again");
-    }
+    each_runs_again(&ledger, &keys).await;
     node.close().await.unwrap();
 }
 
@@ -357,30 +384,10 @@ async fn jobs_given_way_to_admissions_an_empty_restart_lost_run_again() {
 
 async fn jobs_given_way_to_lost_admissions_run_again(loss: Loss) {
     let mut server = loss.server();
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("given-way");
-    // Mirroring: the test writes the pending map by its key.
-    let options = NodeOptions::default()
-        .mirror_jobs(true)
-        .worker_ttl(Duration::from_secs(2))
-        .dispatch_timeout(Duration::from_secs(5));
-    let node = Node::join(&client, &name, options).await.unwrap();
-    let ledger = Ledger::default();
-    let worker = Worker::new(&node, ledger.clone()).await.unwrap();
-    let keys: Vec<String> = (0..8).map(|i| format!("g{i}")).collect();
-    for k in &keys {
-        node.dispatch_job(k, &b"p"[..]).await.unwrap();
-    }
-    // The worker's lease lapses: it stops its jobs and holds them
-    // suspended, out of Redis's sight.
-    let mut held = Vec::new();
-    for k in &keys {
-        let (_, job) = worker.inner.jobs.remove(k).unwrap();
-        worker.inner.stop_handler(k).await.unwrap();
-        held.push((k.clone(), job));
-    }
-    // The first loss takes their records.
-    super::flushall(&client).await;
+    // Mirroring: the test writes the pending map by its key. The worker's
+    // lease lapses, and the first loss takes the jobs' records.
+    let (client, node, worker, ledger, keys, held) =
+        jobs_held_through_a_loss(&server, "g", NodeOptions::default().mirror_jobs(true)).await;
     let mark = loss.mark(&server);
     // A newer admission of each key, not started yet: its token issued,
     // its pending guard standing (the start entry waits at an owner).
@@ -408,24 +415,11 @@ async fn jobs_given_way_to_lost_admissions_run_again(loss: Loss) {
             .reassert(&worker.inner, k, job, crate::lease::Reassert::Suspended)
             .await
             .unwrap();
-        assert_ne!(outcome, crate::store::Reasserted::Ok, "{k}");
-        assert_ne!(outcome, crate::store::Reasserted::Orphaned, "{k}");
+        assert_eq!(outcome, crate::store::Reasserted::Pending, "{k}");
         worker.inner.suspended.lock().await.remove(k);
     }
     // The second loss takes those admissions before they started.
     loss.lose(&mut server, mark);
-    if let Err(e) = wait_until(Duration::from_secs(30), "the jobs run again", || async {
-        let running = ledger.running();
-        keys.iter().all(|k| running.contains(k))
-    })
-    .await
-    {
-        let running = ledger.running();
-        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(*k)).collect();
-        panic!("{e}: {missing:?} run nowhere");
-    }
-    for k in &keys {
-        assert_eq!(ledger.starts(k), 2, "{k}: started once, then once again");
-    }
+    each_runs_again(&ledger, &keys).await;
     node.close().await.unwrap();
 }

@@ -224,6 +224,29 @@ async fn a_held_job_the_cleaner_moves_is_forgotten_not_run() {
     node.close().await.unwrap();
 }
 
+/// Waits for a renewal to go through, then slows the link to 0.7 s each
+/// way: no renewal gets its answer within its second any more, and a call
+/// sent now, while the lease holds, is answered 1.4 s later, past it.
+async fn slow_link_right_after_a_renewal(node: &Node, proxy: &flotilla_testkit::FaultProxy) {
+    wait_until(
+        Duration::from_secs(5),
+        "a renewal just went through",
+        || {
+            let fresh = node.inner.last_renewal.borrow().elapsed() < Duration::from_millis(300);
+            async move { fresh }
+        },
+    )
+    .await
+    .unwrap();
+    proxy.set_mode(flotilla_testkit::ProxyMode::Delay(Duration::from_millis(
+        700,
+    )));
+    assert!(
+        node.inner.lease_valid(),
+        "the lease holds when the call is sent"
+    );
+}
+
 /// A resume answered after the lease lapsed does not start the job (chaos
 /// soak seed 230, `--overlap`): a worker on a slow link resumed its jobs
 /// after a Redis freeze, one resume at a time, each with the lease valid
@@ -257,27 +280,8 @@ async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
     // Held as a lease loss leaves a job: not running, still recorded here.
     let (_, job) = worker.inner.jobs.remove("k").unwrap();
     let starts = handler.starts.load(Ordering::SeqCst);
-    wait_until(
-        Duration::from_secs(5),
-        "a renewal just went through",
-        || {
-            let fresh = node.inner.last_renewal.borrow().elapsed() < Duration::from_millis(300);
-            async move { fresh }
-        },
-    )
-    .await
-    .unwrap();
-
-    // A slow link: 0.7 s each way. No renewal gets its answer within its
-    // second any more, and the resume, sent while the lease holds, is
-    // answered 1.4 s later, past it.
-    proxy.set_mode(flotilla_testkit::ProxyMode::Delay(Duration::from_millis(
-        700,
-    )));
-    assert!(
-        node.inner.lease_valid(),
-        "the lease holds when the resume is sent"
-    );
+    // The resume, sent while the lease holds, is answered past it.
+    slow_link_right_after_a_renewal(&node, &proxy).await;
     let restarted = node
         .inner
         .restart_owned(&worker.inner, "k", job)
@@ -352,26 +356,8 @@ async fn a_restart_answered_after_the_lease_lapsed_does_not_start_the_job() {
     .await
     .unwrap();
     let starts = handler.starts.load(Ordering::SeqCst);
-    wait_until(
-        Duration::from_secs(5),
-        "a renewal just went through",
-        || {
-            let fresh = node.inner.last_renewal.borrow().elapsed() < Duration::from_millis(300);
-            async move { fresh }
-        },
-    )
-    .await
-    .unwrap();
-
-    // A slow link: the restart, sent while the lease holds, is answered
-    // 1.4 s later, past it.
-    proxy.set_mode(flotilla_testkit::ProxyMode::Delay(Duration::from_millis(
-        700,
-    )));
-    assert!(
-        node.inner.lease_valid(),
-        "the lease holds when the restart is sent"
-    );
+    // The restart, sent while the lease holds, is answered past it.
+    slow_link_right_after_a_renewal(&node, &proxy).await;
     worker.inner.clone().restart("k".to_string(), token).await;
     assert!(!node.inner.lease_valid(), "the lease lapsed meanwhile");
     assert_eq!(

@@ -38,8 +38,9 @@
 //!   killed; one such fault after another, with gaps shorter than
 //!   `notice_within`; with no run across the loss, the process whose last
 //!   run stopped without a request within `orphan_exposure` before it,
-//!   which holds the key to re-assert it or give it back) from at most `notice_within` after the loss until at
-//!   most `notice_within` before the second admission, too soon to
+//!   which holds the key to re-assert it or give it back) from at most
+//!   `notice_within` after the loss until at most `notice_within` before
+//!   the second admission, too soon to
 //!   re-assert it: then nothing reachable knows the key, and the second admission is
 //!   counted, not flagged (`readmitted_after_loss`); the same when the
 //!   process that held the key stopped on a lease loss was killed and

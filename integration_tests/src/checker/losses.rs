@@ -81,10 +81,12 @@ pub(super) fn check_admissions(
                 })
                 .collect();
             if holders.is_empty() {
-                // No run across the loss: the last run before it stopped
-                // without a request (a lease loss), and its process holds
-                // the key, to re-assert it or give it back to Redis (an
-                // orphan it remembers) for `exposure`.
+                // No run across the loss: the last run before it ended
+                // without a request (an admission answered `Ok` started a
+                // run, and a stop request after it ends the pair), so on a
+                // lease loss; its process holds the key, to re-assert it
+                // or give it back to Redis (an orphan it remembers), for
+                // `exposure`.
                 holders.extend(
                     intervals
                         .iter()

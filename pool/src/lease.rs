@@ -427,11 +427,11 @@ impl NodeInner {
                         // record naming this worker for a job nobody runs.
                         worker.suspended.lock().await.insert(key, job);
                     }
-                    Ok(Restart::Suspended) => {
+                    Ok(Restart::Suspended(token)) => {
                         // The lease lapsed again: keep this one and the
                         // rest for the next resume.
                         let mut kept = worker.suspended.lock().await;
-                        kept.insert(key, job);
+                        kept.insert(key, LocalJob { token, ..job });
                         kept.extend(suspended.by_ref());
                     }
                     Ok(Restart::StartFailed(e)) => {
@@ -484,7 +484,7 @@ impl NodeInner {
         job: LocalJob,
     ) -> Result<Restart> {
         if !worker.holds_lease(self) {
-            return Ok(Restart::Suspended);
+            return Ok(Restart::Suspended(job.token));
         }
         let token = match self.store.resume(key, &worker.id).await? {
             Resumed::Token(token) => token,
@@ -496,7 +496,7 @@ impl NodeInner {
         // and another worker started it; the record stays this worker's
         // (a later resume takes it again, with the next token).
         if !worker.holds_lease(self) {
-            return Ok(Restart::Suspended);
+            return Ok(Restart::Suspended(token));
         }
         let run = Job::new_run(
             key,
@@ -519,7 +519,7 @@ impl NodeInner {
                     {
                         tracing::warn!(key, error = %e, "handler stop failed on lease loss");
                     }
-                    return Ok(Restart::Suspended);
+                    return Ok(Restart::Suspended(token));
                 }
                 Ok(Restart::Started)
             }
@@ -540,7 +540,10 @@ pub(crate) enum Restart {
     /// The handler refused; the job is still recorded as ours.
     StartFailed(String),
     /// The lease is lost: not running; resume it once the lease is back.
-    Suspended,
+    /// Holds the token Redis records for the job now: a resume answered
+    /// after the lease lapsed issued a new one, which the held copy takes
+    /// (its stop, hand-off or re-assertion names the run Redis knows).
+    Suspended(u64),
     /// Still recorded as this worker's, but a cleanup claim on the worker
     /// holds it back: not running; kept suspended and asked again at each
     /// renewal until the cleaner moved it or the claim is gone.
@@ -585,7 +588,7 @@ fn note_held_back(worker: &WorkerInner, key: &str, restart: &Result<Restart>) {
         Ok(Restart::Started) => "resumed here",
         Ok(Restart::Moved) => "moved by the cleaner",
         Ok(Restart::Left) => "left to the orphan sweep",
-        Ok(Restart::Suspended) => "suspended again (lease lapsed)",
+        Ok(Restart::Suspended(_)) => "suspended again (lease lapsed)",
         Ok(Restart::StartFailed(_)) => "start failed",
         Err(_) => "resume failed",
     };

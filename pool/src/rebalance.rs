@@ -167,10 +167,14 @@ impl NodeInner {
         }
         match self.restart_owned(worker, key, job.clone()).await {
             Ok(Restart::Started | Restart::Moved | Restart::Left) => {}
-            Ok(Restart::Suspended | Restart::Claimed) => {
-                // The lease is lost, or a cleaner claimed the worker: held
-                // suspended, resumed (or forgotten once moved) by the
-                // renewals.
+            Ok(Restart::Suspended(token)) => {
+                // The lease is lost: held suspended, resumed (or forgotten
+                // once moved) by the renewals.
+                let held = LocalJob { token, ..job };
+                worker.suspended.lock().await.insert(key.to_string(), held);
+            }
+            Ok(Restart::Claimed) => {
+                // A cleaner claimed the worker: held the same way.
                 worker.suspended.lock().await.insert(key.to_string(), job);
             }
             Ok(Restart::StartFailed(e)) => {

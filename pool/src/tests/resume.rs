@@ -279,6 +279,7 @@ async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
     .unwrap();
     // Held as a lease loss leaves a job: not running, still recorded here.
     let (_, job) = worker.inner.jobs.remove("k").unwrap();
+    let token = job.token;
     let starts = handler.starts.load(Ordering::SeqCst);
     // The resume, sent while the lease holds, is answered past it.
     slow_link_right_after_a_renewal(&node, &proxy).await;
@@ -288,7 +289,11 @@ async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
         .await
         .unwrap();
     assert!(!node.inner.lease_valid(), "the lease lapsed meanwhile");
-    assert!(matches!(restarted, crate::lease::Restart::Suspended));
+    // Held under the token the resume issued: Redis records that run now.
+    let crate::lease::Restart::Suspended(held) = restarted else {
+        panic!("not suspended");
+    };
+    assert!(held > token, "held under the resume's new token");
     assert_eq!(
         handler.starts.load(Ordering::SeqCst),
         starts,

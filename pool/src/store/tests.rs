@@ -267,6 +267,46 @@ async fn admit_unmark_and_schedule_forget_answer_each_status() {
     assert_eq!(f.admit(&limits, lost).await, Admitted::Recovering);
 }
 
+/// An admission that stores a new payload does not read the guard first
+/// (every guard is written with its payload); a guard found without one
+/// anyway is kept, and the key is not admitted.
+#[tokio::test]
+async fn an_admission_keeps_a_guard_it_finds_without_a_payload() {
+    let f = &fixture().await;
+    let s = &f.store;
+    assert!(f.register("w1").await.is_some());
+    let limits = f.limits();
+    let token = f.admitted("g1", "w1").await;
+    let _: i64 = s.client.hdel(s.maps.payloads_key(), "g1").await.unwrap();
+    let pending = s.maps.pending_map().keys_info().hash.clone();
+    let fencing = keys::fencing(&s.pool);
+    let read = |hash: String| async move {
+        let value: Option<String> = s.client.hget(hash, "g1").await.unwrap();
+        value
+    };
+    let (guard, counter) = (read(pending.clone()).await, read(fencing.clone()).await);
+    assert!(guard.is_some() && counter.is_some());
+    let entries = f.entry_ids("w1").await;
+
+    assert_eq!(
+        f.admit(&limits, f.admission("g1", "w1", 2)).await,
+        Admitted::Pending
+    );
+    assert_eq!(read(pending.clone()).await, guard, "the guard is kept");
+    assert_eq!(read(fencing.clone()).await, counter, "no token issued");
+    assert_eq!(f.entry_ids("w1").await, entries, "no start entry");
+    assert_eq!(
+        s.payload("g1").await.unwrap(),
+        None,
+        "the payload stored meanwhile is taken back"
+    );
+    assert_eq!(
+        f.admit(&limits, f.admission("g1", "w1", 1)).await,
+        Admitted::Ok { token },
+        "a retry of the admission that wrote the guard"
+    );
+}
+
 #[tokio::test]
 async fn start_scripts_answer_each_status() {
     let f = &fixture().await;

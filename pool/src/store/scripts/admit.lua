@@ -99,18 +99,18 @@ local function refusal(owner, inbox, window, leader, marker, lock)
   return nil
 end
 
-local function admit(key, body, owner, request, inbox, options)
+-- Why a key that is not new is not admitted: a retry of this very
+-- admission after a lost reply (its token), the pool recovering, an owner
+-- record (`exists`: started), or a guard or payload (`pending`).
+-- `recorded`: an owner record was found.
+local function not_new(key, request, recorded)
   local guard = mget(PENDING, key)
   if guard then
     local mine = mine_head .. request
     local token = string.sub(guard, -#mine) == mine and tonumber(string.match(guard, '^(%d+) '))
     if token then
-      -- A retry of this very admission after a lost reply.
       return token
     end
-  end
-  if recovering_now == nil then
-    recovering_now = recovering(ttl)
   end
   if recovering_now then
     -- Records may be stale while the pool recovers (Redis went back in
@@ -119,7 +119,7 @@ local function admit(key, body, owner, request, inbox, options)
     -- have re-asserted what they run.
     return 'recovering'
   end
-  if redis.call('HEXISTS', JOBS[1], key) == 1 then
+  if recorded then
     return 'exists'
   end
   -- Admitted, requeued or handed off but not started yet (a guard), or an
@@ -128,9 +128,17 @@ local function admit(key, body, owner, request, inbox, options)
   -- Redis may still lose it before any worker holds it (an empty restart,
   -- a rollback), and nobody would run it again: the caller waits for its
   -- start rather than answer 'exists' for a job that may never run.
-  if guard then
-    return 'pending'
-  end
+  return 'pending'
+end
+
+-- A key is new when the pool is not recovering, no owner record names it
+-- and one HSETNX stores its payload: every guard is written with its
+-- payload (here and when a payload is requeued) and goes before or with
+-- it, so a new key has no guard either, and the guard is not read first
+-- (a command per dispatch). The guard is still written only where none is
+-- (HSETNX): a guard without a payload, were one ever left, is kept, and
+-- the key is not admitted.
+local function admit(key, body, owner, request, inbox, options)
   local window, leader, marker, record, lock = 0, '0', nil, nil, nil
   if options ~= '' then
     local m, w, l, r, k = string.match(options, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
@@ -140,19 +148,32 @@ local function admit(key, body, owner, request, inbox, options)
     window, leader = tonumber(w), l
     marker, record, lock = KEYS[tonumber(m)], KEYS[tonumber(r)], KEYS[tonumber(k)]
   end
+  if recovering_now == nil then
+    recovering_now = recovering(ttl)
+  end
+  if recovering_now then
+    return not_new(key, request, false)
+  end
+  if redis.call('HEXISTS', JOBS[1], key) == 1 then
+    return not_new(key, request, true)
+  end
   stamp()
-  -- The payload first: one HSETNX both stores it and finds an orphan's
-  -- (a refusal below takes it back).
+  -- The payload first: one HSETNX both stores it and finds a guard's or
+  -- an orphan's (a refusal below takes it back).
   if redis.call('HSETNX', PAYLOADS, key, stored_head .. body) == 0 then
-    return 'pending'
+    return not_new(key, request, false)
   end
   local refused = refusal(owner, inbox, window, leader, marker, lock)
   if refused then
     redis.call('HDEL', PAYLOADS, key)
     return refused
   end
-  local token, text = next_token(key)
-  rmap_batch_set(pending, key, text .. guard_middle .. request)
+  local token, text = token_after(key)
+  if rmap_batch_set_nx(pending, key, text .. guard_middle .. request) == 0 then
+    redis.call('HDEL', PAYLOADS, key)
+    return not_new(key, request, false)
+  end
+  keep_token(key, text)
   if window > 0 then
     redis.call('SET', marker, string.format('%d %d', now, token), 'PX', window)
   end

@@ -209,12 +209,21 @@ end
 -- restart) and when it goes back in time (a rollback restores older
 -- counters, but server time has moved past every token issued since).
 -- Returns the token and its decimal text (formatted once for every record
--- that carries it).
-local function next_token(key)
+-- that carries it). `token_after` only reads: the caller that goes on to
+-- use the token records it with `keep_token`.
+local function token_after(key)
   local last = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
   local token = math.max(last + 1, now_us())
-  local text = string.format('%d', token)
+  return token, string.format('%d', token)
+end
+
+local function keep_token(key, text)
   redis.call('HSET', FENCING, key, text)
+end
+
+local function next_token(key)
+  local token, text = token_after(key)
+  keep_token(key, text)
   return token, text
 end
 

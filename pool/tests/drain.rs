@@ -13,6 +13,15 @@ use flotilla_testkit::FaultProxy;
 use support::{Env, Ledger, eventually, fast};
 use tokio::time::Instant;
 
+/// Whether `jobs` jobs run and none on `worker`, read from one snapshot of
+/// the ledger: two reads could each be true at a different instant (all
+/// running before `worker`'s last stop, none on `worker` after it, before
+/// the job started elsewhere).
+fn all_run_but_on(ledger: &Ledger, jobs: usize, worker: &str) -> bool {
+    let running = ledger.running();
+    running.len() == jobs && running.values().all(|w| w != worker)
+}
+
 /// Dispatches `keys` from `node` concurrently; every dispatch must succeed.
 async fn dispatch_all(node: &Node, keys: impl IntoIterator<Item = String>) {
     let calls = keys.into_iter().map(|k| {
@@ -89,7 +98,7 @@ async fn a_drained_workers_jobs_move_without_overlap_and_nothing_new_reaches_it(
     eventually(
         "every job of a runs elsewhere",
         Duration::from_secs(10),
-        || ledger.running().len() == 30 && running_on(&ledger, "a").is_empty(),
+        || all_run_but_on(&ledger, 30, "a"),
     )
     .await;
     assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
@@ -257,7 +266,7 @@ async fn removing_a_dead_worker_requeues_its_jobs_once_and_a_live_one_is_refused
     eventually(
         "the victim's jobs run on the survivor",
         Duration::from_secs(10),
-        || ledger.running().len() == 20 && running_on(&ledger, "victim").is_empty(),
+        || all_run_but_on(&ledger, 20, "victim"),
     )
     .await;
     assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());

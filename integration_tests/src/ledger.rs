@@ -164,11 +164,17 @@ pub enum FaultKind {
     /// 2 TTLs after the pause: it wakes to a server that forgot part of
     /// what it ran, and a lease that lapsed while it slept.
     PauseRollback,
+    /// The busiest worker's link fails and comes back again and again for
+    /// 3 TTLs (each state held 1/40 to 2/5 of a TTL; the failures rotate
+    /// refuse, black hole and freeze): some renewals get through and some
+    /// do not, commands are cut off mid-way, and the worker stops, resumes
+    /// and loses its jobs in quick turns while it reconnects.
+    Flap,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -184,6 +190,7 @@ impl FaultKind {
         FaultKind::CutRollback,
         FaultKind::CutRestartEmpty,
         FaultKind::PauseRollback,
+        FaultKind::Flap,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -204,7 +211,7 @@ impl FaultKind {
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
-    /// `pause-rollback`).
+    /// `pause-rollback`, `flap`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -222,6 +229,7 @@ impl FaultKind {
             FaultKind::CutRollback => "cut-rollback",
             FaultKind::CutRestartEmpty => "cut-empty",
             FaultKind::PauseRollback => "pause-rollback",
+            FaultKind::Flap => "flap",
         }
     }
 
@@ -254,6 +262,7 @@ impl FaultKind {
             FaultKind::CutRollback => "cut worker, rollback redis meanwhile",
             FaultKind::CutRestartEmpty => "cut worker, redis loses its data meanwhile",
             FaultKind::PauseRollback => "sigstop worker, rollback redis meanwhile",
+            FaultKind::Flap => "flapping link (down/up every 0.05-0.8 s)",
         }
     }
 }

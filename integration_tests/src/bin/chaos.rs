@@ -31,8 +31,8 @@ struct Args {
     seed: u64,
     /// Fault kinds to inject, comma-separated: kill, pause, cut,
     /// restart-aof, restart-empty, add, remove, rollback, outage-kill,
-    /// failover, freeze-redis, slow, cut-rollback, cut-empty, pause-rollback
-    /// (default: all that apply; failover only with --sentinel).
+    /// failover, freeze-redis, slow, cut-rollback, cut-empty, pause-rollback,
+    /// flap (default: all that apply; failover only with --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,
     /// Worker TTL the run used, for `--recheck` (ms).

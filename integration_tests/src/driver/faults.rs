@@ -76,6 +76,7 @@ impl Run {
             FaultKind::Pause
             | FaultKind::Cut
             | FaultKind::Slow
+            | FaultKind::Flap
             | FaultKind::CutRollback
             | FaultKind::CutRestartEmpty
             | FaultKind::PauseRollback
@@ -193,6 +194,38 @@ impl Run {
                 target = Some(pid);
                 self.observe(since, since + ttl * 2, false, &mut recovered)
                     .await;
+                self.heal_link(kind, pid);
+                since = Instant::now();
+            }
+            FaultKind::Flap => {
+                // A link that fails and heals again and again: renewals
+                // get through now and then, replies are cut off mid-way,
+                // and the worker stops, resumes and loses its jobs in
+                // quick turns while others may take them over.
+                let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::Refuse) else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                let end = since + ttl * 3;
+                let mut down = true;
+                loop {
+                    let hold = self.rng.random_range(ttl / 40..=ttl * 2 / 5);
+                    let next = (Instant::now() + hold).min(end);
+                    self.observe(since, next, false, &mut recovered).await;
+                    if next >= end {
+                        break;
+                    }
+                    down = !down;
+                    let mode = if down {
+                        [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze]
+                            [self.rng.random_range(0..3)]
+                    } else {
+                        ProxyMode::Forward
+                    };
+                    if let Some(m) = self.fleet.member(pid) {
+                        m.proxy.set_mode(mode);
+                    }
+                }
                 self.heal_link(kind, pid);
                 since = Instant::now();
             }

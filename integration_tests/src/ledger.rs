@@ -170,11 +170,17 @@ pub enum FaultKind {
     /// do not, commands are cut off mid-way, and the worker stops, resumes
     /// and loses its jobs in quick turns while it reconnects.
     Flap,
+    /// One connection of the busiest worker process fails alone for
+    /// 2 TTLs (refused, black-holed or frozen, at random), picked at
+    /// random among those open (its command connection, its
+    /// subscriptions' or its blocking reads'), while its other
+    /// connections, and any it opens meanwhile, work.
+    CutOne,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 16] = [
+    pub const ALL: [FaultKind; 17] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -191,6 +197,7 @@ impl FaultKind {
         FaultKind::CutRestartEmpty,
         FaultKind::PauseRollback,
         FaultKind::Flap,
+        FaultKind::CutOne,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -211,7 +218,7 @@ impl FaultKind {
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
-    /// `pause-rollback`, `flap`).
+    /// `pause-rollback`, `flap`, `cut-one`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -230,6 +237,7 @@ impl FaultKind {
             FaultKind::CutRestartEmpty => "cut-empty",
             FaultKind::PauseRollback => "pause-rollback",
             FaultKind::Flap => "flap",
+            FaultKind::CutOne => "cut-one",
         }
     }
 
@@ -263,6 +271,7 @@ impl FaultKind {
             FaultKind::CutRestartEmpty => "cut worker, redis loses its data meanwhile",
             FaultKind::PauseRollback => "sigstop worker, rollback redis meanwhile",
             FaultKind::Flap => "flapping link (down/up every 0.05-0.8 s)",
+            FaultKind::CutOne => "one connection of a worker cut",
         }
     }
 }

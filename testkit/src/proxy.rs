@@ -1,8 +1,9 @@
 //! A TCP proxy on loopback that can cut, heal and black-hole connections,
 //! for partition tests.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
@@ -35,13 +36,35 @@ pub enum ProxyMode {
     Delay(Duration),
 }
 
+/// The state every connection watches: a mode for all of them, or for
+/// one (`only`: its id) while the others forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Link {
+    mode: ProxyMode,
+    only: Option<u64>,
+}
+
+impl Link {
+    /// The mode connection `id` follows.
+    fn mode_of(self, id: u64) -> ProxyMode {
+        match self.only {
+            Some(only) if only != id => ProxyMode::Forward,
+            _ => self.mode,
+        }
+    }
+}
+
+/// The ids of the connections being forwarded (or held).
+type Open = Arc<Mutex<BTreeSet<u64>>>;
+
 /// A loopback TCP proxy in front of one upstream address.
 ///
 /// Dropping it stops the proxy and closes every connection.
 #[derive(Debug)]
 pub struct FaultProxy {
     addr: SocketAddr,
-    mode: Arc<watch::Sender<ProxyMode>>,
+    link: Arc<watch::Sender<Link>>,
+    open: Open,
     task: JoinHandle<()>,
 }
 
@@ -58,10 +81,19 @@ impl FaultProxy {
         let addr = listener
             .local_addr()
             .map_err(|e| Error::Startup(format!("proxy addr: {e}")))?;
-        let (tx, _) = watch::channel(ProxyMode::Forward);
-        let mode = Arc::new(tx);
-        let task = tokio::spawn(accept_loop(listener, upstream, mode.clone()));
-        Ok(FaultProxy { addr, mode, task })
+        let (tx, _) = watch::channel(Link {
+            mode: ProxyMode::Forward,
+            only: None,
+        });
+        let link = Arc::new(tx);
+        let open = Open::default();
+        let task = tokio::spawn(accept_loop(listener, upstream, link.clone(), open.clone()));
+        Ok(FaultProxy {
+            addr,
+            link,
+            open,
+            task,
+        })
     }
 
     /// The proxy's listening address.
@@ -76,7 +108,26 @@ impl FaultProxy {
 
     /// Switches mode; existing connections follow at once.
     pub fn set_mode(&self, mode: ProxyMode) {
-        self.mode.send_replace(mode);
+        self.link.send_replace(Link { mode, only: None });
+    }
+
+    /// The ids of the connections open through the proxy now, oldest
+    /// first (a client's connections in the order it opened them).
+    pub fn connections(&self) -> Vec<u64> {
+        self.open
+            .lock()
+            .map(|open| open.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Puts connection `id` alone in `mode` (a partial failure: one of a
+    /// client's connections fails while its others, and any it opens
+    /// meanwhile, forward); [`heal`](Self::heal) or another mode ends it.
+    pub fn set_mode_of(&self, id: u64, mode: ProxyMode) {
+        self.link.send_replace(Link {
+            mode,
+            only: Some(id),
+        });
     }
 
     /// Cuts every connection and refuses new ones.
@@ -100,9 +151,10 @@ impl FaultProxy {
         self.set_mode(ProxyMode::Delay(delay));
     }
 
-    /// The current mode.
+    /// The current mode (of every connection, or of the one
+    /// [`set_mode_of`](Self::set_mode_of) named).
     pub fn mode(&self) -> ProxyMode {
-        *self.mode.borrow()
+        self.link.borrow().mode
     }
 
     /// Forwards again.
@@ -121,13 +173,18 @@ impl Drop for FaultProxy {
 async fn accept_loop(
     listener: TcpListener,
     upstream: SocketAddr,
-    mode: Arc<watch::Sender<ProxyMode>>,
+    link: Arc<watch::Sender<Link>>,
+    open: Open,
 ) {
+    let mut next_id = 0u64;
     loop {
         let Ok((mut client, _)) = listener.accept().await else {
             continue;
         };
-        let current = *mode.borrow();
+        next_id += 1;
+        let id = next_id;
+        // A mode set for one connection never names a new one.
+        let current = link.borrow().mode_of(id);
         match current {
             ProxyMode::Refuse | ProxyMode::Freeze => {
                 let _ = client.shutdown().await;
@@ -135,10 +192,35 @@ async fn accept_loop(
             }
             ProxyMode::Forward | ProxyMode::BlackHole | ProxyMode::Delay(_) => {}
         }
-        let rx = mode.subscribe();
+        let rx = link.subscribe();
+        let open = open.clone();
         tokio::spawn(async move {
-            let _ = serve(client, upstream, rx).await;
+            let _registered = Registered::new(open, id);
+            let _ = serve(client, upstream, id, rx).await;
         });
+    }
+}
+
+/// A connection's entry in the open set, removed when it ends.
+struct Registered {
+    open: Open,
+    id: u64,
+}
+
+impl Registered {
+    fn new(open: Open, id: u64) -> Registered {
+        if let Ok(mut set) = open.lock() {
+            set.insert(id);
+        }
+        Registered { open, id }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Ok(mut set) = self.open.lock() {
+            set.remove(&self.id);
+        }
     }
 }
 
@@ -149,12 +231,13 @@ type Chunk = (Instant, Vec<u8>);
 async fn serve(
     client: TcpStream,
     upstream: SocketAddr,
-    mut mode: watch::Receiver<ProxyMode>,
+    id: u64,
+    mut mode: watch::Receiver<Link>,
 ) -> std::io::Result<()> {
     // In black-hole mode hold the connection open, silent, until the mode
     // changes; only then open the upstream side.
     loop {
-        let current = *mode.borrow_and_update();
+        let current = mode.borrow_and_update().mode_of(id);
         match current {
             ProxyMode::Refuse => return Ok(()),
             ProxyMode::Forward | ProxyMode::Delay(_) => break,
@@ -180,7 +263,7 @@ async fn serve(
     let mut cbuf = vec![0u8; 16 * 1024];
     let mut sbuf = vec![0u8; 16 * 1024];
     loop {
-        let current = *mode.borrow_and_update();
+        let current = mode.borrow_and_update().mode_of(id);
         let delay = match current {
             ProxyMode::Refuse => return Ok(()),
             ProxyMode::BlackHole | ProxyMode::Freeze => {

@@ -53,6 +53,37 @@ async fn proxy_forwards_cuts_and_heals() {
     .unwrap();
 }
 
+/// One connection failed alone: the other client's commands go on, the
+/// failed one's do not, and a heal brings it back.
+#[tokio::test]
+async fn proxy_fails_one_connection_alone() {
+    let server = RedisServer::start().unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let first = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    let _: String = first.ping(None).await.unwrap();
+    let second = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    let _: String = second.ping(None).await.unwrap();
+    let open = proxy.connections();
+    assert_eq!(open.len(), 2, "one connection per client: {open:?}");
+    proxy.set_mode_of(open[0], flotilla_testkit::ProxyMode::BlackHole);
+    let stalled = tokio::time::timeout(Duration::from_millis(500), first.ping::<String>(None)).await;
+    assert!(stalled.is_err(), "the black-holed connection answered: {stalled:?}");
+    for _ in 0..3 {
+        let pong: String = second.ping(None).await.unwrap();
+        assert_eq!(pong, "PONG", "the other connection forwards");
+    }
+    let third = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    let pong: String = third.ping(None).await.unwrap();
+    assert_eq!(pong, "PONG", "a new connection forwards");
+    proxy.heal();
+    flotilla_testkit::wait_until(Duration::from_secs(10), "ping after heal", || {
+        let first = first.clone();
+        async move { first.ping::<String>(None).await.is_ok() }
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn a_slow_proxy_delays_each_way_and_heals() {
     let server = RedisServer::start().unwrap();

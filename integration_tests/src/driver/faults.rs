@@ -77,6 +77,7 @@ impl Run {
             | FaultKind::Cut
             | FaultKind::Slow
             | FaultKind::Flap
+            | FaultKind::CutOne
             | FaultKind::CutRollback
             | FaultKind::CutRestartEmpty
             | FaultKind::PauseRollback
@@ -226,6 +227,34 @@ impl Run {
                         m.proxy.set_mode(mode);
                     }
                 }
+                self.heal_link(kind, pid);
+                since = Instant::now();
+            }
+            FaultKind::CutOne => {
+                // A partial failure: one of the busiest process's
+                // connections fails while the others work (its renewals
+                // may go on while its blocking reads or its change
+                // messages stall, or the reverse).
+                self.fleet.refresh();
+                let Some(pid) = self.fleet.busiest_up() else {
+                    return Ok(());
+                };
+                let mode = [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze]
+                    [self.rng.random_range(0..3)];
+                let Some(m) = self.fleet.member(pid) else {
+                    return Ok(());
+                };
+                let open = m.proxy.connections();
+                if open.is_empty() {
+                    return Ok(());
+                }
+                let id = open[self.rng.random_range(0..open.len())];
+                m.proxy.set_mode_of(id, mode);
+                m.health = Health::Cut;
+                target = Some(pid);
+                self.record(kind, Some(pid), false);
+                self.observe(since, since + ttl * 2, false, &mut recovered)
+                    .await;
                 self.heal_link(kind, pid);
                 since = Instant::now();
             }

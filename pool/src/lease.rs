@@ -419,10 +419,11 @@ impl NodeInner {
                     Ok(Restart::Moved) => {
                         tracing::info!(key, "job moved during lease loss; forgetting it");
                     }
-                    Ok(Restart::Claimed) => {
+                    Ok(Restart::Claimed | Restart::Recovering) => {
                         // The cleaner that claimed this worker (it was
-                        // silent past its TTL) may be moving the job. Held
-                        // here, not forgotten: a cleaner that dies or
+                        // silent past its TTL) may be moving the job, or
+                        // a run elsewhere may not have re-asserted it yet.
+                        // Held here, not forgotten: a cleaner that dies or
                         // stalls until the claim is cleared would leave a
                         // record naming this worker for a job nobody runs.
                         worker.suspended.lock().await.insert(key, job);
@@ -486,10 +487,15 @@ impl NodeInner {
         if !worker.holds_lease(self) {
             return Ok(Restart::Suspended(job.token));
         }
-        let token = match self.store.resume(key, &worker.id).await? {
+        let resumed = self
+            .store
+            .resume(key, &worker.id, self.options.worker_ttl)
+            .await?;
+        let token = match resumed {
             Resumed::Token(token) => token,
             Resumed::Moved => return Ok(Restart::Moved),
             Resumed::Claimed => return Ok(Restart::Claimed),
+            Resumed::Recovering => return Ok(Restart::Recovering),
         };
         // The resume took a round trip: on a slow link, or through a
         // stall, seconds. Past the lease a cleaner may have moved the job
@@ -548,6 +554,11 @@ pub(crate) enum Restart {
     /// holds it back: not running; kept suspended and asked again at each
     /// renewal until the cleaner moved it or the claim is gone.
     Claimed,
+    /// Recorded as this worker's, but the pool recovers from a data loss
+    /// or a rollback, and the record may be older than a run elsewhere
+    /// that has not re-asserted yet: not running; kept suspended and asked
+    /// again at each renewal until the window is over.
+    Recovering,
 }
 
 impl NodeInner {
@@ -584,6 +595,14 @@ fn note_held_back(worker: &WorkerInner, key: &str, restart: &Result<Restart>) {
             }
             return;
         }
+        Ok(Restart::Recovering) => {
+            if held_back.insert(key.to_string()) {
+                tracing::info!(key, worker = %worker.id, "pool recovering: job stays suspended until every running copy has re-asserted");
+            } else {
+                tracing::debug!(key, worker = %worker.id, "job still held back while the pool recovers");
+            }
+            return;
+        }
         _ if !held_back.remove(key) => return,
         Ok(Restart::Started) => "resumed here",
         Ok(Restart::Moved) => "moved by the cleaner",
@@ -592,7 +611,7 @@ fn note_held_back(worker: &WorkerInner, key: &str, restart: &Result<Restart>) {
         Ok(Restart::StartFailed(_)) => "start failed",
         Err(_) => "resume failed",
     };
-    tracing::info!(key, worker = %worker.id, outcome, "job no longer held back by a cleanup claim");
+    tracing::info!(key, worker = %worker.id, outcome, "job no longer held back");
 }
 
 fn lock_held(worker: &WorkerInner) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {

@@ -184,7 +184,17 @@ impl NodeInner {
                     tracing::warn!(key, error = %e, "handler stop failed during close");
                 }
                 let job = worker.jobs.remove(&key).map(|(_, job)| job);
-                (key, job, Reassert::Running)
+                // Ran here until now under a valid lease: nobody can have
+                // moved it, and Redis may only have lost it. Past the lease
+                // a cleanup may have, and a run elsewhere may not have
+                // re-asserted yet: it is then given back as a suspended
+                // job is (left to the orphan sweep while the pool recovers).
+                let state = if worker.holds_lease(self) {
+                    Reassert::Running
+                } else {
+                    Reassert::Suspended
+                };
+                (key, job, state)
             }))
             .await;
         // Jobs held suspended since a lease loss go on like the others.

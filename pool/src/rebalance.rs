@@ -148,10 +148,22 @@ impl NodeInner {
     /// token: first takes ownership back if Redis lost it with its data
     /// (the ring may even be empty until the workers register again), so a
     /// stopped job is never dropped for want of a record; a job that another
-    /// worker owns or is starting moved, and is forgotten here.
-    async fn run_here_again(&self, worker: &Arc<WorkerInner>, key: &str, job: LocalJob) {
-        match self.reassert(worker, key, &job, Reassert::Running).await {
+    /// worker owns or is starting moved, and is forgotten here. The job is
+    /// stopped, so it is re-asserted as a suspended one: while the pool
+    /// recovers it is left to the orphan sweep, never taken from a run
+    /// elsewhere that has not re-asserted yet (after an empty restart Redis
+    /// knows nothing of it).
+    pub(crate) async fn run_here_again(&self, worker: &Arc<WorkerInner>, key: &str, job: LocalJob) {
+        match self.reassert(worker, key, &job, Reassert::Suspended).await {
             Ok(Reasserted::Ok) => {}
+            Ok(Reasserted::Orphaned) => {
+                tracing::info!(
+                    key,
+                    worker = %worker.id,
+                    "job not handed off while the pool recovers; left to the orphan sweep"
+                );
+                return;
+            }
             Ok(status) => {
                 tracing::info!(
                     key,
@@ -173,8 +185,9 @@ impl NodeInner {
                 let held = LocalJob { token, ..job };
                 worker.suspended.lock().await.insert(key.to_string(), held);
             }
-            Ok(Restart::Claimed) => {
-                // A cleaner claimed the worker: held the same way.
+            Ok(Restart::Claimed | Restart::Recovering) => {
+                // A cleaner claimed the worker, or the pool recovers:
+                // held the same way, resumed by the renewals.
                 worker.suspended.lock().await.insert(key.to_string(), job);
             }
             Ok(Restart::StartFailed(e)) => {

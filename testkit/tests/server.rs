@@ -66,8 +66,12 @@ async fn proxy_fails_one_connection_alone() {
     let open = proxy.connections();
     assert_eq!(open.len(), 2, "one connection per client: {open:?}");
     proxy.set_mode_of(open[0], flotilla_testkit::ProxyMode::BlackHole);
-    let stalled = tokio::time::timeout(Duration::from_millis(500), first.ping::<String>(None)).await;
-    assert!(stalled.is_err(), "the black-holed connection answered: {stalled:?}");
+    let stalled =
+        tokio::time::timeout(Duration::from_millis(500), first.ping::<String>(None)).await;
+    assert!(
+        stalled.is_err(),
+        "the black-holed connection answered: {stalled:?}"
+    );
     for _ in 0..3 {
         let pong: String = second.ping(None).await.unwrap();
         assert_eq!(pong, "PONG", "the other connection forwards");

@@ -43,12 +43,12 @@ async fn a_worker_that_renews_clears_a_claim_on_it_older_than_a_ttl() {
     // since: the claim is back, its cleaner is done, and w1 lives on.
     claim(f, "w1", "n-done", 1000).await;
     assert_eq!(
-        s.resume("r", "w1").await.unwrap(),
+        s.resume("r", "w1", TTL).await.unwrap(),
         Resumed::Claimed,
         "held back"
     );
     assert_eq!(
-        s.resume("r", "w2").await.unwrap(),
+        s.resume("r", "w2", TTL).await.unwrap(),
         Resumed::Moved,
         "not w2's"
     );
@@ -63,7 +63,7 @@ async fn a_worker_that_renews_clears_a_claim_on_it_older_than_a_ttl() {
         .await
         .expect("the stale claim goes");
     assert!(
-        matches!(s.resume("r", "w1").await.unwrap(), Resumed::Token(_)),
+        matches!(s.resume("r", "w1", TTL).await.unwrap(), Resumed::Token(_)),
         "w1 resumes"
     );
     // A claim within the TTL (a cleanup going on) stays.

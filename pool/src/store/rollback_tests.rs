@@ -471,3 +471,57 @@ async fn a_hand_off_given_back_replaces_an_older_admissions_orphan_payload() {
     );
     assert_eq!(s.payload("k").await.unwrap(), Some(new));
 }
+
+/// A job held suspended (stopped on a lease loss, or for a hand-off that
+/// could not be made) is not restarted from the record Redis shows while
+/// the pool recovers: after a rollback that record may be one the lost
+/// writes had replaced (a cleanup moved the job, and its new owner runs
+/// it but has not re-asserted yet). It waits for the window's end, when
+/// every running copy has re-asserted: then it is the worker's again, or
+/// it moved.
+#[tokio::test]
+async fn a_suspended_job_is_not_resumed_while_the_pool_recovers() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let stored = |key| codec::stored(0, &body(key));
+    // The state Redis went back to: w1 owns both jobs.
+    for key in ["kept", "moved"] {
+        assert_eq!(
+            s.reassert(key, "w1", 100, stored(key), Reassert::Running, TTL)
+                .await
+                .unwrap(),
+            Reasserted::Ok
+        );
+    }
+    let ttl = Duration::from_millis(400);
+    assert_eq!(s.begin_recovery(ttl).await.unwrap(), Recovery::Opened);
+    for key in ["kept", "moved"] {
+        assert_eq!(
+            s.resume(key, "w1", ttl).await.unwrap(),
+            Resumed::Recovering,
+            "{key}: held back while the pool recovers"
+        );
+    }
+    // The run the lost writes had started on w2 re-asserts meanwhile.
+    assert_eq!(
+        s.reassert("moved", "w2", 200, stored("moved"), Reassert::Running, ttl)
+            .await
+            .unwrap(),
+        Reasserted::Ok
+    );
+    flotilla_testkit::wait_until(Duration::from_secs(10), "the window ends", || async {
+        s.resume("kept", "w1", ttl).await.unwrap() != Resumed::Recovering
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.resume("moved", "w1", ttl).await.unwrap(), Resumed::Moved);
+    let (_, record, _) = s.job_records("kept").await.unwrap();
+    let token: u64 = record
+        .as_deref()
+        .and_then(|r| r.strip_prefix("w1 "))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("kept is w1's again: {record:?}"));
+    assert!(token > 100, "with a new token: {token}");
+}

@@ -587,8 +587,8 @@ async fn worker_scripts_answer_each_status() {
         reassert("r1", "w1", 100, Reassert::Suspended).await,
         Reasserted::Ok
     );
-    assert!(matches!(s.resume("r1", "w1").await.unwrap(), Resumed::Token(t) if t > 100));
-    assert_eq!(s.resume("r1", "w2").await.unwrap(), Resumed::Moved); // not w2's
+    assert!(matches!(s.resume("r1", "w1", TTL).await.unwrap(), Resumed::Token(t) if t > 100));
+    assert_eq!(s.resume("r1", "w2", TTL).await.unwrap(), Resumed::Moved); // not w2's
     let record = s.job_records("r1").await.unwrap().1.unwrap();
     assert_eq!(
         s.release_stale("r1", "w1 100").await.unwrap(),

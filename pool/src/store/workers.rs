@@ -49,6 +49,10 @@ pub(crate) enum Resumed {
     /// Still recorded as the worker's, but a cleanup claim on the worker
     /// holds it back: the cleaner may be moving it.
     Claimed,
+    /// Recorded as the worker's, but the pool recovers from a data loss or
+    /// a rollback: the record may be one the lost writes had replaced (the
+    /// job moved, and its new owner has not re-asserted it yet).
+    Recovering,
 }
 
 call::status!(
@@ -58,6 +62,8 @@ call::status!(
         Moved = "moved",
         /// A cleanup claim on the worker holds the job back.
         Claimed = "claimed",
+        /// The pool recovers: asked again once it has.
+        Recovering = "recovering",
     }
 );
 
@@ -280,12 +286,23 @@ impl PoolStore {
     }
 
     /// Takes job `key` back for `worker` with a new token, if it still owns
-    /// it and no cleaner claimed the worker.
-    pub(crate) async fn resume(&self, key: &str, worker: &str) -> Result<Resumed> {
+    /// it, no cleaner claimed the worker and the pool is not recovering
+    /// (`worker_ttl`: the recovery window a script that finds the pool's
+    /// epoch gone opens).
+    pub(crate) async fn resume(
+        &self,
+        key: &str,
+        worker: &str,
+        worker_ttl: Duration,
+    ) -> Result<Resumed> {
         let mut keys = self.maps.base_keys();
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         let mut args = self.maps.base_args();
-        args.extend([Value::from(key), Value::from(worker)]);
+        args.extend([
+            Value::from(key),
+            Value::from(worker),
+            Value::from(worker_ttl.as_millis().to_string()),
+        ]);
         let reply: Value = self
             .scripts
             .resume
@@ -298,6 +315,7 @@ impl PoolStore {
         match ResumeRefused::parse(&word)? {
             ResumeRefused::Moved => Ok(Resumed::Moved),
             ResumeRefused::Claimed => Ok(Resumed::Claimed),
+            ResumeRefused::Recovering => Ok(Resumed::Recovering),
         }
     }
 

@@ -676,6 +676,7 @@ mod lease_after_claim;
 mod lost_claim;
 mod pending_admission;
 mod reconcile_lease;
+mod recovery_resume;
 mod recovery_window;
 mod resume;
 mod stale_starts;

@@ -6,13 +6,21 @@
 -- suspended and asks again: the cleaner moves it, or the claim goes (the
 -- cleaner finished, or it died and the worker's renewals clear its stale
 -- claim) and the job is still this worker's, which no one else would run.
+-- Not while the pool recovers from a data loss or a rollback either: the
+-- record may be one the lost writes had replaced (the job moved while this
+-- worker's lease was lost, and its new owner, which runs it, has not
+-- re-asserted it yet). Once the window is over every running copy has
+-- re-asserted, and a record still naming this worker is its own.
 -- KEYS: base, 9 cleanup hash
--- ARGV: base, 4 job key, 5 worker id
--- Returns the new token, 'moved' (another owner, or none), or 'claimed'
--- (still recorded here, held back by a cleanup claim on the worker).
+-- ARGV: base, 4 job key, 5 worker id, 6 worker ttl ms (the recovery window
+--       a script that finds the pool's epoch gone opens)
+-- Returns the new token, 'moved' (another owner, or none), 'claimed'
+-- (still recorded here, held back by a cleanup claim on the worker) or
+-- 'recovering' (still recorded here, held back while the pool recovers).
 local key, worker = ARGV[4], ARGV[5]
 if owner_of(mget(JOBS, key)) ~= worker then return 'moved' end
 if redis.call('HEXISTS', KEYS[9], worker) == 1 then return 'claimed' end
+if recovering(tonumber(ARGV[6])) then return 'recovering' end
 local token = next_token(key)
 -- '%d': Lua prints a number concatenated as is with %.14g, and a 16-digit
 -- time-based token would become "1.7953564485967e+15", a record nobody

@@ -1,0 +1,134 @@
+//! Jobs a worker holds stopped while the pool recovers from a data loss or
+//! a rollback: one suspended on a lease loss, one stopped for a hand-off
+//! that could not be made. Neither runs again from what Redis shows until
+//! every running copy has re-asserted: after a rollback the record naming
+//! the worker may be one the lost writes had replaced (a cleanup moved the
+//! job and its new owner runs it), and after an empty restart Redis knows
+//! nothing of a run elsewhere that has not re-asserted yet (found by a
+//! chaos soak with a flapping link and a cut of one connection: a worker
+//! whose hand-offs failed while it was cut off took its stopped jobs back
+//! 40-150 ms after an empty restart and ran them beside their new owner).
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::keys;
+use crate::store::records::job_owner;
+
+/// A node whose renewals come every second (TTL 3 s): the recovery window
+/// a script opens lasts 3 s.
+async fn short_lease_node(client: &fred::prelude::Client, prefix: &str) -> Node {
+    let name = flotilla_testkit::unique_name(prefix);
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3));
+    Node::join(client, &name, options).await.unwrap()
+}
+
+/// The end of the recovery window (server time, ms) the pool's epoch
+/// records.
+async fn window_end_ms(client: &fred::prelude::Client, node: &Node) -> u64 {
+    let epoch: Option<String> = client
+        .hget(keys::fencing(&node.inner.store.pool), keys::EPOCH_FIELD)
+        .await
+        .unwrap();
+    epoch
+        .as_deref()
+        .and_then(|e| e.rsplit(' ').next())
+        .and_then(|until| until.parse().ok())
+        .unwrap_or_else(|| panic!("no epoch: {epoch:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_job_resumes_only_once_the_pool_has_recovered() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let node = short_lease_node(&client, "recovery-resume").await;
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    let first = worker.job_token("k").unwrap();
+
+    // Redis went back in time while the node's lease had lapsed: the
+    // record it shows may be older than a run elsewhere.
+    let store = &node.inner.store;
+    store
+        .begin_recovery(node.inner.options.worker_ttl)
+        .await
+        .unwrap();
+    let until_ms = window_end_ms(&client, &node).await;
+    node.inner.lose_lease(Instant::now()).await;
+    assert!(worker.job_token("k").is_none(), "stopped on lease loss");
+
+    // The renewals (every second) ask to resume it; the window (3 s)
+    // holds it back, then it runs here again.
+    wait_until(Duration::from_secs(15), "the job resumed", || async {
+        worker.job_token("k").is_some()
+    })
+    .await
+    .unwrap();
+    let resumed = worker.job_token("k").unwrap();
+    // A token is the server time (µs) of the script that issued it.
+    assert!(
+        resumed / 1000 >= until_ms,
+        "resumed at {} ms, within the recovery window (until {until_ms} ms)",
+        resumed / 1000
+    );
+    assert!(resumed > first);
+    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
+    let record: Option<String> = client.hget(jobs_hash.as_str(), "k").await.unwrap();
+    assert_eq!(
+        record.as_deref().and_then(job_owner),
+        Some((worker.id(), resumed))
+    );
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
+    node.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_hand_off_failed_in_a_recovery_is_left_to_the_orphan_sweep() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let node = short_lease_node(&client, "recovery-handoff").await;
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    worker.job_token("k").unwrap();
+
+    // A hand-off stopped the job here and could not be made; meanwhile
+    // Redis lost its data (the key's record, payload and the pool's epoch).
+    let (_, job) = worker.inner.jobs.remove("k").unwrap();
+    worker.inner.stop_handler("k").await.unwrap();
+    let store = &node.inner.store;
+    let pool = store.pool.to_string();
+    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
+    let _: i64 = client.hdel(jobs_hash.as_str(), "k").await.unwrap();
+    let _: i64 = client.hdel(keys::payloads(&pool), "k").await.unwrap();
+    let _: i64 = client
+        .hdel(keys::fencing(&pool), keys::EPOCH_FIELD)
+        .await
+        .unwrap();
+
+    node.inner.run_here_again(&worker.inner, "k", job).await;
+    // Not run here, not taken back for this worker: an orphan (payload
+    // back, marked), which the sweep requeues once the pool has recovered.
+    assert!(worker.job_token("k").is_none(), "started in the window");
+    assert!(!worker.inner.suspended.lock().await.contains_key("k"));
+    let record: Option<String> = client.hget(jobs_hash.as_str(), "k").await.unwrap();
+    assert_eq!(record, None, "taken back while the pool recovers");
+    let payload: bool = client.hexists(keys::payloads(&pool), "k").await.unwrap();
+    assert!(payload, "the payload is back");
+    let mark: Option<String> = client.hget(keys::orphan_marks(&pool), "k").await.unwrap();
+    assert!(mark.is_some(), "marked for the orphan sweep");
+    let until_ms = window_end_ms(&client, &node).await;
+
+    wait_until(Duration::from_secs(30), "the orphan runs again", || async {
+        worker.job_token("k").is_some()
+    })
+    .await
+    .unwrap();
+    let token = worker.job_token("k").unwrap();
+    assert!(token / 1000 >= until_ms, "requeued within the window");
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
+    node.close().await.unwrap();
+}

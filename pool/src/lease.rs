@@ -581,31 +581,33 @@ impl NodeInner {
     }
 }
 
-/// Logs a resume's outcome for a job a cleanup claim holds back: at INFO
-/// when a claim first holds it back, at DEBUG at each renewal that finds it
-/// still held, at INFO once when it leaves that state.
+/// Logs a resume's outcome for a job a cleanup claim or a recovery holds
+/// back: at INFO when it is first held back, at DEBUG at each renewal that
+/// finds it still held, at INFO once when it leaves that state.
 fn note_held_back(worker: &WorkerInner, key: &str, restart: &Result<Restart>) {
     let mut held_back = lock_held(worker);
-    let outcome = match restart {
+    let held_by = match restart {
         Ok(Restart::Claimed) => {
-            if held_back.insert(key.to_string()) {
-                tracing::info!(key, worker = %worker.id, "cleanup claim on the worker: job stays suspended until it is moved or the claim goes");
-            } else {
-                tracing::debug!(key, worker = %worker.id, "job still held back by a cleanup claim");
-            }
-            return;
+            Some("a cleanup claim on the worker (until it moves the job or goes)")
         }
         Ok(Restart::Recovering) => {
-            if held_back.insert(key.to_string()) {
-                tracing::info!(key, worker = %worker.id, "pool recovering: job stays suspended until every running copy has re-asserted");
-            } else {
-                tracing::debug!(key, worker = %worker.id, "job still held back while the pool recovers");
-            }
-            return;
+            Some("the pool recovering (until every running copy has re-asserted)")
         }
+        _ => None,
+    };
+    if let Some(held_by) = held_by {
+        if held_back.insert(key.to_string()) {
+            tracing::info!(key, worker = %worker.id, held_by, "job stays suspended, held back");
+        } else {
+            tracing::debug!(key, worker = %worker.id, held_by, "job still held back");
+        }
+        return;
+    }
+    let outcome = match restart {
+        Ok(Restart::Claimed | Restart::Recovering) => return,
         _ if !held_back.remove(key) => return,
         Ok(Restart::Started) => "resumed here",
-        Ok(Restart::Moved) => "moved by the cleaner",
+        Ok(Restart::Moved) => "moved",
         Ok(Restart::Left) => "left to the orphan sweep",
         Ok(Restart::Suspended(_)) => "suspended again (lease lapsed)",
         Ok(Restart::StartFailed(_)) => "start failed",

@@ -59,6 +59,17 @@ async fn two_nodes(
     (client, a, b, wa, wb, handler_a)
 }
 
+/// A node of a new pool (mirroring the jobs map) whose renewals come every
+/// second (TTL 3 s): a cleanup claim goes once older than 3 s, and the
+/// recovery window a script opens lasts 3 s.
+async fn short_lease_node(client: &fred::prelude::Client, prefix: &str) -> Node {
+    let name = flotilla_testkit::unique_name(prefix);
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3));
+    Node::join(client, &name, options).await.unwrap()
+}
+
 /// Two nodes of one pool, a worker on each, `a`'s with `handler_a`. Both
 /// mirror the jobs and pending maps: these tests read their replicas.
 async fn two_nodes_with(

@@ -15,16 +15,6 @@ use super::*;
 use crate::keys;
 use crate::store::records::job_owner;
 
-/// A node whose renewals come every second (TTL 3 s): the recovery window
-/// a script opens lasts 3 s.
-async fn short_lease_node(client: &fred::prelude::Client, prefix: &str) -> Node {
-    let name = flotilla_testkit::unique_name(prefix);
-    let options = NodeOptions::default()
-        .mirror_jobs(true)
-        .worker_ttl(Duration::from_secs(3));
-    Node::join(client, &name, options).await.unwrap()
-}
-
 /// The end of the recovery window (server time, ms) the pool's epoch
 /// records.
 async fn window_end_ms(client: &fred::prelude::Client, node: &Node) -> u64 {

@@ -15,16 +15,6 @@ use tokio::time::Instant;
 use super::*;
 use crate::store::records::job_owner;
 
-/// A node (mirroring the jobs map) whose renewals come every second: a
-/// cleanup claim goes once older than its 3 s TTL.
-async fn short_lease_node(client: &fred::prelude::Client, prefix: &str) -> Node {
-    let name = flotilla_testkit::unique_name(prefix);
-    let options = NodeOptions::default()
-        .mirror_jobs(true)
-        .worker_ttl(Duration::from_secs(3));
-    Node::join(client, &name, options).await.unwrap()
-}
-
 /// A cleanup claim on `worker` by node `cleaner`, made now (server time),
 /// then a lease loss on `node`: its jobs stop, and its next renewal
 /// resumes them while the claim stands.

@@ -8,6 +8,8 @@
 //! chaos soak with a flapping link and a cut of one connection: a worker
 //! whose hand-offs failed while it was cut off took its stopped jobs back
 //! 40-150 ms after an empty restart and ran them beside their new owner).
+//! A closing worker whose lease has lapsed gives its stopped jobs back the
+//! same way.
 
 use tokio::time::Instant;
 
@@ -118,6 +120,57 @@ async fn a_job_whose_hand_off_failed_in_a_recovery_is_left_to_the_orphan_sweep()
     .await
     .unwrap();
     let token = worker.job_token("k").unwrap();
+    assert!(token / 1000 >= until_ms, "requeued within the window");
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
+    node.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_a_closing_worker_stopped_past_its_lease_is_left_to_the_orphan_sweep() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let node = short_lease_node(&client, "recovery-close").await;
+    let handler = Counting::default();
+    let closing = Worker::new(&node, handler.clone()).await.unwrap();
+    let other = Worker::new(&node, handler.clone()).await.unwrap();
+    let key = key_placed_on(&node, &closing).await;
+    node.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    closing.job_token(&key).unwrap();
+
+    // The worker's lease has lapsed (the watchdog has not acted yet), so a
+    // cleanup may have moved the job; and Redis lost its data, so nothing
+    // there shows a run elsewhere that has not re-asserted yet.
+    closing.inner.lease_lost.store(true, Ordering::SeqCst);
+    let store = &node.inner.store;
+    let pool = store.pool.to_string();
+    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
+    let _: i64 = client.hdel(jobs_hash.as_str(), &key).await.unwrap();
+    let _: i64 = client.hdel(keys::payloads(&pool), &key).await.unwrap();
+    let _: i64 = client
+        .hdel(keys::fencing(&pool), keys::EPOCH_FIELD)
+        .await
+        .unwrap();
+
+    node.remove_worker(&closing).await.unwrap();
+    // Stopped there, neither taken back by the closing worker nor handed to
+    // the other one in the window: an orphan the sweep requeues once every
+    // running copy has re-asserted.
+    assert_eq!(handler.stops.load(Ordering::SeqCst), 1);
+    assert!(other.job_token(&key).is_none(), "handed on in the window");
+    let record: Option<String> = client.hget(jobs_hash.as_str(), &key).await.unwrap();
+    assert_eq!(record, None, "taken back while the pool recovers");
+    let payload: bool = client.hexists(keys::payloads(&pool), &key).await.unwrap();
+    assert!(payload, "the payload is back");
+    let mark: Option<String> = client.hget(keys::orphan_marks(&pool), &key).await.unwrap();
+    assert!(mark.is_some(), "marked for the orphan sweep");
+    let until_ms = window_end_ms(&client, &node).await;
+
+    wait_until(Duration::from_secs(30), "the orphan runs again", || async {
+        other.job_token(&key).is_some()
+    })
+    .await
+    .unwrap();
+    let token = other.job_token(&key).unwrap();
     assert!(token / 1000 >= until_ms, "requeued within the window");
     assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
     node.close().await.unwrap();

@@ -176,11 +176,16 @@ pub enum FaultKind {
     /// subscriptions' or its blocking reads'), while its other
     /// connections, and any it opens meanwhile, work.
     CutOne,
+    /// The busiest worker's link goes deaf for 2 TTLs: its commands reach
+    /// Redis and run (renewals, starts, re-assertions), their replies are
+    /// held until the heal and then arrive late, in order (a one-way
+    /// failure: Redis sees a live worker that hears nothing).
+    Deaf,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 17] = [
+    pub const ALL: [FaultKind; 18] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -198,6 +203,7 @@ impl FaultKind {
         FaultKind::PauseRollback,
         FaultKind::Flap,
         FaultKind::CutOne,
+        FaultKind::Deaf,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -218,7 +224,7 @@ impl FaultKind {
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
-    /// `pause-rollback`, `flap`, `cut-one`).
+    /// `pause-rollback`, `flap`, `cut-one`, `deaf`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -238,6 +244,7 @@ impl FaultKind {
             FaultKind::PauseRollback => "pause-rollback",
             FaultKind::Flap => "flap",
             FaultKind::CutOne => "cut-one",
+            FaultKind::Deaf => "deaf",
         }
     }
 
@@ -272,6 +279,7 @@ impl FaultKind {
             FaultKind::PauseRollback => "sigstop worker, rollback redis meanwhile",
             FaultKind::Flap => "flapping link (down/up every 0.05-0.8 s)",
             FaultKind::CutOne => "one connection of a worker cut",
+            FaultKind::Deaf => "deaf link (commands run, replies held)",
         }
     }
 }

@@ -30,6 +30,12 @@ pub enum ProxyMode {
     /// Keep open connections open but forward nothing on them, and refuse
     /// new ones: the peer's sockets freeze while reconnects fail at once.
     Freeze,
+    /// A one-way failure: the client's bytes reach the server, the
+    /// server's are held (new connections are made the same way). Commands
+    /// run and their replies never come; when the mode changes, what was
+    /// held arrives, late and in order (TCP retransmitting once the route
+    /// is back).
+    Deaf,
     /// Forward bytes both ways, each delivered this long after it was read
     /// (a slow link: a round trip takes twice the delay). Bytes keep their
     /// order; a later change of mode applies to bytes read after it.
@@ -145,6 +151,11 @@ impl FaultProxy {
         self.set_mode(ProxyMode::Freeze);
     }
 
+    /// Lets commands through and holds the replies (a one-way failure).
+    pub fn deafen(&self) {
+        self.set_mode(ProxyMode::Deaf);
+    }
+
     /// Slows the link: bytes read from now on arrive `delay` later, each
     /// way.
     pub fn slow_down(&self, delay: Duration) {
@@ -190,7 +201,7 @@ async fn accept_loop(
                 let _ = client.shutdown().await;
                 continue;
             }
-            ProxyMode::Forward | ProxyMode::BlackHole | ProxyMode::Delay(_) => {}
+            ProxyMode::Forward | ProxyMode::BlackHole | ProxyMode::Deaf | ProxyMode::Delay(_) => {}
         }
         let rx = link.subscribe();
         let open = open.clone();
@@ -240,7 +251,7 @@ async fn serve(
         let current = mode.borrow_and_update().mode_of(id);
         match current {
             ProxyMode::Refuse => return Ok(()),
-            ProxyMode::Forward | ProxyMode::Delay(_) => break,
+            ProxyMode::Forward | ProxyMode::Deaf | ProxyMode::Delay(_) => break,
             ProxyMode::BlackHole | ProxyMode::Freeze => {
                 if mode.changed().await.is_err() {
                     return Ok(());
@@ -274,9 +285,12 @@ async fn serve(
                 }
                 continue;
             }
-            ProxyMode::Forward => Duration::ZERO,
+            ProxyMode::Forward | ProxyMode::Deaf => Duration::ZERO,
             ProxyMode::Delay(delay) => delay,
         };
+        // Deaf: the server's side is not read, so what it sends waits in
+        // the socket buffers until the mode changes.
+        let deaf = current == ProxyMode::Deaf;
         let (n, upstream_bound) = tokio::select! {
             changed = mode.changed() => {
                 if changed.is_err() {
@@ -285,7 +299,7 @@ async fn serve(
                 continue;
             }
             n = cr.read(&mut cbuf) => (n?, true),
-            n = sr.read(&mut sbuf) => (n?, false),
+            n = sr.read(&mut sbuf), if !deaf => (n?, false),
         };
         if n == 0 {
             break;

@@ -88,6 +88,44 @@ async fn proxy_fails_one_connection_alone() {
     .unwrap();
 }
 
+/// A deaf proxy lets commands through and holds the replies: the server runs
+/// them, the client hears nothing until the heal, and then hears it all.
+#[tokio::test]
+async fn a_deaf_proxy_runs_commands_and_holds_their_replies() {
+    let server = RedisServer::start().unwrap();
+    let direct = flotilla_testkit::client(&server.url()).await.unwrap();
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    let _: String = client.ping(None).await.unwrap();
+    proxy.deafen();
+    let incr = tokio::spawn({
+        let client = client.clone();
+        async move { client.incr::<i64, _>("deaf-counter").await }
+    });
+    flotilla_testkit::wait_until(Duration::from_secs(10), "the command ran", || {
+        let direct = direct.clone();
+        async move {
+            direct
+                .get::<Option<i64>, _>("deaf-counter")
+                .await
+                .ok()
+                .flatten()
+                == Some(1)
+        }
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!incr.is_finished(), "a reply came through a deaf link");
+    proxy.heal();
+    let value = tokio::time::timeout(Duration::from_secs(10), incr)
+        .await
+        .expect("the held reply arrives after the heal")
+        .unwrap()
+        .unwrap();
+    assert_eq!(value, 1);
+}
+
 #[tokio::test]
 async fn a_slow_proxy_delays_each_way_and_heals() {
     let server = RedisServer::start().unwrap();

@@ -32,7 +32,7 @@ struct Args {
     /// Fault kinds to inject, comma-separated: kill, pause, cut,
     /// restart-aof, restart-empty, add, remove, rollback, outage-kill,
     /// failover, freeze-redis, slow, cut-rollback, cut-empty, pause-rollback,
-    /// flap, cut-one (default: all that apply; failover only with
+    /// flap, cut-one, deaf (default: all that apply; failover only with
     /// --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,

@@ -52,6 +52,7 @@ pub(super) fn check_admissions(
                             | FaultKind::Pause
                             | FaultKind::Cut
                             | FaultKind::Slow
+                            | FaultKind::Deaf
                             | FaultKind::CutRollback
                             | FaultKind::CutRestartEmpty
                             | FaultKind::PauseRollback

@@ -18,6 +18,19 @@ use crate::ledger::{FaultKind, Record};
 /// How many of the keys that came back last a worst recovery names.
 const LAST_KEYS_SHOWN: usize = 5;
 
+/// The ways a link fails in which Redis hears nothing from the worker:
+/// refused (a crashed peer), black-holed, frozen.
+const SILENT_FAILURES: [ProxyMode; 3] =
+    [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze];
+
+/// Those and a deaf link (commands run, replies held).
+const LINK_FAILURES: [ProxyMode; 4] = [
+    ProxyMode::Refuse,
+    ProxyMode::BlackHole,
+    ProxyMode::Freeze,
+    ProxyMode::Deaf,
+];
+
 impl Run {
     /// Injects faults until `end`.
     pub(crate) async fn inject_until(&mut self, end: Instant) -> Result<(), ChaosError> {
@@ -78,6 +91,7 @@ impl Run {
             | FaultKind::Slow
             | FaultKind::Flap
             | FaultKind::CutOne
+            | FaultKind::Deaf
             | FaultKind::CutRollback
             | FaultKind::CutRestartEmpty
             | FaultKind::PauseRollback
@@ -173,8 +187,7 @@ impl Run {
                 // A live partition of the process that holds the most jobs:
                 // it keeps running, and must stop all of them before anyone
                 // else may start them. The three ways a link fails rotate.
-                let mode =
-                    [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze][self.cuts % 3];
+                let mode = SILENT_FAILURES[self.cuts % SILENT_FAILURES.len()];
                 self.cuts += 1;
                 let Some(pid) = self.degrade_busiest_link(kind, mode) else {
                     return Ok(());
@@ -218,8 +231,7 @@ impl Run {
                     }
                     down = !down;
                     let mode = if down {
-                        [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze]
-                            [self.rng.random_range(0..3)]
+                        LINK_FAILURES[self.rng.random_range(0..LINK_FAILURES.len())]
                     } else {
                         ProxyMode::Forward
                     };
@@ -239,8 +251,7 @@ impl Run {
                 let Some(pid) = self.fleet.busiest_up() else {
                     return Ok(());
                 };
-                let mode = [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze]
-                    [self.rng.random_range(0..3)];
+                let mode = LINK_FAILURES[self.rng.random_range(0..LINK_FAILURES.len())];
                 let Some(m) = self.fleet.member(pid) else {
                     return Ok(());
                 };
@@ -253,6 +264,22 @@ impl Run {
                 m.health = Health::Cut;
                 target = Some(pid);
                 self.record(kind, Some(pid), false);
+                self.observe(since, since + ttl * 2, false, &mut recovered)
+                    .await;
+                self.heal_link(kind, pid);
+                since = Instant::now();
+            }
+            FaultKind::Deaf => {
+                // A one-way failure: the worker's renewals still reach
+                // Redis, so the pool sees it alive and moves nothing, while
+                // it hears no reply and must stop its jobs itself; once
+                // healed, the held replies arrive late and it takes them
+                // back. The pool recovers from the heal on, as after a
+                // slow link.
+                let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::Deaf) else {
+                    return Ok(());
+                };
+                target = Some(pid);
                 self.observe(since, since + ttl * 2, false, &mut recovered)
                     .await;
                 self.heal_link(kind, pid);

@@ -176,10 +176,12 @@ pub enum FaultKind {
     /// subscriptions' or its blocking reads'), while its other
     /// connections, and any it opens meanwhile, work.
     CutOne,
-    /// The busiest worker's link goes deaf for 2 TTLs: its commands reach
+    /// The busiest worker's link goes deaf for 3 TTLs: its commands reach
     /// Redis and run (renewals, starts, re-assertions), their replies are
     /// held until the heal and then arrive late, in order (a one-way
-    /// failure: Redis sees a live worker that hears nothing).
+    /// failure: Redis receives the renewals of a worker that hears
+    /// nothing). Its jobs must run elsewhere within the recovery limit from
+    /// the failure, as for a cut.
     Deaf,
 }
 

@@ -25,7 +25,7 @@ use crate::handler::{Job, guarded};
 use crate::node::NodeInner;
 use crate::options::LeasePolicy;
 pub(crate) use crate::store::Reassert;
-use crate::store::{Reasserted, Resumed};
+use crate::store::{Reasserted, Renewal, Resumed};
 use crate::worker::{LocalJob, WorkerInner};
 
 /// Re-assertions in flight at once. After Redis lost its data a worker is
@@ -54,7 +54,20 @@ impl NodeInner {
             let sent = Instant::now();
             let last_ok = *self.last_renewal.borrow();
             match tokio::time::timeout(period, self.renew()).await {
-                Ok(Ok((server_ms, unknown))) => {
+                Ok(Ok(renewal)) if renewal.unheard => {
+                    // Redis ran it but renewed nothing: no reply had
+                    // reached this node for over a TTL (a link failing one
+                    // way), so its jobs are stopped here and the pool may
+                    // move them. This reply was heard: the next renewal
+                    // counts again.
+                    tracing::warn!(
+                        node = %self.id,
+                        "keep-alive refused: no reply from Redis was heard for over a TTL"
+                    );
+                }
+                Ok(Ok(Renewal {
+                    server_ms, unknown, ..
+                })) => {
                     if sent.saturating_duration_since(last_ok) >= self.options.lease_stop_after {
                         // The lease lapsed (a pause, a long stall): the
                         // watchdog may not have run yet when this renewal
@@ -158,15 +171,21 @@ impl NodeInner {
         }
     }
 
-    /// Renews the node's and its workers' keep-alives. Returns Redis server
-    /// time (ms) and the local workers Redis does not know.
-    async fn renew(&self) -> Result<(u64, Vec<String>)> {
+    /// Renews the node's and its workers' keep-alives: Redis server time
+    /// (ms) and the local workers Redis does not know, or a refusal. Notes
+    /// the reply's server time as the last one heard.
+    async fn renew(&self) -> Result<Renewal> {
         let workers: Vec<String> = self.workers.iter().map(|w| w.key().clone()).collect();
+        let heard_ms = self.renewal_heard_ms.load(Ordering::SeqCst);
         let renewal = self
             .store
-            .keepalive(&self.id, self.options.worker_ttl, workers)
+            .keepalive(&self.id, self.options.worker_ttl, heard_ms, workers)
             .await?;
-        Ok((renewal.server_ms, renewal.unknown))
+        // Stored, not maxed: after a failover to a server whose clock is
+        // behind, the next renewal compares with that server's time.
+        self.renewal_heard_ms
+            .store(renewal.server_ms, Ordering::SeqCst);
+        Ok(renewal)
     }
 
     /// Registers a worker Redis forgot and re-asserts its jobs: those nobody

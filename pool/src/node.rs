@@ -96,6 +96,10 @@ pub(crate) struct NodeInner {
     /// the node's lease), on this process's monotonic clock; the lease
     /// watchdog waits on its changes.
     pub(crate) last_renewal: tokio::sync::watch::Sender<Instant>,
+    /// Server time (ms) of the last renewal whose reply this node heard,
+    /// refused or not (0: none yet): sent with each renewal, so that Redis
+    /// stops counting the renewals of a node that hears nothing.
+    pub(crate) renewal_heard_ms: std::sync::atomic::AtomicU64,
     /// Set by the lease watchdog when the lease lapsed (jobs suspended),
     /// cleared by the renewal that resumes them.
     pub(crate) lease_suspended: AtomicBool,
@@ -199,6 +203,9 @@ impl Node {
             },
         )
         .await?;
+        // The first renewal's reference: until a renewal is heard, the
+        // join's own server time (0, no reference, if it cannot be read).
+        let joined_server_ms = store.server_time_ms().await.unwrap_or(0);
         let (ring_version, _) = watch::channel(0);
         let (recorder, recorder_queue) = crate::batch::Batcher::new();
         let (admitter, admission_queue) = crate::batch::Batcher::new();
@@ -235,6 +242,7 @@ impl Node {
             reconnects: watch::Sender::new(0),
             server_restarts: watch::Sender::new(0),
             last_renewal: tokio::sync::watch::Sender::new(Instant::now()),
+            renewal_heard_ms: AtomicU64::new(joined_server_ms),
             lease_suspended: AtomicBool::new(false),
             resume_everyone: AtomicBool::new(false),
             resume_wanted: tokio::sync::Notify::new(),

@@ -214,7 +214,23 @@ async fn racing_cleaners_requeue_a_dead_workers_jobs_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitioned_worker_stops_before_others_start_and_rejoins() {
-    let env = Env::new("partition");
+    partitioned_worker_hands_over_and_rejoins("partition", FaultProxy::black_hole).await;
+}
+
+/// A one-way failure: the far node's commands reach Redis and run, its
+/// renewals too, but no reply comes back. Redis must not count renewals
+/// from a node that hears nothing: the far node stops its jobs when it
+/// hears no renewal, and they must move on, not wait for the heal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deaf_worker_stops_before_others_start_and_rejoins() {
+    partitioned_worker_hands_over_and_rejoins("deaf", FaultProxy::deafen).await;
+}
+
+/// A node behind `proxy` runs jobs; `fail` breaks its link: its jobs must
+/// run on the other node, each stopped there first, and after the heal the
+/// far worker rejoins and every job runs once.
+async fn partitioned_worker_hands_over_and_rejoins(name: &str, fail: fn(&FaultProxy)) {
+    let env = Env::new(name);
     let ledger = Ledger::default();
     let proxy = FaultProxy::start(env.server.addr()).await.unwrap();
     let far = proxied_node(&env, &proxy, fast().lease_policy(LeasePolicy::StopJobs)).await;
@@ -228,7 +244,7 @@ async fn partitioned_worker_stops_before_others_start_and_rejoins() {
     }
     let far_jobs = far_worker.job_keys();
     assert!(!far_jobs.is_empty());
-    proxy.black_hole();
+    fail(&proxy);
     eventually("far jobs moved to near", Duration::from_secs(10), || {
         let running = ledger.running();
         far_jobs

@@ -271,19 +271,18 @@ impl Run {
             }
             FaultKind::Deaf => {
                 // A one-way failure: the worker's renewals still reach
-                // Redis, so the pool sees it alive and moves nothing, while
-                // it hears no reply and must stop its jobs itself; once
-                // healed, the held replies arrive late and it takes them
-                // back. The pool recovers from the heal on, as after a
-                // slow link.
+                // Redis, while it hears no reply and stops its jobs itself.
+                // Redis must stop counting renewals from a node that hears
+                // nothing, so that its jobs move on within the usual
+                // recovery limit, timed from the failure as for a cut, not
+                // from the heal; once healed, the held replies arrive late.
                 let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::Deaf) else {
                     return Ok(());
                 };
                 target = Some(pid);
-                self.observe(since, since + ttl * 2, false, &mut recovered)
+                self.observe(since, since + ttl * 3, false, &mut recovered)
                     .await;
                 self.heal_link(kind, pid);
-                since = Instant::now();
             }
             FaultKind::CutRollback | FaultKind::CutRestartEmpty => {
                 let rollback = kind == FaultKind::CutRollback;

@@ -53,7 +53,7 @@ async fn a_worker_that_renews_clears_a_claim_on_it_older_than_a_ttl() {
         "not w2's"
     );
     let renewal = s
-        .keepalive("n-test", TTL, ["w1".to_string(), "w2".to_string()])
+        .keepalive("n-test", TTL, 0, ["w1".to_string(), "w2".to_string()])
         .await
         .unwrap();
     assert!(renewal.unknown.is_empty(), "{:?}", renewal.unknown);
@@ -68,7 +68,7 @@ async fn a_worker_that_renews_clears_a_claim_on_it_older_than_a_ttl() {
     );
     // A claim within the TTL (a cleanup going on) stays.
     claim(f, "w2", "n-busy", renewal.server_ms).await;
-    s.keepalive("n-test", TTL, ["w2".to_string()])
+    s.keepalive("n-test", TTL, 0, ["w2".to_string()])
         .await
         .unwrap();
     assert!(s.maps.cleanup.get("w2").is_some(), "a fresh claim stays");

@@ -46,7 +46,7 @@ pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{
     ClaimStatus, DeadWorkerClaim, DrainMark, HandoffStands, Reassert, Reasserted, RecoveryMark,
-    Removed, Resumed, StopStands,
+    Removed, Renewal, Resumed, StopStands,
 };
 
 use crate::error::Result;

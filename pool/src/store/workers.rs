@@ -184,6 +184,9 @@ pub(crate) struct Renewal {
     pub(crate) server_ms: u64,
     /// The workers Redis does not know (not renewed).
     pub(crate) unknown: Vec<String>,
+    /// Nothing was renewed: the node had heard no reply for over a TTL
+    /// (see `keepalive.lua`).
+    pub(crate) unheard: bool,
 }
 
 impl PoolStore {
@@ -206,11 +209,14 @@ impl PoolStore {
             .await
     }
 
-    /// Renews the keep-alives of `node` and its `workers`.
+    /// Renews the keep-alives of `node` and its `workers`; `heard_ms` is the
+    /// server time of the last renewal whose reply the node heard (0: none
+    /// yet), and Redis renews nothing when it is over a TTL old.
     pub(crate) async fn keepalive(
         &self,
         node: &str,
         worker_ttl: Duration,
+        heard_ms: u64,
         workers: impl IntoIterator<Item = String>,
     ) -> Result<Renewal> {
         let ka = self.maps.keepalive.keys_info();
@@ -232,6 +238,7 @@ impl PoolStore {
             Value::from(node),
             Value::from(worker_ttl.as_millis().to_string()),
             Value::from(cleanup.channel.clone()),
+            Value::from(heard_ms.to_string()),
         ]);
         args.extend(workers.into_iter().map(Value::from));
         let reply: Vec<Value> = self
@@ -244,12 +251,19 @@ impl PoolStore {
             .and_then(|v| v.as_string())
             .and_then(|s| s.parse().ok())
             .unwrap_or_default();
+        // Worker ids are strings; the refusal is the integer 0.
+        let unheard = matches!(reply.get(1), Some(Value::Integer(_)));
         let unknown = reply
             .into_iter()
             .skip(1)
+            .filter(|v| !matches!(v, Value::Integer(_)))
             .filter_map(|v| v.as_string())
             .collect();
-        Ok(Renewal { server_ms, unknown })
+        Ok(Renewal {
+            server_ms,
+            unknown,
+            unheard,
+        })
     }
 
     /// Re-asserts that `worker` runs (or holds suspended) job `key` with

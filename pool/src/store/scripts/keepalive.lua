@@ -2,11 +2,18 @@
 -- KEYS: base, 9 keepalive hash, 10 keepalive revision, 11 nodes hash,
 --       12 nodes revision, 13 cleanup hash, 14 cleanup revision
 -- ARGV: base, 4 keepalive channel, 5 nodes channel, 6 node id,
---       7 worker ttl ms, 8 cleanup channel, 9.. worker ids (bounded by the
---       node's worker count)
+--       7 worker ttl ms, 8 cleanup channel, 9 server time (ms) of the last
+--       renewal whose reply the node heard ('0': none yet), 10.. worker ids
+--       (bounded by the node's worker count)
 -- Returns {now_ms, unknown worker ids...}: workers no longer registered
 -- (cleaned up, or Redis lost its data) are not renewed. Finding the pool's
 -- epoch gone (data loss) opens the recovery window.
+-- Returns {now_ms, 0} and renews nothing when the node has heard no reply
+-- for more than a TTL: its link fails one way (commands arrive, replies do
+-- not), so it has stopped its jobs for want of a renewal it heard, and
+-- counting its renewals would keep those jobs on it, stopped, for as long
+-- as the failure lasts. A node whose lease holds has heard a renewal less
+-- than its lease stop ago (less than a TTL), so it is never refused.
 -- One change message per map whatever the worker count: the workers'
 -- renewals go out as one batch on the keepalive map, the node's on the
 -- nodes map.
@@ -18,11 +25,15 @@
 local now_n = now_ms()
 local now = string.format('%d', now_n)
 local ttl = tonumber(ARGV[7])
+local heard = tonumber(ARGV[9]) or 0
+if heard > 0 and now_n - heard > ttl then
+  return {now, 0}
+end
 local unknown = {now}
 recovering(ttl)
 local renewed = rmap_batch(KEYS[9], KEYS[10], ARGV[4])
 local unclaimed = rmap_batch(KEYS[13], KEYS[14], ARGV[8])
-for i = 9, #ARGV do
+for i = 10, #ARGV do
   local w = ARGV[i]
   if redis.call('HEXISTS', WORKERS[1], w) == 1 then
     rmap_batch_set(renewed, w, now)

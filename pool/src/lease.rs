@@ -58,12 +58,14 @@ impl NodeInner {
                     // Redis ran it but renewed nothing: no reply had
                     // reached this node for over a TTL (a link failing one
                     // way), so its jobs are stopped here and the pool may
-                    // move them. This reply was heard: the next renewal
-                    // counts again.
+                    // move them. This reply was heard, so a renewal counts
+                    // again: sent at once, not a period later (after an
+                    // outage longer than a TTL every node is refused once).
                     tracing::warn!(
                         node = %self.id,
                         "keep-alive refused: no reply from Redis was heard for over a TTL"
                     );
+                    next = Instant::now();
                 }
                 Ok(Ok(Renewal {
                     server_ms, unknown, ..

@@ -189,26 +189,31 @@ impl Run {
                 // else may start them. The three ways a link fails rotate.
                 let mode = SILENT_FAILURES[self.cuts % SILENT_FAILURES.len()];
                 self.cuts += 1;
-                let Some(pid) = self.degrade_busiest_link(kind, mode) else {
-                    return Ok(());
-                };
-                target = Some(pid);
-                self.observe(since, since + ttl * 2, false, &mut recovered)
+                target = self
+                    .hold_busiest_link(kind, mode, since, ttl * 2, &mut recovered)
                     .await;
-                self.heal_link(kind, pid);
+                if target.is_none() {
+                    return Ok(());
+                }
             }
             FaultKind::Slow => {
                 // A gray failure: the link works, too slowly for the
                 // renewals to come back in time, while those the client
-                // gave up on still renew the lease in Redis.
+                // gave up on still reach Redis, late (renewing nothing
+                // once the node has heard no reply for a TTL).
                 let delay = self.rng.random_range(ttl / 4..=ttl);
-                let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::Delay(delay)) else {
-                    return Ok(());
-                };
-                target = Some(pid);
-                self.observe(since, since + ttl * 2, false, &mut recovered)
+                target = self
+                    .hold_busiest_link(
+                        kind,
+                        ProxyMode::Delay(delay),
+                        since,
+                        ttl * 2,
+                        &mut recovered,
+                    )
                     .await;
-                self.heal_link(kind, pid);
+                if target.is_none() {
+                    return Ok(());
+                }
                 since = Instant::now();
             }
             FaultKind::Flap => {
@@ -276,13 +281,12 @@ impl Run {
                 // nothing, so that its jobs move on within the usual
                 // recovery limit, timed from the failure as for a cut, not
                 // from the heal; once healed, the held replies arrive late.
-                let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::Deaf) else {
-                    return Ok(());
-                };
-                target = Some(pid);
-                self.observe(since, since + ttl * 3, false, &mut recovered)
+                target = self
+                    .hold_busiest_link(kind, ProxyMode::Deaf, since, ttl * 3, &mut recovered)
                     .await;
-                self.heal_link(kind, pid);
+                if target.is_none() {
+                    return Ok(());
+                }
             }
             FaultKind::CutRollback | FaultKind::CutRestartEmpty => {
                 let rollback = kind == FaultKind::CutRollback;
@@ -531,6 +535,23 @@ impl Run {
             m.health = Health::Cut;
         }
         self.record(kind, Some(pid), false);
+        Some(pid)
+    }
+
+    /// Puts the busiest process's link in `mode` for `hold` from `since`,
+    /// watching for recovery meanwhile, then heals it; its pid, or `None`
+    /// when no process is up.
+    async fn hold_busiest_link(
+        &mut self,
+        kind: FaultKind,
+        mode: ProxyMode,
+        since: Instant,
+        hold: Duration,
+        recovered: &mut Option<Duration>,
+    ) -> Option<u32> {
+        let pid = self.degrade_busiest_link(kind, mode)?;
+        self.observe(since, since + hold, false, recovered).await;
+        self.heal_link(kind, pid);
         Some(pid)
     }
 

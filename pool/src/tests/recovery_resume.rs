@@ -31,6 +31,35 @@ async fn window_end_ms(client: &fred::prelude::Client, node: &Node) -> u64 {
         .unwrap_or_else(|| panic!("no epoch: {epoch:?}"))
 }
 
+/// Redis loses `key`'s record and payload, and the pool's epoch (the next
+/// script opens a recovery window).
+async fn lose_job_and_epoch(client: &fred::prelude::Client, node: &Node, key: &str) {
+    let store = &node.inner.store;
+    let pool = store.pool.to_string();
+    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
+    let _: i64 = client.hdel(jobs_hash.as_str(), key).await.unwrap();
+    let _: i64 = client.hdel(keys::payloads(&pool), key).await.unwrap();
+    let _: i64 = client
+        .hdel(keys::fencing(&pool), keys::EPOCH_FIELD)
+        .await
+        .unwrap();
+}
+
+/// Checks that `key` is an orphan for the sweep (no record, its payload
+/// back and marked); returns the end of the recovery window (ms).
+async fn assert_left_to_the_sweep(client: &fred::prelude::Client, node: &Node, key: &str) -> u64 {
+    let store = &node.inner.store;
+    let pool = store.pool.to_string();
+    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
+    let record: Option<String> = client.hget(jobs_hash.as_str(), key).await.unwrap();
+    assert_eq!(record, None, "taken back while the pool recovers");
+    let payload: bool = client.hexists(keys::payloads(&pool), key).await.unwrap();
+    assert!(payload, "the payload is back");
+    let mark: Option<String> = client.hget(keys::orphan_marks(&pool), key).await.unwrap();
+    assert!(mark.is_some(), "marked for the orphan sweep");
+    window_end_ms(client, node).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspended_job_resumes_only_once_the_pool_has_recovered() {
     let server = RedisServer::start().unwrap();
@@ -91,28 +120,14 @@ async fn a_job_whose_hand_off_failed_in_a_recovery_is_left_to_the_orphan_sweep()
     // Redis lost its data (the key's record, payload and the pool's epoch).
     let (_, job) = worker.inner.jobs.remove("k").unwrap();
     worker.inner.stop_handler("k").await.unwrap();
-    let store = &node.inner.store;
-    let pool = store.pool.to_string();
-    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
-    let _: i64 = client.hdel(jobs_hash.as_str(), "k").await.unwrap();
-    let _: i64 = client.hdel(keys::payloads(&pool), "k").await.unwrap();
-    let _: i64 = client
-        .hdel(keys::fencing(&pool), keys::EPOCH_FIELD)
-        .await
-        .unwrap();
+    lose_job_and_epoch(&client, &node, "k").await;
 
     node.inner.run_here_again(&worker.inner, "k", job).await;
     // Not run here, not taken back for this worker: an orphan (payload
     // back, marked), which the sweep requeues once the pool has recovered.
     assert!(worker.job_token("k").is_none(), "started in the window");
     assert!(!worker.inner.suspended.lock().await.contains_key("k"));
-    let record: Option<String> = client.hget(jobs_hash.as_str(), "k").await.unwrap();
-    assert_eq!(record, None, "taken back while the pool recovers");
-    let payload: bool = client.hexists(keys::payloads(&pool), "k").await.unwrap();
-    assert!(payload, "the payload is back");
-    let mark: Option<String> = client.hget(keys::orphan_marks(&pool), "k").await.unwrap();
-    assert!(mark.is_some(), "marked for the orphan sweep");
-    let until_ms = window_end_ms(&client, &node).await;
+    let until_ms = assert_left_to_the_sweep(&client, &node, "k").await;
 
     wait_until(Duration::from_secs(30), "the orphan runs again", || async {
         worker.job_token("k").is_some()
@@ -141,15 +156,7 @@ async fn a_job_a_closing_worker_stopped_past_its_lease_is_left_to_the_orphan_swe
     // cleanup may have moved the job; and Redis lost its data, so nothing
     // there shows a run elsewhere that has not re-asserted yet.
     closing.inner.lease_lost.store(true, Ordering::SeqCst);
-    let store = &node.inner.store;
-    let pool = store.pool.to_string();
-    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
-    let _: i64 = client.hdel(jobs_hash.as_str(), &key).await.unwrap();
-    let _: i64 = client.hdel(keys::payloads(&pool), &key).await.unwrap();
-    let _: i64 = client
-        .hdel(keys::fencing(&pool), keys::EPOCH_FIELD)
-        .await
-        .unwrap();
+    lose_job_and_epoch(&client, &node, &key).await;
 
     node.remove_worker(&closing).await.unwrap();
     // Stopped there, neither taken back by the closing worker nor handed to
@@ -157,13 +164,7 @@ async fn a_job_a_closing_worker_stopped_past_its_lease_is_left_to_the_orphan_swe
     // running copy has re-asserted.
     assert_eq!(handler.stops.load(Ordering::SeqCst), 1);
     assert!(other.job_token(&key).is_none(), "handed on in the window");
-    let record: Option<String> = client.hget(jobs_hash.as_str(), &key).await.unwrap();
-    assert_eq!(record, None, "taken back while the pool recovers");
-    let payload: bool = client.hexists(keys::payloads(&pool), &key).await.unwrap();
-    assert!(payload, "the payload is back");
-    let mark: Option<String> = client.hget(keys::orphan_marks(&pool), &key).await.unwrap();
-    assert!(mark.is_some(), "marked for the orphan sweep");
-    let until_ms = window_end_ms(&client, &node).await;
+    let until_ms = assert_left_to_the_sweep(&client, &node, &key).await;
 
     wait_until(Duration::from_secs(30), "the orphan runs again", || async {
         other.job_token(&key).is_some()

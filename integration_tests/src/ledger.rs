@@ -183,11 +183,23 @@ pub enum FaultKind {
     /// nothing). Its jobs must run elsewhere within the recovery limit from
     /// the failure, as for a cut.
     Deaf,
+    /// A graceful stop of a cut-off worker: the busiest worker's link fails
+    /// (refused, black-holed, frozen or deaf, at random), 0–1 TTL later the
+    /// process gets `SIGTERM`, and 0–2 TTLs after that the link heals while
+    /// its node closes: the close's hand-overs and stops reach Redis late
+    /// or never, after its lease lapsed and others took its jobs. Its stop
+    /// is recorded as a [`FaultKind::RemoveWorker`] of the same process.
+    CutRemove,
+    /// A new worker process `SIGKILL`ed while it joins (0–1.5 s after it
+    /// was started, before or just after it is ready): its workers may have
+    /// registered and taken jobs handed over by the others. The kill is
+    /// recorded as a [`FaultKind::Kill`] of the process.
+    JoinKill,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 18] = [
+    pub const ALL: [FaultKind; 20] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -206,6 +218,8 @@ impl FaultKind {
         FaultKind::Flap,
         FaultKind::CutOne,
         FaultKind::Deaf,
+        FaultKind::CutRemove,
+        FaultKind::JoinKill,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -226,7 +240,8 @@ impl FaultKind {
     /// The kind's command-line name (`kill`, `pause`, `cut`, `restart-aof`,
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
-    /// `pause-rollback`, `flap`, `cut-one`, `deaf`).
+    /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
+    /// `join-kill`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -247,6 +262,8 @@ impl FaultKind {
             FaultKind::Flap => "flap",
             FaultKind::CutOne => "cut-one",
             FaultKind::Deaf => "deaf",
+            FaultKind::CutRemove => "cut-remove",
+            FaultKind::JoinKill => "join-kill",
         }
     }
 
@@ -282,6 +299,8 @@ impl FaultKind {
             FaultKind::Flap => "flapping link (down/up every 0.05-0.8 s)",
             FaultKind::CutOne => "one connection of a worker cut",
             FaultKind::Deaf => "deaf link (commands run, replies held)",
+            FaultKind::CutRemove => "cut worker, sigterm it meanwhile",
+            FaultKind::JoinKill => "sigkill worker while it joins",
         }
     }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
 
 /// The line a worker process prints once its workers are registered,
 /// followed by their ids as a JSON array.
@@ -63,6 +63,71 @@ pub enum ProcessError {
     Signal(Signal, u32, #[source] nix::Error),
 }
 
+/// A worker process started and not ready yet.
+#[derive(Debug)]
+pub struct StartingWorker {
+    child: Child,
+    pid: u32,
+    lines: Lines<BufReader<ChildStdout>>,
+    ledger: PathBuf,
+}
+
+impl StartingWorker {
+    /// The OS process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Reads the process's output until its ready line: the worker ids, or
+    /// `None` if it exited first. Cancel-safe: a call cut short by a
+    /// timeout loses no line.
+    pub async fn ready_line(&mut self) -> Option<Vec<String>> {
+        while let Ok(Some(line)) = self.lines.next_line().await {
+            if let Some(ids) = line.strip_prefix(READY_PREFIX) {
+                return serde_json::from_str::<Vec<String>>(ids).ok();
+            }
+        }
+        None
+    }
+
+    /// Waits (up to `timeout`) for the ready line.
+    ///
+    /// # Errors
+    /// [`ProcessError::NotReady`].
+    pub async fn ready(mut self, timeout: Duration) -> Result<WorkerProcess, ProcessError> {
+        let pid = self.pid;
+        let workers = match tokio::time::timeout(timeout, self.ready_line()).await {
+            Ok(Some(w)) => w,
+            Ok(None) => return Err(ProcessError::NotReady(format!("pid {pid} exited"))),
+            Err(_) => {
+                return Err(ProcessError::NotReady(format!(
+                    "pid {pid}: no ready line within {timeout:?}"
+                )));
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        let mut lines = self.lines;
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(WorkerProcess {
+            child: self.child,
+            pid,
+            workers,
+            ledger: self.ledger,
+        })
+    }
+
+    /// `SIGKILL`s the process, ready or not, and reaps it.
+    ///
+    /// # Errors
+    /// [`ProcessError::Signal`].
+    pub async fn sigkill(mut self) -> Result<(), ProcessError> {
+        kill(Pid::from_raw(self.pid as i32), Signal::SIGKILL)
+            .map_err(|e| ProcessError::Signal(Signal::SIGKILL, self.pid, e))?;
+        let _ = self.child.wait().await;
+        Ok(())
+    }
+}
+
 impl WorkerProcess {
     /// Spawns a worker process and waits (up to `ready_timeout`) for its
     /// ready line.
@@ -70,6 +135,14 @@ impl WorkerProcess {
     /// # Errors
     /// [`ProcessError::Spawn`], [`ProcessError::NotReady`].
     pub async fn spawn(spec: &WorkerSpec, ready_timeout: Duration) -> Result<Self, ProcessError> {
+        Self::start(spec)?.ready(ready_timeout).await
+    }
+
+    /// Starts a worker process without waiting for it to be ready.
+    ///
+    /// # Errors
+    /// [`ProcessError::Spawn`], [`ProcessError::NotReady`] (no output).
+    pub fn start(spec: &WorkerSpec) -> Result<StartingWorker, ProcessError> {
         let mut command = Command::new(&spec.binary);
         if !spec.mirror_jobs {
             command.arg("--no-job-replicas");
@@ -99,31 +172,10 @@ impl WorkerProcess {
         let Some(stdout) = child.stdout.take() else {
             return Err(ProcessError::NotReady("no stdout".into()));
         };
-        let mut lines = BufReader::new(stdout).lines();
-        let ready = tokio::time::timeout(ready_timeout, async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(ids) = line.strip_prefix(READY_PREFIX) {
-                    return serde_json::from_str::<Vec<String>>(ids).ok();
-                }
-            }
-            None
-        })
-        .await;
-        let workers = match ready {
-            Ok(Some(w)) => w,
-            Ok(None) => return Err(ProcessError::NotReady(format!("pid {pid} exited"))),
-            Err(_) => {
-                return Err(ProcessError::NotReady(format!(
-                    "pid {pid}: no ready line within {ready_timeout:?}"
-                )));
-            }
-        };
-        // Keep draining stdout so the child never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(WorkerProcess {
+        Ok(StartingWorker {
             child,
             pid,
-            workers,
+            lines: BufReader::new(stdout).lines(),
             ledger: spec.ledger.clone(),
         })
     }

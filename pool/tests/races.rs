@@ -331,3 +331,54 @@ async fn closing_a_worker_with_500_slow_stopping_jobs_never_overlaps_the_new_own
     assert!(took < Duration::from_secs(10), "close took {took:?}");
     b.close().await.unwrap();
 }
+
+/// `close()` of a worker cut off from Redis: its lease lapses while the
+/// close waits for Redis, and the lease watchdog starts stopping its jobs
+/// (slowly); the link heals while those stops run, and the close goes on
+/// to hand the jobs over. None may be handed over, and start on the other
+/// worker, before its stop on the closing worker has ended (I1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_closed_while_cut_off_hands_over_no_job_before_its_stop_ends() {
+    let env = Env::new("close-cut");
+    let ledger = Ledger::default();
+    let proxy = FaultProxy::start(env.server.addr()).await.unwrap();
+    let ttl = Duration::from_secs(3);
+    let far = proxied_node(&env, &proxy, fast().worker_ttl(ttl)).await;
+    // Stops within the stop budget (TTL / 6 = 500 ms), long enough for the
+    // close to get through once the link heals.
+    let far_worker = Worker::new(&far, ledger.slow_stop_handler("far", 350, 450))
+        .await
+        .unwrap();
+    let near = env.node(fast().worker_ttl(ttl)).await;
+    let _near_worker = Worker::new(&near, ledger.handler("near")).await.unwrap();
+    for i in 0..60 {
+        near.dispatch_job(&format!("c{i}"), &b"p"[..])
+            .await
+            .unwrap();
+    }
+    let far_jobs = far_worker.job_keys();
+    assert!(!far_jobs.is_empty());
+    proxy.black_hole();
+    let closing = tokio::spawn({
+        let far = far.clone();
+        async move { far.close().await }
+    });
+    // The watchdog takes each job off the running set as its stop begins.
+    eventually(
+        "the far lease's stops begun",
+        Duration::from_secs(10),
+        || far_worker.job_keys().is_empty(),
+    )
+    .await;
+    proxy.heal();
+    eventually("far jobs moved to near", Duration::from_secs(20), || {
+        let running = ledger.running();
+        far_jobs
+            .iter()
+            .all(|k| running.get(k).map(String::as_str) == Some("near"))
+    })
+    .await;
+    assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
+    let _ = closing.await.unwrap();
+    near.close().await.unwrap();
+}

@@ -53,6 +53,7 @@ pub(super) fn check_admissions(
                             | FaultKind::Cut
                             | FaultKind::Slow
                             | FaultKind::Deaf
+                            | FaultKind::CutRemove
                             | FaultKind::CutRollback
                             | FaultKind::CutRestartEmpty
                             | FaultKind::PauseRollback

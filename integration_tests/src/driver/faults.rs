@@ -83,7 +83,9 @@ impl Run {
         let n = self.fleet.members.len();
         let target = self.options.worker_processes;
         match kind {
-            FaultKind::Kill | FaultKind::RemoveWorker if n < target || n <= 2 => {
+            FaultKind::Kill | FaultKind::RemoveWorker | FaultKind::CutRemove
+                if n < target || n <= 2 =>
+            {
                 FaultKind::AddWorker
             }
             FaultKind::Pause
@@ -95,6 +97,7 @@ impl Run {
             | FaultKind::CutRollback
             | FaultKind::CutRestartEmpty
             | FaultKind::PauseRollback
+            | FaultKind::CutRemove
                 if self.fleet.up().len() <= 2 =>
             {
                 FaultKind::AddWorker
@@ -288,6 +291,68 @@ impl Run {
                     return Ok(());
                 }
             }
+            FaultKind::CutRemove => {
+                // A graceful stop the worker cannot carry out: its link
+                // fails, it is told to stop while cut off, and the link
+                // heals while it closes, so its hand-overs and stops reach
+                // Redis late or never, after others may have taken its
+                // jobs. Timed from the failure, as a cut.
+                let mode = LINK_FAILURES[self.rng.random_range(0..LINK_FAILURES.len())];
+                let Some(pid) = self.degrade_busiest_link(kind, mode) else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                let term_at = since + self.rng.random_range(Duration::ZERO..=ttl);
+                self.observe(since, term_at, false, &mut recovered).await;
+                if let Some(m) = self.fleet.member(pid) {
+                    m.process.signal(Signal::SIGTERM)?;
+                }
+                self.record(FaultKind::RemoveWorker, Some(pid), false);
+                let heal_at = Instant::now() + self.rng.random_range(Duration::ZERO..=ttl * 2);
+                self.observe(since, heal_at, false, &mut recovered).await;
+                if let Some(m) = self.fleet.member(pid) {
+                    m.proxy.heal();
+                }
+                self.record(kind, Some(pid), true);
+                let mut clean = true;
+                if let Some(m) = self.fleet.member(pid) {
+                    clean = m.process.terminate(Duration::from_secs(15)).await?;
+                }
+                self.record(FaultKind::RemoveWorker, Some(pid), true);
+                self.fleet.forget(pid);
+                if !clean {
+                    self.not_recovered(
+                        format!("worker process {pid} did not exit on SIGTERM within 15 s"),
+                        Vec::new(),
+                    );
+                }
+            }
+            FaultKind::JoinKill => {
+                // A process that dies while it joins: its workers may have
+                // registered, and taken jobs the others handed over, when
+                // it is killed; those must run again elsewhere.
+                let addr = self.server_addr()?;
+                self.record(kind, None, false);
+                let (mut starting, _proxy) = self.fleet.start(addr).await?;
+                let pid = starting.pid();
+                target = Some(pid);
+                let kill_at = Instant::now()
+                    + self
+                        .rng
+                        .random_range(Duration::ZERO..=Duration::from_millis(1500));
+                if tokio::time::timeout_at(kill_at, starting.ready_line())
+                    .await
+                    .is_ok()
+                {
+                    tokio::time::sleep_until(kill_at).await;
+                }
+                // Recorded once the signal is sent, as a kill.
+                let reaped = starting.sigkill().await;
+                self.record(FaultKind::Kill, Some(pid), false);
+                self.record(kind, Some(pid), true);
+                reaped?;
+                since = Instant::now();
+            }
             FaultKind::CutRollback | FaultKind::CutRestartEmpty => {
                 let rollback = kind == FaultKind::CutRollback;
                 let snapshot = if rollback {
@@ -408,10 +473,7 @@ impl Run {
                 self.failed_primary = Some(old);
             }
             FaultKind::AddWorker => {
-                let addr =
-                    self.server.lock().map(|s| s.addr()).map_err(|_| {
-                        flotilla_testkit::Error::Startup("server lock poisoned".into())
-                    })?;
+                let addr = self.server_addr()?;
                 let pid = self.fleet.add(addr).await?;
                 // Recovery counts from the moment it is registered.
                 since = Instant::now();
@@ -505,6 +567,15 @@ impl Run {
             shown.join(", ")
         );
         self.not_recovered(message, missing);
+    }
+
+    /// The Redis server's address (the processes' proxies forward to it).
+    fn server_addr(&self) -> Result<std::net::SocketAddr, ChaosError> {
+        Ok(self
+            .server
+            .lock()
+            .map(|s| s.addr())
+            .map_err(|_| flotilla_testkit::Error::Startup("server lock poisoned".into()))?)
     }
 
     /// Runs `f` on the Redis server, on a blocking thread (it waits for

@@ -9,7 +9,7 @@ use std::time::Duration;
 use flotilla_testkit::FaultProxy;
 
 use crate::ledger::{LedgerTail, Record};
-use crate::process::{ProcessError, WorkerProcess, WorkerSpec};
+use crate::process::{ProcessError, StartingWorker, WorkerProcess, WorkerSpec};
 
 /// What a worker process is going through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +82,24 @@ impl Fleet {
 
     /// Starts one more worker process behind a new proxy to `redis`.
     pub(crate) async fn add(&mut self, redis: SocketAddr) -> Result<u32, ProcessError> {
+        let (starting, proxy) = self.start(redis).await?;
+        let process = starting.ready(Duration::from_secs(30)).await?;
+        let pid = process.pid();
+        self.members.push(Member {
+            process,
+            proxy,
+            health: Health::Up,
+        });
+        Ok(pid)
+    }
+
+    /// Starts a worker process behind a new proxy to `redis`, without
+    /// waiting for it to be ready or making it a member: its ledger joins
+    /// the run's, its lines join the live view only if it becomes one.
+    pub(crate) async fn start(
+        &mut self,
+        redis: SocketAddr,
+    ) -> Result<(StartingWorker, FaultProxy), ProcessError> {
         let proxy = FaultProxy::start(redis)
             .await
             .map_err(|e| ProcessError::NotReady(format!("proxy: {e}")))?;
@@ -99,14 +117,7 @@ impl Fleet {
             stop_ms: self.stop_ms,
             mirror_jobs: !(self.all_lean || (self.lean && self.next.is_multiple_of(2))),
         };
-        let process = WorkerProcess::spawn(&spec, Duration::from_secs(30)).await?;
-        let pid = process.pid();
-        self.members.push(Member {
-            process,
-            proxy,
-            health: Health::Up,
-        });
-        Ok(pid)
+        Ok((WorkerProcess::start(&spec)?, proxy))
     }
 
     /// Removes a member from the fleet (after it was killed or exited).

@@ -174,16 +174,30 @@ impl NodeInner {
                 Err(_) => failed = Some(gave_up(&worker.id, "leaving the ring")),
             }
         }
+        // Every job leaves the running set, and the suspended set is
+        // emptied, under the lease transition lock: the lease watchdog
+        // stops jobs without this worker's `ops` lock, moving each to the
+        // suspended set before its stop ends, and holds that lock until all
+        // its stops have ended. So nothing is taken from there while its
+        // stop still runs, to be handed over to a worker that starts it
+        // (I1), and the watchdog finds none of these jobs to stop again.
+        let (running, held) = {
+            let _transition = self.lease_transition.lock().await;
+            let mut suspended = worker.suspended.lock().await;
+            let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
+            let running: Vec<(String, crate::worker::LocalJob)> =
+                keys.into_iter().filter_map(|k| worker.jobs.remove(&k)).collect();
+            let held: Vec<(String, crate::worker::LocalJob)> = suspended.drain().collect();
+            (running, held)
+        };
         // Every job stops at once (each within stop_timeout), so closing a
         // worker with many jobs takes one stop, not one per job; each is
         // handed on only after its own stop returned.
-        let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
-        let mut stopped: Vec<(String, Option<crate::worker::LocalJob>, Reassert)> =
-            futures::future::join_all(keys.into_iter().map(|key| async move {
+        let mut stopped: Vec<(String, crate::worker::LocalJob, Reassert)> =
+            futures::future::join_all(running.into_iter().map(|(key, job)| async move {
                 if let Err(e) = worker.stop_handler(&key).await {
                     tracing::warn!(key, error = %e, "handler stop failed during close");
                 }
-                let job = worker.jobs.remove(&key).map(|(_, job)| job);
                 // Ran here until now under a valid lease: nobody can have
                 // moved it, and Redis may only have lost it. Past the lease
                 // a cleanup may have, and a run elsewhere may not have
@@ -197,14 +211,11 @@ impl NodeInner {
                 (key, job, state)
             }))
             .await;
-        // Jobs held suspended since a lease loss go on like the others.
+        // Jobs held suspended since a lease loss (stopped) go on like the
+        // others.
         stopped.extend(
-            worker
-                .suspended
-                .lock()
-                .await
-                .drain()
-                .map(|(key, job)| (key, Some(job), Reassert::Suspended)),
+            held.into_iter()
+                .map(|(key, job)| (key, job, Reassert::Suspended)),
         );
         let result = match failed {
             Some(e) => Err(e),
@@ -213,7 +224,6 @@ impl NodeInner {
                     futures::stream::iter(stopped)
                         .for_each_concurrent(HANDOFFS_IN_FLIGHT, |(key, job, state)| async move {
                             let moved = self.requeue_job(&key, &worker.id, None).await;
-                            let Some(job) = job else { return };
                             let state = match moved {
                                 // Redis has the record but not the body (a
                                 // start recorded during a recovery): this

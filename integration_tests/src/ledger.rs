@@ -195,11 +195,17 @@ pub enum FaultKind {
     /// registered and taken jobs handed over by the others. The kill is
     /// recorded as a [`FaultKind::Kill`] of the process.
     JoinKill,
+    /// A graceful stop of a frozen worker: `SIGSTOP` of the busiest worker
+    /// process, `SIGTERM` 0–2 TTLs later (pending while it is stopped),
+    /// `SIGCONT` at once: it wakes to a lapsed lease and a close to carry
+    /// out, its watchdog and its close racing for the same jobs. Its stop
+    /// is recorded as a [`FaultKind::RemoveWorker`] from the `SIGCONT`.
+    PauseRemove,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 20] = [
+    pub const ALL: [FaultKind; 21] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -220,6 +226,7 @@ impl FaultKind {
         FaultKind::Deaf,
         FaultKind::CutRemove,
         FaultKind::JoinKill,
+        FaultKind::PauseRemove,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -241,7 +248,7 @@ impl FaultKind {
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
-    /// `join-kill`).
+    /// `join-kill`, `pause-remove`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -264,13 +271,17 @@ impl FaultKind {
             FaultKind::Deaf => "deaf",
             FaultKind::CutRemove => "cut-remove",
             FaultKind::JoinKill => "join-kill",
+            FaultKind::PauseRemove => "pause-remove",
         }
     }
 
     /// Whether the fault `SIGSTOP`s its target process (which then runs
     /// nothing until `SIGCONT`, its ledger silent meanwhile).
     pub fn pauses_process(self) -> bool {
-        matches!(self, FaultKind::Pause | FaultKind::PauseRollback)
+        matches!(
+            self,
+            FaultKind::Pause | FaultKind::PauseRollback | FaultKind::PauseRemove
+        )
     }
 
     /// Parses a [`FaultKind::cli_name`].
@@ -301,6 +312,7 @@ impl FaultKind {
             FaultKind::Deaf => "deaf link (commands run, replies held)",
             FaultKind::CutRemove => "cut worker, sigterm it meanwhile",
             FaultKind::JoinKill => "sigkill worker while it joins",
+            FaultKind::PauseRemove => "sigstop worker, sigterm it meanwhile",
         }
     }
 }

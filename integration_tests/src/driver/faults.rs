@@ -83,7 +83,10 @@ impl Run {
         let n = self.fleet.members.len();
         let target = self.options.worker_processes;
         match kind {
-            FaultKind::Kill | FaultKind::RemoveWorker | FaultKind::CutRemove
+            FaultKind::Kill
+            | FaultKind::RemoveWorker
+            | FaultKind::CutRemove
+            | FaultKind::PauseRemove
                 if n < target || n <= 2 =>
             {
                 FaultKind::AddWorker
@@ -98,6 +101,7 @@ impl Run {
             | FaultKind::CutRestartEmpty
             | FaultKind::PauseRollback
             | FaultKind::CutRemove
+            | FaultKind::PauseRemove
                 if self.fleet.up().len() <= 2 =>
             {
                 FaultKind::AddWorker
@@ -316,6 +320,41 @@ impl Run {
                 self.record(kind, Some(pid), true);
                 let mut clean = true;
                 if let Some(m) = self.fleet.member(pid) {
+                    clean = m.process.terminate(Duration::from_secs(15)).await?;
+                }
+                self.record(FaultKind::RemoveWorker, Some(pid), true);
+                self.fleet.forget(pid);
+                if !clean {
+                    self.not_recovered(
+                        format!("worker process {pid} did not exit on SIGTERM within 15 s"),
+                        Vec::new(),
+                    );
+                }
+            }
+            FaultKind::PauseRemove => {
+                // A process told to stop while frozen: it wakes to a lapsed
+                // lease (its watchdog stops its jobs) and to a close that
+                // hands them over, at once. Timed from the pause.
+                self.fleet.refresh();
+                let Some(pid) = self.fleet.busiest_up() else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                if let Some(m) = self.fleet.member(pid) {
+                    m.process.signal(Signal::SIGSTOP)?;
+                    m.health = Health::Paused;
+                }
+                self.record(kind, Some(pid), false);
+                let wake_at = since + self.rng.random_range(Duration::ZERO..=ttl * 2);
+                self.observe(since, wake_at, false, &mut recovered).await;
+                let mut clean = true;
+                if let Some(m) = self.fleet.member(pid) {
+                    m.process.signal(Signal::SIGTERM)?;
+                    self.record(kind, Some(pid), true);
+                    self.record(FaultKind::RemoveWorker, Some(pid), false);
+                }
+                if let Some(m) = self.fleet.member(pid) {
+                    m.process.signal(Signal::SIGCONT)?;
                     clean = m.process.terminate(Duration::from_secs(15)).await?;
                 }
                 self.record(FaultKind::RemoveWorker, Some(pid), true);

@@ -284,6 +284,25 @@ impl FaultKind {
         )
     }
 
+    /// Whether the fault keeps its target process from reaching Redis, or
+    /// from running at all, while it lasts (killed, paused, cut off,
+    /// slowed past its lease, deaf): it cannot re-assert what it runs.
+    pub fn puts_process_out_of_reach(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Kill
+                | FaultKind::Pause
+                | FaultKind::Cut
+                | FaultKind::Slow
+                | FaultKind::Deaf
+                | FaultKind::CutRollback
+                | FaultKind::CutRestartEmpty
+                | FaultKind::PauseRollback
+                | FaultKind::CutRemove
+                | FaultKind::PauseRemove
+        )
+    }
+
     /// Parses a [`FaultKind::cli_name`].
     pub fn from_cli_name(name: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|k| k.cli_name() == name)

@@ -185,8 +185,10 @@ impl NodeInner {
             let _transition = self.lease_transition.lock().await;
             let mut suspended = worker.suspended.lock().await;
             let keys: Vec<String> = worker.jobs.iter().map(|e| e.key().clone()).collect();
-            let running: Vec<(String, crate::worker::LocalJob)> =
-                keys.into_iter().filter_map(|k| worker.jobs.remove(&k)).collect();
+            let running: Vec<(String, crate::worker::LocalJob)> = keys
+                .into_iter()
+                .filter_map(|k| worker.jobs.remove(&k))
+                .collect();
             let held: Vec<(String, crate::worker::LocalJob)> = suspended.drain().collect();
             (running, held)
         };

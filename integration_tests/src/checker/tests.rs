@@ -418,6 +418,32 @@ fn a_readmission_while_every_holder_is_out_of_reach_since_a_loss_is_counted() {
     }
 }
 
+/// A holder paused for a graceful stop (`pause-remove`) is out of reach as
+/// a plain pause is (chaos soak seed 471, `--overlap`: an empty restart,
+/// the holder paused 1 ms after it and told to stop, the key dispatched
+/// again during the pause, before the `SIGCONT`).
+#[test]
+fn a_readmission_while_the_holder_is_paused_for_a_stop_is_counted() {
+    let driver = vec![
+        admit(1000, "k"),
+        untargeted(3000, FaultKind::RestartEmpty, false),
+        untargeted(3020, FaultKind::RestartEmpty, true),
+        fault(3021, FaultKind::PauseRemove, 7, false),
+        fault(6990, FaultKind::PauseRemove, 7, true),
+        fault(6990, FaultKind::RemoveWorker, 7, false),
+        fault(7400, FaultKind::RemoveWorker, 7, true),
+        admit(6200, "k"),
+    ];
+    let workers = vec![
+        start(7, 1005, "k", "w7", 1),
+        stop(7, 7010, "k", "w7"),
+        start(8, 6198, "k", "w8", 2),
+    ];
+    let r = check(&[driver, workers], &CheckOptions::default());
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+}
+
 /// A key whose process stopped it on a lease loss and holds it (to
 /// re-assert it, or to give it back to Redis as an orphan it remembers),
 /// lost by Redis while that process is out of reach until the key is

@@ -318,18 +318,7 @@ impl Run {
                     m.proxy.heal();
                 }
                 self.record(kind, Some(pid), true);
-                let mut clean = true;
-                if let Some(m) = self.fleet.member(pid) {
-                    clean = m.process.terminate(Duration::from_secs(15)).await?;
-                }
-                self.record(FaultKind::RemoveWorker, Some(pid), true);
-                self.fleet.forget(pid);
-                if !clean {
-                    self.not_recovered(
-                        format!("worker process {pid} did not exit on SIGTERM within 15 s"),
-                        Vec::new(),
-                    );
-                }
+                self.await_removal(pid).await?;
             }
             FaultKind::PauseRemove => {
                 // A process told to stop while frozen: it wakes to a lapsed
@@ -347,24 +336,17 @@ impl Run {
                 self.record(kind, Some(pid), false);
                 let wake_at = since + self.rng.random_range(Duration::ZERO..=ttl * 2);
                 self.observe(since, wake_at, false, &mut recovered).await;
-                let mut clean = true;
+                // Both ends recorded before the SIGCONT, as a pause's: what
+                // the process records after it comes after them.
                 if let Some(m) = self.fleet.member(pid) {
                     m.process.signal(Signal::SIGTERM)?;
-                    self.record(kind, Some(pid), true);
-                    self.record(FaultKind::RemoveWorker, Some(pid), false);
                 }
+                self.record(kind, Some(pid), true);
+                self.record(FaultKind::RemoveWorker, Some(pid), false);
                 if let Some(m) = self.fleet.member(pid) {
                     m.process.signal(Signal::SIGCONT)?;
-                    clean = m.process.terminate(Duration::from_secs(15)).await?;
                 }
-                self.record(FaultKind::RemoveWorker, Some(pid), true);
-                self.fleet.forget(pid);
-                if !clean {
-                    self.not_recovered(
-                        format!("worker process {pid} did not exit on SIGTERM within 15 s"),
-                        Vec::new(),
-                    );
-                }
+                self.await_removal(pid).await?;
             }
             FaultKind::JoinKill => {
                 // A process that dies while it joins: its workers may have
@@ -526,18 +508,7 @@ impl Run {
                 };
                 target = Some(pid);
                 self.record(kind, Some(pid), false);
-                let mut clean = false;
-                if let Some(m) = self.fleet.member(pid) {
-                    clean = m.process.terminate(Duration::from_secs(15)).await?;
-                }
-                self.record(kind, Some(pid), true);
-                self.fleet.forget(pid);
-                if !clean {
-                    self.not_recovered(
-                        format!("worker process {pid} did not exit on SIGTERM within 15 s"),
-                        Vec::new(),
-                    );
-                }
+                self.await_removal(pid).await?;
             }
         }
         *self.faults.entry(kind).or_default() += 1;
@@ -663,6 +634,25 @@ impl Run {
         self.observe(since, since + hold, false, recovered).await;
         self.heal_link(kind, pid);
         Some(pid)
+    }
+
+    /// Sends `SIGTERM` to `pid` (again, if it had one) and waits up to 15 s
+    /// for it to close its node and exit (killing it after that, noted as
+    /// not recovered); records the end of its removal and forgets it.
+    async fn await_removal(&mut self, pid: u32) -> Result<(), ChaosError> {
+        let mut clean = true;
+        if let Some(m) = self.fleet.member(pid) {
+            clean = m.process.terminate(Duration::from_secs(15)).await?;
+        }
+        self.record(FaultKind::RemoveWorker, Some(pid), true);
+        self.fleet.forget(pid);
+        if !clean {
+            self.not_recovered(
+                format!("worker process {pid} did not exit on SIGTERM within 15 s"),
+                Vec::new(),
+            );
+        }
+        Ok(())
     }
 
     /// Heals the link of `pid` and records the fault's end.

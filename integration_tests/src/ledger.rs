@@ -201,11 +201,17 @@ pub enum FaultKind {
     /// out, its watchdog and its close racing for the same jobs. Its stop
     /// is recorded as a [`FaultKind::RemoveWorker`] from the `SIGCONT`.
     PauseRemove,
+    /// One of the two dispatching nodes' link fails (refused, black-holed,
+    /// frozen or deaf, at random) for 0.5–3 TTLs, then heals: its
+    /// admissions and stops run or not, their replies come late or never,
+    /// its callers time out and dispatch or stop again, and past a TTL the
+    /// other nodes may take it for dead.
+    CutDispatcher,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 21] = [
+    pub const ALL: [FaultKind; 22] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -227,6 +233,7 @@ impl FaultKind {
         FaultKind::CutRemove,
         FaultKind::JoinKill,
         FaultKind::PauseRemove,
+        FaultKind::CutDispatcher,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -248,7 +255,7 @@ impl FaultKind {
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
-    /// `join-kill`, `pause-remove`).
+    /// `join-kill`, `pause-remove`, `cut-dispatcher`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -272,6 +279,7 @@ impl FaultKind {
             FaultKind::CutRemove => "cut-remove",
             FaultKind::JoinKill => "join-kill",
             FaultKind::PauseRemove => "pause-remove",
+            FaultKind::CutDispatcher => "cut-dispatcher",
         }
     }
 
@@ -332,6 +340,7 @@ impl FaultKind {
             FaultKind::CutRemove => "cut worker, sigterm it meanwhile",
             FaultKind::JoinKill => "sigkill worker while it joins",
             FaultKind::PauseRemove => "sigstop worker, sigterm it meanwhile",
+            FaultKind::CutDispatcher => "a dispatcher's link cut",
         }
     }
 }

@@ -32,8 +32,9 @@ struct Args {
     /// Fault kinds to inject, comma-separated: kill, pause, cut,
     /// restart-aof, restart-empty, add, remove, rollback, outage-kill,
     /// failover, freeze-redis, slow, cut-rollback, cut-empty, pause-rollback,
-    /// flap, cut-one, deaf, cut-remove, join-kill, pause-remove (default:
-    /// all that apply; failover only with --sentinel).
+    /// flap, cut-one, deaf, cut-remove, join-kill, pause-remove,
+    /// cut-dispatcher (default: all that apply; failover only with
+    /// --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,
     /// Worker TTL the run used, for `--recheck` (ms).

@@ -348,6 +348,24 @@ impl Run {
                 }
                 self.await_removal(pid).await?;
             }
+            FaultKind::CutDispatcher => {
+                // The workers are untouched: what must hold is that a
+                // dispatcher whose replies come late or never admits
+                // nothing twice and loses nothing, and works again after.
+                if self.dispatcher_proxies.is_empty() {
+                    return Ok(());
+                }
+                let i = self.rng.random_range(0..self.dispatcher_proxies.len());
+                let mode = LINK_FAILURES[self.rng.random_range(0..LINK_FAILURES.len())];
+                let hold = self.rng.random_range(ttl / 2..=ttl * 3);
+                self.dispatcher_proxies[i].set_mode(mode);
+                self.record(kind, None, false);
+                self.observe(since, since + hold, false, &mut recovered)
+                    .await;
+                self.dispatcher_proxies[i].heal();
+                self.record(kind, None, true);
+                since = Instant::now();
+            }
             FaultKind::JoinKill => {
                 // A process that dies while it joins: its workers may have
                 // registered, and taken jobs the others handed over, when

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use flotilla_pool::fred::prelude::ClientLike;
 use flotilla_pool::{Node, NodeOptions};
-use flotilla_testkit::{RedisServer, Sentinels, ServerOptions};
+use flotilla_testkit::{FaultProxy, RedisServer, Sentinels, ServerOptions};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
@@ -308,6 +308,8 @@ pub(crate) struct Run {
     /// The port of a primary killed by a failover, to start again as a
     /// replica once the pool recovered.
     failed_primary: Option<u16>,
+    /// The dispatching nodes' proxies (none against Sentinel).
+    dispatcher_proxies: Vec<FaultProxy>,
 }
 
 /// Runs the chaos suite and checks the ledgers.
@@ -383,6 +385,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         .ack_grace(options.ttl)
         .dispatch_timeout(Duration::from_secs(3));
     let mut nodes = Vec::new();
+    let mut dispatcher_proxies = Vec::new();
     for i in 0..2 {
         let node_options = node_options
             .clone()
@@ -391,8 +394,14 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
             nodes.push(Node::connect(&url, &pool, node_options).await?);
             continue;
         }
-        let client = flotilla_testkit::client(&url).await?;
+        // Each dispatcher behind a proxy of its own, for the
+        // `cut-dispatcher` fault.
+        let proxy = FaultProxy::start(addr)
+            .await
+            .map_err(|e| flotilla_testkit::Error::Startup(format!("proxy: {e}")))?;
+        let client = flotilla_testkit::client(&proxy.url()).await?;
         nodes.push(Node::join(&client, &pool, node_options).await?);
+        dispatcher_proxies.push(proxy);
     }
     let mut fleet = Fleet::new(
         binary,
@@ -426,6 +435,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         unrecovered: Vec::new(),
         cuts: 0,
         failed_primary: None,
+        dispatcher_proxies,
     };
     let started = Instant::now();
     let load_cancel = CancellationToken::new();

@@ -462,7 +462,16 @@ impl WorkerInner {
                 tracing::warn!(worker = %self.id, key, error = %e, "handler stop failed; job dropped anyway");
             }
         }
-        if let Some(job) = self.suspended.lock().await.remove(key) {
+        let held = self.suspended.lock().await.remove(key);
+        if let Some(job) = held {
+            // Its stop may still run: the lease watchdog moves each job to
+            // the suspended set as its stop begins, and holds the lease
+            // transition lock until all its stops have ended. Answered only
+            // after, or the caller may start the key elsewhere while it
+            // still stops here (I1).
+            if let Some(node) = self.node() {
+                drop(node.lease_transition.lock().await);
+            }
             self.stopped.record(key, job.token);
         }
     }

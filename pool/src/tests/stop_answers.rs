@@ -122,3 +122,70 @@ async fn a_late_stop_of_an_older_run_does_not_fence_out_a_newer_admission() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// Stops slowly, and notes when each stop ended.
+#[derive(Clone, Default)]
+struct SlowStop {
+    stop_ended: Arc<std::sync::Mutex<Vec<(String, tokio::time::Instant)>>>,
+}
+
+#[async_trait]
+impl Handler for SlowStop {
+    async fn start(&self, _job: Job) -> Result<(), HandlerError> {
+        Ok(())
+    }
+    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        if let Ok(mut ended) = self.stop_ended.lock() {
+            ended.push((key.to_string(), tokio::time::Instant::now()));
+        }
+        Ok(())
+    }
+}
+
+/// A stop request handled while the lease watchdog still stops the job
+/// (it moves each job to the suspended set as its stop begins) is answered
+/// only once that stop has ended: the caller may dispatch the key again at
+/// once, and its start elsewhere must not overlap the old run (I1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_lease_stop_is_answered_after_it_ends() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("lease-stop-stop");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    // TTL 6 s: renewals every 2 s, stops within 1 s.
+    let options = NodeOptions::default().worker_ttl(Duration::from_secs(6));
+    let node = Node::join(&client, &name, options.clone()).await.unwrap();
+    let handler = SlowStop::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    let caller = Node::join(&client, &name, options.client_only(true))
+        .await
+        .unwrap();
+    caller.dispatch_job("k", &b"p"[..]).await.unwrap();
+    assert!(worker.job_token("k").is_some());
+    // Right after a renewal, so that none comes (and resumes the jobs)
+    // before the stop request is handled: the lease lapses as after a
+    // stall, its stop of "k" begins.
+    let mut renewals = node.inner.last_renewal.subscribe();
+    renewals.borrow_and_update();
+    renewals.changed().await.unwrap();
+    let lapse = {
+        let inner = node.inner.clone();
+        tokio::spawn(async move { inner.lose_lease(tokio::time::Instant::now()).await })
+    };
+    wait_until(Duration::from_secs(5), "the lease stop of k begun", || {
+        let begun = worker.job_token("k").is_none();
+        async move { begun }
+    })
+    .await
+    .unwrap();
+    caller.stop_job("k").await.unwrap();
+    let answered = tokio::time::Instant::now();
+    let ended = handler.stop_ended.lock().unwrap().clone();
+    assert!(
+        ended.iter().any(|(k, at)| k == "k" && *at <= answered),
+        "the stop was answered before the lease stop of k ended (stops ended: {ended:?})"
+    );
+    lapse.await.unwrap();
+    caller.close().await.unwrap();
+    node.close().await.unwrap();
+}

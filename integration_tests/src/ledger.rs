@@ -207,11 +207,15 @@ pub enum FaultKind {
     /// its callers time out and dispatch or stop again, and past a TTL the
     /// other nodes may take it for dead.
     CutDispatcher,
+    /// Redis's data deleted (`FLUSHALL`) while it keeps running: lost as by
+    /// an empty restart, but with the same run id and every connection
+    /// open, so only the pool's own records (its epoch) show the loss.
+    Flush,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 22] = [
+    pub const ALL: [FaultKind; 23] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -234,6 +238,7 @@ impl FaultKind {
         FaultKind::JoinKill,
         FaultKind::PauseRemove,
         FaultKind::CutDispatcher,
+        FaultKind::Flush,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -243,6 +248,7 @@ impl FaultKind {
         matches!(
             self,
             FaultKind::RestartEmpty
+                | FaultKind::Flush
                 | FaultKind::Rollback
                 | FaultKind::Failover
                 | FaultKind::CutRollback
@@ -255,7 +261,7 @@ impl FaultKind {
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
-    /// `join-kill`, `pause-remove`, `cut-dispatcher`).
+    /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -280,6 +286,7 @@ impl FaultKind {
             FaultKind::JoinKill => "join-kill",
             FaultKind::PauseRemove => "pause-remove",
             FaultKind::CutDispatcher => "cut-dispatcher",
+            FaultKind::Flush => "flush",
         }
     }
 
@@ -341,6 +348,7 @@ impl FaultKind {
             FaultKind::JoinKill => "sigkill worker while it joins",
             FaultKind::PauseRemove => "sigstop worker, sigterm it meanwhile",
             FaultKind::CutDispatcher => "a dispatcher's link cut",
+            FaultKind::Flush => "flushall redis (no restart)",
         }
     }
 }

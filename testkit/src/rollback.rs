@@ -71,6 +71,22 @@ impl RedisServer {
     }
 }
 
+impl RedisServer {
+    /// Deletes every key (`FLUSHALL SYNC`) while the server keeps running:
+    /// its data is lost as by an empty restart, but its run id stays the
+    /// same (an operator's mistake, a script gone wrong).
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when the command fails.
+    pub fn flush_all(&self) -> Result<(), Error> {
+        command(
+            self.port(),
+            b"*2\r\n$8\r\nFLUSHALL\r\n$4\r\nSYNC\r\n",
+            b"+OK",
+        )
+    }
+}
+
 /// Sends one RESP command and checks the reply starts with `expect`.
 fn command(port: u16, request: &[u8], expect: &[u8]) -> Result<(), Error> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));

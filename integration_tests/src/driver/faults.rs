@@ -432,6 +432,11 @@ impl Run {
                 .await?;
                 self.record(kind, None, true);
             }
+            FaultKind::Flush => {
+                self.record(kind, None, false);
+                self.on_server(|s| s.flush_all()).await?;
+                self.record(kind, None, true);
+            }
             FaultKind::Rollback => {
                 let snapshot = self.on_server(|s| s.save_snapshot()).await?;
                 // Normal work (the load goes on) that Redis will lose.

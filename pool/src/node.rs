@@ -81,9 +81,9 @@ pub(crate) struct NodeInner {
     /// When the node last (re)connected to Redis: it judges nobody dead for
     /// one TTL after that.
     pub(crate) connected_at: Mutex<Instant>,
-    /// The run id of the Redis server holding the pool's keys, as last
-    /// read (`None`: not read yet).
-    pub(crate) server_run_id: Mutex<Option<String>>,
+    /// The Redis server holding the pool's keys and the pool's epoch, as
+    /// last read (`None`: not read yet).
+    pub(crate) server_seen: Mutex<Option<crate::store::ServerIdentity>>,
     /// Redis refused this node's user the run id (`INFO`): warned once.
     pub(crate) identity_refused: AtomicBool,
     /// Bumped on every reconnect: the server identity task checks the run
@@ -178,11 +178,10 @@ impl Node {
         }
         // Known from the start, so that the first restart is seen as one
         // (by the node's check after a reconnect, and by its scripts).
-        let server_run_id = match store.server_identity(options.worker_ttl).await {
+        let server_seen = match store.server_identity(options.worker_ttl).await {
             Ok(server) => {
-                let run_id = server.run_id.clone();
-                store.note_server(server);
-                Some(run_id)
+                store.note_server(server.clone());
+                Some(server)
             }
             Err(_) => None,
         };
@@ -237,7 +236,7 @@ impl Node {
             cancel: CancellationToken::new(),
             closed: AtomicBool::new(false),
             connected_at: Mutex::new(Instant::now()),
-            server_run_id: Mutex::new(server_run_id),
+            server_seen: Mutex::new(server_seen),
             identity_refused: AtomicBool::new(false),
             reconnects: watch::Sender::new(0),
             server_restarts: watch::Sender::new(0),

@@ -133,21 +133,35 @@ impl NodeInner {
                 }
             }
         };
-        let run_id = server.run_id.clone();
-        let previous = self.server_run_id.lock().await.replace(run_id.clone());
-        let restarted = previous.is_some_and(|previous| previous != run_id);
+        let previous = self.server_seen.lock().await.replace(server.clone());
+        let restarted = previous
+            .as_ref()
+            .is_some_and(|previous| previous.run_id != server.run_id);
+        // The same server with a new generation of the pool's data: it was
+        // lost while the server kept running (a `FLUSHALL`, deleted keys),
+        // which no run id shows. A node that mirrors no map would see that
+        // only at its next admission, after the orphan sweep may have
+        // requeued a job whose stop this node answered for (soak seed 491:
+        // a stopped job given back by the worker that had handed it off).
+        let lost = !restarted
+            && previous
+                .as_ref()
+                .is_some_and(|previous| previous.generation != server.generation);
         if restarted {
-            tracing::warn!(node = %self.id, run_id, "Redis restarted or failed over (new run id): it may have lost writes");
+            tracing::warn!(node = %self.id, run_id = %server.run_id, "Redis restarted or failed over (new run id): it may have lost writes");
             // Open the window before this node's scripts stop comparing
             // Redis with the old server (the rollback task opens it too).
             if let Err(e) = self.store.begin_recovery(self.options.worker_ttl).await {
                 tracing::warn!(node = %self.id, error = %e, "opening the recovery window failed; the rollback task retries");
             }
         }
+        if lost {
+            tracing::warn!(node = %self.id, "Redis lost the pool's data without a restart (a new generation of it on the same server)");
+        }
         // From now on the scripts compare Redis with this server: the
         // restart is this node's to recover from.
         self.store.note_server(server);
-        if restarted {
+        if restarted || lost {
             self.server_restarts.send_modify(|n| *n += 1);
         }
     }

@@ -77,6 +77,10 @@ pub(crate) struct PoolStore {
 pub(crate) struct ServerIdentity {
     /// Changes when the server restarts or another one takes over.
     pub(crate) run_id: String,
+    /// The generation of the pool's data: made when missing, so it changes
+    /// when Redis lost the pool's data, also on a server that kept running
+    /// (a `FLUSHALL`, deleted keys), which no run id shows.
+    pub(crate) generation: String,
 }
 
 impl PoolStore {
@@ -160,18 +164,23 @@ impl PoolStore {
         const WHAT: &str = "server_id reply";
         let mut args = self.maps.base_args();
         args.push(fred::types::Value::from(worker_ttl.as_millis().to_string()));
-        let run_id: String = self
+        let reply: String = self
             .scripts
             .server_id
             .run(&self.client, self.maps.base_keys(), args, self.timeout)
             .await?;
-        if run_id.is_empty() || run_id.contains(char::is_whitespace) {
-            return Err(crate::error::Error::Malformed {
-                what: WHAT,
-                reason: format!("run id {run_id:?}"),
-            });
+        let malformed = || crate::error::Error::Malformed {
+            what: WHAT,
+            reason: format!("{reply:?}"),
+        };
+        let (run_id, generation) = reply.split_once(' ').ok_or_else(malformed)?;
+        if run_id.is_empty() || generation.is_empty() {
+            return Err(malformed());
         }
-        Ok(ServerIdentity { run_id })
+        Ok(ServerIdentity {
+            run_id: run_id.to_string(),
+            generation: generation.to_string(),
+        })
     }
 
     /// Removes `node`'s info (it left, or was found gone).

@@ -284,7 +284,10 @@ async fn a_node_that_knows_only_the_new_server_still_sees_the_restart() {
     let f = lost_in_a_rollback().await;
 
     let new_server = current_run_id(&f.store).await;
-    f.store.note_server(ServerIdentity { run_id: new_server });
+    f.store.note_server(ServerIdentity {
+        run_id: new_server,
+        generation: "1".into(),
+    });
     let lost = f.admission("lost", "w1", 3);
     assert_eq!(
         f.store.admit(&f.limits(), &[lost]).await.unwrap()[0],

@@ -622,3 +622,37 @@ async fn a_close_hands_on_the_jobs_redis_forgot() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// A node that mirrors no map and dispatches nothing still notices, within
+/// a few seconds, that Redis lost the pool's data on a server that kept
+/// running (`FLUSHALL`: no new run id), and recovers: it must make the
+/// stops it answered for stand again before the orphan sweep requeues a
+/// job another worker gives back (chaos soak seed 491, `flush` fault: a
+/// lean dispatcher noticed only at a later restart, and the stopped jobs
+/// ran again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lean_node_notices_a_flush_without_a_restart() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("flush-lean");
+    let (worker_node, _worker, _handler) = pool(&server, &name).await;
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let lean = Node::join(
+        &client,
+        &name,
+        NodeOptions::default()
+            .client_only(true)
+            .mirror_jobs(false)
+            .worker_ttl(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap();
+    let mut restarts = lean.inner.server_restarts.subscribe();
+    restarts.borrow_and_update();
+    flushall(&client).await;
+    tokio::time::timeout(Duration::from_secs(6), restarts.changed())
+        .await
+        .expect("the lean node did not notice the flush within 6 s")
+        .unwrap();
+    lean.close().await.unwrap();
+    worker_node.close().await.unwrap();
+}

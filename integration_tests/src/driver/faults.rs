@@ -167,16 +167,10 @@ impl Run {
             }
             FaultKind::PauseRollback => {
                 let snapshot = self.on_server(|s| s.save_snapshot()).await?;
-                self.fleet.refresh();
-                let Some(pid) = self.fleet.busiest_up() else {
+                let Some(pid) = self.pause_busiest(kind)? else {
                     return Ok(());
                 };
                 target = Some(pid);
-                if let Some(m) = self.fleet.member(pid) {
-                    m.process.signal(Signal::SIGSTOP)?;
-                    m.health = Health::Paused;
-                }
-                self.record(kind, Some(pid), false);
                 let paused_at = Instant::now();
                 let lost = Duration::from_millis(self.rng.random_range(500..=1500));
                 tokio::time::sleep(lost).await;
@@ -324,16 +318,10 @@ impl Run {
                 // A process told to stop while frozen: it wakes to a lapsed
                 // lease (its watchdog stops its jobs) and to a close that
                 // hands them over, at once. Timed from the pause.
-                self.fleet.refresh();
-                let Some(pid) = self.fleet.busiest_up() else {
+                let Some(pid) = self.pause_busiest(kind)? else {
                     return Ok(());
                 };
                 target = Some(pid);
-                if let Some(m) = self.fleet.member(pid) {
-                    m.process.signal(Signal::SIGSTOP)?;
-                    m.health = Health::Paused;
-                }
-                self.record(kind, Some(pid), false);
                 let wake_at = since + self.rng.random_range(Duration::ZERO..=ttl * 2);
                 self.observe(since, wake_at, false, &mut recovered).await;
                 // Both ends recorded before the SIGCONT, as a pause's: what
@@ -657,6 +645,21 @@ impl Run {
         self.observe(since, since + hold, false, recovered).await;
         self.heal_link(kind, pid);
         Some(pid)
+    }
+
+    /// `SIGSTOP`s the busiest process that is up and records the fault's
+    /// start; its pid, or `None` when no process is up.
+    fn pause_busiest(&mut self, kind: FaultKind) -> Result<Option<u32>, ChaosError> {
+        self.fleet.refresh();
+        let Some(pid) = self.fleet.busiest_up() else {
+            return Ok(None);
+        };
+        if let Some(m) = self.fleet.member(pid) {
+            m.process.signal(Signal::SIGSTOP)?;
+            m.health = Health::Paused;
+        }
+        self.record(kind, Some(pid), false);
+        Ok(Some(pid))
     }
 
     /// Sends `SIGTERM` to `pid` (again, if it had one) and waits up to 15 s

@@ -18,6 +18,16 @@
 //! Redis went back to before the hand-off or the orphan, and holds no
 //! record or guard of the key): the job is then an orphan, which the orphan
 //! sweep requeues unless its owner runs it and re-asserts it first.
+//!
+//! A job whose run ended since (stopped on request wherever it went next)
+//! must not come back that way: the worker that stopped it and the node
+//! that asked may both be gone when Redis loses the stop (a scale-down and
+//! a command-line client are enough), and a loss that takes the key
+//! altogether looks the same as one that took the hand-off. So each node
+//! asks Redis every [`SETTLE_EVERY`], while Redis still knows, which of its
+//! workers' remembered jobs ended (`handoffs_ended.lua`) and marks them
+//! settled: they are no longer given back. Their tokens still refuse older
+//! start entries of the key ([`Handoffs::supersede`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -32,6 +42,12 @@ use bytes::Bytes;
 pub(crate) const KEEP: Duration = Duration::from_secs(30);
 /// Most jobs remembered.
 const MAX: usize = 100_000;
+/// How often a node asks Redis which remembered jobs ended: a stop is
+/// undone by a loss within this long of it only when everyone who
+/// remembers it (the stopping worker, the asking node) is gone too.
+pub(crate) const SETTLE_EVERY: Duration = Duration::from_secs(1);
+/// `(key, token)` pairs asked about per call of `handoffs_ended.lua`.
+pub(crate) const SETTLE_BATCH: usize = 500;
 
 /// One job passed on: the job key, the fencing token of the run it came
 /// from or led to, and the job's creation time and body (shared with the
@@ -54,8 +70,17 @@ pub(crate) struct Handoffs {
 #[derive(Debug, Default)]
 struct Inner {
     /// Each job with the instant it is forgotten.
-    recent: VecDeque<(Instant, HandedOff)>,
+    recent: VecDeque<Remembered>,
     newest: HashMap<String, (Instant, u64)>,
+}
+
+#[derive(Debug)]
+struct Remembered {
+    until: Instant,
+    handed: HandedOff,
+    /// Redis showed the run ended (no payload, the key's counter at or
+    /// above the token): never given back.
+    settled: bool,
 }
 
 impl Handoffs {
@@ -79,9 +104,9 @@ impl Handoffs {
         while inner
             .recent
             .front()
-            .is_some_and(|(until, _)| inner.recent.len() >= MAX || *until <= now)
+            .is_some_and(|r| inner.recent.len() >= MAX || r.until <= now)
         {
-            if let Some((_, old)) = inner.recent.pop_front()
+            if let Some(Remembered { handed: old, .. }) = inner.recent.pop_front()
                 && inner
                     .newest
                     .get(&old.key)
@@ -95,10 +120,15 @@ impl Handoffs {
         if handed.token >= newest.1 {
             *newest = (until.max(newest.0), handed.token);
         }
-        inner.recent.push_back((until, handed));
+        inner.recent.push_back(Remembered {
+            until,
+            handed,
+            settled: false,
+        });
     }
 
-    /// The jobs still remembered, newest first.
+    /// The jobs still remembered whose run may not have ended, newest
+    /// first: those to give back after a loss.
     pub(crate) fn remembered(&self) -> Vec<HandedOff> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
@@ -106,9 +136,45 @@ impl Handoffs {
             .recent
             .iter()
             .rev()
-            .filter(|(until, _)| *until > now)
-            .map(|(_, h)| h.clone())
+            .filter(|r| r.until > now && !r.settled)
+            .map(|r| r.handed.clone())
             .collect()
+    }
+
+    /// The `(key, token)` of each job [`remembered`](Self::remembered)
+    /// gives, to ask Redis whether its run ended.
+    pub(crate) fn unsettled(&self) -> Vec<(String, u64)> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        inner
+            .recent
+            .iter()
+            .filter(|r| r.until > now && !r.settled)
+            .map(|r| (r.handed.key.clone(), r.handed.token))
+            .collect()
+    }
+
+    /// Marks the jobs Redis showed ended, each `(key, token)` as
+    /// [`unsettled`](Self::unsettled) gave it: entries of the key up to
+    /// that token are not given back any more.
+    pub(crate) fn settle(&self, ended: &[(String, u64)]) {
+        if ended.is_empty() {
+            return;
+        }
+        let ended: HashMap<&str, u64> = ended.iter().fold(HashMap::new(), |mut m, (k, t)| {
+            let top = m.entry(k.as_str()).or_insert(*t);
+            *top = (*top).max(*t);
+            m
+        });
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        for r in inner.recent.iter_mut() {
+            if ended
+                .get(r.handed.key.as_str())
+                .is_some_and(|t| r.handed.token <= *t)
+            {
+                r.settled = true;
+            }
+        }
     }
 
     /// Whether this worker passed `key` on, and still remembers it, with a
@@ -150,6 +216,34 @@ mod tests {
         );
         let keys: Vec<String> = handoffs.remembered().into_iter().map(|h| h.key).collect();
         assert_eq!(keys, ["c", "b", "a"]);
+    }
+
+    #[test]
+    fn a_settled_job_is_not_given_back_but_still_supersedes() {
+        let handoffs = Handoffs::default();
+        let handed = |key: &str, token| HandedOff {
+            key: key.into(),
+            token,
+            created_at_ms: 0,
+            body: Bytes::from_static(b"x"),
+        };
+        handoffs.record(handed("a", 5));
+        handoffs.record(handed("b", 6));
+        handoffs.record(handed("c", 9));
+        assert_eq!(handoffs.unsettled().len(), 3);
+        // Ended at or past the remembered token: settled; "c" ended only
+        // in an older run (a lower token): not.
+        handoffs.settle(&[("a".into(), 5), ("c".into(), 8)]);
+        let keys: Vec<String> = handoffs.remembered().into_iter().map(|h| h.key).collect();
+        assert_eq!(keys, ["c", "b"]);
+        assert_eq!(
+            handoffs.unsettled(),
+            [("b".to_string(), 6), ("c".to_string(), 9)]
+        );
+        assert!(
+            handoffs.supersede("a", 4),
+            "older starts of a still refused"
+        );
     }
 
     #[test]

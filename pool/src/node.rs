@@ -486,6 +486,9 @@ impl NodeInner {
             self.tasks.spawn(async move { me.sweeper_loop().await });
             let me = self.clone();
             self.tasks.spawn(async move { me.rebalance_loop().await });
+            let me = self.clone();
+            self.tasks
+                .spawn(async move { me.settle_handoffs_loop().await });
         }
     }
 

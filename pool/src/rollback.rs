@@ -356,6 +356,43 @@ impl NodeInner {
             .await
     }
 
+    /// Asks Redis every [`SETTLE_EVERY`](crate::handoffs::SETTLE_EVERY)
+    /// which jobs the local workers remember passing on ended since, so
+    /// that a later loss does not give them back (see `handoffs.rs`). An
+    /// error leaves them unsettled until the next round.
+    pub(crate) async fn settle_handoffs_loop(self: Arc<Self>) {
+        let mut every = tokio::time::interval(crate::handoffs::SETTLE_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.cancel.cancelled() => return,
+                _ = every.tick() => {}
+            }
+            let workers: Vec<Arc<WorkerInner>> =
+                self.workers.iter().map(|w| w.value().clone()).collect();
+            for worker in workers {
+                if let Err(e) = self.settle_handoffs(&worker).await {
+                    tracing::debug!(worker = %worker.id, error = %e, "asking which jobs passed on ended failed; asking again next round");
+                }
+            }
+        }
+    }
+
+    async fn settle_handoffs(&self, worker: &WorkerInner) -> Result<()> {
+        let unsettled = worker.handed_off.unsettled();
+        for jobs in unsettled.chunks(crate::handoffs::SETTLE_BATCH) {
+            let ended: Vec<(String, u64)> = self
+                .store
+                .handoffs_ended(jobs)
+                .await?
+                .into_iter()
+                .map(|at| jobs[at].clone())
+                .collect();
+            worker.handed_off.settle(&ended);
+        }
+        Ok(())
+    }
+
     /// Makes the stops this node's `stop_job` calls were answered for lately
     /// stand again: the worker that carried one out may have died within the
     /// writes Redis lost, and nothing else remembers that stop. A stop

@@ -105,6 +105,33 @@ async fn a_hand_off_stands_again_only_where_redis_went_back_to_before_it() {
     assert!(s.payload("h3").await.unwrap().is_none());
 }
 
+#[tokio::test]
+async fn a_hand_off_ended_only_once_its_key_is_gone_at_or_past_its_token() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    // Pending (admitted, the hand-off's run not started): not ended.
+    let pending = f.admitted("e1", "w1").await;
+    // Stopped at the hand-off's token: ended; a hand-off of a newer token
+    // than Redis holds (Redis went back to before it): not ended.
+    let stopped = f.admitted("e2", "w1").await;
+    s.stop_stands("e2", stopped).await.unwrap();
+    let counter: u64 = s.client.hget(keys::fencing(&s.pool), "e2").await.unwrap();
+    // Given back as an orphan (a payload, no record): not ended.
+    s.handoff_stands("e3", 7, codec::stored(0, &body("e3")))
+        .await
+        .unwrap();
+    let asked = [
+        ("e1".to_string(), pending),
+        ("e2".to_string(), stopped),
+        ("e2".to_string(), counter + 1),
+        ("e3".to_string(), 7),
+        ("unknown".to_string(), 1), // no counter: Redis forgot the key
+    ];
+    assert_eq!(s.handoffs_ended(&asked).await.unwrap(), [1]);
+    assert!(s.handoffs_ended(&[]).await.unwrap().is_empty());
+}
+
 /// After an empty restart, the payload a hand-off of an older run gives
 /// back must not stand in for a newer run of the key: a worker that ran
 /// the key again since (a newer dispatch, a newer token) and suspended it

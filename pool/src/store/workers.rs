@@ -502,6 +502,44 @@ impl PoolStore {
         HandoffStands::parse(&status)
     }
 
+    /// Which of `jobs`, `(key, token)` a worker remembers passing on, ended
+    /// since (see `handoffs_ended.lua`): their positions in `jobs`.
+    pub(crate) async fn handoffs_ended(&self, jobs: &[(String, u64)]) -> Result<Vec<usize>> {
+        const WHAT: &str = "handoffs_ended reply";
+        let mut args = self.maps.base_args();
+        for (key, token) in jobs {
+            args.extend([Value::from(key.as_str()), Value::from(token.to_string())]);
+        }
+        let reply: Value = self
+            .scripts
+            .handoffs_ended
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        let pairs = match reply {
+            Value::Array(values) => values,
+            Value::Null => Vec::new(),
+            other => {
+                return Err(crate::error::Error::Malformed {
+                    what: WHAT,
+                    reason: format!("expected an array, got {other:?}"),
+                });
+            }
+        };
+        (0..pairs.len())
+            .map(|i| {
+                let pair = super::call::u64_at(&pairs, i, WHAT)?;
+                usize::try_from(pair)
+                    .ok()
+                    .and_then(|p| p.checked_sub(1))
+                    .filter(|p| *p < jobs.len())
+                    .ok_or_else(|| crate::error::Error::Malformed {
+                        what: WHAT,
+                        reason: format!("no pair {pair} among {}", jobs.len()),
+                    })
+            })
+            .collect()
+    }
+
     /// Makes a stop of the run of `key` with fencing token `stopped` stand
     /// again after Redis went back in time (see `stop_stands.lua`).
     pub(crate) async fn stop_stands(&self, key: &str, stopped: u64) -> Result<StopStands> {

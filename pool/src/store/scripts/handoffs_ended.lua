@@ -1,0 +1,25 @@
+-- Which of the jobs a worker remembers passing on (hand-offs, orphans it
+-- left or gave back; see handoffs.rs) have ended since, while Redis still
+-- knows: the key's fencing counter is at or above the remembered token (the
+-- hand-off, or something newer, happened here) and Redis holds no record,
+-- pending guard or payload of the key. Only the end of a run takes a
+-- payload away (a stop, the handler's own end, a failed start), so the run
+-- the hand-off led to, or a newer one, ended. Such a job must not be given
+-- back after a later loss: whoever remembers its stop may be gone by then.
+-- Reads only.
+-- KEYS: base
+-- ARGV: base, then (job key, token) pairs from 4
+-- Returns the 1-based pair numbers of the ended jobs
+local ended = {}
+local pair = 0
+for i = 4, #ARGV - 1, 2 do
+  pair = pair + 1
+  local key = ARGV[i]
+  local current = tonumber(redis.call('HGET', FENCING, key) or '')
+  if current and current >= tonumber(ARGV[i + 1])
+    and redis.call('HEXISTS', PAYLOADS, key) == 0
+    and not mget(JOBS, key) and not mget(PENDING, key) then
+    ended[#ended + 1] = pair
+  end
+end
+return ended

@@ -211,11 +211,19 @@ pub enum FaultKind {
     /// an empty restart, but with the same run id and every connection
     /// open, so only the pool's own records (its epoch) show the loss.
     Flush,
+    /// A command-line client: a client-only node joins, stops up to five
+    /// jobs of the newest worker process (most of which came to it by
+    /// hand-offs) and closes; that process is then removed (`SIGTERM`),
+    /// and 0–2 s later Redis loses its data (a `FLUSHALL` or an empty
+    /// restart, recorded as that fault). Nothing that remembers those
+    /// stops is left but Redis, which loses them: the workers that handed
+    /// the jobs off must not give them back.
+    StopLeave,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 23] = [
+    pub const ALL: [FaultKind; 24] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -239,6 +247,7 @@ impl FaultKind {
         FaultKind::PauseRemove,
         FaultKind::CutDispatcher,
         FaultKind::Flush,
+        FaultKind::StopLeave,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -261,7 +270,8 @@ impl FaultKind {
     /// `restart-empty`, `add`, `remove`, `rollback`, `outage-kill`,
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
-    /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`).
+    /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
+    /// `stop-leave`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -287,6 +297,7 @@ impl FaultKind {
             FaultKind::PauseRemove => "pause-remove",
             FaultKind::CutDispatcher => "cut-dispatcher",
             FaultKind::Flush => "flush",
+            FaultKind::StopLeave => "stop-leave",
         }
     }
 
@@ -349,6 +360,7 @@ impl FaultKind {
             FaultKind::PauseRemove => "sigstop worker, sigterm it meanwhile",
             FaultKind::CutDispatcher => "a dispatcher's link cut",
             FaultKind::Flush => "flushall redis (no restart)",
+            FaultKind::StopLeave => "client stops jobs, both leave, data lost",
         }
     }
 }

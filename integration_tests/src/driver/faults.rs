@@ -87,6 +87,7 @@ impl Run {
             | FaultKind::RemoveWorker
             | FaultKind::CutRemove
             | FaultKind::PauseRemove
+            | FaultKind::StopLeave
                 if n < target || n <= 2 =>
             {
                 FaultKind::AddWorker
@@ -513,6 +514,27 @@ impl Run {
                 self.record(kind, Some(pid), false);
                 self.record(kind, Some(pid), true);
             }
+            FaultKind::StopLeave => {
+                let Some(pid) = self.stop_and_leave().await? else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                let wait = Duration::from_millis(self.rng.random_range(0..=2000));
+                tokio::time::sleep(wait).await;
+                let loss = if self.rng.random_bool(0.5) {
+                    FaultKind::Flush
+                } else {
+                    FaultKind::RestartEmpty
+                };
+                self.record(loss, None, false);
+                since = Instant::now();
+                self.on_server(move |s| match loss {
+                    FaultKind::Flush => s.flush_all(),
+                    _ => s.restart_empty(),
+                })
+                .await?;
+                self.record(loss, None, true);
+            }
             FaultKind::RemoveWorker => {
                 let Some(pid) = self.pick_up() else {
                     return Ok(());
@@ -659,6 +681,42 @@ impl Run {
             m.health = Health::Paused;
         }
         self.record(kind, Some(pid), false);
+        Ok(Some(pid))
+    }
+
+    /// The first part of [`FaultKind::StopLeave`]: a short-lived
+    /// client-only node stops up to five jobs of the newest process and
+    /// closes, then that process is removed. Its pid, or `None` when no
+    /// process is up.
+    async fn stop_and_leave(&mut self) -> Result<Option<u32>, ChaosError> {
+        self.fleet.refresh();
+        let Some(pid) = self.fleet.newest_up() else {
+            return Ok(None);
+        };
+        self.record(FaultKind::StopLeave, Some(pid), false);
+        let mut keys = self.fleet.keys_on(pid);
+        keys.shuffle(&mut self.rng);
+        keys.truncate(5);
+        let (url, pool, options) = &self.transient;
+        // Redis may be down (overlapping faults): the process still goes.
+        let joined = match flotilla_testkit::client(url).await {
+            Ok(client) => flotilla_pool::Node::join(&client, pool, options.clone())
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match joined {
+            Ok(node) => {
+                self.load.stop_through(&node, &keys).await;
+                if let Err(e) = node.close().await {
+                    tracing::warn!(error = %e, "closing the short-lived client failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "the short-lived client could not join"),
+        }
+        self.record(FaultKind::StopLeave, Some(pid), true);
+        self.record(FaultKind::RemoveWorker, Some(pid), false);
+        self.await_removal(pid).await?;
         Ok(Some(pid))
     }
 

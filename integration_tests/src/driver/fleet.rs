@@ -138,6 +138,27 @@ impl Fleet {
             .collect()
     }
 
+    /// The member started last that is up.
+    pub(crate) fn newest_up(&self) -> Option<u32> {
+        self.members
+            .iter()
+            .rev()
+            .find(|m| m.health == Health::Up)
+            .map(|m| m.process.pid())
+    }
+
+    /// The keys running on `pid` (per the ledgers).
+    pub(crate) fn keys_on(&self, pid: u32) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(_, pids)| pids.get(&pid).is_some_and(|w| !w.is_empty()))
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
     /// The member that is up and runs the most jobs (per the ledgers).
     pub(crate) fn busiest_up(&self) -> Option<u32> {
         self.up().into_iter().max_by_key(|pid| {

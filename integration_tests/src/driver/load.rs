@@ -193,12 +193,42 @@ impl Load {
         }
     }
 
+    /// Stops those of `keys` that are believed running and no load task
+    /// works on, through `node` (not one of the load's: a command-line
+    /// client's), and records each outcome; the keys it stopped `Ok`.
+    pub(crate) async fn stop_through(&self, node: &Node, keys: &[String]) -> Vec<String> {
+        let mut stopped = Vec::new();
+        for key in keys {
+            let claimed = self
+                .busy
+                .lock()
+                .map(|mut b| b.insert(key.clone()))
+                .unwrap_or(false);
+            if !claimed {
+                continue;
+            }
+            if self.state(key) == KeyState::Running && self.stop_with(node, key).await == "ok" {
+                stopped.push(key.clone());
+            }
+            if let Ok(mut b) = self.busy.lock() {
+                b.remove(key);
+            }
+        }
+        stopped
+    }
+
     /// Stops `key` from node `n` and records the outcome.
     async fn stop(&self, n: usize, key: &str) {
+        self.stop_with(&self.nodes[n], key).await;
+    }
+
+    /// Stops `key` through `node`, records the outcome and returns it
+    /// (`ok`, `not_found` or `unknown`).
+    async fn stop_with(&self, node: &Node, key: &str) -> &'static str {
         self.ledger.record(Record::StopSent {
             key: key.to_string(),
         });
-        let result = self.nodes[n].stop_job(key).await;
+        let result = node.stop_job(key).await;
         let outcome = match result {
             Ok(()) => {
                 self.count(|s| s.stop_ok += 1);
@@ -223,6 +253,7 @@ impl Load {
             key: key.to_string(),
             outcome: outcome.into(),
         });
+        outcome
     }
 
     fn count(&self, f: impl FnOnce(&mut LoadStats)) {

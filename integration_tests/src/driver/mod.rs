@@ -310,6 +310,9 @@ pub(crate) struct Run {
     failed_primary: Option<u16>,
     /// The dispatching nodes' proxies (none against Sentinel).
     dispatcher_proxies: Vec<FaultProxy>,
+    /// How a short-lived client (the `stop-leave` fault) reaches the pool:
+    /// Redis's URL, the pool's name and the dispatchers' options.
+    transient: (String, String, NodeOptions),
 }
 
 /// Runs the chaos suite and checks the ledgers.
@@ -436,6 +439,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         cuts: 0,
         failed_primary: None,
         dispatcher_proxies,
+        transient: (url.clone(), pool.clone(), node_options.clone()),
     };
     let started = Instant::now();
     let load_cancel = CancellationToken::new();

@@ -27,7 +27,10 @@
 //! asks Redis every [`SETTLE_EVERY`], while Redis still knows, which of its
 //! workers' remembered jobs ended (`handoffs_ended.lua`) and marks them
 //! settled: they are no longer given back. Their tokens still refuse older
-//! start entries of the key ([`Handoffs::supersede`]).
+//! start entries of the key ([`Handoffs::supersede`]). The worker is then
+//! a witness of that end, as of a stop it carried out: for
+//! [`ENDS_REMEMBERED`] it makes it stand after a loss, in case Redis goes
+//! back to a state that shows the run going on under a worker gone since.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -48,6 +51,10 @@ const MAX: usize = 100_000;
 pub(crate) const SETTLE_EVERY: Duration = Duration::from_secs(1);
 /// `(key, token)` pairs asked about per call of `handoffs_ended.lua`.
 pub(crate) const SETTLE_BATCH: usize = 500;
+/// How long an end seen in Redis is made to stand after a loss, as long
+/// as a worker's own stops (a rollback loses seconds of writes, not
+/// minutes).
+pub(crate) const ENDS_REMEMBERED: Duration = Duration::from_secs(120);
 
 /// One job passed on: the job key, the fencing token of the run it came
 /// from or led to, and the job's creation time and body (shared with the
@@ -78,9 +85,10 @@ struct Inner {
 struct Remembered {
     until: Instant,
     handed: HandedOff,
-    /// Redis showed the run ended (no payload, the key's counter at or
-    /// above the token): never given back.
-    settled: bool,
+    /// The key's fencing counter when Redis showed the run ended (no
+    /// payload, the counter at or above the token): never given back, and
+    /// every run up to that counter is over.
+    ended_at: Option<u64>,
 }
 
 impl Handoffs {
@@ -123,7 +131,7 @@ impl Handoffs {
         inner.recent.push_back(Remembered {
             until,
             handed,
-            settled: false,
+            ended_at: None,
         });
     }
 
@@ -136,7 +144,7 @@ impl Handoffs {
             .recent
             .iter()
             .rev()
-            .filter(|r| r.until > now && !r.settled)
+            .filter(|r| r.until > now && r.ended_at.is_none())
             .map(|r| r.handed.clone())
             .collect()
     }
@@ -149,32 +157,50 @@ impl Handoffs {
         inner
             .recent
             .iter()
-            .filter(|r| r.until > now && !r.settled)
+            .filter(|r| r.until > now && r.ended_at.is_none())
             .map(|r| (r.handed.key.clone(), r.handed.token))
             .collect()
     }
 
-    /// Marks the jobs Redis showed ended, each `(key, token)` as
-    /// [`unsettled`](Self::unsettled) gave it: entries of the key up to
-    /// that token are not given back any more.
-    pub(crate) fn settle(&self, ended: &[(String, u64)]) {
+    /// Marks the jobs Redis showed ended, each `(key, token, counter)`
+    /// with `(key, token)` as [`unsettled`](Self::unsettled) gave it and
+    /// the key's counter then: entries of the key up to that token are not
+    /// given back any more, and [`ended`](Self::ended) names them for
+    /// [`ENDS_REMEMBERED`].
+    pub(crate) fn settle(&self, ended: &[(String, u64, u64)]) {
         if ended.is_empty() {
             return;
         }
-        let ended: HashMap<&str, u64> = ended.iter().fold(HashMap::new(), |mut m, (k, t)| {
-            let top = m.entry(k.as_str()).or_insert(*t);
-            *top = (*top).max(*t);
-            m
-        });
+        let mut by_key: HashMap<&str, (u64, u64)> = HashMap::new();
+        for (key, token, counter) in ended {
+            let top = by_key.entry(key.as_str()).or_insert((*token, *counter));
+            *top = (top.0.max(*token), top.1.max(*counter));
+        }
+        let until = Instant::now() + ENDS_REMEMBERED;
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for r in inner.recent.iter_mut() {
-            if ended
-                .get(r.handed.key.as_str())
-                .is_some_and(|t| r.handed.token <= *t)
+            if let Some((token, counter)) = by_key.get(r.handed.key.as_str())
+                && r.handed.token <= *token
             {
-                r.settled = true;
+                r.ended_at = Some(r.ended_at.unwrap_or(0).max(*counter));
+                r.until = r.until.max(until);
             }
         }
+    }
+
+    /// `(key, counter)` of each job whose end Redis showed in the last
+    /// [`ENDS_REMEMBERED`]: every run of the key up to the counter is over.
+    pub(crate) fn ended(&self) -> Vec<(String, u64)> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let mut ended: HashMap<&str, u64> = HashMap::new();
+        for r in inner.recent.iter().filter(|r| r.until > now) {
+            if let Some(counter) = r.ended_at {
+                let top = ended.entry(r.handed.key.as_str()).or_insert(counter);
+                *top = (*top).max(counter);
+            }
+        }
+        ended.into_iter().map(|(k, c)| (k.to_string(), c)).collect()
     }
 
     /// Whether this worker passed `key` on, and still remembers it, with a
@@ -233,7 +259,7 @@ mod tests {
         assert_eq!(handoffs.unsettled().len(), 3);
         // Ended at or past the remembered token: settled; "c" ended only
         // in an older run (a lower token): not.
-        handoffs.settle(&[("a".into(), 5), ("c".into(), 8)]);
+        handoffs.settle(&[("a".into(), 5, 7), ("c".into(), 8, 8)]);
         let keys: Vec<String> = handoffs.remembered().into_iter().map(|h| h.key).collect();
         assert_eq!(keys, ["c", "b"]);
         assert_eq!(
@@ -244,6 +270,7 @@ mod tests {
             handoffs.supersede("a", 4),
             "older starts of a still refused"
         );
+        assert_eq!(handoffs.ended(), [("a".to_string(), 7)]);
     }
 
     #[test]

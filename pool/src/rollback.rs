@@ -381,12 +381,12 @@ impl NodeInner {
     async fn settle_handoffs(&self, worker: &WorkerInner) -> Result<()> {
         let unsettled = worker.handed_off.unsettled();
         for jobs in unsettled.chunks(crate::handoffs::SETTLE_BATCH) {
-            let ended: Vec<(String, u64)> = self
+            let ended: Vec<(String, u64, u64)> = self
                 .store
                 .handoffs_ended(jobs)
                 .await?
                 .into_iter()
-                .map(|at| jobs[at].clone())
+                .map(|(at, counter)| (jobs[at].0.clone(), jobs[at].1, counter))
                 .collect();
             worker.handed_off.settle(&ended);
         }
@@ -409,11 +409,15 @@ impl NodeInner {
     /// Makes the stops `worker` carried out lately stand again: Redis may
     /// have lost them, and the older state may show a stopped run under
     /// another (perhaps dead) worker, which a cleanup would start again.
+    /// So are the ends of runs it handed off that Redis showed it (see
+    /// `handoffs.rs`): the worker that stopped one and the node that asked
+    /// may both be gone.
     async fn stops_stand(&self, worker: &WorkerInner) -> Result<()> {
         let stops = worker
             .stopped
             .recent(STOPS_REMEMBERED)
             .into_iter()
+            .chain(worker.handed_off.ended())
             // A newer run of the key goes on here.
             .filter(|(key, token)| worker.jobs.get(key).is_none_or(|j| j.token <= *token));
         self.make_stand(stops, |key, token| {

@@ -128,7 +128,7 @@ async fn a_hand_off_ended_only_once_its_key_is_gone_at_or_past_its_token() {
         ("e3".to_string(), 7),
         ("unknown".to_string(), 1), // no counter: Redis forgot the key
     ];
-    assert_eq!(s.handoffs_ended(&asked).await.unwrap(), [1]);
+    assert_eq!(s.handoffs_ended(&asked).await.unwrap(), [(1, counter)]);
     assert!(s.handoffs_ended(&[]).await.unwrap().is_empty());
 }
 

@@ -503,8 +503,9 @@ impl PoolStore {
     }
 
     /// Which of `jobs`, `(key, token)` a worker remembers passing on, ended
-    /// since (see `handoffs_ended.lua`): their positions in `jobs`.
-    pub(crate) async fn handoffs_ended(&self, jobs: &[(String, u64)]) -> Result<Vec<usize>> {
+    /// since (see `handoffs_ended.lua`): each one's position in `jobs` and
+    /// the key's fencing counter, up to which every run is over.
+    pub(crate) async fn handoffs_ended(&self, jobs: &[(String, u64)]) -> Result<Vec<(usize, u64)>> {
         const WHAT: &str = "handoffs_ended reply";
         let mut args = self.maps.base_args();
         for (key, token) in jobs {
@@ -525,17 +526,19 @@ impl PoolStore {
                 });
             }
         };
-        (0..pairs.len())
+        (0..pairs.len() / 2)
             .map(|i| {
-                let pair = super::call::u64_at(&pairs, i, WHAT)?;
-                usize::try_from(pair)
+                let pair = super::call::u64_at(&pairs, 2 * i, WHAT)?;
+                let counter = super::call::u64_at(&pairs, 2 * i + 1, WHAT)?;
+                let at = usize::try_from(pair)
                     .ok()
                     .and_then(|p| p.checked_sub(1))
                     .filter(|p| *p < jobs.len())
                     .ok_or_else(|| crate::error::Error::Malformed {
                         what: WHAT,
                         reason: format!("no pair {pair} among {}", jobs.len()),
-                    })
+                    })?;
+                Ok((at, counter))
             })
             .collect()
     }

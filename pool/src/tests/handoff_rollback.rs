@@ -14,6 +14,8 @@ use flotilla_testkit::{RedisSnapshot, ServerOptions};
 enum Loss {
     /// Restarted from a snapshot taken at the mark.
     Rollback,
+    /// The same, the snapshot taken later: once the hand-offs are done.
+    RollbackAfterHandoffs,
     /// Restarted with no data at all.
     Empty,
     /// `FLUSHALL` on a server that keeps running (same run id).
@@ -25,7 +27,9 @@ impl Loss {
         match self {
             // The AOF is set aside by the roll-back; without one (and
             // without a snapshot) a restart comes back empty.
-            Loss::Rollback => RedisServer::start_with(ServerOptions::default().aof(true)),
+            Loss::Rollback | Loss::RollbackAfterHandoffs => {
+                RedisServer::start_with(ServerOptions::default().aof(true))
+            }
             Loss::Empty | Loss::Flush => RedisServer::start(),
         }
         .unwrap()
@@ -33,7 +37,7 @@ impl Loss {
 
     fn mark(self, server: &RedisServer) -> Option<RedisSnapshot> {
         match self {
-            Loss::Rollback => Some(server.save_snapshot().unwrap()),
+            Loss::Rollback | Loss::RollbackAfterHandoffs => Some(server.save_snapshot().unwrap()),
             Loss::Empty | Loss::Flush => None,
         }
     }
@@ -184,6 +188,15 @@ async fn a_flush_keeps_a_stop_whose_requester_and_worker_are_gone() {
     a_stop_at_a_new_owner_that_is_gone_stands(Loss::Flush, Requester::Leaves).await;
 }
 
+/// A rollback to after the hand-offs, before the stop: Redis shows the
+/// stopped job running at its new owner again, which is gone, so the
+/// cleanup of that worker would start it once more. The worker that
+/// handed it off saw it end while Redis knew, and makes that end stand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_to_before_the_stop_keeps_it_when_its_requester_and_worker_are_gone() {
+    a_stop_at_a_new_owner_that_is_gone_stands(Loss::RollbackAfterHandoffs, Requester::Leaves).await;
+}
+
 /// Whether the node that asked for a stop is still there when Redis loses
 /// the writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,10 +225,11 @@ async fn a_stop_at_a_new_owner_that_is_gone_stands(loss: Loss, requester: Reques
     })
     .await
     .unwrap();
-    let mark = loss.mark(&server);
+    let early = !matches!(loss, Loss::RollbackAfterHandoffs);
+    let mut mark = if early { loss.mark(&server) } else { None };
 
-    // After the mark: a worker no process hosts, and a worker on a
-    // second node; a hands each the jobs the ring now gives it.
+    // A worker no process hosts, and a worker on a second node; a hands
+    // each the jobs the ring now gives it.
     node_a
         .inner
         .store
@@ -248,6 +262,9 @@ async fn a_stop_at_a_new_owner_that_is_gone_stands(loss: Loss, requester: Reques
     )
     .await
     .unwrap();
+    if !early {
+        mark = loss.mark(&server);
+    }
     let ghost_keys = placed("w-ghost");
     let stopped = placed(worker_b.id())[0].clone();
     dispatcher.stop_job(&stopped).await.unwrap();

@@ -6,10 +6,15 @@
 -- payload away (a stop, the handler's own end, a failed start), so the run
 -- the hand-off led to, or a newer one, ended. Such a job must not be given
 -- back after a later loss: whoever remembers its stop may be gone by then.
+-- Every run of the key up to the counter is over (a copy of one is refused
+-- over that counter, as over a stop's tombstone), so the worker makes that
+-- stand after a loss as it does its own stops (`stop_stands.lua` with the
+-- counter): Redis may go back to a state that shows such a run going on
+-- under a worker that left since.
 -- Reads only.
 -- KEYS: base
 -- ARGV: base, then (job key, token) pairs from 4
--- Returns the 1-based pair numbers of the ended jobs
+-- Returns {pair number (1-based), counter} for each ended job, flattened
 local ended = {}
 local pair = 0
 for i = 4, #ARGV - 1, 2 do
@@ -20,6 +25,7 @@ for i = 4, #ARGV - 1, 2 do
     and redis.call('HEXISTS', PAYLOADS, key) == 0
     and not mget(JOBS, key) and not mget(PENDING, key) then
     ended[#ended + 1] = pair
+    ended[#ended + 1] = string.format('%d', current)
   end
 end
 return ended

@@ -173,6 +173,9 @@ impl WorkerInner {
                     claim = claim.as_str(),
                     "start not claimed"
                 );
+                if matches!(claim, Claimed::Unregistered | Claimed::Gone) {
+                    self.keep_unclaimed(node, &entry).await;
+                }
                 return Ok(());
             }
             // The claim took a round trip: a stall or a pause meanwhile
@@ -261,6 +264,49 @@ impl WorkerInner {
     }
 
     /// `Unavailable` ("lease lost") unless this worker holds its lease now.
+    /// A start entry this worker read and could not claim because Redis no
+    /// longer shows the worker or the entry: a cleaner moved it (its copy
+    /// elsewhere is the live one), or Redis lost its data between the read
+    /// and the claim, and the entry read is the job's only copy (chaos
+    /// soak seed 503: a closing process handed a job off, Redis was
+    /// flushed before the new owner's claim, and the job ran nowhere). It
+    /// is given back as an orphan where Redis holds nothing newer of the
+    /// key (`handoff_stands.lua`: in the first case Redis holds the move,
+    /// and nothing changes), and remembered as a hand-off is, for a loss
+    /// still to come.
+    async fn keep_unclaimed(&self, node: &NodeInner, entry: &StartEntry) {
+        let handed = crate::handoffs::HandedOff {
+            key: entry.body.key.clone(),
+            token: entry.token,
+            created_at_ms: entry.created_at_ms,
+            body: entry.raw_body.clone(),
+        };
+        let stored = crate::codec::stored(handed.created_at_ms, &handed.body);
+        match node
+            .store
+            .handoff_stands(&handed.key, handed.token, stored)
+            .await
+        {
+            Ok(crate::store::HandoffStands::Restored) => tracing::info!(
+                worker = %self.id,
+                key = handed.key,
+                token = handed.token,
+                "a start Redis lost before its claim: it is an orphan again"
+            ),
+            Ok(_) => {}
+            // Given back by the recovery that follows a loss, from the
+            // memory below.
+            Err(e) => tracing::warn!(
+                worker = %self.id,
+                key = handed.key,
+                error = %e,
+                "giving back a start that could not be claimed failed"
+            ),
+        }
+        self.handed_off
+            .record_orphan(handed, node.orphan_exposure());
+    }
+
     fn check_lease(&self, node: &NodeInner) -> Result<()> {
         if !self.holds_lease(node) {
             return Err(Error::Unavailable(fred::error::Error::new(

@@ -693,3 +693,4 @@ mod resume;
 mod stale_starts;
 mod stop_answers;
 mod sweeper;
+mod unclaimed_start;

@@ -218,6 +218,80 @@ pub(crate) async fn check_client(client: &Client, options: &NodeOptions) -> Resu
     }
 }
 
+/// What an eviction policy means for the pool's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Eviction {
+    /// No eviction (`noeviction`, or no `maxmemory`): Redis refuses writes
+    /// when full, which the pool reports and retries.
+    Safe,
+    /// Only keys with a time to live go (`volatile-*`): the pool's locks
+    /// (the sweeper's lease, [`Lock`](crate::Lock)) and admission markers
+    /// could vanish before they expire.
+    KeysWithTtl,
+    /// Any key may go (`allkeys-*`): job records, payloads, fencing
+    /// counters, inboxes — jobs lost or run twice without a trace.
+    AnyKey,
+}
+
+/// How `maxmemory` and `maxmemory-policy`, as `INFO memory` gives them,
+/// treat the pool's keys.
+pub(crate) fn eviction(info: &str) -> (Eviction, String) {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    };
+    let maxmemory: u64 = field("maxmemory").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let policy = field("maxmemory_policy").unwrap_or_default();
+    let kind = if maxmemory == 0 || policy.is_empty() || policy == "noeviction" {
+        Eviction::Safe
+    } else if policy.starts_with("allkeys") {
+        Eviction::AnyKey
+    } else {
+        Eviction::KeysWithTtl
+    };
+    (kind, policy)
+}
+
+/// Refuses a server that may evict any of the pool's keys
+/// ([`Error::UnsafeServer`]) and warns of one that may evict keys with a
+/// time to live. A server that does not answer `INFO memory` (an ACL
+/// without `+info`) is not checked.
+pub(crate) async fn check_eviction(client: &Client, options: &NodeOptions) -> Result<()> {
+    let info = tokio::time::timeout(
+        options.redis_timeout,
+        client.info::<String>(Some(fred::types::InfoKind::Memory)),
+    )
+    .await;
+    let info = match info {
+        Ok(Ok(info)) => info,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "INFO memory failed: the eviction policy is not checked");
+            return Ok(());
+        }
+        Err(_) => {
+            tracing::debug!("INFO memory timed out: the eviction policy is not checked");
+            return Ok(());
+        }
+    };
+    match eviction(&info) {
+        (Eviction::Safe, _) => Ok(()),
+        (Eviction::KeysWithTtl, policy) => {
+            tracing::warn!(
+                policy,
+                "Redis may evict keys with a time to live when full (maxmemory-policy): the                  pool's locks and admission markers could vanish early; set maxmemory-policy                  noeviction"
+            );
+            Ok(())
+        }
+        (Eviction::AnyKey, policy) => Err(Error::UnsafeServer {
+            setting: "maxmemory-policy",
+            value: policy,
+            reason: "with maxmemory set, Redis evicts any key when full, the pool's job                      records, payloads and fencing counters among them (jobs lost or run                      twice); set `maxmemory-policy noeviction` (or no maxmemory) on this server"
+                .to_string(),
+        }),
+    }
+}
+
 /// Where a client connects, for error messages (never a password).
 pub(crate) fn address(config: &Config) -> String {
     let list = |hosts: &[fred::types::config::Server]| {
@@ -292,6 +366,26 @@ pub(crate) fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eviction_policies_are_judged_from_info_memory() {
+        let info = |max: &str, policy: &str| {
+            format!(
+                "# Memory\r\nused_memory:1000\r\nmaxmemory:{max}\r\nmaxmemory_human:x\r\nmaxmemory_policy:{policy}\r\n"
+            )
+        };
+        assert_eq!(eviction(&info("0", "allkeys-lru")).0, Eviction::Safe);
+        assert_eq!(eviction(&info("1048576", "noeviction")).0, Eviction::Safe);
+        assert_eq!(
+            eviction(&info("1048576", "allkeys-lfu")),
+            (Eviction::AnyKey, "allkeys-lfu".to_string())
+        );
+        assert_eq!(
+            eviction(&info("1048576", "volatile-ttl")).0,
+            Eviction::KeysWithTtl
+        );
+        assert_eq!(eviction("").0, Eviction::Safe, "nothing to judge");
+    }
 
     #[test]
     fn urls_are_shown_without_passwords() {

@@ -127,6 +127,17 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
+    /// The Redis server is set up in a way that breaks the pool's
+    /// guarantees (see the pool README, "Redis settings").
+    #[error("redis setting {setting} = {value:?} is unsafe for the pool: {reason}")]
+    UnsafeServer {
+        /// The server setting (`maxmemory-policy`).
+        setting: &'static str,
+        /// Its value on the server.
+        value: String,
+        /// What it would break and how to fix it.
+        reason: String,
+    },
     /// The lock is held by someone else.
     #[error("lock {name:?} is held by {holder}")]
     LockHeld {

@@ -162,6 +162,7 @@ impl Node {
         keys::check_name("pool name", pool)?;
         options.validate()?;
         crate::client::check_client(client, &options).await?;
+        crate::client::check_eviction(client, &options).await?;
         let id = options
             .node_id
             .clone()

@@ -208,3 +208,45 @@ async fn close_and_remove_worker_while_redis_is_down_return_within_the_bound() {
     assert!(ledger.running().is_empty(), "{:?}", ledger.running());
     assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
 }
+
+/// A server that evicts any key when full (`maxmemory` with an `allkeys-*`
+/// policy) would drop job records, payloads and fencing counters without
+/// a trace: joining is refused with a typed error that names the setting
+/// and the fix. One that evicts only keys with a time to live
+/// (`volatile-*`) is joined with a warning, and `noeviction` silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_may_evict_any_key_is_refused_at_join() {
+    use flotilla_pool::fred::prelude::ConfigInterface;
+    let server = server(false);
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let pool = flotilla_testkit::unique_name("eviction");
+    client.config_set("maxmemory", "100mb").await.unwrap();
+    for policy in ["allkeys-lru", "allkeys-lfu", "allkeys-random"] {
+        client.config_set("maxmemory-policy", policy).await.unwrap();
+        match Node::join(&client, &pool, fast()).await {
+            Err(Error::UnsafeServer {
+                setting,
+                value,
+                reason,
+            }) => {
+                assert_eq!(setting, "maxmemory-policy");
+                assert_eq!(value, policy);
+                assert!(reason.contains("noeviction"), "{reason}");
+            }
+            other => panic!("{policy}: joined or failed otherwise: {other:?}"),
+        }
+    }
+    for policy in ["volatile-lru", "noeviction"] {
+        client.config_set("maxmemory-policy", policy).await.unwrap();
+        let node = Node::join(&client, &pool, fast()).await.unwrap();
+        node.close().await.unwrap();
+    }
+    // Without maxmemory nothing is evicted, whatever the policy.
+    client.config_set("maxmemory", "0").await.unwrap();
+    client
+        .config_set("maxmemory-policy", "allkeys-lru")
+        .await
+        .unwrap();
+    let node = Node::join(&client, &pool, fast()).await.unwrap();
+    node.close().await.unwrap();
+}

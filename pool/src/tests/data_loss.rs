@@ -191,23 +191,9 @@ async fn a_moved_entry_is_not_claimed_by_its_old_holder() {
         .set(key, &live_guard(token))
         .await
         .unwrap();
-    let payload = bytes::Bytes::from(start_entry(key, token));
     // In this worker's hands, but no longer in its inbox; read before a
     // doubt (the lease gap that let the cleaner move it).
-    let event = flotilla_streaming::Event {
-        id: "1-0".to_string(),
-        stream: format!("inbox:{}", worker.id()),
-        name: crate::codec::EV_START.to_string(),
-        topic: None,
-        payload: payload.clone(),
-    };
-    node.inner.freshness.invalidate("test");
-    let entry = crate::codec::StartEntry::parse(&payload).unwrap();
-    worker
-        .inner
-        .on_start(&node.inner, &event, entry)
-        .await
-        .unwrap();
+    start_in_hand(&node, &worker, key, token).await;
     assert_eq!(
         handler.starts.load(Ordering::SeqCst),
         0,

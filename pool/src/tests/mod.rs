@@ -138,6 +138,27 @@ fn start_entry(key: &str, token: u64) -> Vec<u8> {
     entry
 }
 
+/// Hands `worker` a start entry of `key` with `token` as if read from its
+/// inbox before a doubt (so it is claimed in Redis before it starts), and
+/// lets it handle the entry.
+async fn start_in_hand(node: &Node, worker: &Worker, key: &str, token: u64) {
+    let payload = bytes::Bytes::from(start_entry(key, token));
+    let event = flotilla_streaming::Event {
+        id: "1-0".to_string(),
+        stream: format!("inbox:{}", worker.id()),
+        name: crate::codec::EV_START.to_string(),
+        topic: None,
+        payload: payload.clone(),
+    };
+    node.inner.freshness.invalidate("test");
+    let entry = crate::codec::StartEntry::parse(&payload).unwrap();
+    worker
+        .inner
+        .on_start(&node.inner, &event, entry)
+        .await
+        .unwrap();
+}
+
 /// A pending guard for `token` whose deadline is a minute away.
 fn live_guard(token: u64) -> String {
     let deadline_ms = std::time::SystemTime::now()

@@ -20,24 +20,10 @@ async fn a_start_lost_with_redis_data_before_its_claim_runs_again() {
     let worker = Worker::new(&node, handler.clone()).await.unwrap();
     let key = "lost-before-claim";
     let token = 4242u64;
-    let payload = bytes::Bytes::from(start_entry(key, token));
-    let event = flotilla_streaming::Event {
-        id: "1-0".to_string(),
-        stream: format!("inbox:{}", worker.id()),
-        name: crate::codec::EV_START.to_string(),
-        topic: None,
-        payload: payload.clone(),
-    };
     // In the worker's hands, read before a doubt (so it is claimed); Redis
     // loses everything before the claim.
     flushall(&client).await;
-    node.inner.freshness.invalidate("test");
-    let entry = crate::codec::StartEntry::parse(&payload).unwrap();
-    worker
-        .inner
-        .on_start(&node.inner, &event, entry)
-        .await
-        .unwrap();
+    start_in_hand(&node, &worker, key, token).await;
     assert_eq!(
         handler.starts.load(Ordering::SeqCst),
         0,

@@ -214,10 +214,14 @@ pub enum FaultKind {
     /// A command-line client: a client-only node joins, stops up to five
     /// jobs of the newest worker process (most of which came to it by
     /// hand-offs) and closes; that process is then removed (`SIGTERM`),
-    /// and 0–2 s later Redis loses its data (a `FLUSHALL` or an empty
-    /// restart, recorded as that fault). Nothing that remembers those
-    /// stops is left but Redis, which loses them: the workers that handed
-    /// the jobs off must not give them back.
+    /// and 0–2 s later Redis loses its data (a `FLUSHALL`, an empty
+    /// restart, or a rollback to a snapshot taken before the stops;
+    /// recorded as that fault). Of the processes that saw those stops,
+    /// only the workers the removed process left its memory with on its
+    /// way out remain (and the workers that had handed it the jobs, if an
+    /// earlier stop-leave did not remove them): they must not give the
+    /// jobs back, and must make their ends stand over a state that shows
+    /// them running.
     StopLeave,
 }
 

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use fred::prelude::*;
 use futures::StreamExt;
 
-use crate::codec::{self, EV_START, KeyedRequest, StartEntry};
+use crate::codec::{self, EV_KEEP, EV_START, KeptJobs, KeyedRequest, StartEntry};
 use crate::error::{Error, Result};
 use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
@@ -375,6 +375,9 @@ impl NodeInner {
                 payload = e.forwarded();
                 e.body.key
             })
+        } else if name == EV_KEEP {
+            codec::decode::<KeptJobs>("keep entry", &payload)
+                .map(|k| k.jobs.first().map(|j| j.key.clone()).unwrap_or_default())
         } else {
             codec::decode::<KeyedRequest>("inbox request", &payload).map(|r| r.key)
         };

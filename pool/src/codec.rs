@@ -14,6 +14,9 @@ pub(crate) const EV_START: &str = "start";
 pub(crate) const EV_STOP: &str = "stop";
 pub(crate) const EV_NOTIFY: &str = "notify";
 pub(crate) const EV_MESSAGE: &str = "message";
+/// What a closing worker remembered of some jobs, left with a worker that
+/// stays ([`KeptJobs`]).
+pub(crate) const EV_KEEP: &str = "keep";
 /// A reply stream entry answering several requests, one
 /// `"<request> <status>"` line each (see `scripts/record_starts.lua`).
 pub(crate) const EV_REPLIES: &str = "replies";
@@ -45,6 +48,35 @@ pub(crate) struct JobBodyRef<'a> {
     /// The dispatch's restart policy, if it set one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) restart: Option<crate::lifecycle::RestartPolicy>,
+}
+
+/// A `keep` entry: what a closing worker remembered of some of its jobs,
+/// left with one worker that stays (see `custody.rs`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct KeptJobs {
+    /// The jobs.
+    pub(crate) jobs: Vec<KeptJob>,
+}
+
+/// What a closing worker remembered of one job (a hand-off, an orphan it
+/// left, a run it saw end), which the worker that reads it remembers from
+/// then on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct KeptJob {
+    /// Job key.
+    pub(crate) key: String,
+    /// The fencing token of the run passed on (for an ended run: the
+    /// key's counter, up to which every run is over).
+    pub(crate) token: u64,
+    /// Server time (ms) of the job's first admission.
+    pub(crate) created_at_ms: u64,
+    /// The encoded [`JobBody`] (empty for an ended run).
+    #[serde(with = "serde_bytes")]
+    pub(crate) body: Vec<u8>,
+    /// The key's fencing counter when Redis showed the run ended.
+    pub(crate) ended_at: Option<u64>,
+    /// How much longer it is remembered (ms).
+    pub(crate) keep_ms: u64,
 }
 
 /// A start entry: `"<token> <created_ms> <hops> <request> <node>\n"` written
@@ -270,6 +302,43 @@ mod tests {
             });
             assert_eq!(owned, borrowed);
         }
+    }
+
+    #[test]
+    fn keep_entries_round_trip_ended_runs_and_bodies() {
+        let kept = KeptJobs {
+            jobs: vec![
+                KeptJob {
+                    key: "k".into(),
+                    token: 7,
+                    created_at_ms: 11,
+                    body: vec![0, 159, 146, 150],
+                    ended_at: None,
+                    keep_ms: 30_000,
+                },
+                KeptJob {
+                    key: "j".into(),
+                    token: 9,
+                    created_at_ms: 0,
+                    body: Vec::new(),
+                    ended_at: Some(9),
+                    keep_ms: 120_000,
+                },
+            ],
+        };
+        let back: KeptJobs = decode("keep entry", &encode(&kept)).unwrap();
+        assert_eq!(back, kept);
+        assert!(
+            decode::<KeptJobs>(
+                "keep entry",
+                &encode(&JobBody {
+                    key: "k".into(),
+                    payload: vec![1],
+                    restart: None,
+                })
+            )
+            .is_err()
+        );
     }
 
     #[test]

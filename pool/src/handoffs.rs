@@ -31,6 +31,10 @@
 //! a witness of that end, as of a stop it carried out: for
 //! [`ENDS_REMEMBERED`] it makes it stand after a loss, in case Redis goes
 //! back to a state that shows the run going on under a worker gone since.
+//!
+//! A worker that leaves passes all of it (and its own recent stops) on to
+//! the workers that stay, which remember it the same way from then on
+//! ([`Handoffs::take_over`], `custody.rs`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -104,7 +108,32 @@ impl Handoffs {
         self.remember(orphan, keep.max(KEEP));
     }
 
+    /// Remembers what a closing worker left here (see `custody.rs`) for
+    /// `keep`: a job passed on, or with `ended_at`, a run Redis showed
+    /// ended at that counter.
+    pub(crate) fn take_over(&self, handed: HandedOff, keep: Duration, ended_at: Option<u64>) {
+        self.remember_as(handed, keep, ended_at);
+    }
+
+    /// Everything remembered, to leave with a worker that stays when this
+    /// one closes: each job, how much longer it is remembered, and the
+    /// counter of its end where Redis showed one.
+    pub(crate) fn everything(&self) -> Vec<(HandedOff, Duration, Option<u64>)> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        inner
+            .recent
+            .iter()
+            .filter(|r| r.until > now)
+            .map(|r| (r.handed.clone(), r.until - now, r.ended_at))
+            .collect()
+    }
+
     fn remember(&self, handed: HandedOff, keep: Duration) {
+        self.remember_as(handed, keep, None);
+    }
+
+    fn remember_as(&self, handed: HandedOff, keep: Duration, ended_at: Option<u64>) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         // Oldest first; an orphan kept longer holds back the pruning of
@@ -131,7 +160,7 @@ impl Handoffs {
         inner.recent.push_back(Remembered {
             until,
             handed,
-            ended_at: None,
+            ended_at,
         });
     }
 

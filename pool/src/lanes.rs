@@ -13,7 +13,9 @@ use std::sync::Mutex;
 
 use flotilla_streaming::Event;
 
-use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, EV_START, EV_STOP, KeyedRequest, StartEntry};
+use crate::codec::{
+    self, EV_KEEP, EV_MESSAGE, EV_NOTIFY, EV_START, EV_STOP, KeptJobs, KeyedRequest, StartEntry,
+};
 use crate::error::Error;
 
 /// Lanes per worker: how many keys one worker handles at the same time.
@@ -32,6 +34,8 @@ pub(crate) enum InboxEvent {
     Stop(KeyedRequest, Option<u64>),
     /// A notification or message for a job's key.
     Keyed(KeyedRequest),
+    /// What a closing worker remembered of a job, to remember here.
+    Keep(KeptJobs),
     /// An entry that cannot be handled; it is dead-lettered.
     Malformed(Error),
 }
@@ -62,6 +66,9 @@ impl Delivery {
             EV_NOTIFY | EV_MESSAGE => codec::decode("keyed request", &event.payload)
                 .map(InboxEvent::Keyed)
                 .unwrap_or_else(InboxEvent::Malformed),
+            EV_KEEP => codec::decode("keep entry", &event.payload)
+                .map(InboxEvent::Keep)
+                .unwrap_or_else(InboxEvent::Malformed),
             other => InboxEvent::Malformed(Error::Malformed {
                 what: "inbox event",
                 reason: format!("unknown event name {other:?}"),
@@ -76,6 +83,7 @@ impl Delivery {
         match &self.parsed {
             InboxEvent::Start(entry) => lane_of(&entry.body.key),
             InboxEvent::Stop(req, _) | InboxEvent::Keyed(req) => lane_of(&req.key),
+            InboxEvent::Keep(kept) => kept.jobs.first().map_or(0, |j| lane_of(&j.key)),
             InboxEvent::Malformed(_) => 0,
         }
     }

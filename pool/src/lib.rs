@@ -8,6 +8,7 @@ mod cleanup;
 mod client;
 mod codec;
 pub mod connect;
+mod custody;
 mod dispatch;
 mod drain;
 mod error;

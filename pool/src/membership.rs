@@ -227,6 +227,7 @@ impl NodeInner {
                         .for_each_concurrent(HANDOFFS_IN_FLIGHT, |(key, job, state)| async move {
                             let moved = self.requeue_job(&key, &worker.id, None).await;
                             let state = match moved {
+                                Some(Handoff::Ok { token }) => return remember(worker, &key, &job, token),
                                 // Redis has the record but not the body (a
                                 // start recorded during a recovery): this
                                 // copy is the only one.
@@ -241,7 +242,11 @@ impl NodeInner {
                             };
                             match self.reassert(worker, &key, &job, state).await {
                                 Ok(Reasserted::Ok) => {
-                                    self.requeue_job(&key, &worker.id, None).await;
+                                    if let Some(Handoff::Ok { token }) =
+                                        self.requeue_job(&key, &worker.id, None).await
+                                    {
+                                        remember(worker, &key, &job, token);
+                                    }
                                 }
                                 Ok(Reasserted::Orphaned) => {
                                     tracing::info!(key, worker = %worker.id, "closing: a job Redis did not hold left to the orphan sweep");
@@ -255,6 +260,27 @@ impl NodeInner {
                         .await;
                     self.requeue_owned_by(&worker.id, None).await;
                     self.requeue_worker_inbox(&worker.id, None).await?;
+                    // Its recent stops go with what it remembers: the
+                    // worker that keeps them makes them stand after a
+                    // rollback, as this one would have.
+                    for (key, token) in worker.stopped.recent(crate::handoffs::ENDS_REMEMBERED) {
+                        worker.handed_off.take_over(
+                            crate::handoffs::HandedOff {
+                                key,
+                                token,
+                                created_at_ms: 0,
+                                body: bytes::Bytes::new(),
+                            },
+                            crate::handoffs::ENDS_REMEMBERED,
+                            Some(token),
+                        );
+                    }
+                    // Leaves time to unregister the worker.
+                    let entrust_until = until
+                        .checked_sub(self.options.redis_timeout)
+                        .unwrap_or(until);
+                    self.entrust_memory(&worker.id, &worker.handed_off, entrust_until)
+                        .await;
                 }
                 self.remove_worker_entry(&worker.id, None).await
             })
@@ -273,6 +299,17 @@ impl NodeInner {
         }
         result
     }
+}
+
+/// Remembers a job a close handed on, until a worker that stays keeps it
+/// (`custody.rs`).
+fn remember(worker: &WorkerInner, key: &str, job: &crate::worker::LocalJob, token: u64) {
+    worker.handed_off.record(crate::handoffs::HandedOff {
+        key: key.to_string(),
+        token,
+        created_at_ms: job.created_at_ms,
+        body: job.raw_body.clone(),
+    });
 }
 
 /// The error of a retirement whose Redis part ran out of time.

@@ -337,6 +337,10 @@ impl WorkerInner {
                 InboxEvent::Start(entry) => self.on_start(&node, &event, entry).await,
                 InboxEvent::Stop(req, target) => self.on_stop(&node, &event, req, target).await,
                 InboxEvent::Keyed(req) => self.on_keyed(&node, &event, req).await,
+                InboxEvent::Keep(kept) => {
+                    crate::custody::keep_here(&self.handed_off, kept);
+                    self.drop_entry(&node, &event.id).await
+                }
                 InboxEvent::Malformed(e) => {
                     tracing::warn!(worker = %self.id, id = %event.id, event = %event.name, error = %e, "malformed inbox event dead-lettered");
                     node.metrics.dead_letters.increment(1);

@@ -515,14 +515,17 @@ impl Run {
                 self.record(kind, Some(pid), true);
             }
             FaultKind::StopLeave => {
-                // Not a rollback: one to before the stops, after a former
-                // stop-leave removed the process that had handed the jobs
-                // over, leaves nothing alive that saw them end (the pool
-                // README's open case).
-                let loss = if self.rng.random_bool(0.5) {
-                    FaultKind::Flush
+                let loss = [
+                    FaultKind::Flush,
+                    FaultKind::RestartEmpty,
+                    FaultKind::Rollback,
+                ][self.rng.random_range(0..3)];
+                // A rollback goes back to before the stops (and after the
+                // hand-offs that brought the jobs to the process).
+                let snapshot = if loss == FaultKind::Rollback {
+                    Some(self.on_server(|s| s.save_snapshot()).await?)
                 } else {
-                    FaultKind::RestartEmpty
+                    None
                 };
                 let Some(pid) = self.stop_and_leave().await? else {
                     return Ok(());
@@ -532,9 +535,10 @@ impl Run {
                 tokio::time::sleep(wait).await;
                 self.record(loss, None, false);
                 since = Instant::now();
-                self.on_server(move |s| match loss {
-                    FaultKind::Flush => s.flush_all(),
-                    _ => s.restart_empty(),
+                self.on_server(move |s| match &snapshot {
+                    Some(snapshot) => s.roll_back(snapshot),
+                    None if loss == FaultKind::Flush => s.flush_all(),
+                    None => s.restart_empty(),
                 })
                 .await?;
                 self.record(loss, None, true);

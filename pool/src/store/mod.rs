@@ -20,6 +20,7 @@
 
 mod admit;
 pub(crate) mod call;
+mod custody;
 mod jobs;
 mod lifecycle;
 mod maps;
@@ -39,6 +40,7 @@ use bytes::Bytes;
 use fred::prelude::*;
 
 pub(crate) use admit::{Admission, AdmitLimits, Admitted, Forgot};
+pub(crate) use custody::Entrusted;
 pub(crate) use jobs::{Dropped, EntryMove, Handoff, Moved, Receiver, Requeue, Routed, StopDone};
 pub(crate) use lifecycle::{EndArgs, EndRecorded};
 pub(crate) use maps::PoolMaps;

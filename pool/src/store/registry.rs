@@ -60,6 +60,8 @@ const SOURCES: &[(&str, &str)] = sources![
     "release_owner",
     "handoff_stands",
     "handoffs_ended",
+    "entrust",
+    "entrusted_left",
     "stop_stands",
     "job_ended",
     "job_restart",
@@ -229,6 +231,10 @@ pub(crate) struct Scripts {
     pub(crate) handoff_stands: PoolScript,
     /// Which remembered hand-offs ended since (reads only).
     pub(crate) handoffs_ended: PoolScript,
+    /// Leaves a closing worker's memory of a job with a worker that stays.
+    pub(crate) entrust: PoolScript,
+    /// Which entries `entrust` left are unread yet.
+    pub(crate) entrusted_left: PoolScript,
     pub(crate) stop_stands: PoolScript,
     pub(crate) job_ended: PoolScript,
     pub(crate) job_restart: PoolScript,
@@ -275,6 +281,8 @@ impl Scripts {
             release_owner: PoolScript::new("release_owner"),
             handoff_stands: PoolScript::new("handoff_stands"),
             handoffs_ended: PoolScript::new("handoffs_ended"),
+            entrust: PoolScript::new("entrust"),
+            entrusted_left: PoolScript::new("entrusted_left"),
             stop_stands: PoolScript::new("stop_stands"),
             job_ended: PoolScript::new("job_ended"),
             job_restart: PoolScript::new("job_restart"),

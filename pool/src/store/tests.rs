@@ -811,3 +811,6 @@ mod drain_tests;
 
 #[path = "cleanup_tests.rs"]
 mod cleanup_tests;
+
+#[path = "custody_tests.rs"]
+mod custody_tests;

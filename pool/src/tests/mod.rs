@@ -701,6 +701,7 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
     }
 }
 
+mod close_custody;
 mod data_loss;
 mod drain;
 mod handoff_rollback;

@@ -240,6 +240,19 @@ local function worker_active(worker, cleanup)
   return not string.find(record, '"drained_at_ms":', 1, true)
 end
 
+-- The generation of the pool's data: a field of the fencing hash, made
+-- here when missing, so it changes only when Redis lost that hash (an
+-- empty restart, a FLUSHALL, the pool's keys deleted). With the run id it
+-- tells a caller whether Redis may have lost writes between two calls.
+local function data_generation()
+  local generation = redis.call('HGET', FENCING, '\ngeneration')
+  if not generation then
+    generation = string.format('%d', now_us())
+    redis.call('HSET', FENCING, '\ngeneration', generation)
+  end
+  return generation
+end
+
 -- When a stored payload ("<created_ms> <body>") was admitted (0 when
 -- unreadable): admissions of one key are serial, so a larger value is a
 -- newer admission.

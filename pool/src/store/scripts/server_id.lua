@@ -19,10 +19,4 @@ local run_id, changed = server_changed()
 if changed then
   open_recovery_window(tonumber(ARGV[4]))
 end
-local GENERATION = '\ngeneration'
-local generation = redis.call('HGET', FENCING, GENERATION)
-if not generation then
-  generation = string.format('%d', now_us())
-  redis.call('HSET', FENCING, GENERATION, generation)
-end
-return (run_id or '') .. ' ' .. generation
+return (run_id or '') .. ' ' .. data_generation()

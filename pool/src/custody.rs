@@ -1,0 +1,341 @@
+//! What a closing worker remembers, left with workers that stay.
+//!
+//! A worker remembers the jobs it passed on lately (hand-offs, orphans it
+//! left, runs it saw end; `handoffs.rs`) to give them back, or make their
+//! ends stand, if Redis loses its data. A close passes on every job it has,
+//! and then the process exits: until each new owner has read its start
+//! entry, and until the orphan sweep requeued the orphans a close leaves
+//! while the pool recovers from a loss (a few TTLs), Redis alone holds
+//! those jobs, and a second loss would take them with nobody left to give
+//! them back (the integration README's Finding 19).
+//!
+//! So before its worker goes, a close leaves that memory with the workers
+//! that stay, as `keep` entries in their inboxes (one per receiving worker
+//! and [`JOBS_PER_ENTRY`] jobs, each with the worker the ring would give
+//! its key), and waits, within the close's deadline, until each entry has
+//! been read: the reader remembers the jobs as its own hand-offs from then
+//! on (given back after a loss, settled once they end). Meanwhile the
+//! close gives each job back where Redis went back to before it
+//! (`handoff_stands.lua`, a no-op otherwise), and does it again, and
+//! leaves the entries again, whenever Redis's identity (run id and data
+//! generation) changes before an entry was read: the loss may have taken
+//! the entry too.
+//!
+//! ```text
+//! close ─▶ hand-offs / orphans ─▶ remembered here
+//!   └▶ entrust.lua: XADD keep ─▶ inbox of a worker that stays ─▶ read: remembered there
+//!   └▶ handoff_stands.lua per job (gives back what a loss already took)
+//!   └▶ entrusted_left.lua until every entry is read (same identity) or the deadline
+//!        identity changed ─▶ give back again, leave the unread entries again
+//! ```
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use tokio::time::Instant;
+
+use crate::codec::{self, KeptJob, KeptJobs};
+use crate::handoffs::{HandedOff, Handoffs};
+use crate::membership::HANDOFFS_IN_FLIGHT;
+use crate::node::NodeInner;
+use crate::store::Entrusted;
+
+/// Jobs per `keep` entry.
+const JOBS_PER_ENTRY: usize = 256;
+/// Pause between two looks at the entries left.
+const POLL: Duration = Duration::from_millis(20);
+/// Entries looked at per call of `entrusted_left.lua`.
+const CHECK_BATCH: usize = 256;
+
+/// Remembers here the jobs of a `keep` entry a closing worker left.
+pub(crate) fn keep_here(handed_off: &Handoffs, kept: KeptJobs) {
+    for job in kept.jobs {
+        handed_off.take_over(
+            HandedOff {
+                key: job.key,
+                token: job.token,
+                created_at_ms: job.created_at_ms,
+                body: Bytes::from(job.body),
+            },
+            Duration::from_millis(job.keep_ms),
+            job.ended_at,
+        );
+    }
+}
+
+/// One `keep` entry on its way.
+struct Parcel {
+    /// The receiving worker.
+    to: String,
+    jobs: Vec<KeptJob>,
+    /// Where it was left, and Redis's identity then.
+    left: Option<Left>,
+}
+
+/// Where a parcel was left: its inbox, its entry id, and Redis's identity
+/// (`"<run id> <generation>"`) then. The entry counts as read once gone
+/// while Redis still has that identity; under another, a loss may have
+/// taken it unread.
+#[derive(Clone)]
+struct Left {
+    inbox: String,
+    id: String,
+    identity: String,
+}
+
+impl NodeInner {
+    /// Leaves what worker `leaving` (closing) remembers with the workers
+    /// that stay and waits until they read it, or until `until`.
+    pub(crate) async fn entrust_memory(
+        &self,
+        leaving: &str,
+        handed_off: &Handoffs,
+        until: Instant,
+    ) {
+        let remembered = handed_off.everything();
+        if remembered.is_empty() {
+            return;
+        }
+        let ring = self.ring.load_full();
+        let mut by_worker: HashMap<String, Vec<KeptJob>> = HashMap::new();
+        for (handed, keep, ended_at) in remembered {
+            // No other worker: nobody can keep it.
+            let Some(to) = ring.owner_excluding(&handed.key, leaving) else {
+                continue;
+            };
+            by_worker.entry(to.to_string()).or_default().push(KeptJob {
+                key: handed.key,
+                token: handed.token,
+                created_at_ms: handed.created_at_ms,
+                body: handed.body.to_vec(),
+                ended_at,
+                keep_ms: u64::try_from(keep.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        let mut parcels: Vec<Parcel> = by_worker
+            .into_iter()
+            .flat_map(|(to, jobs)| {
+                jobs.chunks(JOBS_PER_ENTRY)
+                    .map(|chunk| Parcel {
+                        to: to.clone(),
+                        jobs: chunk.to_vec(),
+                        left: None,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if parcels.is_empty() {
+            return;
+        }
+        let total: usize = parcels.iter().map(|p| p.jobs.len()).sum();
+        let started = Instant::now();
+        let waited =
+            tokio::time::timeout_at(until, self.hand_over_parcels(leaving, &mut parcels)).await;
+        match waited {
+            Ok(()) => tracing::info!(
+                worker = leaving,
+                jobs = total,
+                took_ms = started.elapsed().as_millis() as u64,
+                "closing: what this worker remembered is kept by workers that stay"
+            ),
+            Err(_) => tracing::warn!(
+                worker = leaving,
+                jobs = total,
+                unread = parcels
+                    .iter()
+                    .filter(|p| !p.jobs.is_empty())
+                    .map(|p| p.jobs.len())
+                    .sum::<usize>(),
+                "closing: not every job this worker remembered was taken up by a worker that stays \
+                 before the close's deadline; Redis alone holds those until they start elsewhere"
+            ),
+        }
+    }
+
+    /// Leaves `parcels` and waits until each was read; a parcel read is
+    /// emptied of its jobs.
+    async fn hand_over_parcels(&self, leaving: &str, parcels: &mut [Parcel]) {
+        // Redis's identity when every job was last given back.
+        let mut given_back: Option<String> = None;
+        loop {
+            let mut seen = self.leave_parcels(leaving, parcels).await;
+            seen.extend(self.look_at_parcels(leaving, parcels).await);
+            if let Some(identity) = seen.last()
+                && seen
+                    .iter()
+                    .any(|i| given_back.as_deref() != Some(i.as_str()))
+            {
+                // The first time, for a loss before the entries were left;
+                // then after every loss seen since.
+                self.give_back(parcels, given_back.is_some()).await;
+                given_back = Some(identity.clone());
+                continue;
+            }
+            if parcels.iter().all(|p| p.jobs.is_empty()) {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Leaves each parcel not left yet; returns the identities Redis had
+    /// meanwhile.
+    async fn leave_parcels(&self, leaving: &str, parcels: &mut [Parcel]) -> Vec<String> {
+        let waiting: Vec<&mut Parcel> = parcels
+            .iter_mut()
+            .filter(|p| p.left.is_none() && !p.jobs.is_empty())
+            .collect();
+        // The futures made first: a stream mapping with a closure over
+        // borrowed parcels is not `Send` for every lifetime.
+        let leaves: Vec<_> = waiting
+            .into_iter()
+            .map(|parcel| self.leave_parcel(leaving, parcel))
+            .collect();
+        let identities: Vec<Option<String>> = futures::stream::iter(leaves)
+            .buffer_unordered(HANDOFFS_IN_FLIGHT)
+            .collect()
+            .await;
+        identities.into_iter().flatten().collect()
+    }
+
+    async fn leave_parcel(&self, leaving: &str, parcel: &mut Parcel) -> Option<String> {
+        let inbox = match self.inbox(&parcel.to) {
+            Ok(inbox) => inbox.key().to_string(),
+            Err(e) => {
+                tracing::warn!(worker = leaving, to = %parcel.to, error = %e, "closing: no inbox to leave remembered jobs in");
+                parcel.jobs.clear();
+                return None;
+            }
+        };
+        let entry = codec::encode(&KeptJobs {
+            jobs: parcel.jobs.clone(),
+        });
+        match self.store.entrust(&parcel.to, &inbox, entry).await {
+            Ok(Entrusted::Left { id, identity }) => {
+                parcel.left = Some(Left {
+                    inbox,
+                    id,
+                    identity: identity.clone(),
+                });
+                Some(identity)
+            }
+            Ok(Entrusted::NoTarget) => {
+                // Gone, closing too, or not registered again yet after a
+                // loss: another worker, or this one once it is back.
+                self.refresh_ring();
+                self.retarget(parcel, leaving);
+                None
+            }
+            Err(e) => {
+                tracing::debug!(worker = leaving, to = %parcel.to, error = %e, "closing: leaving remembered jobs failed; trying again");
+                None
+            }
+        }
+    }
+
+    /// Looks which parcels were read and empties those; leaves again
+    /// those whose worker went away unread, and those a loss may have
+    /// taken. Returns the identities Redis had meanwhile.
+    async fn look_at_parcels(&self, leaving: &str, parcels: &mut [Parcel]) -> Vec<String> {
+        let left: Vec<usize> = (0..parcels.len())
+            .filter(|i| parcels[*i].left.is_some() && !parcels[*i].jobs.is_empty())
+            .collect();
+        let mut seen = Vec::new();
+        for batch in left.chunks(CHECK_BATCH) {
+            let entries: Vec<(String, String, String)> = batch
+                .iter()
+                .filter_map(|i| {
+                    let parcel = &parcels[*i];
+                    let left = parcel.left.as_ref()?;
+                    Some((left.inbox.clone(), left.id.clone(), parcel.to.clone()))
+                })
+                .collect();
+            let (identity, unread) = match self.store.entrusted_left(&entries).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    tracing::debug!(error = %e, "closing: looking at the remembered jobs left failed; looking again");
+                    continue;
+                }
+            };
+            let unread: HashMap<usize, bool> = unread.into_iter().collect();
+            for (at, i) in batch.iter().enumerate() {
+                let parcel = &mut parcels[*i];
+                let same = parcel.left.as_ref().is_some_and(|l| l.identity == identity);
+                match unread.get(&at) {
+                    _ if !same => parcel.left = None,
+                    None => parcel.jobs.clear(),
+                    Some(true) => {}
+                    Some(false) => {
+                        // Its worker closes or died: whoever moves its
+                        // inbox on may drop the entry.
+                        parcel.left = None;
+                        self.refresh_ring();
+                        self.retarget(parcel, leaving);
+                    }
+                }
+            }
+            seen.push(identity);
+        }
+        seen
+    }
+
+    /// Sends `parcel` to the worker the ring now gives its first key, or
+    /// gives it up when no other worker is in the ring (nobody can keep
+    /// it; the pool is shutting down or this was its last worker).
+    fn retarget(&self, parcel: &mut Parcel, leaving: &str) {
+        let ring = self.ring.load();
+        let to = parcel
+            .jobs
+            .first()
+            .and_then(|job| ring.owner_excluding(&job.key, leaving));
+        match to {
+            Some(to) => parcel.to = to.to_string(),
+            None => parcel.jobs.clear(),
+        }
+    }
+
+    /// Gives back every job of `parcels` not read yet where Redis went back
+    /// to before it (`handoff_stands.lua`; nothing happens where Redis
+    /// holds it). With `lost`, Redis lost data since the jobs were last
+    /// given back: the ends they name are made to stand again too.
+    async fn give_back(&self, parcels: &[Parcel], lost: bool) {
+        let gives: Vec<_> = parcels
+            .iter()
+            .flat_map(|p| p.jobs.iter())
+            .map(|job| self.give_back_job(job, lost))
+            .collect();
+        futures::stream::iter(gives)
+            .buffer_unordered(HANDOFFS_IN_FLIGHT)
+            .collect::<Vec<()>>()
+            .await;
+    }
+
+    async fn give_back_job(&self, job: &KeptJob, lost: bool) {
+        let result = match job.ended_at {
+            Some(counter) if lost => self.store.stop_stands(&job.key, counter).await.map(|_| ()),
+            Some(_) => Ok(()),
+            None => self
+                .store
+                .handoff_stands(
+                    &job.key,
+                    job.token,
+                    codec::stored(job.created_at_ms, &job.body),
+                )
+                .await
+                .map(|status| {
+                    if status == crate::store::HandoffStands::Restored {
+                        tracing::info!(
+                            key = job.key,
+                            token = job.token,
+                            "closing: a job passed on that Redis lost is an orphan again"
+                        );
+                    }
+                }),
+        };
+        if let Err(e) = result {
+            tracing::debug!(key = job.key, error = %e, "closing: giving back a job passed on failed");
+        }
+    }
+}

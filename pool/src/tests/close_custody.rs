@@ -1,0 +1,199 @@
+//! A close whose jobs Redis alone holds once the process has exited: the
+//! orphans a close leaves while the pool recovers from a loss, and the
+//! hand-offs whose new owners have not read their start entries yet. A
+//! second loss then would take them with no process left to give them
+//! back (the integration README's Finding 19: a `flush`, a `pause-remove`
+//! of the holder, its close, then an empty restart). The closing worker
+//! leaves what it remembers with a worker that stays, which gives them
+//! back after such a loss.
+
+use super::*;
+
+/// Keys `node`'s ring places on `worker`, `n` of them.
+async fn keys_placed_on(node: &Node, worker: &Worker, n: usize) -> Vec<String> {
+    key_placed_on(node, worker).await; // the ring holds every worker
+    let keys: Vec<String> = (0..400)
+        .map(|i| format!("c{i}"))
+        .filter(|k| node.placement(k).as_deref() == Some(worker.id()))
+        .take(n)
+        .collect();
+    assert_eq!(keys.len(), n, "not enough keys placed on {}", worker.id());
+    keys
+}
+
+/// Two nodes whose workers' leases are short (TTL 2 s: the recovery
+/// window after a loss lasts about that long, orphans wait 4 s more).
+async fn short_nodes(
+    server: &RedisServer,
+    name: &str,
+) -> (fred::prelude::Client, Node, Node, Worker, Worker) {
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let a = Node::join(&client, name, options.clone()).await.unwrap();
+    let b = Node::join(&client, name, options).await.unwrap();
+    let wa = Worker::new(&a, Counting::default()).await.unwrap();
+    let wb = Worker::new(&b, Counting::default()).await.unwrap();
+    wait_until(Duration::from_secs(5), "both workers seen", || async {
+        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
+    })
+    .await
+    .unwrap();
+    (client, a, b, wa, wb)
+}
+
+/// Jobs a lease loss left suspended on a worker; Redis loses its data, and
+/// the worker's node closes while the pool recovers: the close leaves the
+/// jobs to the orphan sweep, and the process is gone. A second loss before
+/// the sweep requeued them must not lose them: they run again on the
+/// worker that stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_a_close_left_during_a_recovery_survive_a_second_loss() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("close-custody");
+    let (client, a, b, wa, wb) = short_nodes(&server, &name).await;
+    let keys = keys_placed_on(&a, &wa, 6).await;
+    for k in &keys {
+        a.dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    // Stopped on a lease loss and held suspended, as after a pause.
+    for k in &keys {
+        let (_, job) = wa.inner.jobs.remove(k).unwrap();
+        wa.inner.stop_handler(k).await.unwrap();
+        wa.inner.suspended.lock().await.insert(k.clone(), job);
+    }
+    flushall(&client).await;
+    // Both workers registered again: the pool is recovering.
+    wait_until(
+        Duration::from_secs(10),
+        "both workers registered again",
+        || async {
+            let registered: std::collections::HashMap<String, String> = client
+                .hgetall(b.inner.store.maps.workers.keys_info().hash.clone())
+                .await
+                .unwrap_or_default();
+            registered.contains_key(wa.id()) && registered.contains_key(wb.id())
+        },
+    )
+    .await
+    .unwrap();
+    a.close().await.unwrap();
+    drop((wa, a));
+    flushall(&client).await;
+    if let Err(e) = wait_until(
+        Duration::from_secs(30),
+        "the jobs run again on the worker that stays",
+        || async {
+            let running = wb.job_keys();
+            keys.iter().all(|k| running.contains(k))
+        },
+    )
+    .await
+    {
+        let running = wb.job_keys();
+        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(k)).collect();
+        panic!("{e}: {missing:?} run nowhere");
+    }
+    b.close().await.unwrap();
+}
+
+/// A rollback to before a stop once every process that saw it is gone:
+/// the node that asked for it closed, then the worker that carried it out
+/// (scaled down). Redis goes back to a state that shows the stopped run
+/// going on under that worker, whose cleanup would start it again. The
+/// closing worker left its recent stops with the worker that stays, which
+/// makes them stand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_to_before_a_stop_keeps_it_when_everyone_who_saw_it_is_gone() {
+    let mut server =
+        RedisServer::start_with(flotilla_testkit::ServerOptions::default().aof(true)).unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("close-custody-stop");
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let requester = Node::join(&client, &name, options.clone()).await.unwrap();
+    let b = Node::join(&client, &name, options.clone()).await.unwrap();
+    let c = Node::join(&client, &name, options).await.unwrap();
+    let wb = Worker::new(&b, Counting::default()).await.unwrap();
+    let stays = Counting::default();
+    let wc = Worker::new(&c, stays.clone()).await.unwrap();
+    wait_until(Duration::from_secs(5), "both workers seen", || async {
+        requester.pool_workers().len() == 2 && c.pool_workers().len() == 2
+    })
+    .await
+    .unwrap();
+    let key = key_placed_on(&requester, &wb).await;
+    requester.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    wait_until(Duration::from_secs(5), "the job runs on b", || async {
+        wb.job_token(&key).is_some()
+    })
+    .await
+    .unwrap();
+    let snapshot = server.save_snapshot().unwrap();
+    requester.stop_job(&key).await.unwrap();
+    requester.close().await.unwrap();
+    b.close().await.unwrap();
+    drop((wb, b, requester));
+    assert_eq!(stays.starts.load(Ordering::SeqCst), 0);
+
+    server.roll_back(&snapshot).unwrap();
+    // Redis shows the job running on b's worker, which is gone: its
+    // cleanup comes one TTL after the window, and requeues what the
+    // records still give it.
+    let workers = c.inner.store.maps.workers.keys_info().hash.clone();
+    let inbox = crate::keys::worker_inbox(wc.id());
+    wait_until(
+        Duration::from_secs(30),
+        "b's worker cleaned up and c's inbox read",
+        || async {
+            let registered: std::collections::HashMap<String, String> =
+                client.hgetall(&workers).await.unwrap_or_default();
+            let queued: u64 = fred::prelude::StreamsInterface::xlen(&client, &inbox)
+                .await
+                .unwrap_or(1);
+            registered.len() == 1 && registered.contains_key(wc.id()) && queued == 0
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        stays.starts.load(Ordering::SeqCst),
+        0,
+        "{key}, stopped on request at b, runs again on c"
+    );
+    assert!(wc.job_token(&key).is_none());
+    c.close().await.unwrap();
+}
+
+/// Nodes that close together (a pool scaled to zero) leave nothing with
+/// each other and wait for nobody: each finds the other's worker leaving
+/// and gives up what it remembered at once, long before the close's
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_closing_together_do_not_wait_for_each_other() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("close-custody-all");
+    let (_client, a, b, wa, wb) = short_nodes(&server, &name).await;
+    let on_a = keys_placed_on(&a, &wa, 5).await;
+    let on_b = keys_placed_on(&a, &wb, 5).await;
+    for k in on_a.iter().chain(&on_b) {
+        a.dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    // A stop on each worker: both remember something to leave.
+    a.stop_job(&on_a[0]).await.unwrap();
+    a.stop_job(&on_b[0]).await.unwrap();
+    let started = std::time::Instant::now();
+    let (closed_a, closed_b) = tokio::join!(a.close(), b.close());
+    closed_a.unwrap();
+    closed_b.unwrap();
+    // The deadline is worker_shutdown_ttl + redis_timeout (35 s).
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "closing both took {:?}",
+        started.elapsed()
+    );
+    drop((wa, wb));
+}

@@ -28,7 +28,7 @@ async fn a_keep_entry_goes_to_an_active_worker_and_counts_as_read_once_gone() {
     else {
         panic!("not left with an active worker");
     };
-    assert_eq!(f.entry_ids("w1").await, [id.clone()]);
+    assert_eq!(f.entry_ids("w1").await, std::slice::from_ref(&id));
     let left = [
         (f.inbox("w1"), id.clone(), "w1".to_string()),
         (f.inbox("w2"), id2.clone(), "w2".to_string()),

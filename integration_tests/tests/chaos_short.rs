@@ -76,10 +76,12 @@ async fn chaos_short_all_faults() {
 
 /// Stops only Redis knew of, lost with it: a short-lived client stops jobs
 /// of the newest worker process (which came to it by hand-offs) and exits,
-/// that process is removed, and Redis loses its data (`stop-leave`). The
-/// workers that handed those jobs off must not give them back: before
-/// they learnt which of their hand-offs had ended, a 3-minute run of this
-/// fault with `add` undid 155 stops (Finding 18).
+/// that process is removed, and Redis loses its data or goes back to
+/// before the stops (`stop-leave`). The workers that handed those jobs off
+/// must not give them back: before they learnt which of their hand-offs
+/// had ended, a 3-minute run of this fault with `add` undid 155 stops
+/// (Finding 18); and the workers the removed process left its memory
+/// with must make the stops stand (Finding 19).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_short_stops_before_a_scale_down_and_a_loss() {
     let faults = vec![FaultKind::StopLeave, FaultKind::AddWorker];

@@ -27,21 +27,11 @@ async fn short_nodes(
     server: &RedisServer,
     name: &str,
 ) -> (fred::prelude::Client, Node, Node, Worker, Worker) {
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let options = NodeOptions::default()
         .mirror_jobs(true)
         .worker_ttl(Duration::from_secs(2))
         .dispatch_timeout(Duration::from_secs(5));
-    let a = Node::join(&client, name, options.clone()).await.unwrap();
-    let b = Node::join(&client, name, options).await.unwrap();
-    let wa = Worker::new(&a, Counting::default()).await.unwrap();
-    let wb = Worker::new(&b, Counting::default()).await.unwrap();
-    wait_until(Duration::from_secs(5), "both workers seen", || async {
-        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
-    })
-    .await
-    .unwrap();
-    (client, a, b, wa, wb)
+    two_nodes_with_options(server, name, options, Counting::default()).await
 }
 
 /// Jobs a lease loss left suspended on a worker; Redis loses its data, and

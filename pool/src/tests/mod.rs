@@ -77,10 +77,21 @@ async fn two_nodes_with(
     name: &str,
     handler_a: impl Handler,
 ) -> (fred::prelude::Client, Node, Node, Worker, Worker) {
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let options = NodeOptions::default()
         .mirror_jobs(true)
         .worker_ttl(Duration::from_secs(10));
+    two_nodes_with_options(server, name, options, handler_a).await
+}
+
+/// Two nodes of one pool joined with `options`, a worker on each, `a`'s
+/// with `handler_a`.
+async fn two_nodes_with_options(
+    server: &RedisServer,
+    name: &str,
+    options: NodeOptions,
+    handler_a: impl Handler,
+) -> (fred::prelude::Client, Node, Node, Worker, Worker) {
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let a = Node::join(&client, name, options.clone()).await.unwrap();
     let b = Node::join(&client, name, options).await.unwrap();
     let wa = Worker::new(&a, handler_a).await.unwrap();

@@ -37,7 +37,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 
 use crate::codec::{self, KeptJob, KeptJobs};
-use crate::handoffs::{HandedOff, Handoffs};
+use crate::handoffs::{ENDS_REMEMBERED, HandedOff, Handoffs};
 use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
 use crate::store::Entrusted;
@@ -65,6 +65,23 @@ pub(crate) fn keep_here(handed_off: &Handoffs, kept: KeptJobs) {
     }
 }
 
+/// Adds `stops`, `(key, token)` of runs stopped lately, to `memory` as
+/// ends: whoever keeps them makes each stand after a rollback.
+pub(crate) fn remember_stops(memory: &Handoffs, stops: Vec<(String, u64)>) {
+    for (key, token) in stops {
+        memory.take_over(
+            HandedOff {
+                key,
+                token,
+                created_at_ms: 0,
+                body: Bytes::new(),
+            },
+            ENDS_REMEMBERED,
+            Some(token),
+        );
+    }
+}
+
 /// One `keep` entry on its way.
 struct Parcel {
     /// The receiving worker.
@@ -86,8 +103,9 @@ struct Left {
 }
 
 impl NodeInner {
-    /// Leaves what worker `leaving` (closing) remembers with the workers
-    /// that stay and waits until they read it, or until `until`.
+    /// Leaves what worker `leaving` (closing; or a node closing, whose
+    /// requested stops these are) remembers with the workers that stay and
+    /// waits until they read it, or until `until`.
     pub(crate) async fn entrust_memory(
         &self,
         leaving: &str,

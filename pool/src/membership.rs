@@ -263,18 +263,10 @@ impl NodeInner {
                     // Its recent stops go with what it remembers: the
                     // worker that keeps them makes them stand after a
                     // rollback, as this one would have.
-                    for (key, token) in worker.stopped.recent(crate::handoffs::ENDS_REMEMBERED) {
-                        worker.handed_off.take_over(
-                            crate::handoffs::HandedOff {
-                                key,
-                                token,
-                                created_at_ms: 0,
-                                body: bytes::Bytes::new(),
-                            },
-                            crate::handoffs::ENDS_REMEMBERED,
-                            Some(token),
-                        );
-                    }
+                    crate::custody::remember_stops(
+                        &worker.handed_off,
+                        worker.stopped.recent(crate::handoffs::ENDS_REMEMBERED),
+                    );
                     // Leaves time to unregister the worker.
                     let entrust_until = until
                         .checked_sub(self.options.redis_timeout)

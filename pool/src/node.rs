@@ -318,7 +318,11 @@ impl Node {
 
     /// Stops this node's workers, hands their jobs to other workers (or
     /// leaves them for the next worker when none remains), removes the
-    /// workers and their inboxes, and ends every background task.
+    /// workers and their inboxes, and ends every background task. What the
+    /// workers remember of jobs they passed on, their recent stops, and the
+    /// stops this node asked for lately are left with the workers that stay
+    /// first (they give the jobs back, or make the stops stand, after a
+    /// loss of Redis's data), and the close waits until those have read it.
     /// Idempotent. Returns within `worker_shutdown_ttl + redis_timeout`
     /// even while Redis is down: the handlers are stopped all the same, and
     /// what Redis did not take is requeued by the cleanup of the dead
@@ -352,6 +356,21 @@ impl Node {
                 futures::future::join_all(rest.iter().map(|w| inner.retire_worker(w, true, until)))
                     .await;
             }
+        }
+        // The stops this node asked for go on being made to stand after a
+        // rollback by the workers that stay: the workers that carried them
+        // out may die without a close.
+        let stops = self
+            .inner
+            .stops_requested
+            .recent(crate::handoffs::ENDS_REMEMBERED);
+        if !stops.is_empty() {
+            let memory = crate::handoffs::Handoffs::default();
+            crate::custody::remember_stops(&memory, stops);
+            let entrust_until = until.checked_sub(options.redis_timeout).unwrap_or(until);
+            self.inner
+                .entrust_memory(&self.inner.id, &memory, entrust_until)
+                .await;
         }
         let _ = tokio::time::timeout_at(until, self.inner.stop_tasks()).await;
         let _ = tokio::time::timeout_at(until, async {

@@ -97,6 +97,27 @@ async fn orphans_a_close_left_during_a_recovery_survive_a_second_loss() {
 /// makes them stand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_to_before_a_stop_keeps_it_when_everyone_who_saw_it_is_gone() {
+    a_stop_stands_after_everyone_who_saw_it_left(Exit::Close).await;
+}
+
+/// The same, the worker's process dead without a close (`SIGKILL`): the
+/// node that asked for the stop left its requested stops with the workers
+/// that stay when it closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_to_before_a_stop_keeps_it_when_its_worker_died_and_its_requester_left() {
+    a_stop_stands_after_everyone_who_saw_it_left(Exit::Crash).await;
+}
+
+/// How the worker that carried out a stop goes.
+#[derive(Debug, Clone, Copy)]
+enum Exit {
+    Close,
+    /// Its node's tasks and the worker's end at once, with no close: no
+    /// keep-alive, no hand-over, nothing left with anyone.
+    Crash,
+}
+
+async fn a_stop_stands_after_everyone_who_saw_it_left(exit: Exit) {
     let mut server =
         RedisServer::start_with(flotilla_testkit::ServerOptions::default().aof(true)).unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
@@ -124,8 +145,17 @@ async fn a_rollback_to_before_a_stop_keeps_it_when_everyone_who_saw_it_is_gone()
     .unwrap();
     let snapshot = server.save_snapshot().unwrap();
     requester.stop_job(&key).await.unwrap();
-    requester.close().await.unwrap();
-    b.close().await.unwrap();
+    match exit {
+        Exit::Close => {
+            requester.close().await.unwrap();
+            b.close().await.unwrap();
+        }
+        Exit::Crash => {
+            wb.inner.cancel.cancel();
+            b.inner.stop_tasks().await;
+            requester.close().await.unwrap();
+        }
+    }
     drop((wb, b, requester));
     assert_eq!(stays.starts.load(Ordering::SeqCst), 0);
 

@@ -230,7 +230,11 @@ impl NodeInner {
         let entry = codec::encode(&KeptJobs {
             jobs: parcel.jobs.clone(),
         });
-        match self.store.entrust(&parcel.to, &inbox, entry).await {
+        match self
+            .store
+            .entrust(&parcel.to, &inbox, entry, self.options.worker_ttl)
+            .await
+        {
             Ok(Entrusted::Left { id, identity }) => {
                 parcel.left = Some(Left {
                     inbox,
@@ -270,7 +274,11 @@ impl NodeInner {
                     Some((left.inbox.clone(), left.id.clone(), parcel.to.clone()))
                 })
                 .collect();
-            let (identity, unread) = match self.store.entrusted_left(&entries).await {
+            let (identity, unread) = match self
+                .store
+                .entrusted_left(&entries, self.options.worker_ttl)
+                .await
+            {
                 Ok(answer) => answer,
                 Err(e) => {
                     tracing::debug!(error = %e, "closing: looking at the remembered jobs left failed; looking again");

@@ -47,6 +47,9 @@ pub(crate) struct Load {
     /// an admission (`Ok`: a new run, which that stop does not name) or a
     /// stop with a definite answer.
     stop_in_doubt: Arc<Mutex<HashSet<String>>>,
+    /// Keys with a stop sent and not answered yet: the run may end at any
+    /// moment, so a recovery check does not expect it running.
+    stopping: Arc<Mutex<HashSet<String>>>,
     pub(crate) stats: Arc<Mutex<LoadStats>>,
     nodes: Arc<Vec<Node>>,
     ledger: LedgerWriter,
@@ -61,6 +64,7 @@ impl Load {
             keys: Arc::new(Mutex::new(keys)),
             busy: Arc::new(Mutex::new(HashSet::new())),
             stop_in_doubt: Arc::new(Mutex::new(HashSet::new())),
+            stopping: Arc::new(Mutex::new(HashSet::new())),
             stats: Arc::new(Mutex::new(LoadStats::default())),
             nodes: Arc::new(nodes),
             ledger,
@@ -105,6 +109,16 @@ impl Load {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The keys believed running whose stop is not in flight: those a
+    /// recovery check expects to run somewhere.
+    pub(crate) fn keys_expected_running(&self) -> Vec<String> {
+        let stopping = self.stopping.lock().map(|s| s.clone()).unwrap_or_default();
+        self.keys_in(KeyState::Running)
+            .into_iter()
+            .filter(|k| !stopping.contains(k))
+            .collect()
     }
 
     /// Runs one load task until `cancel`: picks a free key, acts on it.
@@ -225,6 +239,9 @@ impl Load {
     /// Stops `key` through `node`, records the outcome and returns it
     /// (`ok`, `not_found` or `unknown`).
     async fn stop_with(&self, node: &Node, key: &str) -> &'static str {
+        if let Ok(mut s) = self.stopping.lock() {
+            s.insert(key.to_string());
+        }
         self.ledger.record(Record::StopSent {
             key: key.to_string(),
         });
@@ -253,6 +270,10 @@ impl Load {
             key: key.to_string(),
             outcome: outcome.into(),
         });
+        // After the state above: a check in between sees the key stopped.
+        if let Ok(mut s) = self.stopping.lock() {
+            s.remove(key);
+        }
         outcome
     }
 

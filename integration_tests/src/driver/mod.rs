@@ -606,7 +606,7 @@ impl Run {
         let up: HashSet<u32> = self.fleet.up().into_iter().collect();
         let mut missing: Vec<String> = self
             .load
-            .keys_in(KeyState::Running)
+            .keys_expected_running()
             .into_iter()
             .filter(|k| !self.fleet.runs_on_up_member(k, &up))
             .collect();

@@ -1,6 +1,8 @@
 //! A closing worker's memory left with workers that stay
 //! (`entrust.lua`, `entrusted_left.lua`; see `crate::custody`).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use fred::types::Value;
 
@@ -21,22 +23,25 @@ pub(crate) enum Entrusted {
 
 impl PoolStore {
     /// Leaves `entry` (an encoded `keep` entry) in the inbox of `worker`
-    /// (`inbox`), if that worker is active.
+    /// (`inbox`), if that worker is active and renewed within `ttl`.
     pub(crate) async fn entrust(
         &self,
         worker: &str,
         inbox: &str,
         entry: Bytes,
+        ttl: Duration,
     ) -> Result<Entrusted> {
         const WHAT: &str = "entrust reply";
         let mut keys = self.maps.base_keys();
         keys.push(inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
+        keys.push(self.maps.keepalive.keys_info().hash.clone());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(worker),
             Value::Bytes(entry),
             Value::from(keys::INBOX_MAXLEN.to_string()),
+            Value::from(ttl.as_millis().to_string()),
         ]);
         let reply: Value = self
             .scripts
@@ -59,16 +64,19 @@ impl PoolStore {
 
     /// Which of the `keep` entries `left`, `(inbox, entry id, receiving
     /// worker)`, are still unread: Redis's identity now, and for each one
-    /// unread its position in `left` and whether its worker is still
-    /// active (may read it).
+    /// unread its position in `left` and whether its worker will still
+    /// read it (active, renewed within `ttl`).
     pub(crate) async fn entrusted_left(
         &self,
         left: &[(String, String, String)],
+        ttl: Duration,
     ) -> Result<(String, Vec<(usize, bool)>)> {
         const WHAT: &str = "entrusted_left reply";
         let mut keys = self.maps.base_keys();
         keys.push(self.maps.cleanup.keys_info().hash.clone());
+        keys.push(self.maps.keepalive.keys_info().hash.clone());
         let mut args = self.maps.base_args();
+        args.push(Value::from(ttl.as_millis().to_string()));
         for (inbox, id, worker) in left {
             keys.push(inbox.clone());
             args.extend([Value::from(id.as_str()), Value::from(worker.as_str())]);

@@ -240,6 +240,21 @@ local function worker_active(worker, cleanup)
   return not string.find(record, '"drained_at_ms":', 1, true)
 end
 
+-- Whether `worker` will read its inbox soon: active (see above), and its
+-- last keep-alive (or, if never renewed, its registration) within `ttl`
+-- ms on server time (`keepalive`: the keep-alive hash). A worker whose
+-- process died stays registered until a cleanup, which no node may run
+-- (a pool of client-only nodes, every worker gone).
+local function worker_reading(worker, cleanup, keepalive, ttl)
+  if not worker_active(worker, cleanup) then return false end
+  local last = tonumber(redis.call('HGET', keepalive, worker) or '')
+  if not last then
+    local ok, info = pcall(cjson.decode, mget(WORKERS, worker))
+    last = (ok and type(info) == 'table' and tonumber(info['created_at_ms'])) or 0
+  end
+  return now_ms() - last <= ttl
+end
+
 -- The generation of the pool's data: a field of the fencing hash, made
 -- here when missing, so it changes only when Redis lost that hash (an
 -- empty restart, a FLUSHALL, the pool's keys deleted). With the run id it

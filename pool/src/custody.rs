@@ -177,6 +177,10 @@ impl NodeInner {
     async fn hand_over_parcels(&self, leaving: &str, parcels: &mut [Parcel]) {
         // Redis's identity when every job was last given back.
         let mut given_back: Option<String> = None;
+        // The first give-back covers every job, those read meanwhile too:
+        // a loss before they were left may have come before their reader's
+        // own recovery.
+        let mut first: Vec<KeptJob> = parcels.iter().flat_map(|p| p.jobs.clone()).collect();
         loop {
             let mut seen = self.leave_parcels(leaving, parcels).await;
             seen.extend(self.look_at_parcels(leaving, parcels).await);
@@ -186,8 +190,14 @@ impl NodeInner {
                     .any(|i| given_back.as_deref() != Some(i.as_str()))
             {
                 // The first time, for a loss before the entries were left;
-                // then after every loss seen since.
-                self.give_back(parcels, given_back.is_some()).await;
+                // then after every loss seen since, for the jobs not read.
+                if given_back.is_none() {
+                    self.give_back(std::mem::take(&mut first).iter(), false)
+                        .await;
+                } else {
+                    self.give_back(parcels.iter().flat_map(|p| p.jobs.iter()), true)
+                        .await;
+                }
                 given_back = Some(identity.clone());
                 continue;
             }
@@ -322,16 +332,12 @@ impl NodeInner {
         }
     }
 
-    /// Gives back every job of `parcels` not read yet where Redis went back
-    /// to before it (`handoff_stands.lua`; nothing happens where Redis
-    /// holds it). With `lost`, Redis lost data since the jobs were last
-    /// given back: the ends they name are made to stand again too.
-    async fn give_back(&self, parcels: &[Parcel], lost: bool) {
-        let gives: Vec<_> = parcels
-            .iter()
-            .flat_map(|p| p.jobs.iter())
-            .map(|job| self.give_back_job(job, lost))
-            .collect();
+    /// Gives back each of `jobs` where Redis went back to before it
+    /// (`handoff_stands.lua`; nothing happens where Redis holds it). With
+    /// `lost`, Redis lost data since the jobs were last given back: the
+    /// ends they name are made to stand again too.
+    async fn give_back<'a>(&self, jobs: impl Iterator<Item = &'a KeptJob>, lost: bool) {
+        let gives: Vec<_> = jobs.map(|job| self.give_back_job(job, lost)).collect();
         futures::stream::iter(gives)
             .buffer_unordered(HANDOFFS_IN_FLIGHT)
             .collect::<Vec<()>>()

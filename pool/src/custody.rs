@@ -29,7 +29,7 @@
 //!        identity changed ─▶ give back again, leave the unread entries again
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -89,6 +89,9 @@ struct Parcel {
     jobs: Vec<KeptJob>,
     /// Where it was left, and Redis's identity then.
     left: Option<Left>,
+    /// Workers found dead (silent for over a TTL) while the ring still
+    /// names them: not chosen again.
+    dead: HashSet<String>,
 }
 
 /// Where a parcel was left: its inbox, its entry id, and Redis's identity
@@ -140,6 +143,7 @@ impl NodeInner {
                         to: to.clone(),
                         jobs: chunk.to_vec(),
                         left: None,
+                        dead: HashSet::new(),
                     })
                     .collect::<Vec<_>>()
             })
@@ -253,6 +257,11 @@ impl NodeInner {
                 });
                 Some(identity)
             }
+            Ok(Entrusted::Silent) => {
+                parcel.dead.insert(parcel.to.clone());
+                self.retarget(parcel, leaving);
+                None
+            }
             Ok(Entrusted::NoTarget) => {
                 // Gone, closing too, or not registered again yet after a
                 // loss: another worker, or this one once it is back.
@@ -317,15 +326,15 @@ impl NodeInner {
         seen
     }
 
-    /// Sends `parcel` to the worker the ring now gives its first key, or
-    /// gives it up when no other worker is in the ring (nobody can keep
-    /// it; the pool is shutting down or this was its last worker).
+    /// Sends `parcel` to the worker the ring now gives its first key
+    /// (leaving out the workers found dead), or gives it up when no other
+    /// worker is in the ring (nobody can keep it; the pool is shutting
+    /// down or this was its last worker).
     fn retarget(&self, parcel: &mut Parcel, leaving: &str) {
         let ring = self.ring.load();
-        let to = parcel
-            .jobs
-            .first()
-            .and_then(|job| ring.owner_excluding(&job.key, leaving));
+        let to = parcel.jobs.first().and_then(|job| {
+            ring.owner_among(&job.key, |w| w != leaving && !parcel.dead.contains(w))
+        });
         match to {
             Some(to) => parcel.to = to.to_string(),
             None => parcel.jobs.clear(),

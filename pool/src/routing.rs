@@ -72,10 +72,15 @@ impl Ring {
 
     /// The owner of `key` ignoring `excluded` workers.
     pub fn owner_excluding(&self, key: &str, excluded: &str) -> Option<&str> {
+        self.owner_among(key, |w| w != excluded)
+    }
+
+    /// The owner of `key` among the workers `eligible` accepts.
+    pub(crate) fn owner_among(&self, key: &str, eligible: impl Fn(&str) -> bool) -> Option<&str> {
         let kh = hash64(key.as_bytes());
         self.workers
             .iter()
-            .filter(|(w, _)| w != excluded)
+            .filter(|(w, _)| eligible(w))
             .max_by_key(|(_, wh)| mix(kh ^ wh.rotate_left(17)))
             .map(|(w, _)| w.as_str())
     }

@@ -19,6 +19,9 @@ pub(crate) enum Entrusted {
     /// The receiving worker is not active (gone, being cleaned up,
     /// drained, or not registered again yet after a loss).
     NoTarget,
+    /// The receiving worker is silent for over a TTL: its process died
+    /// (nobody cleaned it up yet).
+    Silent,
 }
 
 impl PoolStore {
@@ -51,6 +54,11 @@ impl PoolStore {
         match reply {
             Value::Array(items) if items.is_empty() => Ok(Entrusted::NoTarget),
             Value::Null => Ok(Entrusted::NoTarget),
+            Value::Array(items)
+                if items.len() == 1 && super::call::string_at(&items, 0) == "silent" =>
+            {
+                Ok(Entrusted::Silent)
+            }
             Value::Array(items) if items.len() == 2 => Ok(Entrusted::Left {
                 id: super::call::string_at(&items, 0),
                 identity: super::call::string_at(&items, 1),

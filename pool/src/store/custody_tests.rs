@@ -64,7 +64,7 @@ async fn a_keep_entry_goes_to_an_active_worker_and_counts_as_read_once_gone() {
         s.entrust("w1", &f.inbox("w1"), Bytes::from_static(b"\x01kept"), TTL)
             .await
             .unwrap(),
-        Entrusted::NoTarget
+        Entrusted::Silent
     );
     // A loss: a new identity, so a gone entry may have been taken unread.
     let _: () = s.client.flushall(false).await.unwrap();

@@ -217,3 +217,36 @@ async fn nodes_closing_together_do_not_wait_for_each_other() {
     );
     drop((wa, wb));
 }
+
+/// A node that asked for stops closes after the only worker died without
+/// a close (nobody cleaned it up: no other worker node is left): the dead
+/// worker is found silent and nothing waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_does_not_wait_for_a_dead_worker() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("close-custody-dead");
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let requester = Node::join(&client, &name, options.clone().client_only(true))
+        .await
+        .unwrap();
+    let b = Node::join(&client, &name, options).await.unwrap();
+    let wb = Worker::new(&b, Counting::default()).await.unwrap();
+    let key = key_placed_on(&requester, &wb).await;
+    requester.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    requester.stop_job(&key).await.unwrap();
+    wb.inner.cancel.cancel();
+    b.inner.stop_tasks().await;
+    let started = std::time::Instant::now();
+    requester.close().await.unwrap();
+    // The deadline is worker_shutdown_ttl + redis_timeout (35 s); the dead
+    // worker is silent within its 2 s TTL.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "closing took {:?}",
+        started.elapsed()
+    );
+    drop((wb, b));
+}

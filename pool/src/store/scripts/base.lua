@@ -240,19 +240,30 @@ local function worker_active(worker, cleanup)
   return not string.find(record, '"drained_at_ms":', 1, true)
 end
 
+-- When registered `worker` (`registration`: its record) last renewed, on
+-- server time (ms): its keep-alive in `keepalive`, or, if it never
+-- renewed, its registration time.
+local function last_renewal(worker, registration, keepalive)
+  local last = tonumber(redis.call('HGET', keepalive, worker) or '')
+  if last then return last end
+  local ok, info = pcall(cjson.decode, registration)
+  return (ok and type(info) == 'table' and tonumber(info['created_at_ms'])) or 0
+end
+
 -- Whether `worker` will read its inbox soon: active (see above), and its
 -- last keep-alive (or, if never renewed, its registration) within `ttl`
 -- ms on server time (`keepalive`: the keep-alive hash). A worker whose
 -- process died stays registered until a cleanup, which no node may run
 -- (a pool of client-only nodes, every worker gone).
+-- The second result tells an active worker silent for over the TTL (dead:
+-- it will not come back) from one not active (which may be back soon, e.g.
+-- registered again after a loss).
 local function worker_reading(worker, cleanup, keepalive, ttl)
-  if not worker_active(worker, cleanup) then return false end
-  local last = tonumber(redis.call('HGET', keepalive, worker) or '')
-  if not last then
-    local ok, info = pcall(cjson.decode, mget(WORKERS, worker))
-    last = (ok and type(info) == 'table' and tonumber(info['created_at_ms'])) or 0
+  if not worker_active(worker, cleanup) then return false, false end
+  if now_ms() - last_renewal(worker, mget(WORKERS, worker), keepalive) <= ttl then
+    return true, false
   end
-  return now_ms() - last <= ttl
+  return false, true
 end
 
 -- The generation of the pool's data: a field of the fencing hash, made

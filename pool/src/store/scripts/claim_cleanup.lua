@@ -17,12 +17,7 @@ local worker, node, ttl = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local registration = mget(WORKERS, worker)
 if not registration then return {'gone', 0} end
 local now = now_ms()
-local last = tonumber(redis.call('HGET', KEYS[9], worker) or '')
-if not last then
-  local ok, info = pcall(cjson.decode, registration)
-  last = (ok and type(info) == 'table' and tonumber(info['created_at_ms'])) or 0
-end
-local silent = now - last
+local silent = now - last_renewal(worker, registration, KEYS[9])
 if silent <= ttl then return {'alive', silent} end
 if recovering(ttl) then return {'recovering', silent} end
 local claim = string.format('%s %d', node, now)

@@ -8,11 +8,12 @@
 -- ARGV: base, 4 receiving worker, 5 encoded entry, 6 maxlen, 7 ttl ms
 -- Returns {entry id, identity} where identity is "<run id> <generation>"
 -- (a later `entrusted_left` with another identity means Redis may have
--- lost the entry unread), or {} when the worker will not read it (gone,
--- being cleaned up, drained, silent for over a TTL, or not registered
--- again yet after a loss).
-if not worker_reading(ARGV[4], KEYS[10], KEYS[11], tonumber(ARGV[7])) then
-  return {}
+-- lost the entry unread), {'silent'} when the worker is silent for over a
+-- TTL (dead), or {} when it is not active (gone, being cleaned up,
+-- drained, or not registered again yet after a loss).
+local reading, silent = worker_reading(ARGV[4], KEYS[10], KEYS[11], tonumber(ARGV[7]))
+if not reading then
+  return silent and {'silent'} or {}
 end
 local id = stream_add(KEYS[9], 'keep', ARGV[5], tonumber(ARGV[6]))
 return {id, (server_run_id() or '') .. ' ' .. data_generation()}

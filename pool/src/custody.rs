@@ -98,7 +98,6 @@ struct Parcel {
 /// (`"<run id> <generation>"`) then. The entry counts as read once gone
 /// while Redis still has that identity; under another, a loss may have
 /// taken it unread.
-#[derive(Clone)]
 struct Left {
     inbox: String,
     id: String,

@@ -92,6 +92,8 @@ struct Parcel {
     /// Workers found dead (silent for over a TTL) while the ring still
     /// names them: not chosen again.
     dead: HashSet<String>,
+    /// Given up: no other worker was left to keep it.
+    unkept: bool,
 }
 
 /// Where a parcel was left: its inbox, its entry id, and Redis's identity
@@ -120,9 +122,11 @@ impl NodeInner {
         }
         let ring = self.ring.load_full();
         let mut by_worker: HashMap<String, Vec<KeptJob>> = HashMap::new();
+        let mut unkept = 0;
         for (handed, keep, ended_at) in remembered {
             // No other worker: nobody can keep it.
             let Some(to) = ring.owner_excluding(&handed.key, leaving) else {
+                unkept += 1;
                 continue;
             };
             by_worker.entry(to.to_string()).or_default().push(KeptJob {
@@ -143,23 +147,40 @@ impl NodeInner {
                         jobs: chunk.to_vec(),
                         left: None,
                         dead: HashSet::new(),
+                        unkept: false,
                     })
                     .collect::<Vec<_>>()
             })
             .collect();
         if parcels.is_empty() {
+            if unkept > 0 {
+                tracing::info!(
+                    worker = leaving,
+                    jobs = unkept,
+                    "closing: no other worker to keep what this worker remembered"
+                );
+            }
             return;
         }
-        let total: usize = parcels.iter().map(|p| p.jobs.len()).sum();
+        let sizes: Vec<usize> = parcels.iter().map(|p| p.jobs.len()).collect();
+        let total: usize = sizes.iter().sum();
         let started = Instant::now();
         let waited =
             tokio::time::timeout_at(until, self.hand_over_parcels(leaving, &mut parcels)).await;
+        unkept += parcels
+            .iter()
+            .zip(&sizes)
+            .filter(|(p, _)| p.unkept)
+            .map(|(_, n)| n)
+            .sum::<usize>();
         match waited {
             Ok(()) => tracing::info!(
                 worker = leaving,
                 jobs = total,
+                unkept,
                 took_ms = started.elapsed().as_millis() as u64,
-                "closing: what this worker remembered is kept by workers that stay"
+                "closing: what this worker remembered is kept by workers that stay \
+                 (unkept: no other worker was left to keep them)"
             ),
             Err(_) => tracing::warn!(
                 worker = leaving,
@@ -258,14 +279,22 @@ impl NodeInner {
             }
             Ok(Entrusted::Silent) => {
                 parcel.dead.insert(parcel.to.clone());
-                self.retarget(parcel, leaving);
+                self.retarget(parcel, leaving, false);
                 None
             }
             Ok(Entrusted::NoTarget) => {
-                // Gone, closing too, or not registered again yet after a
-                // loss: another worker, or this one once it is back.
+                // Gone or closing too: another worker.
                 self.refresh_ring();
-                self.retarget(parcel, leaving);
+                self.retarget(parcel, leaving, false);
+                None
+            }
+            Ok(Entrusted::Recovering) => {
+                // Not registered again, or not renewed, yet after a loss:
+                // another worker if one is back, else this one later (the
+                // pool's workers come back within a renewal; giving up
+                // here would leave the jobs with Redis alone).
+                self.refresh_ring();
+                self.retarget(parcel, leaving, true);
                 None
             }
             Err(e) => {
@@ -316,7 +345,7 @@ impl NodeInner {
                         // inbox on may drop the entry.
                         parcel.left = None;
                         self.refresh_ring();
-                        self.retarget(parcel, leaving);
+                        self.retarget(parcel, leaving, false);
                     }
                 }
             }
@@ -326,17 +355,22 @@ impl NodeInner {
     }
 
     /// Sends `parcel` to the worker the ring now gives its first key
-    /// (leaving out the workers found dead), or gives it up when no other
-    /// worker is in the ring (nobody can keep it; the pool is shutting
-    /// down or this was its last worker).
-    fn retarget(&self, parcel: &mut Parcel, leaving: &str) {
+    /// (leaving out the workers found dead). When no other worker is in the
+    /// ring, it keeps its worker to try again with `wait` (the pool
+    /// recovers: workers come back), else gives it up (nobody can keep it;
+    /// the pool is shutting down or this was its last worker).
+    fn retarget(&self, parcel: &mut Parcel, leaving: &str, wait: bool) {
         let ring = self.ring.load();
         let to = parcel.jobs.first().and_then(|job| {
             ring.owner_among(&job.key, |w| w != leaving && !parcel.dead.contains(w))
         });
         match to {
             Some(to) => parcel.to = to.to_string(),
-            None => parcel.jobs.clear(),
+            None if wait => {}
+            None => {
+                parcel.jobs.clear();
+                parcel.unkept = true;
+            }
         }
     }
 

@@ -22,6 +22,10 @@ pub(crate) enum Entrusted {
     /// The receiving worker is silent for over a TTL: its process died
     /// (nobody cleaned it up yet).
     Silent,
+    /// The receiving worker is not registered, or silent, while the pool
+    /// recovers from a loss of Redis's data: a live one registers again, and
+    /// renews, within a renewal period.
+    Recovering,
 }
 
 impl PoolStore {
@@ -54,10 +58,15 @@ impl PoolStore {
         match reply {
             Value::Array(items) if items.is_empty() => Ok(Entrusted::NoTarget),
             Value::Null => Ok(Entrusted::NoTarget),
-            Value::Array(items)
-                if items.len() == 1 && super::call::string_at(&items, 0) == "silent" =>
-            {
-                Ok(Entrusted::Silent)
+            Value::Array(items) if items.len() == 1 => {
+                match super::call::string_at(&items, 0).as_str() {
+                    "silent" => Ok(Entrusted::Silent),
+                    "recovering" => Ok(Entrusted::Recovering),
+                    other => Err(Error::Malformed {
+                        what: WHAT,
+                        reason: format!("unknown answer {other:?}"),
+                    }),
+                }
             }
             Value::Array(items) if items.len() == 2 => Ok(Entrusted::Left {
                 id: super::call::string_at(&items, 0),
@@ -65,7 +74,7 @@ impl PoolStore {
             }),
             other => Err(Error::Malformed {
                 what: WHAT,
-                reason: format!("expected {{id, identity}} or {{}}, got {other:?}"),
+                reason: format!("expected {{id, identity}}, {{answer}} or {{}}, got {other:?}"),
             }),
         }
     }

@@ -71,4 +71,41 @@ async fn a_keep_entry_goes_to_an_active_worker_and_counts_as_read_once_gone() {
     let (after, unread) = s.entrusted_left(&left, TTL).await.unwrap();
     assert_ne!(after, identity);
     assert!(unread.is_empty());
+    // While the pool recovers from that loss, a worker Redis does not know
+    // (yet) may register again within a renewal: the close waits for it.
+    assert_eq!(
+        s.entrust("w1", &f.inbox("w1"), Bytes::from_static(b"\x01kept"), TTL)
+            .await
+            .unwrap(),
+        Entrusted::Recovering
+    );
+    // So may one known only from before the loss, silent since.
+    f.register("w1").await;
+    let _: i64 = s
+        .client
+        .hset(s.maps.keepalive.keys_info().hash.clone(), ("w1", "0"))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.entrust("w1", &f.inbox("w1"), Bytes::from_static(b"\x01kept"), TTL)
+            .await
+            .unwrap(),
+        Entrusted::Recovering
+    );
+    // A worker leaving (a cleanup claim) is not waited for.
+    let _: i64 = s
+        .client
+        .hset(
+            s.maps.cleanup.keys_info().hash.clone(),
+            ("w2", "n-test closing"),
+        )
+        .await
+        .unwrap();
+    f.register("w2").await;
+    assert_eq!(
+        s.entrust("w2", &f.inbox("w2"), Bytes::from_static(b"\x01kept"), TTL)
+            .await
+            .unwrap(),
+        Entrusted::NoTarget
+    );
 }

@@ -41,6 +41,28 @@ async fn short_nodes(
 /// worker that stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphans_a_close_left_during_a_recovery_survive_a_second_loss() {
+    orphans_of_a_close_after_a_loss_survive_a_second_loss(CloseAt::Registered).await;
+}
+
+/// The same, the node closing right after the loss, before the worker that
+/// stays has registered again: nobody is there to keep the jobs yet, so
+/// the close waits for a worker to come back rather than leave the jobs
+/// with Redis alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_a_close_left_right_after_a_loss_survive_a_second_loss() {
+    orphans_of_a_close_after_a_loss_survive_a_second_loss(CloseAt::Once).await;
+}
+
+/// When the holder's node closes after the first loss.
+#[derive(Debug, Clone, Copy)]
+enum CloseAt {
+    /// Once both workers registered again.
+    Registered,
+    /// At once.
+    Once,
+}
+
+async fn orphans_of_a_close_after_a_loss_survive_a_second_loss(close_at: CloseAt) {
     let server = RedisServer::start().unwrap();
     let name = flotilla_testkit::unique_name("close-custody");
     let (client, a, b, wa, wb) = short_nodes(&server, &name).await;
@@ -55,20 +77,22 @@ async fn orphans_a_close_left_during_a_recovery_survive_a_second_loss() {
         wa.inner.suspended.lock().await.insert(k.clone(), job);
     }
     flushall(&client).await;
-    // Both workers registered again: the pool is recovering.
-    wait_until(
-        Duration::from_secs(10),
-        "both workers registered again",
-        || async {
-            let registered: std::collections::HashMap<String, String> = client
-                .hgetall(b.inner.store.maps.workers.keys_info().hash.clone())
-                .await
-                .unwrap_or_default();
-            registered.contains_key(wa.id()) && registered.contains_key(wb.id())
-        },
-    )
-    .await
-    .unwrap();
+    if let CloseAt::Registered = close_at {
+        // Both workers registered again: the pool is recovering.
+        wait_until(
+            Duration::from_secs(10),
+            "both workers registered again",
+            || async {
+                let registered: std::collections::HashMap<String, String> = client
+                    .hgetall(b.inner.store.maps.workers.keys_info().hash.clone())
+                    .await
+                    .unwrap_or_default();
+                registered.contains_key(wa.id()) && registered.contains_key(wb.id())
+            },
+        )
+        .await
+        .unwrap();
+    }
     a.close().await.unwrap();
     drop((wa, a));
     flushall(&client).await;

@@ -10,9 +10,15 @@
 -- (a later `entrusted_left` with another identity means Redis may have
 -- lost the entry unread), {'silent'} when the worker is silent for over a
 -- TTL (dead), or {} when it is not active (gone, being cleaned up,
--- drained, or not registered again yet after a loss).
-local reading, silent = worker_reading(ARGV[4], KEYS[10], KEYS[11], tonumber(ARGV[7]))
+-- drained). While the pool recovers from a loss, a worker Redis does not
+-- know, or knows only from before the loss, may be back within a renewal:
+-- {'recovering'} when it is not registered or silent then.
+local ttl = tonumber(ARGV[7])
+local reading, silent = worker_reading(ARGV[4], KEYS[10], KEYS[11], ttl)
 if not reading then
+  if (silent or not mget(WORKERS, ARGV[4])) and recovering(ttl) then
+    return {'recovering'}
+  end
   return silent and {'silent'} or {}
 end
 local id = stream_add(KEYS[9], 'keep', ARGV[5], tonumber(ARGV[6]))

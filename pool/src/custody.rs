@@ -122,13 +122,11 @@ impl NodeInner {
         }
         let ring = self.ring.load_full();
         let mut by_worker: HashMap<String, Vec<KeptJob>> = HashMap::new();
-        let mut unkept = 0;
         for (handed, keep, ended_at) in remembered {
-            // No other worker: nobody can keep it.
-            let Some(to) = ring.owner_excluding(&handed.key, leaving) else {
-                unkept += 1;
-                continue;
-            };
+            // No other worker in the ring: nobody to leave it with, unless
+            // the pool recovers from a loss and the others are not back yet
+            // (see `leave_parcel`).
+            let to = ring.owner_excluding(&handed.key, leaving).unwrap_or("");
             by_worker.entry(to.to_string()).or_default().push(KeptJob {
                 key: handed.key,
                 token: handed.token,
@@ -152,28 +150,23 @@ impl NodeInner {
                     .collect::<Vec<_>>()
             })
             .collect();
-        if parcels.is_empty() {
-            if unkept > 0 {
-                tracing::info!(
-                    worker = leaving,
-                    jobs = unkept,
-                    "closing: no other worker to keep what this worker remembered"
-                );
-            }
-            return;
-        }
         let sizes: Vec<usize> = parcels.iter().map(|p| p.jobs.len()).collect();
         let total: usize = sizes.iter().sum();
         let started = Instant::now();
         let waited =
             tokio::time::timeout_at(until, self.hand_over_parcels(leaving, &mut parcels)).await;
-        unkept += parcels
+        let unkept: usize = parcels
             .iter()
             .zip(&sizes)
             .filter(|(p, _)| p.unkept)
             .map(|(_, n)| n)
             .sum::<usize>();
         match waited {
+            Ok(()) if unkept == total => tracing::info!(
+                worker = leaving,
+                jobs = total,
+                "closing: no other worker to keep what this worker remembered"
+            ),
             Ok(()) => tracing::info!(
                 worker = leaving,
                 jobs = total,
@@ -253,6 +246,19 @@ impl NodeInner {
     }
 
     async fn leave_parcel(&self, leaving: &str, parcel: &mut Parcel) -> Option<String> {
+        if parcel.to.is_empty() {
+            // No other worker in the ring: gone for good, unless the pool
+            // recovers from a loss and they have not registered again yet.
+            self.refresh_ring();
+            self.retarget(parcel, leaving, true);
+            if parcel.to.is_empty() {
+                if !self.pool_recovering(leaving).await {
+                    parcel.jobs.clear();
+                    parcel.unkept = true;
+                }
+                return None;
+            }
+        }
         let inbox = match self.inbox(&parcel.to) {
             Ok(inbox) => inbox.key().to_string(),
             Err(e) => {
@@ -352,6 +358,21 @@ impl NodeInner {
             seen.push(identity);
         }
         seen
+    }
+
+    /// Whether the pool recovers from a loss of Redis's data (its workers
+    /// may not have registered again yet); an error counts as yes, to ask
+    /// again.
+    async fn pool_recovering(&self, leaving: &str) -> bool {
+        let Ok(inbox) = self.inbox(leaving) else {
+            return false;
+        };
+        !matches!(
+            self.store
+                .pool_recovering(inbox.key(), self.options.worker_ttl)
+                .await,
+            Ok(false)
+        )
     }
 
     /// Sends `parcel` to the worker the ring now gives its first key

@@ -238,6 +238,7 @@ impl NodeInner {
                                 // yet). Re-asserting tells them apart, as
                                 // the reconcile would have before the close.
                                 Some(Handoff::NotOwner) => state,
+                                None => return self.left_unplaced(worker, &key, &job).await,
                                 _ => return,
                             };
                             match self.reassert(worker, &key, &job, state).await {
@@ -290,6 +291,36 @@ impl NodeInner {
             ),
         }
         result
+    }
+}
+
+impl NodeInner {
+    /// A job a close could not hand on (no other worker in the ring; its
+    /// record released for the orphan sweep, see `requeue_job`): given back
+    /// as an orphan where Redis lost it (the other workers may not have
+    /// registered again after a loss yet), and remembered like any orphan
+    /// a close leaves, so that a worker that comes back while the pool
+    /// recovers keeps it (`custody.rs`).
+    async fn left_unplaced(&self, worker: &WorkerInner, key: &str, job: &crate::worker::LocalJob) {
+        let stored = crate::codec::stored(job.created_at_ms, &job.raw_body);
+        match self.store.handoff_stands(key, job.token, stored).await {
+            Ok(crate::store::HandoffStands::Restored) => {
+                tracing::info!(key, worker = %worker.id, "closing: a job Redis lost and no other worker could take left to the orphan sweep");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(key, error = %e, "closing: giving back a job no other worker could take failed");
+            }
+        }
+        worker.handed_off.record_orphan(
+            crate::handoffs::HandedOff {
+                key: key.to_string(),
+                token: job.token,
+                created_at_ms: job.created_at_ms,
+                body: job.raw_body.clone(),
+            },
+            self.orphan_exposure(),
+        );
     }
 }
 

@@ -79,6 +79,14 @@ impl PoolStore {
         }
     }
 
+    /// Whether the pool recovers from a loss of Redis's data (`entrust.lua`
+    /// asked about no worker; `inbox`, any inbox of the pool, is not
+    /// written).
+    pub(crate) async fn pool_recovering(&self, inbox: &str, ttl: Duration) -> Result<bool> {
+        let answer = self.entrust("", inbox, Bytes::new(), ttl).await?;
+        Ok(answer == Entrusted::Recovering)
+    }
+
     /// Which of the `keep` entries `left`, `(inbox, entry id, receiving
     /// worker)`, are still unread: Redis's identity now, and for each one
     /// unread its position in `left` and whether its worker will still

@@ -113,6 +113,60 @@ async fn orphans_of_a_close_after_a_loss_survive_a_second_loss(close_at: CloseAt
     b.close().await.unwrap();
 }
 
+/// A worker's node closes right after a loss with no other worker in its
+/// ring (the others not registered again yet; here, one joins only while
+/// the close runs): the close waits for a worker while the pool recovers,
+/// rather than give up what it remembers, and a second loss then finds the
+/// jobs kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_after_a_loss_waits_for_a_worker_to_keep_its_orphans() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("close-custody-alone");
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let a = Node::join(&client, &name, options.clone()).await.unwrap();
+    let wa = Worker::new(&a, Counting::default()).await.unwrap();
+    let keys: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
+    for k in &keys {
+        a.dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    for k in &keys {
+        let (_, job) = wa.inner.jobs.remove(k).unwrap();
+        wa.inner.stop_handler(k).await.unwrap();
+        wa.inner.suspended.lock().await.insert(k.clone(), job);
+    }
+    flushall(&client).await;
+    let closing = tokio::spawn(async move {
+        a.close().await.unwrap();
+        drop(wa);
+    });
+    // The close is under way, nobody else in the pool; a worker joins
+    // while the pool recovers, as one registering again would.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = Node::join(&client, &name, options).await.unwrap();
+    let wb = Worker::new(&b, Counting::default()).await.unwrap();
+    closing.await.unwrap();
+    flushall(&client).await;
+    if let Err(e) = wait_until(
+        Duration::from_secs(30),
+        "the jobs run again on the worker that joined",
+        || async {
+            let running = wb.job_keys();
+            keys.iter().all(|k| running.contains(k))
+        },
+    )
+    .await
+    {
+        let running = wb.job_keys();
+        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(k)).collect();
+        panic!("{e}: {missing:?} run nowhere");
+    }
+    b.close().await.unwrap();
+}
+
 /// A rollback to before a stop once every process that saw it is gone:
 /// the node that asked for it closed, then the worker that carried it out
 /// (scaled down). Redis goes back to a state that shows the stopped run

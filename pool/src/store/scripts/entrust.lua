@@ -5,7 +5,8 @@
 -- loss of Redis's data (see custody.rs).
 -- KEYS: base, 9 the receiving worker's inbox, 10 cleanup hash,
 --       11 keep-alive hash
--- ARGV: base, 4 receiving worker, 5 encoded entry, 6 maxlen, 7 ttl ms
+-- ARGV: base, 4 receiving worker ('': none, which asks only whether the
+--       pool recovers), 5 encoded entry, 6 maxlen, 7 ttl ms
 -- Returns {entry id, identity} where identity is "<run id> <generation>"
 -- (a later `entrusted_left` with another identity means Redis may have
 -- lost the entry unread), {'silent'} when the worker is silent for over a

@@ -71,6 +71,18 @@ pub(crate) struct HandedOff {
     pub(crate) body: Bytes,
 }
 
+impl HandedOff {
+    /// Job `key`, run here as `job`, passed on under `token`.
+    pub(crate) fn of(key: &str, token: u64, job: &crate::worker::LocalJob) -> HandedOff {
+        HandedOff {
+            key: key.to_string(),
+            token,
+            created_at_ms: job.created_at_ms,
+            body: job.raw_body.clone(),
+        }
+    }
+}
+
 /// The jobs one worker passed on lately, oldest first, and the newest
 /// token passed on per key.
 #[derive(Debug, Default)]

@@ -317,12 +317,7 @@ impl NodeInner {
             // tombstone) is at least that, so the payload is given back
             // only when Redis holds nothing newer than this run.
             worker.handed_off.record_orphan(
-                crate::handoffs::HandedOff {
-                    key: key.to_string(),
-                    token: job.token + 1,
-                    created_at_ms: job.created_at_ms,
-                    body: job.raw_body.clone(),
-                },
+                crate::handoffs::HandedOff::of(key, job.token + 1, job),
                 self.orphan_exposure(),
             );
         }
@@ -331,12 +326,7 @@ impl NodeInner {
             // and a worker started it: a second loss before then would take
             // it, so the worker keeps it to give back (`handoffs.rs`).
             worker.handed_off.record_orphan(
-                crate::handoffs::HandedOff {
-                    key: key.to_string(),
-                    token: job.token,
-                    created_at_ms: job.created_at_ms,
-                    body: job.raw_body.clone(),
-                },
+                crate::handoffs::HandedOff::of(key, job.token, job),
                 self.orphan_exposure(),
             );
         }

@@ -313,12 +313,7 @@ impl NodeInner {
             }
         }
         worker.handed_off.record_orphan(
-            crate::handoffs::HandedOff {
-                key: key.to_string(),
-                token: job.token,
-                created_at_ms: job.created_at_ms,
-                body: job.raw_body.clone(),
-            },
+            crate::handoffs::HandedOff::of(key, job.token, job),
             self.orphan_exposure(),
         );
     }
@@ -327,12 +322,9 @@ impl NodeInner {
 /// Remembers a job a close handed on, until a worker that stays keeps it
 /// (`custody.rs`).
 fn remember(worker: &WorkerInner, key: &str, job: &crate::worker::LocalJob, token: u64) {
-    worker.handed_off.record(crate::handoffs::HandedOff {
-        key: key.to_string(),
-        token,
-        created_at_ms: job.created_at_ms,
-        body: job.raw_body.clone(),
-    });
+    worker
+        .handed_off
+        .record(crate::handoffs::HandedOff::of(key, token, job));
 }
 
 /// The error of a retirement whose Redis part ran out of time.

@@ -123,12 +123,9 @@ impl NodeInner {
             }
             match self.handoff(key, &worker.id, &target, None).await {
                 Ok(Handoff::Ok { token }) => {
-                    worker.handed_off.record(crate::handoffs::HandedOff {
-                        key: key.to_string(),
-                        token,
-                        created_at_ms: job.created_at_ms,
-                        body: job.raw_body.clone(),
-                    });
+                    worker
+                        .handed_off
+                        .record(crate::handoffs::HandedOff::of(key, token, &job));
                     return;
                 }
                 // Nobody may own it any more (Redis lost its data before

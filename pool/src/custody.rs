@@ -46,6 +46,10 @@ use crate::store::Entrusted;
 const JOBS_PER_ENTRY: usize = 256;
 /// Pause between two looks at the entries left.
 const POLL: Duration = Duration::from_millis(20);
+/// Pause before a parcel is offered again to a pool that recovers from a
+/// loss (its workers come back within a renewal period, a third of a TTL):
+/// each offer carries the whole entry.
+const RECOVERY_POLL: Duration = Duration::from_millis(250);
 /// Entries looked at per call of `entrusted_left.lua`.
 const CHECK_BATCH: usize = 256;
 
@@ -94,6 +98,8 @@ struct Parcel {
     dead: HashSet<String>,
     /// Given up: no other worker was left to keep it.
     unkept: bool,
+    /// Not offered again before this (the pool recovers).
+    not_before: Option<Instant>,
 }
 
 /// Where a parcel was left: its inbox, its entry id, and Redis's identity
@@ -146,6 +152,7 @@ impl NodeInner {
                         left: None,
                         dead: HashSet::new(),
                         unkept: false,
+                        not_before: None,
                     })
                     .collect::<Vec<_>>()
             })
@@ -231,6 +238,7 @@ impl NodeInner {
         let waiting: Vec<&mut Parcel> = parcels
             .iter_mut()
             .filter(|p| p.left.is_none() && !p.jobs.is_empty())
+            .filter(|p| p.not_before.is_none_or(|at| at <= Instant::now()))
             .collect();
         // The futures made first: a stream mapping with a closure over
         // borrowed parcels is not `Send` for every lifetime.
@@ -252,7 +260,9 @@ impl NodeInner {
             self.refresh_ring();
             self.retarget(parcel, leaving, true);
             if parcel.to.is_empty() {
-                if !self.pool_recovering(leaving).await {
+                if self.pool_recovering(leaving).await {
+                    parcel.not_before = Some(Instant::now() + RECOVERY_POLL);
+                } else {
                     parcel.jobs.clear();
                     parcel.unkept = true;
                 }
@@ -301,6 +311,7 @@ impl NodeInner {
                 // here would leave the jobs with Redis alone).
                 self.refresh_ring();
                 self.retarget(parcel, leaving, true);
+                parcel.not_before = Some(Instant::now() + RECOVERY_POLL);
                 None
             }
             Err(e) => {

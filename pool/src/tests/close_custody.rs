@@ -21,6 +21,34 @@ async fn keys_placed_on(node: &Node, worker: &Worker, n: usize) -> Vec<String> {
     keys
 }
 
+/// Dispatches `keys` from `node` and holds them stopped and suspended on
+/// `worker`, as a lease loss (a pause) leaves them.
+async fn held_suspended(node: &Node, worker: &Worker, keys: &[String]) {
+    for k in keys {
+        node.dispatch_job(k, &b"p"[..]).await.unwrap();
+    }
+    for k in keys {
+        let (_, job) = worker.inner.jobs.remove(k).unwrap();
+        worker.inner.stop_handler(k).await.unwrap();
+        worker.inner.suspended.lock().await.insert(k.clone(), job);
+    }
+}
+
+/// Waits until every one of `keys` runs on `worker`; names those that run
+/// nowhere when it does not happen.
+async fn all_run_on(worker: &Worker, keys: &[String], what: &str) {
+    if let Err(e) = wait_until(Duration::from_secs(30), what, || async {
+        let running = worker.job_keys();
+        keys.iter().all(|k| running.contains(k))
+    })
+    .await
+    {
+        let running = worker.job_keys();
+        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(k)).collect();
+        panic!("{e}: {missing:?} run nowhere");
+    }
+}
+
 /// Two nodes whose workers' leases are short (TTL 2 s: the recovery
 /// window after a loss lasts about that long, orphans wait 4 s more).
 async fn short_nodes(
@@ -67,15 +95,7 @@ async fn orphans_of_a_close_after_a_loss_survive_a_second_loss(close_at: CloseAt
     let name = flotilla_testkit::unique_name("close-custody");
     let (client, a, b, wa, wb) = short_nodes(&server, &name).await;
     let keys = keys_placed_on(&a, &wa, 6).await;
-    for k in &keys {
-        a.dispatch_job(k, &b"p"[..]).await.unwrap();
-    }
-    // Stopped on a lease loss and held suspended, as after a pause.
-    for k in &keys {
-        let (_, job) = wa.inner.jobs.remove(k).unwrap();
-        wa.inner.stop_handler(k).await.unwrap();
-        wa.inner.suspended.lock().await.insert(k.clone(), job);
-    }
+    held_suspended(&a, &wa, &keys).await;
     flushall(&client).await;
     if let CloseAt::Registered = close_at {
         // Both workers registered again: the pool is recovering.
@@ -96,20 +116,7 @@ async fn orphans_of_a_close_after_a_loss_survive_a_second_loss(close_at: CloseAt
     a.close().await.unwrap();
     drop((wa, a));
     flushall(&client).await;
-    if let Err(e) = wait_until(
-        Duration::from_secs(30),
-        "the jobs run again on the worker that stays",
-        || async {
-            let running = wb.job_keys();
-            keys.iter().all(|k| running.contains(k))
-        },
-    )
-    .await
-    {
-        let running = wb.job_keys();
-        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(k)).collect();
-        panic!("{e}: {missing:?} run nowhere");
-    }
+    all_run_on(&wb, &keys, "the jobs run again on the worker that stays").await;
     b.close().await.unwrap();
 }
 
@@ -130,14 +137,7 @@ async fn a_close_after_a_loss_waits_for_a_worker_to_keep_its_orphans() {
     let a = Node::join(&client, &name, options.clone()).await.unwrap();
     let wa = Worker::new(&a, Counting::default()).await.unwrap();
     let keys: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
-    for k in &keys {
-        a.dispatch_job(k, &b"p"[..]).await.unwrap();
-    }
-    for k in &keys {
-        let (_, job) = wa.inner.jobs.remove(k).unwrap();
-        wa.inner.stop_handler(k).await.unwrap();
-        wa.inner.suspended.lock().await.insert(k.clone(), job);
-    }
+    held_suspended(&a, &wa, &keys).await;
     flushall(&client).await;
     let closing = tokio::spawn(async move {
         a.close().await.unwrap();
@@ -150,20 +150,7 @@ async fn a_close_after_a_loss_waits_for_a_worker_to_keep_its_orphans() {
     let wb = Worker::new(&b, Counting::default()).await.unwrap();
     closing.await.unwrap();
     flushall(&client).await;
-    if let Err(e) = wait_until(
-        Duration::from_secs(30),
-        "the jobs run again on the worker that joined",
-        || async {
-            let running = wb.job_keys();
-            keys.iter().all(|k| running.contains(k))
-        },
-    )
-    .await
-    {
-        let running = wb.job_keys();
-        let missing: Vec<&String> = keys.iter().filter(|k| !running.contains(k)).collect();
-        panic!("{e}: {missing:?} run nowhere");
-    }
+    all_run_on(&wb, &keys, "the jobs run again on the worker that joined").await;
     b.close().await.unwrap();
 }
 

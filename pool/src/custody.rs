@@ -260,7 +260,7 @@ impl NodeInner {
             self.refresh_ring();
             self.retarget(parcel, leaving, true);
             if parcel.to.is_empty() {
-                if self.pool_recovering(leaving).await {
+                if self.pool_recovering().await {
                     parcel.not_before = Some(Instant::now() + RECOVERY_POLL);
                 } else {
                     parcel.jobs.clear();
@@ -374,13 +374,12 @@ impl NodeInner {
     /// Whether the pool recovers from a loss of Redis's data (its workers
     /// may not have registered again yet); an error counts as yes, to ask
     /// again.
-    async fn pool_recovering(&self, leaving: &str) -> bool {
-        let Ok(inbox) = self.inbox(leaving) else {
-            return false;
-        };
+    async fn pool_recovering(&self) -> bool {
+        // The script needs a key of the pool's slot for the inbox it does
+        // not write: this node's reply stream.
         !matches!(
             self.store
-                .pool_recovering(inbox.key(), self.options.worker_ttl)
+                .pool_recovering(self.reply_stream.key(), self.options.worker_ttl)
                 .await,
             Ok(false)
         )

@@ -80,10 +80,10 @@ impl PoolStore {
     }
 
     /// Whether the pool recovers from a loss of Redis's data (`entrust.lua`
-    /// asked about no worker; `inbox`, any inbox of the pool, is not
-    /// written).
-    pub(crate) async fn pool_recovering(&self, inbox: &str, ttl: Duration) -> Result<bool> {
-        let answer = self.entrust("", inbox, Bytes::new(), ttl).await?;
+    /// asked about no worker; `stream`, any stream key of the pool's slot,
+    /// is not written).
+    pub(crate) async fn pool_recovering(&self, stream: &str, ttl: Duration) -> Result<bool> {
+        let answer = self.entrust("", stream, Bytes::new(), ttl).await?;
         Ok(answer == Entrusted::Recovering)
     }
 

@@ -173,9 +173,17 @@ impl Node {
             store.maps.close().await;
             return Err(Error::ShuttingDown(pool.to_string()));
         }
-        if let Err(e) = store.create_epoch().await {
-            store.maps.close().await;
-            return Err(e);
+        match store.create_epoch(options.worker_ttl).await {
+            Ok(true) => tracing::warn!(
+                pool,
+                "Redis lost the pool's data while it kept running (a FLUSHALL?): \
+                 nothing is admitted while the pool recovers"
+            ),
+            Ok(false) => {}
+            Err(e) => {
+                store.maps.close().await;
+                return Err(e);
+            }
         }
         // Known from the start, so that the first restart is seen as one
         // (by the node's check after a reconnect, and by its scripts).

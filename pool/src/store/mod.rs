@@ -126,16 +126,18 @@ impl PoolStore {
 
     /// Creates the pool's epoch unless it exists (see `recovering` in
     /// `scripts/base.lua`): created with the pool, gone when Redis loses its
-    /// data.
-    pub(crate) async fn create_epoch(&self) -> Result<()> {
-        let _: bool = bounded(
-            self.timeout,
-            "create epoch",
-            self.client
-                .hsetnx(keys::fencing(&self.pool), keys::EPOCH_FIELD, "0 0"),
-        )
-        .await?;
-        Ok(())
+    /// data. A join that finds it gone on a server that held it (a
+    /// `FLUSHALL`) opens the recovery window instead (`create_epoch.lua`);
+    /// returns whether it did.
+    pub(crate) async fn create_epoch(&self, worker_ttl: Duration) -> Result<bool> {
+        let mut args = self.maps.base_args();
+        args.push(fred::types::Value::from(worker_ttl.as_millis().to_string()));
+        let opened: i64 = self
+            .scripts
+            .create_epoch
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        Ok(opened == 1)
     }
 
     /// Records `node`'s `info` (a JSON object) with its join time on server

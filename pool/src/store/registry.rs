@@ -74,6 +74,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "schedule_forget",
     "node_info",
     "server_id",
+    "create_epoch",
 ];
 
 /// The pool's function library: its name and code.
@@ -253,6 +254,9 @@ pub(crate) struct Scripts {
     /// Reads the run id of the server holding the pool's keys, and opens
     /// the recovery window when the pool's scripts last ran on another.
     pub(crate) server_id: PoolScript,
+    /// Creates the pool's epoch at a join, or opens the recovery window
+    /// when this server held it before.
+    pub(crate) create_epoch: PoolScript,
 }
 
 impl Scripts {
@@ -295,6 +299,7 @@ impl Scripts {
             schedule_forget: PoolScript::new("schedule_forget"),
             node_info: PoolScript::new("node_info"),
             server_id: PoolScript::new("server_id"),
+            create_epoch: PoolScript::new("create_epoch"),
         }
     }
 }

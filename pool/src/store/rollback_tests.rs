@@ -555,3 +555,38 @@ async fn a_suspended_job_is_not_resumed_while_the_pool_recovers() {
         .unwrap_or_else(|| panic!("kept is w1's again: {record:?}"));
     assert!(token > 100, "with a new token: {token}");
 }
+
+/// A pool with no epoch is new, or lost its data. A join on a server that
+/// held the pool's epoch before a `FLUSHALL` opens the recovery window
+/// (the server kept running, so no run id shows the loss, and a node that
+/// joins first would otherwise admit a key a cut-off worker still runs);
+/// a pool the server never held starts at once.
+#[tokio::test]
+async fn a_join_after_a_flush_opens_the_recovery_window() {
+    let f = fixture().await;
+    let s = &f.store;
+    assert!(!s.create_epoch(TTL).await.unwrap(), "the epoch is there");
+    let _: () = s.client.flushall(false).await.unwrap();
+    let new_pool = flotilla_testkit::unique_name("store");
+    let other = PoolStore::join(&s.client, &new_pool, Duration::from_secs(10), false)
+        .await
+        .unwrap();
+    assert!(
+        !other.create_epoch(TTL).await.unwrap(),
+        "a pool this server never held is new"
+    );
+    assert!(
+        s.create_epoch(TTL).await.unwrap(),
+        "the join finds the pool's data lost"
+    );
+    assert!(
+        !s.create_epoch(TTL).await.unwrap(),
+        "the window is opened once"
+    );
+    let answer = s
+        .admit(&f.limits(), &[f.admission("k", "w1", 1)])
+        .await
+        .unwrap();
+    assert_eq!(answer[0], Admitted::Recovering, "nothing is admitted");
+    other.maps.close().await;
+}

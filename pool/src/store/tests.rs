@@ -36,7 +36,7 @@ async fn fixture_mirroring(mirror_jobs: bool) -> Fixture {
     let store = PoolStore::join(&client, &pool, Duration::from_secs(10), mirror_jobs)
         .await
         .unwrap();
-    store.create_epoch().await.unwrap();
+    assert!(!store.create_epoch(TTL).await.unwrap(), "a new pool");
     Fixture { server, store }
 }
 

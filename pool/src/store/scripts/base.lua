@@ -76,9 +76,18 @@ local SERVER = '\nserver'
 -- kept current by the helpers below that write them. A script that writes
 -- one itself (recovery_mark.lua) reads it itself too.
 local C_SERVER, C_EPOCH, C_MARKS = 1, 2, 3
+
+-- The pools (by fencing hash) whose epoch a script found on this server.
+-- Library state lives as long as the server process, and a FLUSHALL keeps
+-- it: a pool listed here whose epoch is gone lost its data on this very
+-- server, whereas a pool with no epoch and not listed may be new
+-- (`create_epoch.lua`).
+local epoch_held = {}
+
 local function control_field(i)
   if not control then
     control = redis.call('HMGET', FENCING, SERVER, EPOCH, RECOVERY_MARKS)
+    if control[C_EPOCH] then epoch_held[FENCING] = true end
   end
   return control[i]
 end
@@ -86,6 +95,7 @@ end
 local function set_control_field(i, field, value)
   redis.call('HSET', FENCING, field, value)
   if control then control[i] = value end
+  if i == C_EPOCH then epoch_held[FENCING] = true end
 end
 
 -- Whether a node's recovery mark is live at `now` (ms).

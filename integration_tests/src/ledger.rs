@@ -223,11 +223,19 @@ pub enum FaultKind {
     /// jobs back, and must make their ends stand over a state that shows
     /// them running.
     StopLeave,
+    /// The busiest worker's link black-holed, then 0.5–1.5 s later Redis
+    /// loses its data while it keeps running (`FLUSHALL`) and a new worker
+    /// process joins at once: only the pool's epoch shows the loss, the
+    /// cut-off worker still runs its jobs under its lease, and the new
+    /// process may be the first to reach Redis after the flush. Its join is
+    /// recorded as a [`FaultKind::AddWorker`]; the link heals 2 TTLs after
+    /// the cut.
+    CutFlushJoin,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 24] = [
+    pub const ALL: [FaultKind; 25] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -252,6 +260,7 @@ impl FaultKind {
         FaultKind::CutDispatcher,
         FaultKind::Flush,
         FaultKind::StopLeave,
+        FaultKind::CutFlushJoin,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -266,6 +275,7 @@ impl FaultKind {
                 | FaultKind::Failover
                 | FaultKind::CutRollback
                 | FaultKind::CutRestartEmpty
+                | FaultKind::CutFlushJoin
                 | FaultKind::PauseRollback
         )
     }
@@ -275,7 +285,7 @@ impl FaultKind {
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
     /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
-    /// `stop-leave`).
+    /// `stop-leave`, `cut-flush-join`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -302,6 +312,7 @@ impl FaultKind {
             FaultKind::CutDispatcher => "cut-dispatcher",
             FaultKind::Flush => "flush",
             FaultKind::StopLeave => "stop-leave",
+            FaultKind::CutFlushJoin => "cut-flush-join",
         }
     }
 
@@ -327,6 +338,7 @@ impl FaultKind {
                 | FaultKind::Deaf
                 | FaultKind::CutRollback
                 | FaultKind::CutRestartEmpty
+                | FaultKind::CutFlushJoin
                 | FaultKind::PauseRollback
                 | FaultKind::CutRemove
                 | FaultKind::PauseRemove
@@ -365,6 +377,7 @@ impl FaultKind {
             FaultKind::CutDispatcher => "a dispatcher's link cut",
             FaultKind::Flush => "flushall redis (no restart)",
             FaultKind::StopLeave => "client stops jobs, both leave, data lost",
+            FaultKind::CutFlushJoin => "cut worker, flushall, a worker joins at once",
         }
     }
 }

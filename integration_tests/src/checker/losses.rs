@@ -22,7 +22,7 @@ pub(super) fn check_admissions(
     // could know the key any more.
     let forgotten_between = |key: &str, prev: u64, t: u64| {
         faults.iter().any(|f| {
-            f.kind == FaultKind::CutRestartEmpty
+            matches!(f.kind, FaultKind::CutRestartEmpty | FaultKind::CutFlushJoin)
                 && prev < f.from
                 && f.from < t
                 && intervals.iter().any(|iv| {

@@ -33,7 +33,8 @@
 //!   had stopped on a lease loss and held; `lost_with_killed_holder`).
 //! * **I3**: no two admissions (`Ok`) of one key without a stop request
 //!   between them — unless Redis lost its data in between while the only
-//!   process that ran the key was cut off (a `cut-empty` fault), or while
+//!   process that ran the key was cut off (a `cut-empty` or `cut-flush-join`
+//!   fault), or while
 //!   every process that ran it was out of reach (paused, cut, slowed or
 //!   killed; one such fault after another, with gaps shorter than
 //!   `notice_within`; with no run across the loss, the process whose last

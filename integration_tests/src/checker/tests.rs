@@ -323,11 +323,17 @@ fn double_admission_needs_a_stop_between() {
 /// leaves it a violation.
 #[test]
 fn a_readmission_after_a_loss_cut_off_from_the_holder_is_counted_not_flagged() {
+    for kind in [FaultKind::CutRestartEmpty, FaultKind::CutFlushJoin] {
+        readmission_after_a_cut_loss(kind);
+    }
+}
+
+fn readmission_after_a_cut_loss(kind: FaultKind) {
     let driver = |fault_at: u64, target: u32| {
         vec![
             admit(10, "k"),
-            fault(fault_at, FaultKind::CutRestartEmpty, target, false),
-            fault(fault_at + 40, FaultKind::CutRestartEmpty, target, true),
+            fault(fault_at, kind, target, false),
+            fault(fault_at + 40, kind, target, true),
             admit(60, "k"),
         ]
     };
@@ -339,14 +345,18 @@ fn a_readmission_after_a_loss_cut_off_from_the_holder_is_counted_not_flagged() {
         start(8, 61, "k", "w8", 2),
     ];
     let r = check(&[driver(20, 7), workers.clone()], &CheckOptions::default());
-    assert!(r.ok(), "{:?}", r.violations);
+    assert!(r.ok(), "{kind:?}: {:?}", r.violations);
     assert_eq!(r.readmitted_after_loss, 1);
     for (at, target) in [(20, 8), (5, 7)] {
         let r = check(
             &[driver(at, target), workers.clone()],
             &CheckOptions::default(),
         );
-        assert_eq!(kinds(&r), vec!["double"], "cut of {target} at {at}");
+        assert_eq!(
+            kinds(&r),
+            vec!["double"],
+            "{kind:?}: cut of {target} at {at}"
+        );
         assert_eq!(r.readmitted_after_loss, 0);
     }
 }

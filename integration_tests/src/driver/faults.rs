@@ -100,6 +100,7 @@ impl Run {
             | FaultKind::Deaf
             | FaultKind::CutRollback
             | FaultKind::CutRestartEmpty
+            | FaultKind::CutFlushJoin
             | FaultKind::PauseRollback
             | FaultKind::CutRemove
             | FaultKind::PauseRemove
@@ -379,6 +380,26 @@ impl Run {
                 self.record(FaultKind::Kill, Some(pid), false);
                 self.record(kind, Some(pid), true);
                 reaped?;
+                since = Instant::now();
+            }
+            FaultKind::CutFlushJoin => {
+                let addr = self.server_addr()?;
+                let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::BlackHole) else {
+                    return Ok(());
+                };
+                target = Some(pid);
+                let cut_at = Instant::now();
+                let lost = Duration::from_millis(self.rng.random_range(500..=1500));
+                tokio::time::sleep(lost).await;
+                self.on_server(|s| s.flush_all()).await?;
+                // At once: the new process may be the first to reach Redis
+                // after the flush.
+                let joined = self.fleet.add(addr).await?;
+                self.record(FaultKind::AddWorker, Some(joined), false);
+                self.record(FaultKind::AddWorker, Some(joined), true);
+                self.observe(since, cut_at + ttl * 2, false, &mut recovered)
+                    .await;
+                self.heal_link(kind, pid);
                 since = Instant::now();
             }
             FaultKind::CutRollback | FaultKind::CutRestartEmpty => {

@@ -154,6 +154,47 @@ async fn a_close_after_a_loss_waits_for_a_worker_to_keep_its_orphans() {
     b.close().await.unwrap();
 }
 
+/// The same when the worker the close waits for is dead: it died without a
+/// close just before the loss (nobody cleaned it up), so Redis knows it
+/// neither before nor after. The close waits for it while the pool
+/// recovers, finds it gone once the window has closed, and leaves what it
+/// remembers with the worker that joined meanwhile, within its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_after_a_loss_leaves_a_dead_worker_for_one_that_joined() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("close-custody-dead-receiver");
+    let (client, a, b, wa, wb) = short_nodes(&server, &name).await;
+    let keys = keys_placed_on(&a, &wa, 6).await;
+    held_suspended(&a, &wa, &keys).await;
+    wb.inner.cancel.cancel();
+    b.inner.stop_tasks().await;
+    flushall(&client).await;
+    let started = std::time::Instant::now();
+    let closing = tokio::spawn(async move {
+        a.close().await.unwrap();
+        drop(wa);
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let c = Node::join(&client, &name, options).await.unwrap();
+    let wc = Worker::new(&c, Counting::default()).await.unwrap();
+    closing.await.unwrap();
+    // Its deadline is worker_shutdown_ttl + redis_timeout (35 s); the
+    // window lasts about a TTL (2 s) past the loss.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "closing took {:?}",
+        started.elapsed()
+    );
+    flushall(&client).await;
+    all_run_on(&wc, &keys, "the jobs run again on the worker that joined").await;
+    c.close().await.unwrap();
+    drop((wb, b));
+}
+
 /// A rollback to before a stop once every process that saw it is gone:
 /// the node that asked for it closed, then the worker that carried it out
 /// (scaled down). Redis goes back to a state that shows the stopped run

@@ -382,28 +382,9 @@ impl Run {
                 reaped?;
                 since = Instant::now();
             }
-            FaultKind::CutFlushJoin => {
-                let addr = self.server_addr()?;
-                let Some(pid) = self.degrade_busiest_link(kind, ProxyMode::BlackHole) else {
-                    return Ok(());
-                };
-                target = Some(pid);
-                let cut_at = Instant::now();
-                let lost = Duration::from_millis(self.rng.random_range(500..=1500));
-                tokio::time::sleep(lost).await;
-                self.on_server(|s| s.flush_all()).await?;
-                // At once: the new process may be the first to reach Redis
-                // after the flush.
-                let joined = self.fleet.add(addr).await?;
-                self.record(FaultKind::AddWorker, Some(joined), false);
-                self.record(FaultKind::AddWorker, Some(joined), true);
-                self.observe(since, cut_at + ttl * 2, false, &mut recovered)
-                    .await;
-                self.heal_link(kind, pid);
-                since = Instant::now();
-            }
-            FaultKind::CutRollback | FaultKind::CutRestartEmpty => {
+            FaultKind::CutRollback | FaultKind::CutRestartEmpty | FaultKind::CutFlushJoin => {
                 let rollback = kind == FaultKind::CutRollback;
+                let flush = kind == FaultKind::CutFlushJoin;
                 let snapshot = if rollback {
                     Some(self.on_server(|s| s.save_snapshot()).await?)
                 } else {
@@ -420,9 +401,17 @@ impl Run {
                 tokio::time::sleep(lost).await;
                 self.on_server(move |s| match &snapshot {
                     Some(snapshot) => s.roll_back(snapshot),
+                    None if flush => s.flush_all(),
                     None => s.restart_empty(),
                 })
                 .await?;
+                if flush {
+                    // At once: the new process may be the first to reach
+                    // Redis after the flush.
+                    let joined = self.fleet.add(self.server_addr()?).await?;
+                    self.record(FaultKind::AddWorker, Some(joined), false);
+                    self.record(FaultKind::AddWorker, Some(joined), true);
+                }
                 self.observe(since, cut_at + ttl * 2, false, &mut recovered)
                     .await;
                 self.heal_link(kind, pid);

@@ -100,8 +100,7 @@ impl PoolStore {
         let mut keys = self.maps.base_keys();
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         keys.push(self.maps.keepalive.keys_info().hash.clone());
-        let mut args = self.maps.base_args();
-        args.push(Value::from(ttl.as_millis().to_string()));
+        let mut args = self.maps.base_args_with_ttl(ttl);
         for (inbox, id, worker) in left {
             keys.push(inbox.clone());
             args.extend([Value::from(id.as_str()), Value::from(worker.as_str())]);

@@ -176,6 +176,14 @@ impl PoolMaps {
         ]
     }
 
+    /// ARGV[1..4] of the pool scripts whose first own argument is the
+    /// worker TTL in ms.
+    pub(super) fn base_args_with_ttl(&self, ttl: std::time::Duration) -> Vec<Value> {
+        let mut args = self.base_args();
+        args.push(Value::from(ttl.as_millis().to_string()));
+        args
+    }
+
     /// Closes the maps' subscriber connection, which ends every map (no
     /// unsubscribe per map: one bounded quit, even with Redis down).
     pub(crate) async fn close(&self) {

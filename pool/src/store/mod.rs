@@ -130,8 +130,7 @@ impl PoolStore {
     /// `FLUSHALL`) opens the recovery window instead (`create_epoch.lua`);
     /// returns whether it did.
     pub(crate) async fn create_epoch(&self, worker_ttl: Duration) -> Result<bool> {
-        let mut args = self.maps.base_args();
-        args.push(fred::types::Value::from(worker_ttl.as_millis().to_string()));
+        let args = self.maps.base_args_with_ttl(worker_ttl);
         let opened: i64 = self
             .scripts
             .create_epoch
@@ -166,8 +165,7 @@ impl PoolStore {
     /// `worker_ttl` (see `server_id.lua`).
     pub(crate) async fn server_identity(&self, worker_ttl: Duration) -> Result<ServerIdentity> {
         const WHAT: &str = "server_id reply";
-        let mut args = self.maps.base_args();
-        args.push(fred::types::Value::from(worker_ttl.as_millis().to_string()));
+        let args = self.maps.base_args_with_ttl(worker_ttl);
         let reply: String = self
             .scripts
             .server_id

@@ -156,8 +156,7 @@ impl PoolStore {
         let mut fixed = self.maps.base_keys();
         fixed.push(self.maps.keepalive_revision_key());
         let mut keys = BatchKeys::new(fixed);
-        let mut args = self.maps.base_args();
-        args.push(Value::from(worker_ttl.as_millis().to_string()));
+        let mut args = self.maps.base_args_with_ttl(worker_ttl);
         args.push(Value::from(self.revision_floor()));
         for start in starts {
             let inbox = keys.index_of(&start.inbox);

@@ -418,8 +418,7 @@ impl PoolStore {
 
     /// Opens the recovery window of `worker_ttl` (Redis went back in time).
     pub(crate) async fn begin_recovery(&self, worker_ttl: Duration) -> Result<Recovery> {
-        let mut args = self.maps.base_args();
-        args.push(Value::from(worker_ttl.as_millis().to_string()));
+        let args = self.maps.base_args_with_ttl(worker_ttl);
         let status: String = self
             .scripts
             .begin_recovery

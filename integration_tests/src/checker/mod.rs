@@ -660,4 +660,6 @@ fn check_moves(
 }
 
 #[cfg(test)]
+mod cut_loss_tests;
+#[cfg(test)]
 mod tests;

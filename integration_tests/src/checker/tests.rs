@@ -12,7 +12,7 @@ fn line(pid: u32, at_ms: u64, record: Record) -> Line {
         record,
     }
 }
-fn start(pid: u32, at: u64, key: &str, worker: &str, token: u64) -> Line {
+pub(super) fn start(pid: u32, at: u64, key: &str, worker: &str, token: u64) -> Line {
     line(
         pid,
         at,
@@ -23,7 +23,7 @@ fn start(pid: u32, at: u64, key: &str, worker: &str, token: u64) -> Line {
         },
     )
 }
-fn stop(pid: u32, at: u64, key: &str, worker: &str) -> Line {
+pub(super) fn stop(pid: u32, at: u64, key: &str, worker: &str) -> Line {
     line(
         pid,
         at,
@@ -33,7 +33,7 @@ fn stop(pid: u32, at: u64, key: &str, worker: &str) -> Line {
         },
     )
 }
-fn fault(at: u64, kind: FaultKind, target: u32, end: bool) -> Line {
+pub(super) fn fault(at: u64, kind: FaultKind, target: u32, end: bool) -> Line {
     line(
         1,
         at,
@@ -45,7 +45,7 @@ fn fault(at: u64, kind: FaultKind, target: u32, end: bool) -> Line {
     )
 }
 /// A fault on Redis (no target process), in the driver's ledger.
-fn untargeted(at: u64, kind: FaultKind, end: bool) -> Line {
+pub(super) fn untargeted(at: u64, kind: FaultKind, end: bool) -> Line {
     line(
         1,
         at,
@@ -61,7 +61,7 @@ fn dispatch_sent(at: u64, key: &str) -> Line {
     line(1, at, Record::DispatchSent { key: key.into() })
 }
 
-fn admit(at: u64, key: &str) -> Line {
+pub(super) fn admit(at: u64, key: &str) -> Line {
     line(
         1,
         at,
@@ -81,7 +81,7 @@ fn ring(pid: u32, at: u64, workers: &[&str]) -> Line {
     )
 }
 
-fn kinds(report: &Report) -> Vec<&'static str> {
+pub(super) fn kinds(report: &Report) -> Vec<&'static str> {
     report
         .violations
         .iter()

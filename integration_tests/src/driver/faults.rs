@@ -399,12 +399,22 @@ impl Run {
                 // one still runs its jobs under its lease.
                 let lost = Duration::from_millis(self.rng.random_range(500..=1500));
                 tokio::time::sleep(lost).await;
+                // The loss is recorded as a fault of its own too (as
+                // `stop-leave` does), so the checker knows when, within the
+                // cut, Redis lost its data, not only that it did by the heal.
+                let loss = match (rollback, flush) {
+                    (true, _) => FaultKind::Rollback,
+                    (_, true) => FaultKind::Flush,
+                    _ => FaultKind::RestartEmpty,
+                };
+                self.record(loss, None, false);
                 self.on_server(move |s| match &snapshot {
                     Some(snapshot) => s.roll_back(snapshot),
                     None if flush => s.flush_all(),
                     None => s.restart_empty(),
                 })
                 .await?;
+                self.record(loss, None, true);
                 if flush {
                     // At once: the new process may be the first to reach
                     // Redis after the flush.

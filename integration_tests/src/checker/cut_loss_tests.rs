@@ -1,0 +1,49 @@
+//! A data loss inside a cut fault (`cut-empty`, `cut-rollback`,
+//! `cut-flush-join`): the driver records the loss as a fault of its own,
+//! so the checker knows when Redis lost its data, not only that it had by
+//! the heal (times in ms).
+
+use super::tests::{admit, fault, kinds, start, stop, untargeted};
+use super::*;
+
+/// Chaos soak 804 (`cut-flush-join,cut-empty,flush,remove,stop-leave`):
+/// process 7 ran "k" until it handed it off (a stop without a request) to a
+/// worker that was gone, so it remembered "k" to give it back. It was cut
+/// off 9.2 s later, Redis restarted empty during the cut, and the key was
+/// dispatched again before the heal. Nothing reachable knew the key: the
+/// second admission is counted, not flagged, once the checker knows when
+/// the loss happened. Without that record it took the heal as the loss,
+/// after the second admission, and flagged it.
+#[test]
+fn a_readmission_after_a_loss_inside_a_cut_of_the_only_holder_is_counted() {
+    let ledgers = |loss_recorded: bool, cut: u32| {
+        let mut driver = vec![
+            admit(10_000, "k"),
+            fault(29_200, FaultKind::CutRestartEmpty, cut, false),
+        ];
+        if loss_recorded {
+            driver.push(untargeted(30_000, FaultKind::RestartEmpty, false));
+            driver.push(untargeted(30_050, FaultKind::RestartEmpty, true));
+        }
+        driver.push(admit(32_800, "k"));
+        driver.push(fault(33_200, FaultKind::CutRestartEmpty, cut, true));
+        let workers = vec![
+            start(7, 10_010, "k", "w7", 1),
+            stop(7, 20_000, "k", "w7"),
+            start(8, 32_810, "k", "w8", 2),
+        ];
+        vec![driver, workers]
+    };
+    let r = check(&ledgers(true, 7), &CheckOptions::default());
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    let r = check(&ledgers(false, 7), &CheckOptions::default());
+    assert_eq!(
+        kinds(&r),
+        vec!["double"],
+        "the loss not known within the cut"
+    );
+    // Another process cut off: process 7 could have given the key back.
+    let r = check(&ledgers(true, 9), &CheckOptions::default());
+    assert_eq!(kinds(&r), vec!["double"], "the holder in reach");
+}

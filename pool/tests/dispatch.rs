@@ -206,6 +206,19 @@ async fn shutdown_stops_everything_and_refuses_joins() {
     .await
     .unwrap();
     assert!(keys.is_empty(), "pool keys left after shutdown: {keys:?}");
+    // Deleted on purpose, not lost: a node that joins the pool again
+    // starts it anew, with no recovery window (the server forgot it held
+    // the pool's epoch).
+    let again = env.node(fast()).await;
+    let epoch: Option<String> = fred::prelude::HashesInterface::hget(
+        &client,
+        format!("fl:{{{}}}:fencing", env.pool),
+        "\nepoch",
+    )
+    .await
+    .unwrap();
+    assert_eq!(epoch.as_deref(), Some("0 0"), "a new pool's closed epoch");
+    again.close().await.unwrap();
     let _ = NodeOptions::default();
 }
 

@@ -226,9 +226,23 @@ impl PoolStore {
                 let _: i64 = self.client.del(found).await.map_err(call::from_redis)?;
             }
             if next == "0" {
-                return Ok(());
+                break;
             }
             cursor = next;
         }
+        // The server remembers the pools whose epoch it held, to tell a
+        // loss from a new pool at the next join; this one is gone on
+        // purpose.
+        let _: i64 = self
+            .scripts
+            .forget_pool
+            .run(
+                &self.client,
+                self.maps.base_keys(),
+                self.maps.base_args(),
+                self.timeout,
+            )
+            .await?;
+        Ok(())
     }
 }

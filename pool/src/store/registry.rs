@@ -75,6 +75,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "node_info",
     "server_id",
     "create_epoch",
+    "forget_pool",
 ];
 
 /// The pool's function library: its name and code.
@@ -257,6 +258,8 @@ pub(crate) struct Scripts {
     /// Creates the pool's epoch at a join, or opens the recovery window
     /// when this server held it before.
     pub(crate) create_epoch: PoolScript,
+    /// Forgets the pool on this server after its keys were deleted.
+    pub(crate) forget_pool: PoolScript,
 }
 
 impl Scripts {
@@ -300,6 +303,7 @@ impl Scripts {
             node_info: PoolScript::new("node_info"),
             server_id: PoolScript::new("server_id"),
             create_epoch: PoolScript::new("create_epoch"),
+            forget_pool: PoolScript::new("forget_pool"),
         }
     }
 }

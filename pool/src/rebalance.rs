@@ -7,6 +7,7 @@
 //! the pass also runs every cleanup interval, to move a job that started
 //! there from an entry queued before the drain.
 
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use futures::StreamExt;
 use crate::lease::{Reassert, Restart};
 use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
+use crate::routing::Ring;
 use crate::store::{Handoff, Reasserted};
 use crate::worker::{LocalJob, WorkerInner};
 
@@ -27,13 +29,18 @@ impl NodeInner {
         let mut version = self.ring_version.subscribe();
         let mut drained_pass = tokio::time::interval(self.options.cleanup_interval);
         drained_pass.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Jobs left here by the last pass for want of a new owner that
+        // reads its inbox: tried again every cleanup interval (a live
+        // owner renews within one; a dead one is cleaned up, which changes
+        // the ring).
+        let mut jobs_wait = false;
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 r = version.changed() => if r.is_err() { return },
                 _ = drained_pass.tick() => {
-                    if self.hosts_busy_drained_worker() {
-                        self.rebalance().await;
+                    if jobs_wait || self.hosts_busy_drained_worker() {
+                        jobs_wait = self.rebalance().await;
                     }
                     continue;
                 }
@@ -49,14 +56,17 @@ impl NodeInner {
                     },
                 }
             }
-            self.rebalance().await;
+            jobs_wait = self.rebalance().await;
         }
     }
 
     /// Hands off every local job whose ring owner is another worker.
-    pub(crate) async fn rebalance(&self) {
+    /// Returns whether some stay here for now: their new owner does not
+    /// read its inbox yet (see [`Self::current_targets`]).
+    pub(crate) async fn rebalance(&self) -> bool {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
+        let mut jobs_wait = false;
         for worker in workers {
             let ring = self.ring.load_full();
             if !ring.contains(&worker.id) && !self.drained.load().contains(&worker.id) {
@@ -68,6 +78,23 @@ impl NodeInner {
                 .filter(|e| ring.owner(e.key()).is_some_and(|o| o != worker.id))
                 .map(|e| e.key().clone())
                 .collect();
+            if moving.is_empty() {
+                continue;
+            }
+            let current = self.current_targets(&ring, &moving).await;
+            let waiting = moving.len();
+            let moving: Vec<String> = moving
+                .into_iter()
+                .filter(|key| ring.owner(key).is_some_and(|o| current.contains(o)))
+                .collect();
+            if moving.len() < waiting {
+                jobs_wait = true;
+                tracing::info!(
+                    worker = %worker.id,
+                    jobs = waiting - moving.len(),
+                    "jobs stay here until their new owner reads its inbox"
+                );
+            }
             if moving.is_empty() {
                 continue;
             }
@@ -85,6 +112,38 @@ impl NodeInner {
                     }
                 })
                 .await;
+        }
+        jobs_wait
+    }
+
+    /// The ring owners of `keys` a job may be handed to now: each reads
+    /// its inbox and has renewed since the pool last found its data lost
+    /// (`targets_current.lua`). A registration a rollback brought back,
+    /// of a worker whose process has left, is in the ring until a cleanup
+    /// removes it; a job stopped for it would be refused and started here
+    /// again. On an error, every owner: `handoff.lua` checks again.
+    async fn current_targets(&self, ring: &Ring, keys: &[String]) -> HashSet<String> {
+        let owners: Vec<String> = keys
+            .iter()
+            .filter_map(|key| ring.owner(key))
+            .collect::<BTreeSet<&str>>()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        match self
+            .store
+            .targets_current(&owners, self.options.worker_ttl)
+            .await
+        {
+            Ok(flags) => owners
+                .into_iter()
+                .zip(flags)
+                .filter_map(|(owner, current)| current.then_some(owner))
+                .collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not ask which workers read their inbox");
+                owners.into_iter().collect()
+            }
         }
     }
 

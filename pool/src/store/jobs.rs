@@ -80,7 +80,10 @@ pub(crate) enum Handoff {
     Ok { token: u64 },
     /// The job is not the expected owner's (or not an orphan).
     NotOwner,
-    /// The target is not registered (or is being cleaned up).
+    /// The target is not registered, is being cleaned up or drained, or
+    /// does not read its inbox: silent for over a TTL, or no renewal since
+    /// the pool last found its data lost (a registration a rollback brought
+    /// back).
     NoTarget,
     /// The job has no payload any more.
     NoPayload,
@@ -267,6 +270,7 @@ impl PoolStore {
         let mut keys = self.maps.base_keys();
         keys.push(to.inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
+        keys.push(self.maps.keepalive.keys_info().hash.clone());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
@@ -283,6 +287,44 @@ impl PoolStore {
             .run(&self.client, keys, args, self.timeout)
             .await?;
         Handoff::parse(reply)
+    }
+
+    /// Which of `workers` a job may be handed to now (`targets_current.lua`):
+    /// each reads its inbox and renewed since the pool last found its data
+    /// lost. A hint for whom to stop a job for: `handoff` checks again.
+    pub(crate) async fn targets_current(
+        &self,
+        workers: &[String],
+        worker_ttl: Duration,
+    ) -> Result<Vec<bool>> {
+        const WHAT: &str = "targets_current reply";
+        let mut keys = self.maps.base_keys();
+        keys.push(self.maps.cleanup.keys_info().hash.clone());
+        keys.push(self.maps.keepalive.keys_info().hash.clone());
+        let mut args = self.maps.base_args_with_ttl(worker_ttl);
+        args.extend(workers.iter().map(|w| Value::from(w.as_str())));
+        let reply: Value = self
+            .scripts
+            .targets_current
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        let flags = match reply {
+            Value::Array(items) => items,
+            Value::Null => Vec::new(),
+            other => {
+                return Err(Error::Malformed {
+                    what: WHAT,
+                    reason: format!("expected an array, got {other:?}"),
+                });
+            }
+        };
+        if flags.len() != workers.len() {
+            return Err(Error::Malformed {
+                what: WHAT,
+                reason: format!("{} flags for {} workers", flags.len(), workers.len()),
+            });
+        }
+        Ok(flags.iter().map(|f| f.as_i64() == Some(1)).collect())
     }
 
     /// Moves one inbox entry to another worker's inbox.

@@ -76,6 +76,7 @@ const SOURCES: &[(&str, &str)] = sources![
     "server_id",
     "create_epoch",
     "forget_pool",
+    "targets_current",
 ];
 
 /// The pool's function library: its name and code.
@@ -260,6 +261,8 @@ pub(crate) struct Scripts {
     pub(crate) create_epoch: PoolScript,
     /// Forgets the pool on this server after its keys were deleted.
     pub(crate) forget_pool: PoolScript,
+    /// Which workers a job may be moved to now (read only).
+    pub(crate) targets_current: PoolScript,
 }
 
 impl Scripts {
@@ -304,6 +307,7 @@ impl Scripts {
             server_id: PoolScript::new("server_id"),
             create_epoch: PoolScript::new("create_epoch"),
             forget_pool: PoolScript::new("forget_pool"),
+            targets_current: PoolScript::new("targets_current"),
         }
     }
 }

@@ -40,7 +40,7 @@ pub(crate) enum OrphanRequeue {
     Changed,
     /// The pool recovers from a data loss: orphans wait.
     Recovering,
-    /// The target is not registered (or is being cleaned up).
+    /// The target is no target for a job (see [`super::Handoff::NoTarget`]).
     NoTarget,
     /// The payload is gone.
     NoPayload,
@@ -141,7 +141,7 @@ impl PoolStore {
         keys.push(to_inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         keys.push(keys::orphan_marks(&self.pool));
-        keys.push(self.maps.keepalive_revision_key());
+        keys.push(self.maps.keepalive.keys_info().hash.clone());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),

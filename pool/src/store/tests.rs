@@ -814,3 +814,6 @@ mod cleanup_tests;
 
 #[path = "custody_tests.rs"]
 mod custody_tests;
+
+#[path = "target_tests.rs"]
+mod target_tests;

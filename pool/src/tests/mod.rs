@@ -714,6 +714,7 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
 
 mod close_custody;
 mod data_loss;
+mod departed_worker;
 mod drain;
 mod handoff_rollback;
 mod lease_after_claim;

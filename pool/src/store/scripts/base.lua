@@ -276,6 +276,23 @@ local function worker_reading(worker, cleanup, keepalive, ttl)
   return false, true
 end
 
+-- Whether a job may be moved to `worker` (a hand-off, a requeue): it
+-- reads its inbox (see `worker_reading`) and has renewed or registered
+-- since the pool last found its data lost or gone back in time (the
+-- epoch's first field). A rollback brings back the registration and the
+-- last renewal of a worker whose process has left since: it looks alive
+-- for up to a TTL, and a job moved to it would start nowhere until a
+-- cleanup finds it dead. A live worker renews or registers again within
+-- a renewal interval of the loss, and is a target from then on.
+local function worker_current(worker, cleanup, keepalive, ttl)
+  if not worker_active(worker, cleanup) then return false end
+  local last = last_renewal(worker, mget(WORKERS, worker), keepalive)
+  if now_ms() - last > ttl then return false end
+  local epoch = control_field(C_EPOCH)
+  local lost_at = epoch and tonumber(string.match(epoch, '^(%d+) ') or '0') or 0
+  return last >= lost_at
+end
+
 -- The generation of the pool's data: a field of the fencing hash, made
 -- here when missing, so it changes only when Redis lost that hash (an
 -- empty restart, a FLUSHALL, the pool's keys deleted). With the run id it

@@ -1,14 +1,16 @@
 -- Moves a job to another worker: ownership dropped, new fencing token,
 -- pending guard set, start enqueued at the target (rebalance, close,
 -- requeue of a dead worker's job, orphan requeue).
--- KEYS: base, 9 target inbox, 10 cleanup hash
+-- KEYS: base, 9 target inbox, 10 cleanup hash, 11 keepalive hash
 -- ARGV: base, 4 job key, 5 expected owner ('-': the job must be an orphan:
 --       no owner, no pending dispatch), 6 target worker, 7 pending ttl ms,
 --       8 inbox maxlen, 9 worker ttl ms (the recovery window after a data loss),
 --       10 the cleaner's node id when a cleanup moves a dead worker's job
 --       ('' otherwise): its claim on the worker must still be its own
 -- Returns {'ok', token} | {'not_owner'} | {'no_target'} (the target is gone,
---       being cleaned up or drained) | {'no_payload'}
+--       being cleaned up or drained, silent for over a TTL, or has not
+--       renewed since the last data loss: see `worker_current`)
+--       | {'no_payload'}
 --       | {'claim_lost'} (a cleanup's claim on the expected owner is not
 --       the cleaner's any more: nothing of that worker is its to move)
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
@@ -29,7 +31,7 @@ elseif not claim_held(KEYS[10], expected, ARGV[10]) then
 elseif owner_of(mget(JOBS, key)) ~= expected then
   return {'not_owner'}
 end
-if not worker_active(target, KEYS[10]) then
+if not worker_current(target, KEYS[10], KEYS[11], tonumber(ARGV[9])) then
   return {'no_target'}
 end
 -- Enqueued first: with nothing to hand on (a start recorded during a

@@ -4,7 +4,8 @@
 -- record (or none), its owner not registered, the same fencing token.
 -- Then as a hand-off: the record dropped, a new fencing token, the pending
 -- guard set and the start enqueued at the target; the mark removed.
--- KEYS: base, 9 target inbox, 10 cleanup hash, 11 orphan marks hash
+-- KEYS: base, 9 target inbox, 10 cleanup hash, 11 orphan marks hash,
+--       12 keepalive hash
 -- ARGV: base, 4 job key, 5 record the sweep saw ('-': none), 6 target
 --       worker, 7 pending ttl ms, 8 inbox maxlen, 9 worker ttl ms (the
 --       recovery window after a data loss), 10 grace ms
@@ -29,7 +30,7 @@ if what ~= state .. ' ' .. (redis.call('HGET', FENCING, key) or '0')
   return {'changed'}
 end
 if recovering(tonumber(ARGV[9])) then return {'recovering'} end
-if redis.call('HEXISTS', WORKERS[1], target) == 0 or redis.call('HEXISTS', KEYS[10], target) == 1 then
+if not worker_current(target, KEYS[10], KEYS[12], tonumber(ARGV[9])) then
   return {'no_target'}
 end
 if redis.call('HEXISTS', PAYLOADS, key) == 0 then

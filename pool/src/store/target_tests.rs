@@ -1,0 +1,108 @@
+//! Who a job may be moved to (`handoff.lua`, `requeue_orphan.lua`): a
+//! worker that reads its inbox, i.e. that renewed within a TTL and since
+//! the pool last found Redis's data lost or gone back in time. A
+//! registration a rollback brought back, of a worker whose process has
+//! left, is no target: a job handed to it would start nowhere until a
+//! cleanup found the worker dead (chaos soak seed 804).
+
+use super::*;
+use crate::store::OrphanRequeue;
+
+/// Server time in ms, as the scripts read it.
+async fn server_now_ms(f: &Fixture) -> u64 {
+    call::server_time_ms(&f.store.client).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_job_goes_only_to_a_worker_that_renewed_since_the_last_loss() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w-back").await;
+    let stored = codec::stored(0, &body("r"));
+    s.reassert("r", "w1", 7, stored, Reassert::Running, TTL)
+        .await
+        .unwrap();
+    // Redis went back to a moment when "w-back" was registered: its record
+    // and its last renewal, a second before now, are back; its process has
+    // left. A script then finds the loss and opens the recovery window, and
+    // "w1", alive, registers again.
+    let before_loss = server_now_ms(f).await - 1_000;
+    s.maps
+        .keepalive
+        .set("w-back", &before_loss.to_string())
+        .await
+        .unwrap();
+    s.begin_recovery(TTL).await.unwrap();
+    f.register("w1").await;
+
+    let asked = ["w-back".to_string(), "w1".to_string()];
+    assert_eq!(
+        s.targets_current(&asked, TTL).await.unwrap(),
+        vec![false, true],
+        "who a rebalance would stop a job for"
+    );
+    assert_eq!(
+        f.handoff("r", "w1", "w-back", None).await,
+        Handoff::NoTarget,
+        "handed to a worker that has shown no life since the loss"
+    );
+    // A worker that registered after the loss is a target.
+    f.register("w2").await;
+    assert!(
+        matches!(f.handoff("r", "w1", "w2", None).await, Handoff::Ok { .. }),
+        "not handed to a live worker"
+    );
+}
+
+#[tokio::test]
+async fn a_job_goes_to_no_worker_silent_for_over_a_ttl() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w-dead").await;
+    let stored = codec::stored(0, &body("r"));
+    s.reassert("r", "w1", 7, stored, Reassert::Running, TTL)
+        .await
+        .unwrap();
+    // Its process died a TTL ago; no cleanup has removed it yet.
+    let silent_since = server_now_ms(f).await - TTL.as_millis() as u64 - 1_000;
+    s.maps
+        .keepalive
+        .set("w-dead", &silent_since.to_string())
+        .await
+        .unwrap();
+    assert_eq!(
+        f.handoff("r", "w1", "w-dead", None).await,
+        Handoff::NoTarget
+    );
+
+    // Nor is an orphan requeued to it.
+    f.orphan("o", "w1").await;
+    let grace = Duration::from_millis(1);
+    let inbox = f.inbox("w-dead");
+    let due = loop {
+        let page = s
+            .sweep_orphans(SCAN_START, SCAN_START, 100, grace, TTL)
+            .await
+            .unwrap();
+        if page.due.iter().any(|(k, _)| k == "o") {
+            break page.due;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(due.contains(&("o".to_string(), "-".to_string())), "{due:?}");
+    assert_eq!(
+        s.requeue_orphan("o", "-", "w-dead", &inbox, TTL, TTL, grace)
+            .await
+            .unwrap(),
+        OrphanRequeue::NoTarget
+    );
+    let inbox = f.inbox("w1");
+    assert!(matches!(
+        s.requeue_orphan("o", "-", "w1", &inbox, TTL, TTL, grace)
+            .await
+            .unwrap(),
+        OrphanRequeue::Ok { .. }
+    ));
+}

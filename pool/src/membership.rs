@@ -101,6 +101,7 @@ impl NodeInner {
                 name,
                 payload,
                 requeue,
+                worker_ttl: self.options.worker_ttl,
             })
             .await
     }

@@ -100,6 +100,7 @@ async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
             key: Some("q"),
             cleaner: Some(cleaner),
         },
+        worker_ttl: TTL,
     };
     // Another node holds the claim (it took it over, or w1 came back and
     // cleared this cleaner's, and a new one was made).

@@ -175,6 +175,8 @@ pub(crate) struct EntryMove<'a> {
     pub(crate) payload: Bytes,
     /// What the move requeues.
     pub(crate) requeue: Requeue<'a>,
+    /// The worker TTL: a target silent for longer takes no entry.
+    pub(crate) worker_ttl: Duration,
 }
 
 impl PoolStore {
@@ -333,6 +335,7 @@ impl PoolStore {
         keys.push(entry.from_inbox.to_string());
         keys.push(entry.to_inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
+        keys.push(self.maps.keepalive.keys_info().hash.clone());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(entry.id),
@@ -343,6 +346,7 @@ impl PoolStore {
             Value::from(entry.requeue.key.unwrap_or("")),
             Value::from(entry.requeue.cleaner.unwrap_or("")),
             Value::from(entry.from),
+            Value::from(entry.worker_ttl.as_millis().to_string()),
         ]);
         let status: String = self
             .scripts

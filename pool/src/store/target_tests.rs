@@ -1,6 +1,7 @@
-//! Who a job may be moved to (`handoff.lua`, `requeue_orphan.lua`): a
-//! worker that reads its inbox, i.e. that renewed within a TTL and since
-//! the pool last found Redis's data lost or gone back in time. A
+//! Who a job or an entry may be moved to (`handoff.lua`,
+//! `requeue_orphan.lua`, `move_entry.lua`): a worker that reads its inbox,
+//! i.e. that renewed within a TTL and since the pool last found Redis's
+//! data lost or gone back in time. A
 //! registration a rollback brought back, of a worker whose process has
 //! left, is no target: a job handed to it would start nowhere until a
 //! cleanup found the worker dead (chaos soak seed 804).
@@ -76,6 +77,12 @@ async fn a_job_goes_to_no_worker_silent_for_over_a_ttl() {
         f.handoff("r", "w1", "w-dead", None).await,
         Handoff::NoTarget
     );
+    // Nor is an entry forwarded to it.
+    f.admitted("q", "w1").await;
+    let queued = f.entry_ids("w1").await[0].clone();
+    assert_eq!(f.move_entry(&queued, "w1", "w-dead").await, Moved::NoTarget);
+    f.register("w2").await;
+    assert_eq!(f.move_entry(&queued, "w1", "w2").await, Moved::Ok);
 
     // Nor is an orphan requeued to it.
     f.orphan("o", "w1").await;

@@ -144,6 +144,7 @@ impl Fixture {
             name: "notify",
             payload: body("j1"),
             requeue: Requeue::default(),
+            worker_ttl: TTL,
         };
         self.store.move_entry(entry).await.unwrap()
     }

@@ -78,11 +78,13 @@ async fn a_hand_off_stands_again_only_where_redis_went_back_to_before_it() {
         HandoffStands::Restored
     );
     assert!(s.payload("h1").await.unwrap().is_some());
+    // The give-back raised the key's counter to the hand-off's token (a
+    // stop of an older run must see the newer one): Redis now holds it.
     assert_eq!(
         s.handoff_stands("h1", counter + 10, stored("h1"))
             .await
             .unwrap(),
-        HandoffStands::Kept
+        HandoffStands::Current
     );
     // Pending (admitted again): kept.
     let admitted = f.admitted("h2", "w1").await;
@@ -589,4 +591,57 @@ async fn a_join_after_a_flush_opens_the_recovery_window() {
         .unwrap();
     assert_eq!(answer[0], Admitted::Recovering, "nothing is admitted");
     other.maps.close().await;
+}
+
+/// A stop of an older run, made to stand after a rollback, leaves the
+/// payload of a newer run of the same admission that Redis holds only as
+/// an orphan: a hand-off a worker gave back (Redis lost it), or a run a
+/// worker held suspended and left to the orphan sweep. Both runs share the
+/// payload's admission time, and the older run's stop took the only copy
+/// of the newer one (chaos soak seed 903: job-0092 and job-0238 then ran
+/// nowhere).
+#[tokio::test]
+async fn an_older_runs_stop_leaves_a_newer_runs_orphan() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    // Redis went back to a state that shows run `older` of "g" admitted
+    // and nothing since; its guard is gone (the reconcile released it).
+    let older = f.admitted("g", "w1").await;
+    let stored = s.payload("g").await.unwrap().expect("admitted");
+    s.maps.pending_map().delete("g").await.unwrap();
+    // The worker that handed the job off later gives it back.
+    let handed = older + 1_000;
+    s.handoff_stands("g", handed, stored.clone()).await.unwrap();
+    s.stop_stands("g", older).await.unwrap();
+    assert_eq!(
+        s.payload("g").await.unwrap(),
+        Some(stored),
+        "the given-back run's payload"
+    );
+
+    // The same for a run a worker held suspended through the loss.
+    let older = f.admitted("o", "w1").await;
+    let stored = s.payload("o").await.unwrap().expect("admitted");
+    s.maps.pending_map().delete("o").await.unwrap();
+    s.begin_recovery(TTL).await.unwrap();
+    assert_eq!(
+        s.reassert(
+            "o",
+            "w1",
+            older + 1_000,
+            stored.clone(),
+            Reassert::Suspended,
+            TTL
+        )
+        .await
+        .unwrap(),
+        Reasserted::Orphaned
+    );
+    s.stop_stands("o", older).await.unwrap();
+    assert_eq!(
+        s.payload("o").await.unwrap(),
+        Some(stored),
+        "the suspended run's payload"
+    );
 }

@@ -20,7 +20,10 @@
 -- orphan whose run ended since) is replaced, or the orphan sweep would
 -- start the older body, and that run's stop, made to stand, would then
 -- take the only copy of this job.
--- The orphan is marked at once, as `reassert.lua` does.
+-- The orphan is marked at once, as `reassert.lua` does. The key's counter
+-- is raised to the hand-off's token, which was issued (as `reassert.lua`
+-- does for its run's): a stop of an older run, made to stand later, then
+-- sees a newer run and leaves its payload (`stop_stands.lua`).
 -- KEYS: base, 9 orphan marks hash
 -- ARGV: base, 4 job key, 5 the token the hand-off issued, 6 the stored
 --       payload ("<created_ms> <body>")
@@ -30,6 +33,7 @@
 local key = ARGV[4]
 local current = tonumber(redis.call('HGET', FENCING, key) or '')
 if current and current >= tonumber(ARGV[5]) then return 'current' end
+redis.call('HSET', FENCING, key, ARGV[5])
 if mget(JOBS, key) or mget(PENDING, key) then return 'kept' end
 local stored = redis.call('HGET', PAYLOADS, key)
 if stored and payload_created_ms(stored) >= payload_created_ms(ARGV[6]) then return 'kept' end

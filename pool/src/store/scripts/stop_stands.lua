@@ -5,7 +5,11 @@
 -- Whatever Redis shows for `key` at or below the stopped run's token goes
 -- (record, pending guard, and the payload when it is that old), and the
 -- fencing counter is raised above the token, so no copy of those runs can
--- re-assert. A newer record or guard (a dispatch after the stop) is left.
+-- re-assert. A newer record or guard (a dispatch after the stop) is left,
+-- and so is the payload while the counter is above the token: a newer run
+-- was issued (a hand-off given back, a suspended run left to the orphan
+-- sweep: both raise the counter to their token), and the payload, of the
+-- same admission as the stopped run, is that run's only copy.
 -- KEYS: base
 -- ARGV: base, 4 job key, 5 fencing token of the stopped run
 -- Returns 'removed' | 'newer' | 'none'
@@ -19,7 +23,8 @@ if recorded > stopped or guarded > stopped then return 'newer' end
 local removed = false
 if j then mdel(JOBS, key); removed = true end
 if p then mdel(PENDING, key); removed = true end
-local stored = redis.call('HGET', PAYLOADS, key)
+local current = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
+local stored = current <= stopped and redis.call('HGET', PAYLOADS, key)
 if stored then
   -- "<created_ms> <body>": a payload admitted after the stop (its record
   -- or guard lost, or not re-asserted yet) is newer than the stopped run's
@@ -30,7 +35,6 @@ if stored then
     removed = true
   end
 end
-local current = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
 if current <= stopped then
   redis.call('HSET', FENCING, key, string.format('%d', stopped + 1))
 end

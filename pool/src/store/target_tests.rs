@@ -14,16 +14,24 @@ async fn server_now_ms(f: &Fixture) -> u64 {
     call::server_time_ms(&f.store.client).await.unwrap()
 }
 
-#[tokio::test]
-async fn a_job_goes_only_to_a_worker_that_renewed_since_the_last_loss() {
-    let f = &fixture().await;
-    let s = &f.store;
+/// A store with worker "w1" running job "r", and worker `other`
+/// registered.
+async fn r_runs_on_w1_beside(other: &str) -> Fixture {
+    let f = fixture().await;
     f.register("w1").await;
-    f.register("w-back").await;
+    f.register(other).await;
     let stored = codec::stored(0, &body("r"));
-    s.reassert("r", "w1", 7, stored, Reassert::Running, TTL)
+    f.store
+        .reassert("r", "w1", 7, stored, Reassert::Running, TTL)
         .await
         .unwrap();
+    f
+}
+
+#[tokio::test]
+async fn a_job_goes_only_to_a_worker_that_renewed_since_the_last_loss() {
+    let f = &r_runs_on_w1_beside("w-back").await;
+    let s = &f.store;
     // Redis went back to a moment when "w-back" was registered: its record
     // and its last renewal, a second before now, are back; its process has
     // left. A script then finds the loss and opens the recovery window, and
@@ -58,14 +66,8 @@ async fn a_job_goes_only_to_a_worker_that_renewed_since_the_last_loss() {
 
 #[tokio::test]
 async fn a_job_goes_to_no_worker_silent_for_over_a_ttl() {
-    let f = &fixture().await;
+    let f = &r_runs_on_w1_beside("w-dead").await;
     let s = &f.store;
-    f.register("w1").await;
-    f.register("w-dead").await;
-    let stored = codec::stored(0, &body("r"));
-    s.reassert("r", "w1", 7, stored, Reassert::Running, TTL)
-        .await
-        .unwrap();
     // Its process died a TTL ago; no cleanup has removed it yet.
     let silent_since = server_now_ms(f).await - TTL.as_millis() as u64 - 1_000;
     s.maps

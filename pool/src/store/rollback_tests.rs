@@ -620,6 +620,25 @@ async fn an_older_runs_stop_leaves_a_newer_runs_orphan() {
         "the given-back run's payload"
     );
 
+    // The other order: the older run's stop stands first (it takes the
+    // payload and raises the counter just above its token), then the
+    // hand-off is given back, and the payload with it.
+    let older = f.admitted("b", "w1").await;
+    let stored = s.payload("b").await.unwrap().expect("admitted");
+    s.maps.pending_map().delete("b").await.unwrap();
+    s.stop_stands("b", older).await.unwrap();
+    assert_eq!(
+        s.handoff_stands("b", older + 1_000, stored.clone())
+            .await
+            .unwrap(),
+        HandoffStands::Restored
+    );
+    assert_eq!(
+        s.payload("b").await.unwrap(),
+        Some(stored),
+        "the given-back run's payload"
+    );
+
     // The same for a run a worker held suspended through the loss.
     let older = f.admitted("o", "w1").await;
     let stored = s.payload("o").await.unwrap().expect("admitted");

@@ -231,11 +231,25 @@ pub enum FaultKind {
     /// recorded as a [`FaultKind::AddWorker`]; the link heals 2 TTLs after
     /// the cut.
     CutFlushJoin,
+    /// Redis goes back in time twice: a snapshot, 2–4 s of normal work, a
+    /// rollback to it, and 0.2–1 TTL later, while the pool recovers (its
+    /// workers re-register and re-assert what they run), a second
+    /// rollback: to the same snapshot, or to one taken 0.1–0.5 TTL after
+    /// the first rollback. The recovery's own writes (the window it opened,
+    /// the re-registrations, the re-assertions) are lost in turn, as when
+    /// a failover promotes a replica that lagged behind the failed one.
+    RollbackTwice,
+    /// A data loss (a rollback to a snapshot 2–4 s old, or an empty
+    /// restart, at random), then 0–1 TTL later, while the pool recovers,
+    /// `SIGKILL` of the busiest worker process: before or after it
+    /// re-asserted its jobs. The loss is recorded as that fault and the
+    /// kill as a [`FaultKind::Kill`] of the process.
+    LossKill,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 25] = [
+    pub const ALL: [FaultKind; 27] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -261,6 +275,8 @@ impl FaultKind {
         FaultKind::Flush,
         FaultKind::StopLeave,
         FaultKind::CutFlushJoin,
+        FaultKind::RollbackTwice,
+        FaultKind::LossKill,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -277,6 +293,7 @@ impl FaultKind {
                 | FaultKind::CutRestartEmpty
                 | FaultKind::CutFlushJoin
                 | FaultKind::PauseRollback
+                | FaultKind::RollbackTwice
         )
     }
 
@@ -285,7 +302,7 @@ impl FaultKind {
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
     /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
-    /// `stop-leave`, `cut-flush-join`).
+    /// `stop-leave`, `cut-flush-join`, `rollback-twice`, `loss-kill`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -313,6 +330,8 @@ impl FaultKind {
             FaultKind::Flush => "flush",
             FaultKind::StopLeave => "stop-leave",
             FaultKind::CutFlushJoin => "cut-flush-join",
+            FaultKind::RollbackTwice => "rollback-twice",
+            FaultKind::LossKill => "loss-kill",
         }
     }
 
@@ -378,6 +397,8 @@ impl FaultKind {
             FaultKind::Flush => "flushall redis (no restart)",
             FaultKind::StopLeave => "client stops jobs, both leave, data lost",
             FaultKind::CutFlushJoin => "cut worker, flushall, a worker joins at once",
+            FaultKind::RollbackTwice => "rollback redis, again while it recovers",
+            FaultKind::LossKill => "data loss, sigkill worker while it recovers",
         }
     }
 }

@@ -33,9 +33,8 @@ struct Args {
     /// restart-aof, restart-empty, add, remove, rollback, outage-kill,
     /// failover, freeze-redis, slow, cut-rollback, cut-empty, pause-rollback,
     /// flap, cut-one, deaf, cut-remove, join-kill, pause-remove,
-    /// cut-dispatcher, flush, stop-leave, cut-flush-join (default: all that
-    /// apply; failover only with
-    /// --sentinel).
+    /// cut-dispatcher, flush, stop-leave, cut-flush-join, rollback-twice,
+    /// loss-kill (default: all that apply; failover only with --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,
     /// Worker TTL the run used, for `--recheck` (ms).

@@ -88,6 +88,7 @@ impl Run {
             | FaultKind::CutRemove
             | FaultKind::PauseRemove
             | FaultKind::StopLeave
+            | FaultKind::LossKill
                 if n < target || n <= 2 =>
             {
                 FaultKind::AddWorker
@@ -113,7 +114,7 @@ impl Run {
         }
     }
 
-    fn record(&self, kind: FaultKind, target: Option<u32>, end: bool) {
+    pub(super) fn record(&self, kind: FaultKind, target: Option<u32>, end: bool) {
         self.ledger.record(Record::Fault { kind, target, end });
     }
 
@@ -467,19 +468,7 @@ impl Run {
                 .await?;
                 // The workers resume their suspended jobs; then one dies.
                 tokio::time::sleep(Duration::from_millis(self.rng.random_range(1000..=3000))).await;
-                self.fleet.refresh();
-                if self.fleet.members.len() > 2
-                    && let Some(pid) = self.fleet.busiest_up()
-                {
-                    target = Some(pid);
-                    if let Some(m) = self.fleet.member(pid) {
-                        m.process.signal(Signal::SIGKILL)?;
-                    }
-                    self.record(FaultKind::Kill, Some(pid), false);
-                    if let Some(mut m) = self.fleet.forget(pid) {
-                        let _ = m.process.sigkill().await;
-                    }
-                }
+                target = self.kill_busiest().await?;
                 since = Instant::now();
                 self.record(kind, None, true);
             }
@@ -562,6 +551,14 @@ impl Run {
                 })
                 .await?;
                 self.record(loss, None, true);
+            }
+            FaultKind::RollbackTwice => {
+                self.rollback_twice().await?;
+                since = Instant::now();
+            }
+            FaultKind::LossKill => {
+                target = self.loss_then_kill().await?;
+                since = Instant::now();
             }
             FaultKind::RemoveWorker => {
                 let Some(pid) = self.pick_up() else {
@@ -651,7 +648,7 @@ impl Run {
 
     /// Runs `f` on the Redis server, on a blocking thread (it waits for
     /// the server's processes and files).
-    async fn on_server<T: Send + 'static>(
+    pub(super) async fn on_server<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut RedisServer) -> Result<T, flotilla_testkit::Error> + Send + 'static,
     ) -> Result<T, ChaosError> {

@@ -14,6 +14,7 @@
 mod faults;
 mod fleet;
 mod load;
+mod recovery_faults;
 mod summary;
 
 use std::collections::{BTreeMap, HashSet};

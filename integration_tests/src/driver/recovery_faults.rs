@@ -1,0 +1,83 @@
+//! Faults that strike while the pool recovers from a data loss: a second
+//! rollback that takes the recovery's own writes with it, and a worker
+//! killed before or just after it re-asserted what it runs.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use rand::Rng;
+
+use super::{ChaosError, Run};
+use crate::ledger::FaultKind;
+
+impl Run {
+    /// [`FaultKind::RollbackTwice`]: returns once Redis is back from the
+    /// second rollback.
+    pub(super) async fn rollback_twice(&mut self) -> Result<(), ChaosError> {
+        let ttl = self.options.ttl;
+        let first = self.on_server(|s| s.save_snapshot()).await?;
+        // Normal work (the load goes on) that Redis will lose.
+        let lost = Duration::from_millis(self.rng.random_range(2000..=4000));
+        tokio::time::sleep(lost).await;
+        self.record(FaultKind::RollbackTwice, None, false);
+        let first = self
+            .on_server(move |s| s.roll_back(&first).map(|()| first))
+            .await?;
+        // The second loss comes while the workers re-register and
+        // re-assert: it takes all of that (back to the first snapshot), or
+        // only what came after a snapshot taken part-way through.
+        let second = if self.rng.random_bool(0.5) {
+            tokio::time::sleep(self.rng.random_range(ttl / 10..=ttl / 2)).await;
+            let midway = self.on_server(|s| s.save_snapshot()).await?;
+            tokio::time::sleep(self.rng.random_range(ttl / 10..=ttl / 2)).await;
+            midway
+        } else {
+            tokio::time::sleep(self.rng.random_range(ttl / 5..=ttl)).await;
+            first
+        };
+        self.on_server(move |s| s.roll_back(&second)).await?;
+        self.record(FaultKind::RollbackTwice, None, true);
+        Ok(())
+    }
+
+    /// [`FaultKind::LossKill`]: returns the process killed, if one was (a
+    /// fleet of two or fewer is left whole).
+    pub(super) async fn loss_then_kill(&mut self) -> Result<Option<u32>, ChaosError> {
+        let ttl = self.options.ttl;
+        if self.rng.random_bool(0.5) {
+            let snapshot = self.on_server(|s| s.save_snapshot()).await?;
+            let lost = Duration::from_millis(self.rng.random_range(2000..=4000));
+            tokio::time::sleep(lost).await;
+            self.record(FaultKind::Rollback, None, false);
+            self.on_server(move |s| s.roll_back(&snapshot)).await?;
+            self.record(FaultKind::Rollback, None, true);
+        } else {
+            self.record(FaultKind::RestartEmpty, None, false);
+            self.on_server(|s| s.restart_empty()).await?;
+            self.record(FaultKind::RestartEmpty, None, true);
+        }
+        tokio::time::sleep(self.rng.random_range(Duration::ZERO..=ttl)).await;
+        self.kill_busiest().await
+    }
+
+    /// `SIGKILL` of the process that holds the most jobs, recorded as a
+    /// [`FaultKind::Kill`]; none while the fleet has two processes or
+    /// fewer.
+    pub(super) async fn kill_busiest(&mut self) -> Result<Option<u32>, ChaosError> {
+        self.fleet.refresh();
+        if self.fleet.members.len() <= 2 {
+            return Ok(None);
+        }
+        let Some(pid) = self.fleet.busiest_up() else {
+            return Ok(None);
+        };
+        if let Some(m) = self.fleet.member(pid) {
+            m.process.signal(Signal::SIGKILL)?;
+        }
+        self.record(FaultKind::Kill, Some(pid), false);
+        if let Some(mut m) = self.fleet.forget(pid) {
+            let _ = m.process.sigkill().await;
+        }
+        Ok(Some(pid))
+    }
+}

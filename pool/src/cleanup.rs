@@ -13,7 +13,7 @@
 //! can be stale after a restart. The check itself reads only the small
 //! membership maps, so an idle node does no per-job work.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -27,6 +27,7 @@ use crate::codec::{self, EV_KEEP, EV_START, KeptJobs, KeyedRequest, StartEntry};
 use crate::error::{Error, Result};
 use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
+use crate::routing::Ring;
 use crate::store::call::from_redis;
 use crate::store::records::WorkerEntry;
 use crate::store::{
@@ -248,13 +249,15 @@ impl NodeInner {
         from: &str,
         cleaner: Option<&str>,
     ) -> Option<Handoff> {
+        let refusals = Refusals::default();
         let attempt = || async {
             let ring = self.ring.load_full();
-            let Some(target) = ring.owner_excluding(key, from).map(str::to_string) else {
+            let Some(target) = refusals.target(&ring, key, from) else {
                 return Ok::<_, Error>(None);
             };
             let status = self.handoff(key, from, &target, cleaner).await?;
             if status == Handoff::NoTarget {
+                refusals.refused(target);
                 self.refresh_ring();
                 return Err(Error::NoActiveWorker(self.pool.clone()));
             }
@@ -401,11 +404,11 @@ impl NodeInner {
             }
             return Ok(claim);
         }
+        let refusals = Refusals::default();
         let attempt = || async {
             let ring = self.ring.load_full();
-            let target = ring
-                .owner_excluding(&key, worker)
-                .map(str::to_string)
+            let target = refusals
+                .target(&ring, &key, worker)
                 .ok_or_else(|| Error::NoActiveWorker(self.pool.clone()))?;
             match self
                 .move_entry(
@@ -422,6 +425,7 @@ impl NodeInner {
                 .await?
             {
                 Moved::NoTarget => {
+                    refusals.refused(target);
                     self.refresh_ring();
                     Err(Error::NoActiveWorker(self.pool.clone()))
                 }
@@ -491,4 +495,38 @@ fn log_claim_lost(worker: &str) {
         worker,
         "cleanup claim lost (the worker came back, or another node took it over): the rest of the worker left in place"
     );
+}
+
+/// The workers that refused a job or an inbox entry during one requeue:
+/// they do not read their inbox (silent for over a TTL, or a registration
+/// a rollback brought back of a worker that has left). The next attempt
+/// offers it to the next worker in the ring at once, rather than to the
+/// same one until a cleanup takes it out of the ring. That cleanup waits
+/// for the pool's recovery window, which a close (holding its worker's
+/// lock while it requeues) can be what holds open: the node's recovery
+/// waits for that lock, and its mark keeps the window open (chaos soak
+/// seed 1002). The job runs off its ring owner until the owner reads its
+/// inbox or is cleaned up; the rebalance then moves it.
+#[derive(Default)]
+struct Refusals(std::sync::Mutex<HashSet<String>>);
+
+impl Refusals {
+    /// The ring owner of `key` other than `from` and the workers that
+    /// refused; once every other worker has refused, all of them again (the
+    /// ring may have changed since, and the retry's backoff paces them).
+    fn target(&self, ring: &Ring, key: &str, from: &str) -> Option<String> {
+        let mut refused = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(to) = ring.owner_among(key, |w| w != from && !refused.contains(w)) {
+            return Some(to.to_string());
+        }
+        refused.clear();
+        ring.owner_excluding(key, from).map(str::to_string)
+    }
+
+    fn refused(&self, worker: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(worker);
+    }
 }

@@ -228,12 +228,26 @@ impl NodeInner {
     }
 
     /// Makes Redis show what `worker` runs, and nothing else.
+    /// Not a worker that is closing: its close (`retire_worker`) holds its
+    /// lock until its jobs are handed over, re-asserting first what Redis
+    /// lost, and then removes it. That may wait for the pool's recovery to
+    /// end, which this node's mark holds open until this reconcile is done:
+    /// waiting here held the whole pool's recovery window open (no cleanup,
+    /// no admission) until the close's deadline (chaos soak seed 1002).
     pub(crate) async fn reconcile(&self, worker: &Arc<WorkerInner>) -> Result<()> {
+        if worker.cancel.is_cancelled() {
+            return Ok(());
+        }
         if !self.store.maps.workers.contains_key(&worker.id) {
             // Registered after the state Redis went back to.
             return self.reregister(&worker.id).await;
         }
-        let _guard = worker.ops.write().await;
+        // A close takes the lock, then cancels the worker.
+        let _guard = tokio::select! {
+            biased;
+            () = worker.cancel.cancelled() => return Ok(()),
+            guard = worker.ops.write() => guard,
+        };
         self.reassert_all(worker).await?;
         // Starts claimed in Redis that the worker has not run yet: the lease
         // lapsed right after the claim, or its reply was lost. The entry

@@ -74,6 +74,34 @@ async fn a_worker_that_renews_clears_a_claim_on_it_older_than_a_ttl() {
     assert!(s.maps.cleanup.get("w2").is_some(), "a fresh claim stays");
 }
 
+/// A node's renewals keep its own claim on a worker it is closing
+/// (`retire_worker`: "<node> closing"), however long the close takes:
+/// cleared, it put the leaving worker back in every node's ring, and other
+/// nodes handed it jobs it never read (chaos soak seed 1002). Another
+/// node's "closing" claim is a close whose node stopped renewing: it goes.
+#[tokio::test]
+async fn a_closing_nodes_renewal_keeps_its_own_closing_claim() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    s.maps.cleanup.set("w1", "n-test closing").await.unwrap();
+    s.maps.cleanup.set("w2", "n-gone closing").await.unwrap();
+    s.keepalive("n-test", TTL, 0, ["w1".to_string(), "w2".to_string()])
+        .await
+        .unwrap();
+    s.maps
+        .cleanup
+        .wait_for(Duration::from_secs(10), |m| !m.contains_key("w2"))
+        .await
+        .expect("another node's stale claim goes");
+    assert_eq!(
+        s.maps.cleanup.get("w1").as_deref(),
+        Some("n-test closing"),
+        "the renewing node's own close goes on"
+    );
+}
+
 #[tokio::test]
 async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
     let f = &fixture().await;

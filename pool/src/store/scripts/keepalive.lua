@@ -17,7 +17,8 @@
 -- One change message per map whatever the worker count: the workers'
 -- renewals go out as one batch on the keepalive map, the node's on the
 -- nodes map.
--- A cleanup claim on a worker that renews, older than a TTL, goes: its
+-- A cleanup claim on a worker that renews, older than a TTL, goes (but
+-- for the renewing node's own claim of a close in progress): its
 -- cleaner is gone or stalled (a cleaner checks its claim at every step and
 -- stops once it is not its own), or Redis went back to a moment within a
 -- cleanup that has finished since. Left, it would keep the live worker
@@ -30,6 +31,12 @@ if heard > 0 and now_n - heard > ttl then
   return {now, 0}
 end
 local unknown = {now}
+-- This node's own claim on a worker it is closing (`retire_worker`): the
+-- close takes the worker out of the ring and removes it when done, and a
+-- close may take longer than a TTL (slow stops, a recovery). Cleared
+-- here, it would put the leaving worker back in every ring, to be handed
+-- jobs it never reads.
+local closing = ARGV[6] .. ' closing'
 recovering(ttl)
 local renewed = rmap_batch(KEYS[9], KEYS[10], ARGV[4])
 local unclaimed = rmap_batch(KEYS[13], KEYS[14], ARGV[8])
@@ -38,7 +45,7 @@ for i = 10, #ARGV do
   if redis.call('HEXISTS', WORKERS[1], w) == 1 then
     rmap_batch_set(renewed, w, now)
     local claim = redis.call('HGET', KEYS[13], w)
-    if claim and now_n - claim_since(claim) > ttl then
+    if claim and claim ~= closing and now_n - claim_since(claim) > ttl then
       rmap_batch_del(unclaimed, w)
     end
   else

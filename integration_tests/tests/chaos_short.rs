@@ -59,9 +59,10 @@ async fn chaos_short_kills_and_membership_changes() {
     assert!(summary.passed(), "{}", summary.table());
 }
 
-/// Every fault kind but the two that lose Redis writes (they have their own
-/// test below), including pauses, live cuts of the busiest process and
-/// Redis restarts. It caught five pool bugs, all fixed since (README,
+/// Every fault kind but `rollback` and `outage-kill` (they have their own
+/// test below), including pauses, live cuts of the busiest process, Redis
+/// restarts and losses while the pool recovers (`rollback-twice`,
+/// `loss-kill`). It caught five pool bugs, all fixed since (README,
 /// Findings).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_short_all_faults() {

@@ -163,6 +163,8 @@ impl NodeInner {
         let mut failed = None;
         if handover {
             // Leave the ring first so that dispatchers stop sending here.
+            // This node's renewals keep a claim of this form on its own
+            // worker (`keepalive.lua`); any other stale claim goes.
             let claim = format!("{} closing", self.id);
             match tokio::time::timeout_at(
                 stops_from,

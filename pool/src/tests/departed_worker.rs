@@ -16,6 +16,21 @@ fn workers_hash(name: &str) -> String {
         .hash
 }
 
+/// Waits until `worker`, which left, is back in `node`'s ring after a
+/// rollback.
+async fn back_in_ring(node: &Node, worker: &str) {
+    wait_until(
+        Duration::from_secs(5),
+        "the departed worker is back in the ring",
+        || {
+            let back = node.inner.ring.load().contains(worker);
+            async move { back }
+        },
+    )
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_a_rollback_brought_back_is_handed_no_job() {
     const JOBS: usize = 24;
@@ -66,16 +81,7 @@ async fn a_worker_a_rollback_brought_back_is_handed_no_job() {
     // b's worker is back in Redis, and in a's ring, until a cleanup finds
     // it silent for a TTL and removes it.
     let workers = workers_hash(&name);
-    wait_until(
-        Duration::from_secs(5),
-        "the departed worker is back in a's ring",
-        || {
-            let back = a.inner.ring.load().contains(&departed);
-            async move { back }
-        },
-    )
-    .await
-    .unwrap();
+    back_in_ring(&a, &departed).await;
     wait_until(4 * ttl, "the departed worker is cleaned up", || {
         let (client, workers, departed) = (client.clone(), workers.clone(), departed.clone());
         async move {
@@ -161,16 +167,7 @@ async fn a_close_during_a_recovery_hands_jobs_past_a_worker_that_left() {
     .await
     .unwrap();
     server.roll_back(&snapshot).unwrap();
-    wait_until(
-        Duration::from_secs(5),
-        "the departed worker is back in b's ring",
-        || {
-            let back = b.inner.ring.load().contains(&departed);
-            async move { back }
-        },
-    )
-    .await
-    .unwrap();
+    back_in_ring(b, &departed).await;
     let ring = b.inner.ring.load_full();
     let passed_to_departed = wb
         .job_keys()

@@ -221,6 +221,16 @@ impl NodeInner {
                         if claim_lost.load(Ordering::Relaxed) {
                             return;
                         }
+                        match self.ended_here(worker, &key).await {
+                            Ok(false) => {}
+                            Ok(true) => return,
+                            Err(e) => {
+                                // Handing it on might undo a stop: left to
+                                // the node's rollback recovery.
+                                tracing::warn!(key, worker, error = %e, "checking a record against the runs ended here failed; not handed on");
+                                return;
+                            }
+                        }
                         if self.requeue_job(&key, worker, cleaner).await == Some(Handoff::ClaimLost)
                         {
                             claim_lost.store(true, Ordering::Relaxed);
@@ -236,6 +246,88 @@ impl NodeInner {
             }
             cursor = page.cursor;
         }
+    }
+
+    /// Whether the record Redis shows of `key` under `worker`, a worker of
+    /// this node (a close hands on what Redis says it holds), is of a run
+    /// that ended here: stopped on request, or passed on with a newer
+    /// token since. Redis went back in time then, and this node may not
+    /// have recovered yet (or its recovery leaves a closing worker to its
+    /// close): handing the record on would undo a stop answered `Ok` (I2),
+    /// or start the key beside the run it was passed to before that run
+    /// re-asserts (I1). The stop is made to stand; a passed-on run's record
+    /// is released, as the rollback recovery does. Always `false` for a
+    /// worker of another node (a cleanup of a dead worker waits for the
+    /// pool's recovery window instead).
+    async fn ended_here(&self, worker: &str, key: &str) -> Result<bool> {
+        let Some(local) = self.workers.get(worker).map(|w| w.value().clone()) else {
+            return Ok(false);
+        };
+        let Some(record) = self.store.job_record(key).await? else {
+            return Ok(false);
+        };
+        let Some((owner, token)) = crate::store::records::job_owner(&record) else {
+            return Ok(false);
+        };
+        if owner != worker {
+            return Ok(false);
+        }
+        if let Some(stopped) = local.stopped.newest(key).filter(|s| token <= *s) {
+            let status = self.store.stop_stands(key, stopped).await?;
+            tracing::info!(
+                key,
+                token,
+                worker,
+                status = status.as_str(),
+                "a record of a run stopped here, back in Redis: the stop stands"
+            );
+            return Ok(true);
+        }
+        if local.handed_off.supersede(key, token) {
+            let status = self.store.release_stale(key, &record).await?;
+            tracing::info!(
+                key,
+                token,
+                worker,
+                status = status.as_str(),
+                "a record of a run passed on from here, back in Redis: released"
+            );
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Drops a start entry of a run that ended here (see
+    /// [`ended_here`](Self::ended_here)), back in `worker`'s inbox because
+    /// Redis went back in time; its stop is made to stand, which takes the
+    /// run's pending guard too. `None`: not such an entry.
+    async fn drop_ended_start(
+        &self,
+        worker: &str,
+        id: &str,
+        key: &str,
+        token: u64,
+        cleaner: Option<&str>,
+    ) -> Result<Option<Claim>> {
+        let Some(local) = self.workers.get(worker).map(|w| w.value().clone()) else {
+            return Ok(None);
+        };
+        let stopped = local.stopped.newest(key).filter(|s| token <= *s);
+        if stopped.is_none() && !local.handed_off.supersede(key, token) {
+            return Ok(None);
+        }
+        if let Some(stopped) = stopped {
+            self.store.stop_stands(key, stopped).await?;
+        }
+        let claim = self.drop_entry(worker, id, cleaner).await?;
+        tracing::info!(
+            worker,
+            id,
+            key,
+            token,
+            "a start of a run that ended here, back in the inbox: dropped"
+        );
+        Ok(Some(claim))
     }
 
     /// Hands job `key` from `from` to its new owner, retrying with
@@ -369,6 +461,7 @@ impl NodeInner {
             .map(|n| String::from_utf8_lossy(n).into_owned())
             .unwrap_or_default();
         let mut payload = fields.get("p").cloned().unwrap_or_default();
+        let mut start_token = None;
         let key = if name == EV_START {
             // One more hop marks the start as moved: its new stream id looks
             // fresh, but the entry may be a copy Redis brought back by going
@@ -376,6 +469,7 @@ impl NodeInner {
             // claims it in Redis before starting it (`freshness.rs`).
             StartEntry::parse(&payload).map(|e| {
                 payload = e.forwarded();
+                start_token = Some(e.token);
                 e.body.key
             })
         } else if name == EV_KEEP {
@@ -394,6 +488,13 @@ impl NodeInner {
                 return Ok(claim);
             }
         };
+        if let Some(token) = start_token
+            && let Some(claim) = self
+                .drop_ended_start(worker, id, &key, token, cleaner)
+                .await?
+        {
+            return Ok(claim);
+        }
         if self.ring.load().owner_excluding(&key, worker).is_none() {
             // No other worker: a start entry's pending guard and payload
             // stay, so the job is requeued as an orphan once a worker joins;

@@ -64,8 +64,13 @@ impl StopTombstones {
 
     /// Whether a start of `key` with `token` was stopped here already.
     pub(crate) fn covers(&self, key: &str, token: u64) -> bool {
+        self.newest(key).is_some_and(|t| token <= t)
+    }
+
+    /// The token of the newest run of `key` stopped here, if remembered.
+    pub(crate) fn newest(&self, key: &str) -> Option<u64> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.tokens.get(key).is_some_and(|t| token <= *t)
+        inner.tokens.get(key).copied()
     }
 }
 
@@ -84,6 +89,8 @@ mod tests {
         t.record("k", 3);
         assert!(t.covers("k", 5), "an older stop does not shrink it");
         assert!(!t.covers("other", 1));
+        assert_eq!(t.newest("k"), Some(5));
+        assert_eq!(t.newest("other"), None);
         let mut recent = t.recent(Duration::from_secs(60));
         recent.sort();
         assert_eq!(recent, [("k".to_string(), 5)]);

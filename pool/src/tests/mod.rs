@@ -712,6 +712,7 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
     }
 }
 
+mod close_after_rollback;
 mod close_custody;
 mod data_loss;
 mod departed_worker;

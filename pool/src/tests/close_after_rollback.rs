@@ -1,0 +1,177 @@
+//! A close that begins after Redis went back in time, before its node
+//! recovered: Redis shows a run the closing worker stopped on request as
+//! still its own. The close hands on what Redis says the worker holds
+//! besides what it runs, and must not give that run to another worker:
+//! its stop was answered `Ok` (I2), and the worker that carried it out is
+//! the only one that remembers it.
+
+use super::*;
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use fred::prelude::{Client, StreamsInterface};
+
+/// The hash of map `map` of pool `name`.
+fn map_hash(map: &str, name: &str) -> String {
+    flotilla_rmap::MapKeys::new(map, Some(name)).unwrap().hash
+}
+
+/// What Redis holds for `key` of pool `name`: its owner record, pending
+/// guard, payload and fencing counter.
+async fn held(client: &Client, name: &str, key: &str) -> [Option<Bytes>; 4] {
+    let jobs: Option<Bytes> = client
+        .hget(map_hash(crate::keys::JOBS_MAP, name), key)
+        .await
+        .unwrap();
+    let pending: Option<Bytes> = client
+        .hget(map_hash(crate::keys::PENDING_MAP, name), key)
+        .await
+        .unwrap();
+    let payload: Option<Bytes> = client.hget(crate::keys::payloads(name), key).await.unwrap();
+    let counter: Option<Bytes> = client.hget(crate::keys::fencing(name), key).await.unwrap();
+    [jobs, pending, payload, counter]
+}
+
+/// Writes back what [`held`] read, as a rollback to that moment does
+/// (without the maps' change messages, which a rollback does not send).
+async fn bring_back(client: &Client, name: &str, key: &str, state: &[Option<Bytes>; 4]) {
+    let hashes = [
+        map_hash(crate::keys::JOBS_MAP, name),
+        map_hash(crate::keys::PENDING_MAP, name),
+        crate::keys::payloads(name),
+        crate::keys::fencing(name),
+    ];
+    for (hash, value) in hashes.iter().zip(state) {
+        if let Some(value) = value {
+            let _: i64 = client.hset(hash, (key, value.clone())).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_does_not_hand_on_a_run_its_worker_stopped() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("close-after-rollback");
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(3))
+        .dispatch_timeout(Duration::from_secs(5));
+    let stays = Counting::default();
+    let (client, a, b, wa, wb) =
+        two_nodes_with_options(&server, &name, options, stays.clone()).await;
+    let key = key_placed_on(&a, &wb).await;
+    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    wait_until(Duration::from_secs(5), "the job runs on b", || async {
+        wb.job_keys().contains(&key)
+    })
+    .await
+    .unwrap();
+    let before_stop = held(&client, &name, &key).await;
+    let record = before_stop[0].clone().expect("the run's owner record");
+    assert!(record.starts_with(wb.id().as_bytes()), "{record:?}");
+    a.stop_job(&key).await.unwrap();
+
+    // Redis goes back to before the stop; b closes before it recovers.
+    bring_back(&client, &name, &key, &before_stop).await;
+    b.close().await.unwrap();
+
+    let after = held(&client, &name, &key).await;
+    assert!(
+        after[0].is_none() && after[1].is_none() && after[2].is_none(),
+        "the close gave a run stopped on request to another worker \
+         (record {:?}, pending guard {:?}, payload {:?})",
+        after[0],
+        after[1],
+        after[2]
+    );
+    assert_eq!(stays.starts.load(Ordering::SeqCst), 0);
+    assert!(!wa.job_keys().contains(&key));
+    a.close().await.unwrap();
+}
+
+/// Starts a job only once the test lets it.
+#[derive(Clone)]
+struct Gated(Arc<tokio::sync::Semaphore>);
+
+#[async_trait]
+impl Handler for Gated {
+    async fn start(&self, _job: Job) -> Result<(), HandlerError> {
+        self.0.acquire().await.unwrap().forget();
+        Ok(())
+    }
+    async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// The start entry of a run its worker stopped since, back in the worker's
+/// inbox with the run's pending guard (Redis went back to before the
+/// start was recorded): the close must not move it to a worker that would
+/// claim it and run the job again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_does_not_move_a_start_its_worker_ran_and_stopped() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("close-after-rollback");
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(3))
+        .dispatch_timeout(Duration::from_secs(5));
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let a = Node::join(&client, &name, options.clone()).await.unwrap();
+    let b = Node::join(&client, &name, options).await.unwrap();
+    let stays = Counting::default();
+    let wa = Worker::new(&a, stays.clone()).await.unwrap();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let wb = Worker::new(&b, Gated(gate.clone())).await.unwrap();
+    let key = key_placed_on(&a, &wb).await;
+    let dispatch = {
+        let (a, key) = (a.clone(), key.clone());
+        tokio::spawn(async move { a.dispatch_job(&key, &b"p"[..]).await })
+    };
+
+    // The start entry, read while the handler starts the job.
+    let stream = b.inner.inbox(wb.id()).unwrap();
+    let inbox = stream.key().to_string();
+    let entries = || async {
+        let entries: Vec<(String, HashMap<String, Bytes>)> =
+            client.xrange(&inbox, "-", "+", None).await.unwrap();
+        entries
+    };
+    wait_until(
+        Duration::from_secs(5),
+        "the start entry in b's inbox",
+        || async { !entries().await.is_empty() },
+    )
+    .await
+    .unwrap();
+    let before_start = held(&client, &name, &key).await;
+    let (_, fields) = entries().await.remove(0);
+    gate.add_permits(1);
+    dispatch.await.unwrap().unwrap();
+    wait_until(Duration::from_secs(5), "the job runs on b", || async {
+        wb.job_keys().contains(&key)
+    })
+    .await
+    .unwrap();
+    a.stop_job(&key).await.unwrap();
+
+    // Redis goes back to before the start was recorded; b closes before it
+    // recovers. Its worker no longer reads its inbox (the close's first
+    // step), so the close is what finds the entry.
+    b.inner.reader.remove_stream(stream.name()).await.unwrap();
+    bring_back(&client, &name, &key, &before_start).await;
+    let fields: Vec<(String, Bytes)> = fields.into_iter().collect();
+    let _: String = client.xadd(&inbox, false, None, "*", fields).await.unwrap();
+    b.close().await.unwrap();
+
+    let after = held(&client, &name, &key).await;
+    assert!(
+        after[0].is_none() && after[1].is_none() && after[2].is_none(),
+        "the close moved the start of a run stopped on request to another worker \
+         (record {:?}, pending guard {:?}, payload {:?})",
+        after[0],
+        after[1],
+        after[2]
+    );
+    assert_eq!(stays.starts.load(Ordering::SeqCst), 0);
+    assert!(!wa.job_keys().contains(&key));
+    a.close().await.unwrap();
+}

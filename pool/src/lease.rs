@@ -192,15 +192,29 @@ impl NodeInner {
 
     /// Registers a worker Redis forgot and re-asserts its jobs: those nobody
     /// else took keep running (after data loss), the others stop here.
+    /// Not a worker that is closing: its close removes its registration,
+    /// and a renewal made meanwhile finds it unknown; registering it again
+    /// would leave a worker in every ring that no process reads for, until
+    /// a cleanup finds it silent. Nor does the renewal wait for the lock
+    /// such a close holds until its jobs are handed over.
     pub(crate) async fn reregister(&self, id: &str) -> Result<()> {
         let Some(worker) = self.workers.get(id).map(|w| w.value().clone()) else {
             return Ok(());
         };
+        if worker.cancel.is_cancelled() {
+            return Ok(());
+        }
         tracing::warn!(worker = id, "worker unknown to redis: registering again");
         self.freshness.invalidate("re-registered");
         let began = Instant::now();
         self.register_worker(id).await?;
-        let _guard = worker.ops.write().await;
+        // A close that begins meanwhile takes the lock, then cancels the
+        // worker, and removes its registration last.
+        let _guard = tokio::select! {
+            biased;
+            () = worker.cancel.cancelled() => return Ok(()),
+            guard = worker.ops.write() => guard,
+        };
         self.reassert_all(&worker).await?;
         // Until here the worker was the only holder of its jobs: the time
         // a crash would have lost them.

@@ -217,3 +217,26 @@ async fn a_close_during_a_recovery_hands_jobs_past_a_worker_that_left() {
     .unwrap();
     a.close().await.unwrap();
 }
+
+/// A renewal made while a worker closes finds it unknown to Redis once
+/// the close removed its registration: it must not register it again (a
+/// worker in every ring that no process reads for, until a cleanup finds
+/// it silent), nor wait for the lock the close holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_worker_is_not_registered_again() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("departed-worker");
+    let (node, worker, _) = pool(&server, &name).await;
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let id = worker.id().to_string();
+    // What a close does first (cancels the worker) and last (removes its
+    // registration), with the renewal's re-registration in between.
+    worker.inner.cancel.cancel();
+    let _: i64 = client.hdel(workers_hash(&name), &id).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), node.inner.reregister(&id))
+        .await
+        .expect("the renewal does not wait for a closing worker")
+        .unwrap();
+    let registered: Option<String> = client.hget(workers_hash(&name), &id).await.unwrap();
+    assert_eq!(registered, None, "a closing worker was registered again");
+}

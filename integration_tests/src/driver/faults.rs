@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use flotilla_testkit::{ProxyMode, RedisServer};
+use flotilla_testkit::ProxyMode;
 use nix::sys::signal::Signal;
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -12,7 +12,6 @@ use tokio::time::Instant;
 
 use super::fleet::Health;
 use super::{ChaosError, Run};
-use crate::clock::mono_ns;
 use crate::ledger::{FaultKind, Record};
 
 /// How many of the keys that came back last a worst recovery names.
@@ -46,9 +45,13 @@ impl Run {
                 }
                 round.shuffle(&mut self.rng);
             }
-            let Some(kind) = round.pop() else { continue };
-            let kind = self.adjust(kind);
-            if self.options.faults.contains(&kind) {
+            let Some(drawn) = round.pop() else { continue };
+            let kind = self.adjust(drawn);
+            // A process added or removed in place of the kind drawn keeps
+            // the fleet's size even when that is not among the faults
+            // asked for: skipping it left a fleet one short of its size,
+            // and every removal kind after the first skipped in turn.
+            if kind != drawn || self.options.faults.contains(&kind) {
                 self.inject(kind).await?;
             }
             if !self.options.overlap {
@@ -612,189 +615,5 @@ impl Run {
             }
         }
         Ok(())
-    }
-
-    /// Notes a recovery that did not end in time, with the keys still
-    /// missing (the final check may find them lost to two faults at once).
-    fn not_recovered(&mut self, message: String, missing: Vec<String>) {
-        self.unrecovered.push(super::Unrecovered {
-            message,
-            missing,
-            at_ns: mono_ns(),
-        });
-    }
-
-    /// [`not_recovered`](Self::not_recovered) with the keys not running
-    /// now, named after `what`.
-    fn keys_not_recovered(&mut self, what: String) {
-        let missing = self.not_running();
-        let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
-        let message = format!(
-            "{what}: {} keys not running on a member that is up, e.g. {}",
-            missing.len(),
-            shown.join(", ")
-        );
-        self.not_recovered(message, missing);
-    }
-
-    /// The Redis server's address (the processes' proxies forward to it).
-    fn server_addr(&self) -> Result<std::net::SocketAddr, ChaosError> {
-        Ok(self
-            .server
-            .lock()
-            .map(|s| s.addr())
-            .map_err(|_| flotilla_testkit::Error::Startup("server lock poisoned".into()))?)
-    }
-
-    /// Runs `f` on the Redis server, on a blocking thread (it waits for
-    /// the server's processes and files).
-    pub(super) async fn on_server<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut RedisServer) -> Result<T, flotilla_testkit::Error> + Send + 'static,
-    ) -> Result<T, ChaosError> {
-        let server = self.server.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let mut server = server
-                .lock()
-                .map_err(|_| flotilla_testkit::Error::Startup("server lock poisoned".into()))?;
-            f(&mut server)
-        })
-        .await
-        .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))?;
-        Ok(result?)
-    }
-
-    /// Puts the link of the process that holds the most jobs in `mode` and
-    /// records the fault's start; `None` when no process is up.
-    fn degrade_busiest_link(&mut self, kind: FaultKind, mode: ProxyMode) -> Option<u32> {
-        self.fleet.refresh();
-        let pid = self.fleet.busiest_up()?;
-        if let Some(m) = self.fleet.member(pid) {
-            m.proxy.set_mode(mode);
-            m.health = Health::Cut;
-        }
-        self.record(kind, Some(pid), false);
-        Some(pid)
-    }
-
-    /// Puts the busiest process's link in `mode` for `hold` from `since`,
-    /// watching for recovery meanwhile, then heals it; its pid, or `None`
-    /// when no process is up.
-    async fn hold_busiest_link(
-        &mut self,
-        kind: FaultKind,
-        mode: ProxyMode,
-        since: Instant,
-        hold: Duration,
-        recovered: &mut Option<Duration>,
-    ) -> Option<u32> {
-        let pid = self.degrade_busiest_link(kind, mode)?;
-        self.observe(since, since + hold, false, recovered).await;
-        self.heal_link(kind, pid);
-        Some(pid)
-    }
-
-    /// `SIGSTOP`s the busiest process that is up and records the fault's
-    /// start; its pid, or `None` when no process is up.
-    fn pause_busiest(&mut self, kind: FaultKind) -> Result<Option<u32>, ChaosError> {
-        self.fleet.refresh();
-        let Some(pid) = self.fleet.busiest_up() else {
-            return Ok(None);
-        };
-        if let Some(m) = self.fleet.member(pid) {
-            m.process.signal(Signal::SIGSTOP)?;
-            m.health = Health::Paused;
-        }
-        self.record(kind, Some(pid), false);
-        Ok(Some(pid))
-    }
-
-    /// The first part of [`FaultKind::StopLeave`]: a short-lived
-    /// client-only node stops up to five jobs of the newest process and
-    /// closes, then that process is removed. Its pid, or `None` when no
-    /// process is up.
-    async fn stop_and_leave(&mut self) -> Result<Option<u32>, ChaosError> {
-        self.fleet.refresh();
-        let Some(pid) = self.fleet.newest_up() else {
-            return Ok(None);
-        };
-        self.record(FaultKind::StopLeave, Some(pid), false);
-        let mut keys = self.fleet.keys_on(pid);
-        keys.shuffle(&mut self.rng);
-        keys.truncate(5);
-        let (url, pool, options) = &self.transient;
-        // Redis may be down (overlapping faults): the process still goes.
-        let joined = match flotilla_testkit::client(url).await {
-            Ok(client) => flotilla_pool::Node::join(&client, pool, options.clone())
-                .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match joined {
-            Ok(node) => {
-                self.load.stop_through(&node, &keys).await;
-                if let Err(e) = node.close().await {
-                    tracing::warn!(error = %e, "closing the short-lived client failed");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "the short-lived client could not join"),
-        }
-        self.record(FaultKind::StopLeave, Some(pid), true);
-        self.record(FaultKind::RemoveWorker, Some(pid), false);
-        self.await_removal(pid).await?;
-        Ok(Some(pid))
-    }
-
-    /// Sends `SIGTERM` to `pid` (again, if it had one) and waits up to 15 s
-    /// for it to close its node and exit (killing it after that, noted as
-    /// not recovered); records the end of its removal and forgets it.
-    async fn await_removal(&mut self, pid: u32) -> Result<(), ChaosError> {
-        let mut clean = true;
-        if let Some(m) = self.fleet.member(pid) {
-            clean = m.process.terminate(Duration::from_secs(15)).await?;
-        }
-        self.record(FaultKind::RemoveWorker, Some(pid), true);
-        self.fleet.forget(pid);
-        if !clean {
-            self.not_recovered(
-                format!("worker process {pid} did not exit on SIGTERM within 15 s"),
-                Vec::new(),
-            );
-        }
-        Ok(())
-    }
-
-    /// Heals the link of `pid` and records the fault's end.
-    fn heal_link(&mut self, kind: FaultKind, pid: u32) {
-        if let Some(m) = self.fleet.member(pid) {
-            m.proxy.heal();
-            m.health = Health::Up;
-        }
-        self.record(kind, Some(pid), true);
-    }
-
-    /// Polls for recovery until `until` (or, with `stop_early`, until
-    /// recovered), noting the first time it is.
-    async fn observe(
-        &mut self,
-        since: Instant,
-        until: Instant,
-        stop_early: bool,
-        recovered: &mut Option<Duration>,
-    ) {
-        loop {
-            if recovered.is_none() {
-                let missing = self.not_running();
-                if missing.is_empty() {
-                    *recovered = Some(since.elapsed());
-                } else {
-                    self.still_missing = missing;
-                }
-            }
-            if (stop_early && recovered.is_some()) || Instant::now() >= until {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
     }
 }

@@ -11,6 +11,7 @@
 //! # Ok(()) }
 //! ```
 
+mod fault_steps;
 mod faults;
 mod fleet;
 mod load;

@@ -250,15 +250,16 @@ impl NodeInner {
 
     /// Whether the record Redis shows of `key` under `worker`, a worker of
     /// this node (a close hands on what Redis says it holds), is of a run
-    /// that ended here: stopped on request, or passed on with a newer
-    /// token since. Redis went back in time then, and this node may not
-    /// have recovered yet (or its recovery leaves a closing worker to its
-    /// close): handing the record on would undo a stop answered `Ok` (I2),
-    /// or start the key beside the run it was passed to before that run
-    /// re-asserts (I1). The stop is made to stand; a passed-on run's record
-    /// is released, as the rollback recovery does. Always `false` for a
-    /// worker of another node (a cleanup of a dead worker waits for the
-    /// pool's recovery window instead).
+    /// that ended here: stopped on request, or passed on with a newer token
+    /// since (and perhaps ended there since). Redis went back in time then,
+    /// and this node may not have recovered yet (or its recovery leaves a
+    /// closing worker to its close): handing the record on would undo a
+    /// stop answered `Ok` (I2), or start the key beside the run it was
+    /// passed to before that run re-asserts (I1). The stop, or the
+    /// passed-on run's end, is made to stand; a passed-on run's record is
+    /// otherwise released, as the rollback recovery does. Always `false`
+    /// for a worker of another node (a cleanup of a dead worker waits for
+    /// the pool's recovery window instead).
     async fn ended_here(&self, worker: &str, key: &str) -> Result<bool> {
         let Some(local) = self.workers.get(worker).map(|w| w.value().clone()) else {
             return Ok(false);
@@ -272,7 +273,7 @@ impl NodeInner {
         if owner != worker {
             return Ok(false);
         }
-        if let Some(stopped) = local.stopped.newest(key).filter(|s| token <= *s) {
+        if let Some(stopped) = ended_at_or_after(&local, key, token) {
             let status = self.store.stop_stands(key, stopped).await?;
             tracing::info!(
                 key,
@@ -312,7 +313,7 @@ impl NodeInner {
         let Some(local) = self.workers.get(worker).map(|w| w.value().clone()) else {
             return Ok(None);
         };
-        let stopped = local.stopped.newest(key).filter(|s| token <= *s);
+        let stopped = ended_at_or_after(&local, key, token);
         if stopped.is_none() && !local.handed_off.supersede(key, token) {
             return Ok(None);
         }
@@ -578,6 +579,15 @@ impl NodeInner {
         }
         Err(Error::Timeout(Duration::ZERO))
     }
+}
+
+/// The token up to which every run of `key` is over by `worker`'s memory,
+/// when that covers `token`: a run it stopped on request, or one it passed
+/// on that ended since (the key's counter when Redis showed that end).
+fn ended_at_or_after(worker: &crate::worker::WorkerInner, key: &str, token: u64) -> Option<u64> {
+    let stopped = worker.stopped.newest(key);
+    let passed_on = worker.handed_off.ended_counter(key);
+    stopped.max(passed_on).filter(|ended| token <= *ended)
 }
 
 /// Whether a cleanup's claim on the worker it cleans was still its own at

@@ -244,6 +244,19 @@ impl Handoffs {
         ended.into_iter().map(|(k, c)| (k.to_string(), c)).collect()
     }
 
+    /// The counter Redis showed when a run of `key` this worker passed on
+    /// ended, within [`ENDS_REMEMBERED`] (see [`ended`](Self::ended)).
+    pub(crate) fn ended_counter(&self, key: &str) -> Option<u64> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        inner
+            .recent
+            .iter()
+            .filter(|r| r.until > now && r.handed.key == key)
+            .filter_map(|r| r.ended_at)
+            .max()
+    }
+
     /// Whether this worker passed `key` on, and still remembers it, with a
     /// token newer than `token`: a start entry of an older run, back in
     /// the inbox because Redis went back in time, is then stale (the run
@@ -312,6 +325,9 @@ mod tests {
             "older starts of a still refused"
         );
         assert_eq!(handoffs.ended(), [("a".to_string(), 7)]);
+        assert_eq!(handoffs.ended_counter("a"), Some(7));
+        assert_eq!(handoffs.ended_counter("b"), None, "not ended");
+        assert_eq!(handoffs.ended_counter("c"), None, "an older run ended");
     }
 
     #[test]

@@ -175,3 +175,66 @@ async fn a_close_does_not_move_a_start_its_worker_ran_and_stopped() {
     assert!(!wa.job_keys().contains(&key));
     a.close().await.unwrap();
 }
+
+/// A run the closing worker passed on (a rebalance) that was stopped on
+/// request at its new owner, back under the closing worker in Redis: the
+/// close must not hand it on, nor leave its payload for the orphan sweep
+/// to start again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_does_not_give_back_a_run_it_passed_on_that_ended() {
+    const KEYS: usize = 30;
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("close-after-rollback");
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(3))
+        .dispatch_timeout(Duration::from_secs(5));
+    let stays = Counting::default();
+    let (client, a, b, wa, wb) =
+        two_nodes_with_options(&server, &name, options, stays.clone()).await;
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("p{i}")).collect();
+    for key in &keys {
+        a.dispatch_job(key, &b"p"[..]).await.unwrap();
+    }
+    let mut before = HashMap::new();
+    for key in &keys {
+        before.insert(key.clone(), held(&client, &name, key).await);
+    }
+    // A third worker: the rebalance passes some of b's jobs on to it.
+    let wc = Worker::new(&a, Counting::default()).await.unwrap();
+    wait_until(Duration::from_secs(10), "b passes a job on", || async {
+        !wb.inner.handed_off.remembered().is_empty()
+    })
+    .await
+    .unwrap();
+    let key = wb.inner.handed_off.remembered()[0].key.clone();
+    wait_until(Duration::from_secs(5), "the job runs on c", || async {
+        wc.job_keys().contains(&key)
+    })
+    .await
+    .unwrap();
+    a.stop_job(&key).await.unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "b learns the job ended",
+        || async { wb.inner.handed_off.ended_counter(&key).is_some() },
+    )
+    .await
+    .unwrap();
+
+    // Redis goes back to before the rebalance; b closes before it
+    // recovers.
+    bring_back(&client, &name, &key, &before[&key]).await;
+    b.close().await.unwrap();
+
+    let after = held(&client, &name, &key).await;
+    assert!(
+        after[0].is_none() && after[1].is_none() && after[2].is_none(),
+        "the close gave back a run stopped on request where it was passed \
+         (record {:?}, pending guard {:?}, payload {:?})",
+        after[0],
+        after[1],
+        after[2]
+    );
+    assert!(!wa.job_keys().contains(&key) && !wc.job_keys().contains(&key));
+    a.close().await.unwrap();
+}

@@ -280,7 +280,7 @@ impl NodeInner {
                 token,
                 worker,
                 status = status.as_str(),
-                "a record of a run stopped here, back in Redis: the stop stands"
+                "a record of a run that ended (stopped here, or passed on and stopped there), back in Redis: the end stands"
             );
             return Ok(true);
         }

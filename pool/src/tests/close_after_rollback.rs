@@ -48,13 +48,29 @@ async fn bring_back(client: &Client, name: &str, key: &str, state: &[Option<Byte
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_close_does_not_hand_on_a_run_its_worker_stopped() {
-    let server = RedisServer::start().unwrap();
+/// A new pool's name and its nodes' options (renewals every second).
+fn pool_and_options() -> (String, NodeOptions) {
     let name = flotilla_testkit::unique_name("close-after-rollback");
     let options = NodeOptions::default()
         .worker_ttl(Duration::from_secs(3))
         .dispatch_timeout(Duration::from_secs(5));
+    (name, options)
+}
+
+/// Asserts that Redis holds no record, pending guard or payload of `key`:
+/// nothing would start it again. `what` says what the close did if not.
+async fn assert_ended(client: &Client, name: &str, key: &str, what: &str) {
+    let [record, guard, payload, _] = held(client, name, key).await;
+    assert!(
+        record.is_none() && guard.is_none() && payload.is_none(),
+        "{what} (record {record:?}, pending guard {guard:?}, payload {payload:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_does_not_hand_on_a_run_its_worker_stopped() {
+    let server = RedisServer::start().unwrap();
+    let (name, options) = pool_and_options();
     let stays = Counting::default();
     let (client, a, b, wa, wb) =
         two_nodes_with_options(&server, &name, options, stays.clone()).await;
@@ -74,15 +90,13 @@ async fn a_close_does_not_hand_on_a_run_its_worker_stopped() {
     bring_back(&client, &name, &key, &before_stop).await;
     b.close().await.unwrap();
 
-    let after = held(&client, &name, &key).await;
-    assert!(
-        after[0].is_none() && after[1].is_none() && after[2].is_none(),
-        "the close gave a run stopped on request to another worker \
-         (record {:?}, pending guard {:?}, payload {:?})",
-        after[0],
-        after[1],
-        after[2]
-    );
+    assert_ended(
+        &client,
+        &name,
+        &key,
+        "the close gave a run stopped on request to another worker",
+    )
+    .await;
     assert_eq!(stays.starts.load(Ordering::SeqCst), 0);
     assert!(!wa.job_keys().contains(&key));
     a.close().await.unwrap();
@@ -110,10 +124,7 @@ impl Handler for Gated {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_does_not_move_a_start_its_worker_ran_and_stopped() {
     let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("close-after-rollback");
-    let options = NodeOptions::default()
-        .worker_ttl(Duration::from_secs(3))
-        .dispatch_timeout(Duration::from_secs(5));
+    let (name, options) = pool_and_options();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let a = Node::join(&client, &name, options.clone()).await.unwrap();
     let b = Node::join(&client, &name, options).await.unwrap();
@@ -162,15 +173,13 @@ async fn a_close_does_not_move_a_start_its_worker_ran_and_stopped() {
     let _: String = client.xadd(&inbox, false, None, "*", fields).await.unwrap();
     b.close().await.unwrap();
 
-    let after = held(&client, &name, &key).await;
-    assert!(
-        after[0].is_none() && after[1].is_none() && after[2].is_none(),
-        "the close moved the start of a run stopped on request to another worker \
-         (record {:?}, pending guard {:?}, payload {:?})",
-        after[0],
-        after[1],
-        after[2]
-    );
+    assert_ended(
+        &client,
+        &name,
+        &key,
+        "the close moved the start of a run stopped on request to another worker",
+    )
+    .await;
     assert_eq!(stays.starts.load(Ordering::SeqCst), 0);
     assert!(!wa.job_keys().contains(&key));
     a.close().await.unwrap();
@@ -184,10 +193,7 @@ async fn a_close_does_not_move_a_start_its_worker_ran_and_stopped() {
 async fn a_close_does_not_give_back_a_run_it_passed_on_that_ended() {
     const KEYS: usize = 30;
     let server = RedisServer::start().unwrap();
-    let name = flotilla_testkit::unique_name("close-after-rollback");
-    let options = NodeOptions::default()
-        .worker_ttl(Duration::from_secs(3))
-        .dispatch_timeout(Duration::from_secs(5));
+    let (name, options) = pool_and_options();
     let stays = Counting::default();
     let (client, a, b, wa, wb) =
         two_nodes_with_options(&server, &name, options, stays.clone()).await;
@@ -226,15 +232,13 @@ async fn a_close_does_not_give_back_a_run_it_passed_on_that_ended() {
     bring_back(&client, &name, &key, &before[&key]).await;
     b.close().await.unwrap();
 
-    let after = held(&client, &name, &key).await;
-    assert!(
-        after[0].is_none() && after[1].is_none() && after[2].is_none(),
-        "the close gave back a run stopped on request where it was passed \
-         (record {:?}, pending guard {:?}, payload {:?})",
-        after[0],
-        after[1],
-        after[2]
-    );
+    assert_ended(
+        &client,
+        &name,
+        &key,
+        "the close gave back a run stopped on request where it was passed",
+    )
+    .await;
     assert!(!wa.job_keys().contains(&key) && !wc.job_keys().contains(&key));
     a.close().await.unwrap();
 }

@@ -273,7 +273,7 @@ impl NodeInner {
         if owner != worker {
             return Ok(false);
         }
-        if let Some(stopped) = ended_at_or_after(&local, key, token) {
+        if let Some(stopped) = local.run_ended(key, token) {
             let status = self.store.stop_stands(key, stopped).await?;
             tracing::info!(
                 key,
@@ -313,7 +313,7 @@ impl NodeInner {
         let Some(local) = self.workers.get(worker).map(|w| w.value().clone()) else {
             return Ok(None);
         };
-        let stopped = ended_at_or_after(&local, key, token);
+        let stopped = local.run_ended(key, token);
         if stopped.is_none() && !local.handed_off.supersede(key, token) {
             return Ok(None);
         }
@@ -579,15 +579,6 @@ impl NodeInner {
         }
         Err(Error::Timeout(Duration::ZERO))
     }
-}
-
-/// The token up to which every run of `key` is over by `worker`'s memory,
-/// when that covers `token`: a run it stopped on request, or one it passed
-/// on that ended since (the key's counter when Redis showed that end).
-fn ended_at_or_after(worker: &crate::worker::WorkerInner, key: &str, token: u64) -> Option<u64> {
-    let stopped = worker.stopped.newest(key);
-    let passed_on = worker.handed_off.ended_counter(key);
-    stopped.max(passed_on).filter(|ended| token <= *ended)
 }
 
 /// Whether a cleanup's claim on the worker it cleans was still its own at

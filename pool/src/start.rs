@@ -59,6 +59,38 @@ impl WorkerInner {
     ) -> Result<()> {
         let key = entry.body.key.clone();
         tracing::Span::current().record("key", key.as_str());
+        // Checked before the forward: the ring may place the key on another
+        // worker now, which does not remember this end and would claim the
+        // start (its pending guard may be back with it) and run it again.
+        if let Some(ended) = self.run_ended(&key, entry.token) {
+            // A start of a run that ended (stopped here on request, or
+            // passed on and stopped there), back in the inbox because Redis
+            // went back in time: the end stands, pending guard and all.
+            tracing::info!(
+                worker = %self.id,
+                key,
+                token = entry.token,
+                ended,
+                "start of a run that ended already; its end stands, the start is dropped"
+            );
+            node.store.stop_stands(&key, ended).await?;
+            let start = self.start_to_record(node, event, &entry)?;
+            return drop_superseded(node, &start).await;
+        }
+        if self.handed_off.supersede(&key, entry.token) {
+            // A start of a run this worker handed on since, back in its
+            // inbox because Redis went back in time (with that run's
+            // pending guard, so a claim would be accepted): the run it was
+            // handed to may have been stopped since, elsewhere.
+            tracing::info!(
+                worker = %self.id,
+                key,
+                token = entry.token,
+                "start older than a hand-off made here; dropped"
+            );
+            let start = self.start_to_record(node, event, &entry)?;
+            return drop_superseded(node, &start).await;
+        }
         if let Some(target) = self.forward_target(node, &key, entry.hops) {
             match node
                 .move_entry(
@@ -77,30 +109,6 @@ impl WorkerInner {
             }
         }
         let start = self.start_to_record(node, event, &entry)?;
-        if self.stopped.covers(&key, entry.token) {
-            // A start this worker ran and then stopped on request, back in
-            // its inbox because Redis went back in time: the stop stands.
-            tracing::info!(
-                worker = %self.id,
-                key,
-                token = entry.token,
-                "start of a run stopped here already; dropped"
-            );
-            return drop_superseded(node, &start).await;
-        }
-        if self.handed_off.supersede(&key, entry.token) {
-            // A start of a run this worker handed on since, back in its
-            // inbox because Redis went back in time (with that run's
-            // pending guard, so a claim would be accepted): the run it was
-            // handed to may have been stopped since, elsewhere.
-            tracing::info!(
-                worker = %self.id,
-                key,
-                token = entry.token,
-                "start older than a hand-off made here; dropped"
-            );
-            return drop_superseded(node, &start).await;
-        }
         if let Some(running) = self.jobs.get(&key).map(|j| j.token)
             && running >= entry.token
         {
@@ -318,6 +326,16 @@ impl WorkerInner {
     }
 
     /// The Redis side of start entry `event` in this worker's inbox.
+    /// The token up to which every run of `key` is over by this worker's
+    /// memory, when that covers `token`: a run it stopped on request, or
+    /// one it passed on that ended since (the key's counter when Redis
+    /// showed that end).
+    pub(crate) fn run_ended(&self, key: &str, token: u64) -> Option<u64> {
+        let stopped = self.stopped.newest(key);
+        let passed_on = self.handed_off.ended_counter(key);
+        stopped.max(passed_on).filter(|ended| token <= *ended)
+    }
+
     fn start_to_record(
         &self,
         node: &NodeInner,

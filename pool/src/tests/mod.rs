@@ -582,11 +582,11 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
 }
 
 mod batches;
-mod close_after_rollback;
 mod close_custody;
 mod data_loss;
 mod departed_worker;
 mod drain;
+mod ended_runs;
 mod handoff_rollback;
 mod lease_after_claim;
 mod lost_claim;

@@ -1,9 +1,10 @@
-//! A close that begins after Redis went back in time, before its node
-//! recovered: Redis shows a run the closing worker stopped on request as
-//! still its own. The close hands on what Redis says the worker holds
-//! besides what it runs, and must not give that run to another worker:
-//! its stop was answered `Ok` (I2), and the worker that carried it out is
-//! the only one that remembers it.
+//! Runs a worker has ended (stopped on request, or passed on and stopped
+//! there) whose record or start entry Redis shows again, after going back
+//! in time, before the worker's node recovered. Nothing the node does with
+//! them may start the job again: the stop was answered `Ok` (I2), and the
+//! worker that carried it out is the only one that remembers it. A close
+//! hands on what Redis says its worker holds besides what it runs; a
+//! worker forwards a start entry to the key's ring owner.
 
 use super::*;
 use std::collections::HashMap;
@@ -241,4 +242,91 @@ async fn a_close_does_not_give_back_a_run_it_passed_on_that_ended() {
     .await;
     assert!(!wa.job_keys().contains(&key) && !wc.job_keys().contains(&key));
     a.close().await.unwrap();
+}
+
+/// The start entry of a run its worker stopped, back in the worker's inbox
+/// with the run's pending guard, while the ring places the key on another
+/// worker (here: b's worker is drained): the worker drops it, and does not
+/// forward it to the ring owner, which would claim it (the guard matches)
+/// and start the job again. Its end is made to stand, guard and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_of_a_run_stopped_here_is_not_forwarded() {
+    let server = RedisServer::start().unwrap();
+    let (name, options) = pool_and_options();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let a = Node::join(&client, &name, options.clone()).await.unwrap();
+    let b = Node::join(&client, &name, options).await.unwrap();
+    let stays = Counting::default();
+    let wa = Worker::new(&a, stays.clone()).await.unwrap();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let wb = Worker::new(&b, Gated(gate.clone())).await.unwrap();
+    let key = key_placed_on(&a, &wb).await;
+    let dispatch = {
+        let (a, key) = (a.clone(), key.clone());
+        tokio::spawn(async move { a.dispatch_job(&key, &b"p"[..]).await })
+    };
+    let inbox_of = |worker: &Worker| {
+        let node = if worker.id() == wb.id() { &b } else { &a };
+        node.inner.inbox(worker.id()).unwrap().key().to_string()
+    };
+    let entries = |inbox: String| {
+        let client = client.clone();
+        async move {
+            let entries: Vec<(String, HashMap<String, Bytes>)> =
+                client.xrange(&inbox, "-", "+", None).await.unwrap();
+            entries
+        }
+    };
+    wait_until(
+        Duration::from_secs(5),
+        "the start entry in b's inbox",
+        || {
+            let e = entries(inbox_of(&wb));
+            async move { !e.await.is_empty() }
+        },
+    )
+    .await
+    .unwrap();
+    let before_start = held(&client, &name, &key).await;
+    let (_, fields) = entries(inbox_of(&wb)).await.remove(0);
+    gate.add_permits(1);
+    dispatch.await.unwrap().unwrap();
+    a.stop_job(&key).await.unwrap();
+
+    // The ring places the key on a's worker now; then Redis goes back to
+    // before the start was recorded (no node notices here).
+    assert!(a.drain_worker(wb.id()).await.unwrap());
+    wait_until(
+        Duration::from_secs(5),
+        "b's ring places the key on a",
+        || {
+            let placed = b.placement(&key);
+            let on_a = placed.as_deref() == Some(wa.id());
+            async move { on_a }
+        },
+    )
+    .await
+    .unwrap();
+    bring_back(&client, &name, &key, &before_start).await;
+    let fields: Vec<(String, Bytes)> = fields.into_iter().collect();
+    let _: String = client
+        .xadd(inbox_of(&wb), false, None, "*", fields)
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(10), "both inboxes handled", || {
+        let (eb, ea) = (entries(inbox_of(&wb)), entries(inbox_of(&wa)));
+        async move { eb.await.is_empty() && ea.await.is_empty() }
+    })
+    .await
+    .unwrap();
+    assert_ended(
+        &client,
+        &name,
+        &key,
+        "the start of a run stopped on request was forwarded and run again",
+    )
+    .await;
+    assert_eq!(stays.starts.load(Ordering::SeqCst), 0);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
 }

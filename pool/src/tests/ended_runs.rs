@@ -118,72 +118,122 @@ impl Handler for Gated {
     }
 }
 
+/// Two nodes whose b's worker ran a job and then stopped it on request, and
+/// what a rollback to the moment its handler was starting it brings back:
+/// what Redis held of the job then, and its start entry in b's inbox.
+struct StoppedStart {
+    _server: RedisServer,
+    name: String,
+    client: Client,
+    a: Node,
+    b: Node,
+    wa: Worker,
+    wb: Worker,
+    /// a's worker's handler.
+    stays: Counting,
+    key: String,
+    before_start: [Option<Bytes>; 4],
+    entry: Vec<(String, Bytes)>,
+}
+
+impl StoppedStart {
+    async fn new() -> StoppedStart {
+        let server = RedisServer::start().unwrap();
+        let (name, options) = pool_and_options();
+        let client = flotilla_testkit::client(&server.url()).await.unwrap();
+        let a = Node::join(&client, &name, options.clone()).await.unwrap();
+        let b = Node::join(&client, &name, options).await.unwrap();
+        let stays = Counting::default();
+        let wa = Worker::new(&a, stays.clone()).await.unwrap();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let wb = Worker::new(&b, Gated(gate.clone())).await.unwrap();
+        let key = key_placed_on(&a, &wb).await;
+        let dispatch = {
+            let (a, key) = (a.clone(), key.clone());
+            tokio::spawn(async move { a.dispatch_job(&key, &b"p"[..]).await })
+        };
+        let mut s = StoppedStart {
+            _server: server,
+            name,
+            client,
+            a,
+            b,
+            wa,
+            wb,
+            stays,
+            key,
+            before_start: Default::default(),
+            entry: Vec::new(),
+        };
+        // The start entry, read while the handler starts the job.
+        let inbox = s.inbox(&s.wb);
+        wait_until(
+            Duration::from_secs(5),
+            "the start entry in b's inbox",
+            || {
+                let entries = s.entries(&inbox);
+                async move { !entries.await.is_empty() }
+            },
+        )
+        .await
+        .unwrap();
+        s.before_start = held(&s.client, &s.name, &s.key).await;
+        s.entry = s.entries(&inbox).await.remove(0).1.into_iter().collect();
+        gate.add_permits(1);
+        dispatch.await.unwrap().unwrap();
+        s.a.stop_job(&s.key).await.unwrap();
+        s
+    }
+
+    /// The inbox stream of `worker`, a's or b's.
+    fn inbox(&self, worker: &Worker) -> String {
+        let node = if worker.id() == self.wb.id() {
+            &self.b
+        } else {
+            &self.a
+        };
+        node.inner.inbox(worker.id()).unwrap().key().to_string()
+    }
+
+    async fn entries(&self, inbox: &str) -> Vec<(String, HashMap<String, Bytes>)> {
+        self.client.xrange(inbox, "-", "+", None).await.unwrap()
+    }
+
+    /// Redis goes back to the moment b's worker was starting the job.
+    async fn roll_back(&self) {
+        bring_back(&self.client, &self.name, &self.key, &self.before_start).await;
+        let _: String = self
+            .client
+            .xadd(self.inbox(&self.wb), false, None, "*", self.entry.clone())
+            .await
+            .unwrap();
+    }
+}
+
 /// The start entry of a run its worker stopped since, back in the worker's
 /// inbox with the run's pending guard (Redis went back to before the
 /// start was recorded): the close must not move it to a worker that would
 /// claim it and run the job again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_close_does_not_move_a_start_its_worker_ran_and_stopped() {
-    let server = RedisServer::start().unwrap();
-    let (name, options) = pool_and_options();
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let a = Node::join(&client, &name, options.clone()).await.unwrap();
-    let b = Node::join(&client, &name, options).await.unwrap();
-    let stays = Counting::default();
-    let wa = Worker::new(&a, stays.clone()).await.unwrap();
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let wb = Worker::new(&b, Gated(gate.clone())).await.unwrap();
-    let key = key_placed_on(&a, &wb).await;
-    let dispatch = {
-        let (a, key) = (a.clone(), key.clone());
-        tokio::spawn(async move { a.dispatch_job(&key, &b"p"[..]).await })
-    };
-
-    // The start entry, read while the handler starts the job.
-    let stream = b.inner.inbox(wb.id()).unwrap();
-    let inbox = stream.key().to_string();
-    let entries = || async {
-        let entries: Vec<(String, HashMap<String, Bytes>)> =
-            client.xrange(&inbox, "-", "+", None).await.unwrap();
-        entries
-    };
-    wait_until(
-        Duration::from_secs(5),
-        "the start entry in b's inbox",
-        || async { !entries().await.is_empty() },
-    )
-    .await
-    .unwrap();
-    let before_start = held(&client, &name, &key).await;
-    let (_, fields) = entries().await.remove(0);
-    gate.add_permits(1);
-    dispatch.await.unwrap().unwrap();
-    wait_until(Duration::from_secs(5), "the job runs on b", || async {
-        wb.job_keys().contains(&key)
-    })
-    .await
-    .unwrap();
-    a.stop_job(&key).await.unwrap();
-
-    // Redis goes back to before the start was recorded; b closes before it
-    // recovers. Its worker no longer reads its inbox (the close's first
-    // step), so the close is what finds the entry.
-    b.inner.reader.remove_stream(stream.name()).await.unwrap();
-    bring_back(&client, &name, &key, &before_start).await;
-    let fields: Vec<(String, Bytes)> = fields.into_iter().collect();
-    let _: String = client.xadd(&inbox, false, None, "*", fields).await.unwrap();
-    b.close().await.unwrap();
+    let s = StoppedStart::new().await;
+    // b closes before it recovers. Its worker no longer reads its inbox
+    // (the close's first step), so the close is what finds the entry.
+    let stream = s.b.inner.inbox(s.wb.id()).unwrap();
+    s.b.inner.reader.remove_stream(stream.name()).await.unwrap();
+    s.roll_back().await;
+    s.b.close().await.unwrap();
 
     assert_ended(
-        &client,
-        &name,
-        &key,
+        &s.client,
+        &s.name,
+        &s.key,
         "the close moved the start of a run stopped on request to another worker",
     )
     .await;
-    assert_eq!(stays.starts.load(Ordering::SeqCst), 0);
-    assert!(!wa.job_keys().contains(&key));
-    a.close().await.unwrap();
+    assert_eq!(s.stays.starts.load(Ordering::SeqCst), 0);
+    assert!(!s.wa.job_keys().contains(&s.key));
+    s.a.close().await.unwrap();
 }
 
 /// A run the closing worker passed on (a rebalance) that was stopped on
@@ -251,82 +301,36 @@ async fn a_close_does_not_give_back_a_run_it_passed_on_that_ended() {
 /// and start the job again. Its end is made to stand, guard and all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_of_a_run_stopped_here_is_not_forwarded() {
-    let server = RedisServer::start().unwrap();
-    let (name, options) = pool_and_options();
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let a = Node::join(&client, &name, options.clone()).await.unwrap();
-    let b = Node::join(&client, &name, options).await.unwrap();
-    let stays = Counting::default();
-    let wa = Worker::new(&a, stays.clone()).await.unwrap();
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let wb = Worker::new(&b, Gated(gate.clone())).await.unwrap();
-    let key = key_placed_on(&a, &wb).await;
-    let dispatch = {
-        let (a, key) = (a.clone(), key.clone());
-        tokio::spawn(async move { a.dispatch_job(&key, &b"p"[..]).await })
-    };
-    let inbox_of = |worker: &Worker| {
-        let node = if worker.id() == wb.id() { &b } else { &a };
-        node.inner.inbox(worker.id()).unwrap().key().to_string()
-    };
-    let entries = |inbox: String| {
-        let client = client.clone();
-        async move {
-            let entries: Vec<(String, HashMap<String, Bytes>)> =
-                client.xrange(&inbox, "-", "+", None).await.unwrap();
-            entries
-        }
-    };
-    wait_until(
-        Duration::from_secs(5),
-        "the start entry in b's inbox",
-        || {
-            let e = entries(inbox_of(&wb));
-            async move { !e.await.is_empty() }
-        },
-    )
-    .await
-    .unwrap();
-    let before_start = held(&client, &name, &key).await;
-    let (_, fields) = entries(inbox_of(&wb)).await.remove(0);
-    gate.add_permits(1);
-    dispatch.await.unwrap().unwrap();
-    a.stop_job(&key).await.unwrap();
-
+    let s = StoppedStart::new().await;
     // The ring places the key on a's worker now; then Redis goes back to
     // before the start was recorded (no node notices here).
-    assert!(a.drain_worker(wb.id()).await.unwrap());
+    assert!(s.a.drain_worker(s.wb.id()).await.unwrap());
     wait_until(
         Duration::from_secs(5),
         "b's ring places the key on a",
         || {
-            let placed = b.placement(&key);
-            let on_a = placed.as_deref() == Some(wa.id());
+            let on_a = s.b.placement(&s.key).as_deref() == Some(s.wa.id());
             async move { on_a }
         },
     )
     .await
     .unwrap();
-    bring_back(&client, &name, &key, &before_start).await;
-    let fields: Vec<(String, Bytes)> = fields.into_iter().collect();
-    let _: String = client
-        .xadd(inbox_of(&wb), false, None, "*", fields)
-        .await
-        .unwrap();
+    s.roll_back().await;
+    let (inbox_a, inbox_b) = (s.inbox(&s.wa), s.inbox(&s.wb));
     wait_until(Duration::from_secs(10), "both inboxes handled", || {
-        let (eb, ea) = (entries(inbox_of(&wb)), entries(inbox_of(&wa)));
+        let (eb, ea) = (s.entries(&inbox_b), s.entries(&inbox_a));
         async move { eb.await.is_empty() && ea.await.is_empty() }
     })
     .await
     .unwrap();
     assert_ended(
-        &client,
-        &name,
-        &key,
+        &s.client,
+        &s.name,
+        &s.key,
         "the start of a run stopped on request was forwarded and run again",
     )
     .await;
-    assert_eq!(stays.starts.load(Ordering::SeqCst), 0);
-    a.close().await.unwrap();
-    b.close().await.unwrap();
+    assert_eq!(s.stays.starts.load(Ordering::SeqCst), 0);
+    s.a.close().await.unwrap();
+    s.b.close().await.unwrap();
 }

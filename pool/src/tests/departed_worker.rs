@@ -229,8 +229,10 @@ async fn a_closing_worker_is_not_registered_again() {
     let (node, worker, _) = pool(&server, &name).await;
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
     let id = worker.id().to_string();
-    // What a close does first (cancels the worker) and last (removes its
-    // registration), with the renewal's re-registration in between.
+    // What a close does first (takes the worker's lock, cancels the
+    // worker) and last (removes its registration), with the renewal's
+    // re-registration in between.
+    let _close_holds = worker.inner.ops.write().await;
     worker.inner.cancel.cancel();
     let _: i64 = client.hdel(workers_hash(&name), &id).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), node.inner.reregister(&id))

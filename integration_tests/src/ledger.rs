@@ -245,11 +245,26 @@ pub enum FaultKind {
     /// re-asserted its jobs. The loss is recorded as that fault and the
     /// kill as a [`FaultKind::Kill`] of the process.
     LossKill,
+    /// Redis out of memory for 0.25–2.5 worker TTLs (`maxmemory` set below
+    /// what it uses, policy `noeviction`), then back: every function and
+    /// write command gets an `OOM` error while reads and deletions run, so
+    /// no lease can be renewed and no job taken; nothing is lost.
+    OutOfMemory,
+    /// Redis made a read-only replica of a primary that does not answer
+    /// for 0.25–2.5 worker TTLs, then a primary again with its data: every
+    /// write gets `READONLY`, reads run, and the blocking reads it served
+    /// are dropped when it turns replica.
+    ReadOnly,
+    /// Redis closes every client's connection, 1–3 times 0–0.5 TTL apart
+    /// (a proxy or load balancer in front of it restarting): commands in
+    /// flight may or may not have run, and subscribers miss what is
+    /// published until they subscribe again.
+    DropClients,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 27] = [
+    pub const ALL: [FaultKind; 30] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -277,6 +292,9 @@ impl FaultKind {
         FaultKind::CutFlushJoin,
         FaultKind::RollbackTwice,
         FaultKind::LossKill,
+        FaultKind::OutOfMemory,
+        FaultKind::ReadOnly,
+        FaultKind::DropClients,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -302,7 +320,8 @@ impl FaultKind {
     /// `failover`, `freeze-redis`, `slow`, `cut-rollback`, `cut-empty`,
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
     /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
-    /// `stop-leave`, `cut-flush-join`, `rollback-twice`, `loss-kill`).
+    /// `stop-leave`, `cut-flush-join`, `rollback-twice`, `loss-kill`, `oom`,
+    /// `read-only`, `drop-clients`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -332,6 +351,9 @@ impl FaultKind {
             FaultKind::CutFlushJoin => "cut-flush-join",
             FaultKind::RollbackTwice => "rollback-twice",
             FaultKind::LossKill => "loss-kill",
+            FaultKind::OutOfMemory => "oom",
+            FaultKind::ReadOnly => "read-only",
+            FaultKind::DropClients => "drop-clients",
         }
     }
 
@@ -399,6 +421,9 @@ impl FaultKind {
             FaultKind::CutFlushJoin => "cut worker, flushall, a worker joins at once",
             FaultKind::RollbackTwice => "rollback redis, again while it recovers",
             FaultKind::LossKill => "data loss, sigkill worker while it recovers",
+            FaultKind::OutOfMemory => "redis out of memory (writes refused)",
+            FaultKind::ReadOnly => "redis a read-only replica (writes refused)",
+            FaultKind::DropClients => "redis drops every client connection",
         }
     }
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use crate::handoffs::HandedOff;
 use crate::lease::{Reassert, Restart};
 use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
@@ -182,9 +183,7 @@ impl NodeInner {
             }
             match self.handoff(key, &worker.id, &target, None).await {
                 Ok(Handoff::Ok { token }) => {
-                    worker
-                        .handed_off
-                        .record(crate::handoffs::HandedOff::of(key, token, &job));
+                    worker.handed_off.record(HandedOff::of(key, token, &job));
                     return;
                 }
                 // Nobody may own it any more (Redis lost its data before
@@ -210,8 +209,11 @@ impl NodeInner {
     /// elsewhere that has not re-asserted yet (after an empty restart Redis
     /// knows nothing of it).
     pub(crate) async fn run_here_again(&self, worker: &Arc<WorkerInner>, key: &str, job: LocalJob) {
-        match self.reassert(worker, key, &job, Reassert::Suspended).await {
-            Ok(Reasserted::Ok) => {}
+        // Whether Redis answered the re-assertion: until it has, a restart
+        // that finds no record of this worker's does not show a move (Redis
+        // may have lost the job, which only this worker knows).
+        let reasserted = match self.reassert(worker, key, &job, Reassert::Suspended).await {
+            Ok(Reasserted::Ok) => true,
             Ok(Reasserted::Orphaned) => {
                 tracing::info!(
                     key,
@@ -231,10 +233,13 @@ impl NodeInner {
             Err(e) => {
                 // The restart below checks ownership itself.
                 tracing::warn!(key, error = %e, "re-asserting a job that could not be moved failed");
+                false
             }
-        }
+        };
         match self.restart_owned(worker, key, job.clone()).await {
-            Ok(Restart::Started | Restart::Moved | Restart::Left) => {}
+            Ok(Restart::Started | Restart::Left) => {}
+            Ok(Restart::Moved) if reasserted => {}
+            Ok(Restart::Moved) => self.hold_unsettled(worker, key, job).await,
             Ok(Restart::Suspended(token)) => {
                 // The lease is lost: held suspended, resumed (or forgotten
                 // once moved) by the renewals.
@@ -251,13 +256,34 @@ impl NodeInner {
                 self.requeue_job(key, &worker.id, None).await;
             }
             Err(e) => {
-                // Recorded here (or nowhere) but not running: nothing else
-                // would notice while this worker lives, so hand it on
-                // (retried with backoff; released to the orphan sweep when
-                // no other worker can take it).
+                // Not running, and recorded here or nowhere: hand it on
+                // (retried with backoff). A hand-off moves only what Redis
+                // names this worker's, so when it moved nothing the job is
+                // held until the renewals settle it.
                 tracing::warn!(key, error = %e, "restart after failed handoff failed; requeueing");
-                self.requeue_job(key, &worker.id, None).await;
+                match self.requeue_job(key, &worker.id, None).await {
+                    Some(Handoff::Ok { token }) => {
+                        worker.handed_off.record(HandedOff::of(key, token, &job));
+                    }
+                    _ => self.hold_unsettled(worker, key, job).await,
+                }
             }
         }
+    }
+
+    /// Holds a stopped job that Redis, as far as this worker could learn,
+    /// does not name its own: moved, or lost with Redis's data before this
+    /// worker re-asserted it. The renewals' resume tells the two apart (it
+    /// restarts the job if Redis names this worker, else re-asserts it, as
+    /// after a lease loss), where forgetting it would lose a job that only
+    /// this worker knows.
+    async fn hold_unsettled(&self, worker: &Arc<WorkerInner>, key: &str, job: LocalJob) {
+        tracing::info!(
+            key,
+            worker = %worker.id,
+            "a job neither moved nor restarted is held until a renewal settles it"
+        );
+        worker.suspended.lock().await.insert(key.to_string(), job);
+        self.resume_wanted.notify_one();
     }
 }

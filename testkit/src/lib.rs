@@ -3,7 +3,9 @@
 //! * [`RedisServer`] starts a private `redis-server` on a free loopback port
 //!   (persistence off, or AOF on request), can kill and restart it on the same
 //!   port and data directory, roll it back to a saved snapshot (lost
-//!   writes, as after a replica promotion), and kills it on drop.
+//!   writes, as after a replica promotion), make it refuse writes or drop
+//!   every client's connection while it keeps running, and kills it on
+//!   drop.
 //! * [`Sentinels`] starts a primary, a replica and three Sentinels, and
 //!   kills the primary so that Sentinel promotes the replica.
 //! * [`FaultProxy`] sits between a client and Redis and can cut, heal or
@@ -22,6 +24,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod proxy;
+mod refusal;
 mod rollback;
 mod sentinel;
 mod server;
@@ -33,6 +36,7 @@ use std::time::Duration;
 use fred::prelude::*;
 
 pub use proxy::{FaultProxy, ProxyMode};
+pub use refusal::WriteRefusal;
 pub use rollback::RedisSnapshot;
 pub use sentinel::{SERVICE_NAME, SentinelOptions, Sentinels, sentinel_binary};
 pub use server::{RedisServer, ServerOptions, free_port, redis_server_binary};

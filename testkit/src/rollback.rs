@@ -88,7 +88,7 @@ impl RedisServer {
 }
 
 /// Sends one RESP command and checks the reply starts with `expect`.
-fn command(port: u16, request: &[u8], expect: &[u8]) -> Result<(), Error> {
+pub(crate) fn command(port: u16, request: &[u8], expect: &[u8]) -> Result<(), Error> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let fail = |what: String| Error::Startup(format!("redis on port {port}: {what}"));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))

@@ -563,6 +563,14 @@ impl Run {
                 target = self.loss_then_kill().await?;
                 since = Instant::now();
             }
+            FaultKind::OutOfMemory | FaultKind::ReadOnly => {
+                self.refuse_writes(kind).await?;
+                since = Instant::now();
+            }
+            FaultKind::DropClients => {
+                self.drop_clients().await?;
+                since = Instant::now();
+            }
             FaultKind::RemoveWorker => {
                 let Some(pid) = self.pick_up() else {
                     return Ok(());

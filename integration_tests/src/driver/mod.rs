@@ -16,6 +16,7 @@ mod faults;
 mod fleet;
 mod load;
 mod recovery_faults;
+mod refusal_faults;
 mod summary;
 
 use std::collections::{BTreeMap, HashSet};

@@ -594,6 +594,7 @@ mod pending_admission;
 mod reconcile_lease;
 mod recovery_resume;
 mod recovery_window;
+mod refused_writes;
 mod resume;
 mod stale_starts;
 mod stop_answers;

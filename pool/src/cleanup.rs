@@ -96,21 +96,37 @@ impl NodeInner {
             .collect();
         // The workers of a dead process die together: cleaned one after the
         // other, the last would wait for all the others' hand-offs.
-        futures::stream::iter(silent)
-            .for_each_concurrent(CLEANUPS_IN_FLIGHT, |worker| async move {
+        let candidates = silent.len();
+        let failed: Vec<(String, Error)> = futures::stream::iter(silent)
+            .map(|worker| async move {
                 // A reconnect since the pass began (Redis restarted, perhaps
                 // from an older state): judge nobody dead for a TTL.
                 if self.recently_connected().await {
-                    return;
+                    return None;
                 }
                 // The replica only picks candidates: the script decides on
                 // the keep-alive in Redis, so a stale replica judges nobody
                 // dead.
-                if let Err(e) = self.clean_if_dead(&worker).await {
-                    tracing::warn!(worker, error = %e, "dead-worker cleanup failed or incomplete; will retry");
+                match self.clean_if_dead(&worker).await {
+                    Ok(_) => None,
+                    Err(e) => Some((worker, e)),
                 }
             })
+            .buffer_unordered(CLEANUPS_IN_FLIGHT)
+            .filter_map(std::future::ready)
+            .collect()
             .await;
+        // One line per pass, not per worker: while Redis refuses writes
+        // every candidate fails the same way at every pass.
+        if let Some((worker, error)) = failed.first() {
+            tracing::warn!(
+                failed = failed.len(),
+                candidates,
+                worker,
+                %error,
+                "dead-worker cleanups failed or incomplete; will retry (worker, error: the first)"
+            );
+        }
         // Nodes silent for two TTLs: drop their entry and reply stream.
         for (node, raw) in self.store.maps.nodes.snapshot().iter() {
             let last: u64 = raw.parse().unwrap_or(0);

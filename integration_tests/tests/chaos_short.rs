@@ -154,6 +154,36 @@ async fn chaos_short_overlapping_losses_pauses_and_cuts() {
     assert!(summary.passed(), "{}", summary.table());
 }
 
+/// Redis refusing work while it keeps its data (`oom`, `read-only`:
+/// every write and function call refused for 0.25–2.5 TTLs;
+/// `drop-clients`: every connection closed), between rollbacks and
+/// membership changes that make workers move jobs meanwhile. A 6-minute
+/// soak of this mix found a job stopped to be moved, whose hand-off and
+/// restart were refused, forgotten where Redis had lost it
+/// (`src/tests/refused_writes.rs` in the pool crate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_writes_refused_and_connections_dropped() {
+    let faults = vec![
+        FaultKind::OutOfMemory,
+        FaultKind::ReadOnly,
+        FaultKind::DropClients,
+        FaultKind::Rollback,
+        FaultKind::AddWorker,
+        FaultKind::RemoveWorker,
+    ];
+    let summary = run(options(45, faults).lean_nodes(true).overlap(true))
+        .await
+        .expect("chaos harness");
+    println!("{}", summary.table());
+    let refusals: u64 = [FaultKind::OutOfMemory, FaultKind::ReadOnly]
+        .iter()
+        .filter_map(|k| summary.faults.get(k))
+        .sum();
+    assert!(refusals >= 2, "{}", summary.table());
+    assert!(summary.dispatch_ok > 50, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}
+
 /// Ledgers are appended to: a run pointed at a directory that holds an
 /// earlier run's ledgers would be judged together with that run (its open
 /// runs overlap every later one). Such a directory is refused before

@@ -12,7 +12,8 @@
 //! So before its worker goes, a close leaves that memory with the workers
 //! that stay, as `keep` entries in their inboxes (one per receiving worker
 //! and [`JOBS_PER_ENTRY`] jobs, each with the worker the ring would give
-//! its key), and waits, within the close's deadline, until each entry has
+//! its key; each end also with a second worker, on another node where the
+//! pool has one), and waits, within the close's deadline, until each entry has
 //! been read: the reader remembers the jobs as its own hand-offs from then
 //! on (given back after a loss, settled once they end). Meanwhile the
 //! close gives each job back where Redis went back to before it
@@ -40,6 +41,7 @@ use crate::codec::{self, KeptJob, KeptJobs};
 use crate::handoffs::{ENDS_REMEMBERED, HandedOff, Handoffs};
 use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
+use crate::routing::Ring;
 use crate::store::Entrusted;
 
 /// Jobs per `keep` entry.
@@ -91,6 +93,9 @@ struct Parcel {
     /// The receiving worker.
     to: String,
     jobs: Vec<KeptJob>,
+    /// A second copy of ends another parcel carries too (not given back
+    /// twice by the close itself).
+    copy: bool,
     /// Where it was left, and Redis's identity then.
     left: Option<Left>,
     /// Workers found dead (silent for over a TTL) while the ring still
@@ -127,28 +132,47 @@ impl NodeInner {
             return;
         }
         let ring = self.ring.load_full();
-        let mut by_worker: HashMap<String, Vec<KeptJob>> = HashMap::new();
+        let node_of = self.node_of_workers();
+        // (receiving worker, a second copy) → jobs.
+        let mut by_worker: HashMap<(String, bool), Vec<KeptJob>> = HashMap::new();
         for (handed, keep, ended_at) in remembered {
             // No other worker in the ring: nobody to leave it with, unless
             // the pool recovers from a loss and the others are not back yet
             // (see `leave_parcel`).
             let to = ring.owner_excluding(&handed.key, leaving).unwrap_or("");
-            by_worker.entry(to.to_string()).or_default().push(KeptJob {
+            let job = KeptJob {
                 key: handed.key,
                 token: handed.token,
                 created_at_ms: handed.created_at_ms,
                 body: handed.body.to_vec(),
                 ended_at,
                 keep_ms: u64::try_from(keep.as_millis()).unwrap_or(u64::MAX),
-            });
+            };
+            // An end is kept twice, on two nodes where the pool has them:
+            // after a rollback the only trace of a stop may be this
+            // memory, and a keeper cut off through the recovery could not
+            // make it stand. Making an end stand twice changes nothing.
+            if ended_at.is_some()
+                && let Some(second) = second_keeper(&ring, &job.key, leaving, to, &node_of)
+            {
+                by_worker
+                    .entry((second.to_string(), true))
+                    .or_default()
+                    .push(job.clone());
+            }
+            by_worker
+                .entry((to.to_string(), false))
+                .or_default()
+                .push(job);
         }
         let mut parcels: Vec<Parcel> = by_worker
             .into_iter()
-            .flat_map(|(to, jobs)| {
+            .flat_map(|((to, copy), jobs)| {
                 jobs.chunks(JOBS_PER_ENTRY)
                     .map(|chunk| Parcel {
                         to: to.clone(),
                         jobs: chunk.to_vec(),
+                        copy,
                         left: None,
                         dead: HashSet::new(),
                         unkept: false,
@@ -204,7 +228,11 @@ impl NodeInner {
         // The first give-back covers every job, those read meanwhile too:
         // a loss before they were left may have come before their reader's
         // own recovery.
-        let mut first: Vec<KeptJob> = parcels.iter().flat_map(|p| p.jobs.clone()).collect();
+        let mut first: Vec<KeptJob> = parcels
+            .iter()
+            .filter(|p| !p.copy)
+            .flat_map(|p| p.jobs.clone())
+            .collect();
         loop {
             let mut seen = self.leave_parcels(leaving, parcels).await;
             seen.extend(self.look_at_parcels(leaving, parcels).await);
@@ -219,7 +247,8 @@ impl NodeInner {
                     self.give_back(std::mem::take(&mut first).iter(), false)
                         .await;
                 } else {
-                    self.give_back(parcels.iter().flat_map(|p| p.jobs.iter()), true)
+                    let unread = parcels.iter().filter(|p| !p.copy);
+                    self.give_back(unread.flat_map(|p| p.jobs.iter()), true)
                         .await;
                 }
                 given_back = Some(identity.clone());
@@ -385,6 +414,20 @@ impl NodeInner {
         )
     }
 
+    /// The node of each registered worker, as the membership replica shows.
+    fn node_of_workers(&self) -> HashMap<String, String> {
+        self.store
+            .maps
+            .workers
+            .snapshot()
+            .iter()
+            .filter_map(|(worker, raw)| {
+                let node = crate::store::records::WorkerEntry::parse(raw)?.node?;
+                Some((worker.clone(), node))
+            })
+            .collect()
+    }
+
     /// Sends `parcel` to the worker the ring now gives its first key
     /// (leaving out the workers found dead). When no other worker is in the
     /// ring, it keeps its worker to try again with `wait` (the pool
@@ -443,4 +486,26 @@ impl NodeInner {
             tracing::debug!(key = job.key, error = %e, "closing: giving back a job passed on failed");
         }
     }
+}
+
+/// A second worker to keep the end of `key`'s run besides `first`: the
+/// ring's choice among the workers of other nodes than `first`'s (a crash
+/// or a partition takes a process's workers together), else among the
+/// other workers; `None` when no other worker is left.
+fn second_keeper<'a>(
+    ring: &'a Ring,
+    key: &str,
+    leaving: &str,
+    first: &str,
+    node_of: &HashMap<String, String>,
+) -> Option<&'a str> {
+    if first.is_empty() {
+        return None;
+    }
+    let first_node = node_of.get(first);
+    let other = |w: &str| w != leaving && w != first;
+    ring.owner_among(key, |w| {
+        other(w) && first_node.is_none_or(|n| node_of.get(w) != Some(n))
+    })
+    .or_else(|| ring.owner_among(key, other))
 }

@@ -334,3 +334,50 @@ async fn a_start_of_a_run_stopped_here_is_not_forwarded() {
     s.a.close().await.unwrap();
     s.b.close().await.unwrap();
 }
+
+/// A close leaves the end of each run its worker stopped with workers on
+/// two other nodes, not one: after a rollback, whichever of them is
+/// reachable makes the end stand. With one keeper, a soak found a stop
+/// undone when Redis went back in time while that keeper's process was
+/// cut off: the departed worker's record came back, its cleanup handed
+/// the job on, and the only memory of the stop was out of reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_leaves_each_end_with_two_nodes() {
+    let server = RedisServer::start().unwrap();
+    let (name, options) = pool_and_options();
+    let (client, a, b, wa, wb) =
+        two_nodes_with_options(&server, &name, options.clone(), Counting::default()).await;
+    let c = Node::join(&client, &name, options).await.unwrap();
+    let wc = Worker::new(&c, Counting::default()).await.unwrap();
+    wait_until(Duration::from_secs(5), "three workers seen", || async {
+        [&a, &b, &c].iter().all(|n| n.pool_workers().len() == 3)
+    })
+    .await
+    .unwrap();
+    let key = key_placed_on(&a, &wb).await;
+    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    wait_until(Duration::from_secs(5), "the job runs on b", || async {
+        wb.job_keys().contains(&key)
+    })
+    .await
+    .unwrap();
+    let token = wb.job_token(&key).unwrap();
+    a.stop_job(&key).await.unwrap();
+    b.close().await.unwrap();
+
+    let keeps = |w: &Worker| {
+        w.inner
+            .handed_off
+            .ended()
+            .into_iter()
+            .any(|(k, ended)| k == key && ended >= token)
+    };
+    assert!(
+        keeps(&wa) && keeps(&wc),
+        "the end of the run b stopped is kept by a: {}, by c: {}",
+        keeps(&wa),
+        keeps(&wc)
+    );
+    a.close().await.unwrap();
+    c.close().await.unwrap();
+}

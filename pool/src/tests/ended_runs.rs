@@ -49,6 +49,21 @@ async fn bring_back(client: &Client, name: &str, key: &str, state: &[Option<Byte
     }
 }
 
+/// Dispatches, from `node`, a key the ring places on `worker`, and waits
+/// until it runs there.
+async fn running_on(node: &Node, worker: &Worker) -> String {
+    let key = key_placed_on(node, worker).await;
+    node.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        "the job runs on its worker",
+        || async { worker.job_keys().contains(&key) },
+    )
+    .await
+    .unwrap();
+    key
+}
+
 /// A new pool's name and its nodes' options (renewals every second).
 fn pool_and_options() -> (String, NodeOptions) {
     let name = flotilla_testkit::unique_name("close-after-rollback");
@@ -75,13 +90,7 @@ async fn a_close_does_not_hand_on_a_run_its_worker_stopped() {
     let stays = Counting::default();
     let (client, a, b, wa, wb) =
         two_nodes_with_options(&server, &name, options, stays.clone()).await;
-    let key = key_placed_on(&a, &wb).await;
-    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
-    wait_until(Duration::from_secs(5), "the job runs on b", || async {
-        wb.job_keys().contains(&key)
-    })
-    .await
-    .unwrap();
+    let key = running_on(&a, &wb).await;
     let before_stop = held(&client, &name, &key).await;
     let record = before_stop[0].clone().expect("the run's owner record");
     assert!(record.starts_with(wb.id().as_bytes()), "{record:?}");
@@ -354,13 +363,7 @@ async fn a_close_leaves_each_end_with_two_nodes() {
     })
     .await
     .unwrap();
-    let key = key_placed_on(&a, &wb).await;
-    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
-    wait_until(Duration::from_secs(5), "the job runs on b", || async {
-        wb.job_keys().contains(&key)
-    })
-    .await
-    .unwrap();
+    let key = running_on(&a, &wb).await;
     let token = wb.job_token(&key).unwrap();
     a.stop_job(&key).await.unwrap();
     b.close().await.unwrap();

@@ -95,6 +95,28 @@ struct Inner {
     /// Each job with the instant it is forgotten.
     recent: VecDeque<Remembered>,
     newest: HashMap<String, (Instant, u64)>,
+    /// Per key, the highest counter of an end remembered and until when:
+    /// looked up at every start (see [`Handoffs::ended_counter`]), where a
+    /// scan of `recent` would cost one step per job remembered.
+    ends: HashMap<String, (Instant, u64)>,
+}
+
+impl Inner {
+    fn note_end(&mut self, key: &str, until: Instant, counter: u64) {
+        note_end(&mut self.ends, key, until, counter);
+    }
+}
+
+/// Raises `key`'s end in `ends` to `counter`, remembered until `until` at
+/// least. Keeping a higher counter past an older entry's expiry never
+/// covers a newer run: new runs get tokens above the key's counter.
+fn note_end(ends: &mut HashMap<String, (Instant, u64)>, key: &str, until: Instant, counter: u64) {
+    match ends.get_mut(key) {
+        Some(end) => *end = (end.0.max(until), end.1.max(counter)),
+        None => {
+            ends.insert(key.to_string(), (until, counter));
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -155,19 +177,36 @@ impl Handoffs {
             .front()
             .is_some_and(|r| inner.recent.len() >= MAX || r.until <= now)
         {
-            if let Some(Remembered { handed: old, .. }) = inner.recent.pop_front()
-                && inner
-                    .newest
-                    .get(&old.key)
-                    .is_some_and(|(_, t)| *t == old.token)
+            let Some(Remembered { handed: old, .. }) = inner.recent.pop_front() else {
+                break;
+            };
+            if inner
+                .newest
+                .get(&old.key)
+                .is_some_and(|(_, t)| *t == old.token)
             {
                 inner.newest.remove(&old.key);
             }
+            if inner
+                .ends
+                .get(&old.key)
+                .is_some_and(|(until, _)| *until <= now)
+            {
+                inner.ends.remove(&old.key);
+            }
+        }
+        // Ends of entries dropped early (over `MAX`), rarely: a whole pass
+        // only when the index outgrows what is remembered.
+        if inner.ends.len() > inner.recent.len() {
+            inner.ends.retain(|_, (until, _)| *until > now);
         }
         let until = now + keep;
         let newest = inner.newest.entry(handed.key.clone()).or_insert((until, 0));
         if handed.token >= newest.1 {
             *newest = (until.max(newest.0), handed.token);
+        }
+        if let Some(counter) = ended_at {
+            inner.note_end(&handed.key, until, counter);
         }
         inner.recent.push_back(Remembered {
             until,
@@ -219,12 +258,15 @@ impl Handoffs {
         }
         let until = Instant::now() + ENDS_REMEMBERED;
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        for r in inner.recent.iter_mut() {
+        let Inner { recent, ends, .. } = &mut *inner;
+        for r in recent.iter_mut() {
             if let Some((token, counter)) = by_key.get(r.handed.key.as_str())
                 && r.handed.token <= *token
             {
-                r.ended_at = Some(r.ended_at.unwrap_or(0).max(*counter));
+                let ended_at = r.ended_at.unwrap_or(0).max(*counter);
+                r.ended_at = Some(ended_at);
                 r.until = r.until.max(until);
+                note_end(ends, &r.handed.key, r.until, ended_at);
             }
         }
     }
@@ -234,14 +276,12 @@ impl Handoffs {
     pub(crate) fn ended(&self) -> Vec<(String, u64)> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        let mut ended: HashMap<&str, u64> = HashMap::new();
-        for r in inner.recent.iter().filter(|r| r.until > now) {
-            if let Some(counter) = r.ended_at {
-                let top = ended.entry(r.handed.key.as_str()).or_insert(counter);
-                *top = (*top).max(counter);
-            }
-        }
-        ended.into_iter().map(|(k, c)| (k.to_string(), c)).collect()
+        inner
+            .ends
+            .iter()
+            .filter(|(_, (until, _))| *until > now)
+            .map(|(key, (_, counter))| (key.clone(), *counter))
+            .collect()
     }
 
     /// The counter Redis showed when a run of `key` this worker passed on
@@ -250,11 +290,10 @@ impl Handoffs {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         inner
-            .recent
-            .iter()
-            .filter(|r| r.until > now && r.handed.key == key)
-            .filter_map(|r| r.ended_at)
-            .max()
+            .ends
+            .get(key)
+            .filter(|(until, _)| *until > now)
+            .map(|(_, counter)| *counter)
     }
 
     /// Whether this worker passed `key` on, and still remembers it, with a
@@ -328,6 +367,27 @@ mod tests {
         assert_eq!(handoffs.ended_counter("a"), Some(7));
         assert_eq!(handoffs.ended_counter("b"), None, "not ended");
         assert_eq!(handoffs.ended_counter("c"), None, "an older run ended");
+    }
+
+    #[test]
+    fn ends_taken_over_are_found_by_key_until_they_expire() {
+        let handoffs = Handoffs::default();
+        let end = |key: &str, token| HandedOff {
+            key: key.into(),
+            token,
+            created_at_ms: 0,
+            body: Bytes::new(),
+        };
+        handoffs.take_over(end("gone", 2), Duration::ZERO, Some(2));
+        handoffs.take_over(end("a", 3), ENDS_REMEMBERED, Some(3));
+        handoffs.take_over(end("a", 5), ENDS_REMEMBERED, Some(6));
+        handoffs.take_over(end("a", 4), ENDS_REMEMBERED, Some(4));
+        assert_eq!(handoffs.ended_counter("a"), Some(6), "the highest end");
+        assert_eq!(handoffs.ended_counter("gone"), None, "expired");
+        assert_eq!(handoffs.ended(), [("a".to_string(), 6)]);
+        // The expired entry, oldest, went with the next one remembered,
+        // and its end with it.
+        assert!(!handoffs.inner.lock().unwrap().ends.contains_key("gone"));
     }
 
     #[test]

@@ -325,7 +325,6 @@ impl WorkerInner {
         Ok(())
     }
 
-    /// The Redis side of start entry `event` in this worker's inbox.
     /// The token up to which every run of `key` is over by this worker's
     /// memory, when that covers `token`: a run it stopped on request, or
     /// one it passed on that ended since (the key's counter when Redis
@@ -336,6 +335,7 @@ impl WorkerInner {
         stopped.max(passed_on).filter(|ended| token <= *ended)
     }
 
+    /// The Redis side of start entry `event` in this worker's inbox.
     fn start_to_record(
         &self,
         node: &NodeInner,

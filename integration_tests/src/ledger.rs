@@ -55,6 +55,30 @@ pub enum Record {
         /// Worker id.
         worker: String,
     },
+    /// A run ended on its own (lifecycle keys, see the worker's
+    /// `--lifecycle`): the handler's work stopped and it reported the end
+    /// through the job's `JobOutcome`. The run ends here; the pool then
+    /// records the end (`finished`: the job leaves the pool) or restarts
+    /// the job after a backoff (`failed`).
+    Ended {
+        /// Job key.
+        key: String,
+        /// Worker id.
+        worker: String,
+        /// Fencing token of the run.
+        token: u64,
+        /// `finished` or `failed`.
+        outcome: String,
+    },
+    /// The pool recorded a finished run in Redis (the worker logged
+    /// `job finished`): the job left the pool, and no run of the key may
+    /// follow until it is dispatched again.
+    Finished {
+        /// Job key.
+        key: String,
+        /// Fencing token of the run that finished.
+        token: u64,
+    },
     /// The pool's active workers (the ring) as a worker process sees them.
     Ring {
         /// Active worker ids, sorted.

@@ -5,6 +5,8 @@
 //!   requests, faults), each line stamped with the host's monotonic clock
 //!   and an estimate of Redis server time ([`clock`]).
 //! * [`checker`]: checks invariants I1–I4 over those ledgers.
+//! * [`lifecycle`]: jobs that end on their own (fail and restart, or
+//!   finish), for runs with `--lifecycle`.
 //! * [`process`]: spawns `flotilla-test-worker` processes (killed on drop)
 //!   and signals them (`SIGKILL`, `SIGSTOP`/`SIGCONT`, `SIGTERM`).
 //! * [`driver`]: the chaos driver: dispatchers, worker processes behind
@@ -29,4 +31,5 @@ pub mod checker;
 pub mod clock;
 pub mod driver;
 pub mod ledger;
+pub mod lifecycle;
 pub mod process;

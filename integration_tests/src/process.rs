@@ -35,6 +35,9 @@ pub struct WorkerSpec {
     /// Whether the process's node mirrors the pool's jobs and pending maps
     /// (`NodeOptions::mirror_jobs`).
     pub mirror_jobs: bool,
+    /// Some keys' runs end on their own (`--lifecycle`, see
+    /// [`crate::lifecycle`]).
+    pub lifecycle: bool,
 }
 
 /// A running worker process.
@@ -146,6 +149,9 @@ impl WorkerProcess {
         let mut command = Command::new(&spec.binary);
         if !spec.mirror_jobs {
             command.arg("--no-job-replicas");
+        }
+        if spec.lifecycle {
+            command.arg("--lifecycle");
         }
         let mut child = command
             .arg("--redis")

@@ -42,6 +42,7 @@ impl HaHarness {
         for i in 0..processes {
             let spec = WorkerSpec {
                 mirror_jobs: true,
+                lifecycle: false,
                 binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
                 redis_url: ha.url(),
                 pool: pool.clone(),

@@ -26,6 +26,10 @@ struct Args {
     /// Worker processes at the start (4–6 recommended).
     #[arg(long, default_value_t = 4)]
     workers: usize,
+    /// Workers in each worker process (each its own lease and inbox, one
+    /// node per process).
+    #[arg(long, default_value_t = ChaosOptions::default().workers_per_process)]
+    workers_per_process: usize,
     /// Seed of the fault schedule and the load.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -34,11 +38,14 @@ struct Args {
     /// failover, freeze-redis, slow, cut-rollback, cut-empty, pause-rollback,
     /// flap, cut-one, deaf, cut-remove, join-kill, pause-remove,
     /// cut-dispatcher, flush, stop-leave, cut-flush-join, rollback-twice,
-    /// loss-kill (default: all that apply; failover only with --sentinel).
+    /// loss-kill, oom, read-only, drop-clients (default: all that apply;
+    /// failover only with --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,
-    /// Worker TTL the run used, for `--recheck` (ms).
-    #[arg(long, default_value_t = 2000)]
+    /// Worker TTL of every node (ms); with `--recheck`, the TTL the run
+    /// used. Fault holds, recovery limits and the checker's windows scale
+    /// with it; the handlers' stops must fit in a sixth of it.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(200..))]
     ttl_ms: u64,
     /// Print the summary as JSON instead of a table.
     #[arg(long)]
@@ -71,7 +78,7 @@ struct Args {
     #[arg(long, default_value_t = ChaosOptions::default().stop_ms.0)]
     stop_min_ms: u64,
     /// Longest handler stop (ms); at most the workers' stop budget, a
-    /// sixth of the 2 s TTL (333), or the run is refused.
+    /// sixth of the TTL (333 for the default 2 s), or the run is refused.
     #[arg(long, default_value_t = ChaosOptions::default().stop_ms.1)]
     stop_max_ms: u64,
     /// Half the nodes do not mirror the jobs and pending maps (every other
@@ -87,6 +94,11 @@ struct Args {
     /// final check requires full recovery.
     #[arg(long)]
     overlap: bool,
+    /// Some keys' runs end on their own: 1 in 8 fail every 0.3–4 s (the
+    /// pool restarts them after a backoff), 1 in 8 finish 1–8 s after each
+    /// start; a recorded finish must hold like a stop.
+    #[arg(long)]
+    lifecycle: bool,
 }
 
 fn parse_fault(s: &str) -> Result<FaultKind, String> {
@@ -125,12 +137,15 @@ async fn main() -> ExitCode {
     let mut options = ChaosOptions::default()
         .duration(args.duration)
         .worker_processes(args.workers)
+        .workers_per_process(args.workers_per_process)
+        .ttl(Duration::from_millis(args.ttl_ms))
         .seed(args.seed)
         .keys(args.keys)
         .stop_ms(args.stop_min_ms, args.stop_max_ms)
         .lean_nodes(args.lean_nodes)
         .all_lean(args.all_lean)
-        .overlap(args.overlap);
+        .overlap(args.overlap)
+        .lifecycle(args.lifecycle);
     let with_sentinel = [
         FaultKind::Kill,
         FaultKind::Pause,

@@ -22,11 +22,15 @@ use bytes::Bytes;
 use clap::Parser;
 use flotilla_integration_tests::clock::ServerClock;
 use flotilla_integration_tests::ledger::{LedgerWriter, Record};
+use flotilla_integration_tests::lifecycle::{self, FINISHED_TARGET, FinishedLayer, RunTimers};
 use flotilla_integration_tests::process::READY_PREFIX;
 use flotilla_pool::{Handler, HandlerError, Job, Node, NodeOptions, Worker};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -59,6 +63,11 @@ struct Args {
     /// them (`mirror_jobs(true)`, set explicitly).
     #[arg(long)]
     no_job_replicas: bool,
+    /// Some keys' runs end on their own: 1 in 8 fail after a while (the
+    /// pool restarts them), 1 in 8 finish (see
+    /// `flotilla_integration_tests::lifecycle`).
+    #[arg(long)]
+    lifecycle: bool,
 }
 
 /// Records starts and stops; runs nothing else (a job "runs" between them).
@@ -70,6 +79,8 @@ struct LedgerHandler {
     ledger: LedgerWriter,
     /// Range of `stop` durations in ms.
     stop_ms: (u64, u64),
+    /// Runs that end on their own (`--lifecycle`), else `None`.
+    lifecycle: Option<RunTimers>,
 }
 
 impl LedgerHandler {
@@ -85,15 +96,24 @@ impl LedgerHandler {
 #[async_trait]
 impl Handler for LedgerHandler {
     async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        let worker = self.worker_id().await;
         self.ledger.record(Record::Start {
-            key: job.key,
+            key: job.key.clone(),
             token: job.fencing_token,
-            worker: self.worker_id().await,
+            worker: worker.clone(),
         });
+        if let Some(runs) = &self.lifecycle {
+            runs.begin(&job, &worker, &self.ledger);
+        }
         Ok(())
     }
 
     async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        if self.lifecycle.as_ref().is_some_and(|runs| runs.end(key)) {
+            // The run ended on its own (its `ended` line is written): the
+            // pool stops what is left of it, which is nothing.
+            return Ok(());
+        }
         let (min, max) = self.stop_ms;
         if max > 0 {
             let ms = rand::Rng::random_range(&mut rand::rng(), min..=max.max(min));
@@ -187,14 +207,27 @@ impl metrics::Recorder for LeaseLossRecorder {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+    // The log as RUST_LOG asks, and, whatever it asks, the pool's `job
+    // finished` events into the ledger.
+    let finished = FinishedLayer::default();
+    let finished_ledger = finished.ledger();
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+                ),
         )
-        .with_writer(std::io::stderr)
+        .with(
+            finished.with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target(FINISHED_TARGET, tracing::Level::INFO),
+            ),
+        )
         .init();
-    match run(args).await {
+    match run(args, finished_ledger).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("flotilla-test-worker: {e}");
@@ -228,7 +261,10 @@ async fn connect_through_sentinel(
     }
 }
 
-async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(
+    args: Args,
+    finished_ledger: Arc<OnceLock<LedgerWriter>>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let ttl = Duration::from_millis(args.ttl_ms);
     let lease_loss_ledger = Arc::new(OnceLock::new());
     if metrics::set_global_recorder(LeaseLossRecorder {
@@ -242,7 +278,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .worker_ttl(ttl)
         .ack_grace(ttl)
         .dispatch_timeout(Duration::from_secs(5))
-        .mirror_jobs(!args.no_job_replicas);
+        .mirror_jobs(!args.no_job_replicas)
+        .restart_policy(lifecycle::restart_policy());
     // Behind Sentinel the node connects by URL (and follows failovers);
     // otherwise through the test client, which trusts a private TLS server.
     let connected = if args.redis.contains("-sentinel://") {
@@ -264,6 +301,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     let ledger = LedgerWriter::open(&args.ledger, clock)?;
     let _ = lease_loss_ledger.set(ledger.clone());
+    let _ = finished_ledger.set(ledger.clone());
     let node = match connected {
         Some(node) => node,
         None => Node::join(&client, &args.pool, options).await?,
@@ -278,6 +316,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 worker: id_rx,
                 ledger: ledger.clone(),
                 stop_ms: (args.stop_min_ms, args.stop_max_ms),
+                lifecycle: args.lifecycle.then(RunTimers::default),
             },
         )
         .await?;

@@ -114,7 +114,12 @@ pub(super) fn check_admissions(
                     }
                 }
             }
-            Record::StopSent { key } => {
+            // A run that finished on its own ends the pair too: the key
+            // left the pool (recorded, or about to be).
+            Record::StopSent { key } | Record::Finished { key, .. } => {
+                last_admit.remove(key.as_str());
+            }
+            Record::Ended { key, outcome, .. } if outcome == "finished" => {
                 last_admit.remove(key.as_str());
             }
             _ => {}
@@ -210,12 +215,43 @@ pub(super) fn check_running_at(
     report: &mut Report,
 ) {
     let mut expect: BTreeMap<&str, (u64, Expect)> = BTreeMap::new();
+    // `--lifecycle` runs: per key, the last dispatch sent, the last run
+    // that finished on its own (reported or recorded) and the last that
+    // failed (restarted by the pool after a backoff).
+    let mut sent: HashMap<&str, u64> = HashMap::new();
+    let mut finished: HashMap<&str, u64> = HashMap::new();
+    let mut failed: HashMap<&str, u64> = HashMap::new();
     for (t, r) in driver {
         if *t > end {
             break;
         }
         let (key, e) = match r {
+            Record::DispatchSent { key } => {
+                sent.insert(key, *t);
+                continue;
+            }
+            // `JobExists` for a dispatch sent before the key finished: the
+            // answer is older than the finish, whatever order the two
+            // processes wrote them in.
+            Record::Exists { key } if finished.get(key.as_str()) > sent.get(key.as_str()) => {
+                (key, Expect::Unknown)
+            }
             Record::Admit { key, .. } | Record::Exists { key } => (key, Expect::Running),
+            // The pool recorded the finish: the key must run nowhere.
+            Record::Finished { key, .. } => {
+                finished.insert(key, *t);
+                (key, Expect::Stopped)
+            }
+            // Reported: it ends unless the report comes too late (the run
+            // was stopped or moved meanwhile) and the pool runs it again.
+            Record::Ended { key, outcome, .. } if outcome == "finished" => {
+                finished.insert(key, *t);
+                (key, Expect::Unknown)
+            }
+            Record::Ended { key, .. } => {
+                failed.insert(key, *t);
+                continue;
+            }
             Record::DispatchUnknown { key } | Record::StopSent { key } => (key, Expect::Unknown),
             Record::StopDone { key, outcome } if outcome == "ok" || outcome == "not_found" => {
                 (key, Expect::Stopped)
@@ -243,7 +279,12 @@ pub(super) fn check_running_at(
     for (key, (since, e)) in expect {
         match e {
             Expect::Running if !running.contains_key(key) => {
-                if lost_with_killed_holder(key, since, end, intervals, faults, windows) {
+                let restarting = failed.get(key).is_some_and(|f| {
+                    end.saturating_sub(*f) <= options.restart_within.as_nanos() as u64
+                });
+                if restarting {
+                    report.restarting_at_end += 1;
+                } else if lost_with_killed_holder(key, since, end, intervals, faults, windows) {
                     report.lost_with_killed_holder.push(key.to_string());
                 } else {
                     report.violations.push(Violation::NotRunning {

@@ -64,6 +64,7 @@ use serde::Serialize;
 
 use crate::ledger::{FaultKind, Line, Record};
 
+mod finishes;
 mod losses;
 mod stops;
 
@@ -117,6 +118,11 @@ pub struct CheckOptions {
     /// within this (1.5 × TTL); a data loss within it of the kill takes
     /// them (I2, see `lost_with_killed_holder`). Default: 3 s.
     pub failover_within: Duration,
+    /// How long after a run failed on its own (`--lifecycle`) the pool may
+    /// still be waiting to restart it (its backoff): a key in that window
+    /// at the I2 check instant is counted, not required to run. Default:
+    /// 3 s ([`crate::lifecycle::RESTART_WITHIN`]).
+    pub restart_within: Duration,
 }
 
 impl Default for CheckOptions {
@@ -133,6 +139,7 @@ impl Default for CheckOptions {
             notice_within: Duration::from_millis(667),
             orphan_exposure: Duration::from_secs(12),
             failover_within: Duration::from_secs(3),
+            restart_within: crate::lifecycle::RESTART_WITHIN,
         }
     }
 }
@@ -216,6 +223,16 @@ pub enum Violation {
         /// The interval that ran after it.
         interval: Interval,
     },
+    /// I2: the pool recorded that a run finished (the job left the pool),
+    /// yet a run of the key followed before any new dispatch of it.
+    FinishUndone {
+        /// When the finish was recorded, ns.
+        finished_at: u64,
+        /// The fencing token of the run that finished.
+        token: u64,
+        /// The run that followed.
+        interval: Interval,
+    },
     /// I4: a worker gave up a key it still owned in every ring view nearby.
     NeedlessMove {
         /// Job key.
@@ -269,6 +286,16 @@ impl fmt::Display for Violation {
                 ms(*stopped_at),
                 iv(interval)
             ),
+            Violation::FinishUndone {
+                finished_at,
+                token,
+                interval,
+            } => write!(
+                f,
+                "I2 finish undone: run {token} finished (recorded) at {:.1} ms, yet {} ran after it",
+                ms(*finished_at),
+                iv(interval)
+            ),
             Violation::NeedlessMove { key, worker, at } => write!(
                 f,
                 "I4 needless move: {key} left {worker} at {:.1} ms though it still owned it",
@@ -306,6 +333,17 @@ pub struct Report {
     /// and Redis lost its data before anything restarted the key (see
     /// `lost_with_killed_holder`). Counted, not flagged.
     pub lost_with_killed_holder: Vec<String>,
+    /// Finishes recorded by the pool (`--lifecycle` runs) checked to hold.
+    pub finishes_checked: usize,
+    /// Recorded finishes undone after Redis lost data while the process
+    /// that recorded the finish (the only one that remembers it) had been
+    /// killed: two faults took every memory of the end. Counted, not
+    /// flagged.
+    pub finishes_lost_with_killed_holder: usize,
+    /// Keys admitted and not running at the I2 check instant because their
+    /// last run failed within `restart_within` before it (the pool waits
+    /// out a backoff before the restart).
+    pub restarting_at_end: usize,
 }
 
 impl Report {
@@ -350,6 +388,8 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
                         | Record::DispatchUnknown { .. }
                         | Record::StopSent { .. }
                         | Record::StopDone { .. }
+                        | Record::Ended { .. }
+                        | Record::Finished { .. }
                 )
             })
             .map(|l| (time(l), &l.record))
@@ -359,6 +399,7 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
     };
     losses::check_admissions(&driver, &intervals, &faults, options, &mut report);
     stops::check_stops_hold(&driver, &intervals, options, &mut report);
+    finishes::check_finishes_hold(ledgers, &time, &driver, &intervals, &faults, &mut report);
     if let Some(end) = options.end_ns {
         losses::check_running_at(end, &driver, &intervals, &faults, options, &mut report);
     }
@@ -441,7 +482,7 @@ fn build_intervals(
                         },
                     );
                 }
-                Record::Stop { key, worker } => {
+                Record::Stop { key, worker } | Record::Ended { key, worker, .. } => {
                     if let Some(mut prev) = open.remove(&(worker.clone(), key.clone())) {
                         prev.end = Some(t);
                         out.push(prev);

@@ -4,7 +4,7 @@ use super::*;
 
 const MS: u64 = 1_000_000;
 
-fn line(pid: u32, at_ms: u64, record: Record) -> Line {
+pub(super) fn line(pid: u32, at_ms: u64, record: Record) -> Line {
     Line {
         pid,
         mono_ns: at_ms * MS,
@@ -57,7 +57,7 @@ pub(super) fn untargeted(at: u64, kind: FaultKind, end: bool) -> Line {
     )
 }
 
-fn dispatch_sent(at: u64, key: &str) -> Line {
+pub(super) fn dispatch_sent(at: u64, key: &str) -> Line {
     line(1, at, Record::DispatchSent { key: key.into() })
 }
 
@@ -93,6 +93,7 @@ pub(super) fn kinds(report: &Report) -> Vec<&'static str> {
             Violation::DoubleAdmission { .. } => "double",
             Violation::NeedlessMove { .. } => "needless",
             Violation::StopUndone { .. } => "stop_undone",
+            Violation::FinishUndone { .. } => "finish_undone",
         })
         .collect()
 }
@@ -456,3 +457,6 @@ fn a_stop_answer_must_hold_until_the_next_dispatch() {
 
 #[path = "readmission_tests.rs"]
 mod readmission_tests;
+
+#[path = "lifecycle_tests.rs"]
+mod lifecycle_tests;

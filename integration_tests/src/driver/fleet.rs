@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use flotilla_testkit::FaultProxy;
 
+use crate::clock::mono_ns;
 use crate::ledger::{LedgerTail, Record};
+use crate::lifecycle::RESTART_WITHIN;
 use crate::process::{ProcessError, StartingWorker, WorkerProcess, WorkerSpec};
 
 /// What a worker process is going through.
@@ -41,6 +43,8 @@ pub(crate) struct Fleet {
     pub(crate) lean: bool,
     /// No process started mirrors them (takes precedence over `lean`).
     pub(crate) all_lean: bool,
+    /// Every process started runs lifecycle keys (`--lifecycle`).
+    pub(crate) lifecycle: bool,
     dir: PathBuf,
     next: usize,
     /// Every ledger file ever used (also of processes gone).
@@ -48,6 +52,11 @@ pub(crate) struct Fleet {
     tails: Vec<LedgerTail>,
     /// key → pid → workers running it, from the ledgers.
     running: HashMap<String, HashMap<u32, HashSet<String>>>,
+    /// key → when its last run ended on its own (monotonic ns) and whether
+    /// it finished (else it failed).
+    ended: HashMap<String, (u64, bool)>,
+    /// key → when it last started (monotonic ns).
+    started: HashMap<String, u64>,
     /// The URL the processes connect to instead of their proxy (a Sentinel
     /// deployment's; the proxy then stays idle).
     pub(crate) redis_url: Option<String>,
@@ -71,11 +80,14 @@ impl Fleet {
             stop_ms,
             lean: false,
             all_lean: false,
+            lifecycle: false,
             dir,
             next: 0,
             ledgers: Vec::new(),
             tails: Vec::new(),
             running: HashMap::new(),
+            ended: HashMap::new(),
+            started: HashMap::new(),
             redis_url: None,
         }
     }
@@ -116,6 +128,7 @@ impl Fleet {
             ledger,
             stop_ms: self.stop_ms,
             mirror_jobs: !(self.all_lean || (self.lean && self.next.is_multiple_of(2))),
+            lifecycle: self.lifecycle,
         };
         Ok((WorkerProcess::start(&spec)?, proxy))
     }
@@ -179,9 +192,22 @@ impl Fleet {
         let alive: HashSet<u32> = self.members.iter().map(|m| m.process.pid()).collect();
         for tail in &mut self.tails {
             let Ok(lines) = tail.read_new() else { continue };
-            for l in lines.into_iter().filter(|l| alive.contains(&l.pid)) {
+            for l in lines {
+                // A run that ended on its own tells about the key whatever
+                // became of its process since (removed before this read).
+                if let Record::Ended { key, outcome, .. } = &l.record {
+                    let newer = self.ended.get(key).is_none_or(|(at, _)| *at < l.mono_ns);
+                    if newer {
+                        self.ended
+                            .insert(key.clone(), (l.mono_ns, outcome == "finished"));
+                    }
+                }
+                if !alive.contains(&l.pid) {
+                    continue;
+                }
                 match l.record {
                     Record::Start { key, worker, .. } => {
+                        self.started.insert(key.clone(), l.mono_ns);
                         self.running
                             .entry(key)
                             .or_default()
@@ -189,20 +215,24 @@ impl Fleet {
                             .or_default()
                             .insert(worker);
                     }
-                    Record::Stop { key, worker } => {
-                        if let Some(pids) = self.running.get_mut(&key)
-                            && let Some(workers) = pids.get_mut(&l.pid)
-                        {
-                            workers.remove(&worker);
-                            if workers.is_empty() {
-                                pids.remove(&l.pid);
-                            }
-                        }
+                    Record::Ended { key, worker, .. } | Record::Stop { key, worker } => {
+                        forget_run(&mut self.running, &key, l.pid, &worker)
                     }
                     _ => {}
                 }
             }
         }
+    }
+
+    /// Whether `key` is not expected to run now although the load last
+    /// admitted it: its last run finished on its own, or failed within
+    /// [`RESTART_WITHIN`] (the pool restarts it after a backoff).
+    pub(crate) fn ended_on_its_own(&self, key: &str) -> bool {
+        let started = self.started.get(key).copied().unwrap_or(0);
+        self.ended.get(key).is_some_and(|(at, finished)| {
+            *at > started
+                && (*finished || mono_ns().saturating_sub(*at) < RESTART_WITHIN.as_nanos() as u64)
+        })
     }
 
     /// Whether `key` runs on a member that is up.
@@ -222,6 +252,23 @@ impl Fleet {
         for mut m in self.members.drain(..) {
             let _ = m.process.signal(nix::sys::signal::Signal::SIGCONT);
             let _ = m.process.sigkill().await;
+        }
+    }
+}
+
+/// Forgets the run of `key` on `worker` of process `pid` in the live view.
+fn forget_run(
+    running: &mut HashMap<String, HashMap<u32, HashSet<String>>>,
+    key: &str,
+    pid: u32,
+    worker: &str,
+) {
+    if let Some(pids) = running.get_mut(key)
+        && let Some(workers) = pids.get_mut(&pid)
+    {
+        workers.remove(worker);
+        if workers.is_empty() {
+            pids.remove(&pid);
         }
     }
 }

@@ -149,6 +149,17 @@ impl ChaosSummary {
                 "stop answers checked to hold",
                 self.report.stops_checked.to_string(),
             ),
+            (
+                "recorded finishes checked to hold (undone with a killed holder and Redis's data)",
+                format!(
+                    "{} ({})",
+                    self.report.finishes_checked, self.report.finishes_lost_with_killed_holder
+                ),
+            ),
+            (
+                "keys waiting out a restart backoff at the end",
+                self.report.restarting_at_end.to_string(),
+            ),
             ("keys running at the end", self.running_at_end.to_string()),
             (
                 "final convergence",
@@ -218,6 +229,9 @@ impl ChaosSummary {
             "lost_with_killed_holder": self.report.lost_with_killed_holder,
             "moves_checked": self.report.moves_checked,
             "stops_checked": self.report.stops_checked,
+            "finishes_checked": self.report.finishes_checked,
+            "finishes_lost_with_killed_holder": self.report.finishes_lost_with_killed_holder,
+            "restarting_at_end": self.report.restarting_at_end,
             "violations": self.violations,
             "passed": self.passed(),
         })

@@ -1,0 +1,74 @@
+//! Finishes hold (`--lifecycle` runs): once the pool recorded that a run
+//! finished (the worker logged `job finished`, a [`Record::Finished`] line),
+//! the job has left the pool, and no run of its key may follow until the
+//! load dispatches it again — the same promise as a stop's.
+//!
+//! A finish is remembered by the worker that recorded it (its stop
+//! tombstones) and by Redis. When Redis lost data after the finish while
+//! that worker's process had been killed, both memories are gone: such a
+//! finish undone is counted (`finishes_lost_with_killed_holder`), not
+//! flagged.
+
+use std::collections::HashMap;
+
+use super::{FaultSpan, Interval, Report, Violation};
+use crate::ledger::{FaultKind, Line, Record};
+
+pub(super) fn check_finishes_hold(
+    ledgers: &[Vec<Line>],
+    time: &impl Fn(&Line) -> u64,
+    driver: &[(u64, &Record)],
+    intervals: &[Interval],
+    faults: &[FaultSpan],
+    report: &mut Report,
+) {
+    let mut by_key: HashMap<&str, Vec<&Interval>> = HashMap::new();
+    for iv in intervals {
+        by_key.entry(iv.key.as_str()).or_default().push(iv);
+    }
+    // Per key, when a dispatch that may start it again was sent.
+    let mut sent: HashMap<&str, Vec<u64>> = HashMap::new();
+    for (t, r) in driver {
+        if let Record::DispatchSent { key } = r {
+            sent.entry(key.as_str()).or_default().push(*t);
+        }
+    }
+    for line in ledgers.iter().flatten() {
+        let Record::Finished { key, token } = &line.record else {
+            continue;
+        };
+        let at = time(line);
+        report.finishes_checked += 1;
+        let until = sent
+            .get(key.as_str())
+            .and_then(|ts| ts.iter().find(|s| **s > at).copied())
+            .unwrap_or(u64::MAX);
+        for iv in by_key.get(key.as_str()).into_iter().flatten() {
+            // A run open across the finish is an overlap, reported as such.
+            let after = iv.token != *token && iv.start >= at && iv.start < until;
+            if !after {
+                continue;
+            }
+            if lost_with_killed_holder(line.pid, at, iv.start, faults) {
+                report.finishes_lost_with_killed_holder += 1;
+                continue;
+            }
+            report.violations.push(Violation::FinishUndone {
+                finished_at: at,
+                token: *token,
+                interval: (*iv).clone(),
+            });
+        }
+    }
+}
+
+/// Whether, between the finish at `at` and the run at `before`, process
+/// `pid` (which recorded the finish) was killed and Redis lost data.
+fn lost_with_killed_holder(pid: u32, at: u64, before: u64, faults: &[FaultSpan]) -> bool {
+    let within = |f: &&FaultSpan| at < f.from && f.from < before;
+    let killed = faults
+        .iter()
+        .filter(within)
+        .any(|f| f.kind == FaultKind::Kill && f.target == Some(pid));
+    killed && faults.iter().filter(within).any(|f| f.kind.loses_data())
+}

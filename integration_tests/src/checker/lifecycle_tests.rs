@@ -1,0 +1,137 @@
+//! The checker on runs that end on their own (`--lifecycle`): failed runs
+//! the pool restarts, finished runs that leave the pool.
+
+use super::*;
+
+fn ended(pid: u32, at: u64, key: &str, worker: &str, token: u64, outcome: &str) -> Line {
+    line(
+        pid,
+        at,
+        Record::Ended {
+            key: key.into(),
+            worker: worker.into(),
+            token,
+            outcome: outcome.into(),
+        },
+    )
+}
+
+fn finished(pid: u32, at: u64, key: &str, token: u64) -> Line {
+    line(
+        pid,
+        at,
+        Record::Finished {
+            key: key.into(),
+            token,
+        },
+    )
+}
+
+fn at_end(end_ms: u64) -> CheckOptions {
+    CheckOptions {
+        end_ns: Some(end_ms * MS),
+        ..CheckOptions::default()
+    }
+}
+
+/// A failed run ends its interval; the restart on the same worker is a new
+/// one, and a key waiting out its backoff at the end is not lost, while
+/// one whose failure is older than the backoff allows is.
+#[test]
+fn a_failed_run_is_restarted_or_waits_out_its_backoff() {
+    let w = vec![
+        start(10, 5, "k", "a", 1),
+        ended(10, 50, "k", "a", 1, "failed"),
+        start(10, 60, "k", "a", 2),
+        ended(10, 9_000, "k", "a", 2, "failed"),
+        start(10, 5, "gone", "a", 1),
+        ended(10, 50, "gone", "a", 1, "failed"),
+    ];
+    let d = vec![admit(1, "k"), admit(1, "gone")];
+    let r = check(&[w, d], &at_end(10_000));
+    assert_eq!(kinds(&r), vec!["not_running"], "{:?}", r.violations);
+    assert!(matches!(&r.violations[0], Violation::NotRunning { key } if key == "gone"));
+    assert_eq!(r.restarting_at_end, 1);
+    assert_eq!(r.intervals, 3);
+}
+
+/// A recorded finish holds like a stop: a run of the key after it, before
+/// a new dispatch, is a finish undone; a run after a new dispatch is not.
+#[test]
+fn a_recorded_finish_must_hold_until_the_next_dispatch() {
+    let w = vec![
+        start(10, 5, "k", "a", 1),
+        ended(10, 50, "k", "a", 1, "finished"),
+        finished(10, 51, "k", 1),
+        start(20, 300, "k", "b", 2),
+        stop(20, 400, "k", "b"),
+        start(20, 600, "k", "b", 3),
+    ];
+    let d = vec![admit(1, "k"), dispatch_sent(500, "k"), admit(501, "k")];
+    let r = check(&[w, d], &at_end(1_000));
+    assert_eq!(kinds(&r), vec!["finish_undone"], "{:?}", r.violations);
+    assert_eq!(r.finishes_checked, 1);
+}
+
+/// A finished key need not run at the end, and must not when the finish
+/// was recorded; a second admission after a finish is no double admission;
+/// a `JobExists` for a dispatch sent before the finish (written after it)
+/// does not expect the key to run.
+#[test]
+fn a_finished_key_is_not_expected_to_run() {
+    let w = vec![
+        start(10, 5, "k", "a", 1),
+        ended(10, 50, "k", "a", 1, "finished"),
+        finished(10, 51, "k", 1),
+        start(10, 60, "again", "a", 5),
+        ended(10, 70, "again", "a", 5, "finished"),
+        finished(10, 71, "again", 5),
+        start(10, 80, "only_reported", "a", 7),
+        ended(10, 90, "only_reported", "a", 7, "finished"),
+    ];
+    let d = vec![
+        admit(1, "k"),
+        dispatch_sent(40, "k"),
+        line(1, 55, Record::Exists { key: "k".into() }),
+        admit(1, "again"),
+        dispatch_sent(100, "again"),
+        admit(101, "again"),
+        admit(1, "only_reported"),
+    ];
+    let w2 = vec![start(20, 102, "again", "b", 6)];
+    let r = check(&[w, w2, d], &at_end(1_000));
+    assert!(r.ok(), "{:?}", r.violations);
+    // A key whose finish was recorded that runs at the end was stopped in
+    // all but name.
+    let w = vec![
+        start(10, 5, "k", "a", 1),
+        ended(10, 50, "k", "a", 1, "finished"),
+        finished(10, 51, "k", 1),
+        start(20, 300, "k", "b", 2),
+    ];
+    let r = check(&[w, vec![admit(1, "k")]], &at_end(1_000));
+    let mut k = kinds(&r);
+    k.sort();
+    assert_eq!(k, vec!["finish_undone", "stopped_running"]);
+}
+
+/// The worker that recorded a finish was killed and then Redis went back to
+/// before it: nothing remembers the end, and the run after it is counted.
+#[test]
+fn a_finish_undone_by_a_kill_and_a_rollback_is_counted() {
+    let w = vec![
+        start(10, 5, "k", "a", 1),
+        ended(10, 50, "k", "a", 1, "finished"),
+        finished(10, 51, "k", 1),
+    ];
+    let w2 = vec![start(20, 3_000, "k", "b", 2)];
+    let f = vec![
+        fault(100, FaultKind::Kill, 10, false),
+        untargeted(200, FaultKind::Rollback, false),
+        untargeted(210, FaultKind::Rollback, true),
+    ];
+    let d = vec![admit(1, "k")];
+    let r = check(&[w, w2, d, f], &CheckOptions::default());
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.finishes_lost_with_killed_holder, 1);
+}

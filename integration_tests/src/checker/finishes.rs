@@ -33,15 +33,29 @@ pub(super) fn check_finishes_hold(
             sent.entry(key.as_str()).or_default().push(*t);
         }
     }
+    // When each run's end was reported: the pool records it after that,
+    // and logs it a moment after recording it, so a dispatch sent in
+    // between may be admitted as new (the job has left the pool).
+    let mut reported: HashMap<(&str, u64), u64> = HashMap::new();
+    for line in ledgers.iter().flatten() {
+        if let Record::Ended { key, token, .. } = &line.record {
+            reported.insert((key.as_str(), *token), time(line));
+        }
+    }
     for line in ledgers.iter().flatten() {
         let Record::Finished { key, token } = &line.record else {
             continue;
         };
         let at = time(line);
         report.finishes_checked += 1;
+        let since = reported
+            .get(&(key.as_str(), *token))
+            .copied()
+            .unwrap_or(at)
+            .min(at);
         let until = sent
             .get(key.as_str())
-            .and_then(|ts| ts.iter().find(|s| **s > at).copied())
+            .and_then(|ts| ts.iter().find(|s| **s > since).copied())
             .unwrap_or(u64::MAX);
         for iv in by_key.get(key.as_str()).into_iter().flatten() {
             // A run open across the finish is an overlap, reported as such.

@@ -71,6 +71,17 @@ fn a_recorded_finish_must_hold_until_the_next_dispatch() {
     let r = check(&[w, d], &at_end(1_000));
     assert_eq!(kinds(&r), vec!["finish_undone"], "{:?}", r.violations);
     assert_eq!(r.finishes_checked, 1);
+    // A dispatch sent between the report and the `finished` line (the pool
+    // recorded the end, then logged it) may start the key again.
+    let w = vec![
+        start(10, 5, "k", "a", 1),
+        ended(10, 50, "k", "a", 1, "finished"),
+        finished(10, 60, "k", 1),
+        start(20, 61, "k", "b", 2),
+    ];
+    let d = vec![admit(1, "k"), dispatch_sent(55, "k"), admit(62, "k")];
+    let r = check(&[w, d], &at_end(1_000));
+    assert!(r.ok(), "{:?}", r.violations);
 }
 
 /// A finished key need not run at the end, and must not when the finish

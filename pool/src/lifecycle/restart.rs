@@ -15,8 +15,9 @@ use tokio::sync::{Mutex, mpsc};
 use super::{Ended, JobOutcome, RestartPolicy, RunEnd};
 use crate::codec::{self, JobBody};
 use crate::handler::{Job, guarded};
+use crate::lease::Reassert;
 use crate::node::NodeInner;
-use crate::store::{EndArgs, EndRecorded};
+use crate::store::{EndArgs, EndRecorded, Reasserted};
 use crate::worker::{LocalJob, WorkerInner};
 
 /// How long to wait before trying a report or restart again after Redis
@@ -130,6 +131,21 @@ impl WorkerInner {
                 tracing::info!(key, token = ended.token, "job finished");
                 node.metrics.jobs_finished.increment(1);
             }
+            Ok(EndRecorded::Moved) if matches!(ended.end, RunEnd::Failed(_)) => {
+                // Moved, or lost by Redis before this worker re-asserted
+                // it: the restart tells the two apart (`restart_here`).
+                if let Err(e) = self.stop_handler(key).await {
+                    tracing::debug!(key, error = %e, "handler stop of an ended run failed");
+                }
+                self.lifecycle.mark(key, ended.token);
+                tracing::info!(
+                    key,
+                    "failed run Redis does not name; restarting it if it is still this worker's"
+                );
+                node.metrics.job_failures.increment(1);
+                self.clone()
+                    .restart_after(key.to_string(), ended.token, policy.first_delay);
+            }
             Ok(EndRecorded::Moved) => {
                 self.end_locally(key, ended.token).await;
                 tracing::info!(key, "run ended; Redis names another run of the key");
@@ -158,10 +174,56 @@ impl WorkerInner {
     /// Forgets a run that ended: local state and the handler's.
     async fn end_locally(&self, key: &str, token: u64) {
         self.lifecycle.forget(key);
-        if self.jobs.remove(key).is_some() {
+        if self.jobs.remove_if(key, |_, j| j.token == token).is_some() {
             self.stopped.record(key, token);
             if let Err(e) = self.stop_handler(key).await {
                 tracing::debug!(key, error = %e, "handler stop of an ended run failed");
+            }
+        }
+        // A lease loss while the end was being recorded moved the run to
+        // the suspended set (its handler stopped there): left in it, the
+        // resume would find no record, take that for Redis having lost it,
+        // re-assert the job and start it again.
+        let mut suspended = self.suspended.lock().await;
+        if suspended.get(key).is_some_and(|j| j.token == token) {
+            suspended.remove(key);
+            drop(suspended);
+            self.stopped.record(key, token);
+        }
+    }
+
+    /// The next run's token from Redis (`job_restart.lua`), or `None` when
+    /// the job is no longer this worker's. Redis naming no run, or another,
+    /// does not say that yet: it may have lost the record (an empty
+    /// restart) or gone back to before this run (a rollback) before the
+    /// worker noticed and re-asserted its jobs, and dropping the job then
+    /// loses it. So the job is re-asserted first, as a suspended one is on
+    /// a resume: a newer run elsewhere (or a newer admission) wins, and
+    /// while the pool recovers the job is left to the orphan sweep.
+    async fn restart_here(
+        &self,
+        node: &NodeInner,
+        key: &str,
+        job: &LocalJob,
+    ) -> crate::error::Result<Option<u64>> {
+        if let Some(token) = node.store.restart_job(key, &self.id, job.token).await? {
+            return Ok(Some(token));
+        }
+        match node.reassert(self, key, job, Reassert::Suspended).await? {
+            Reasserted::Ok => {
+                let token = node.store.restart_job(key, &self.id, job.token).await?;
+                if token.is_none() {
+                    tracing::info!(key, "restart dropped: another run of the key came first");
+                }
+                Ok(token)
+            }
+            Reasserted::Orphaned => {
+                tracing::info!(key, worker = %self.id, "failed job Redis did not hold left to the orphan sweep");
+                Ok(None)
+            }
+            Reasserted::Lost | Reasserted::Pending => {
+                tracing::info!(key, "restart dropped: Redis names another run of the key");
+                Ok(None)
             }
         }
     }
@@ -212,12 +274,11 @@ impl WorkerInner {
             self.clone().restart_after(key, token, RETRY_AFTER);
             return;
         }
-        let new_token = match node.store.restart_job(&key, &self.id, token).await {
+        let new_token = match self.restart_here(&node, &key, &job).await {
             Ok(Some(t)) => t,
             Ok(None) => {
-                tracing::info!(key, "restart dropped: Redis names another run of the key");
                 self.lifecycle.forget(&key);
-                self.jobs.remove(&key);
+                self.jobs.remove_if(&key, |_, j| j.token == token);
                 return;
             }
             Err(e) => {

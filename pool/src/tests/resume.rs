@@ -367,3 +367,129 @@ async fn a_restart_answered_after_the_lease_lapsed_does_not_start_the_job() {
     proxy.set_mode(flotilla_testkit::ProxyMode::Forward);
     node.close().await.unwrap();
 }
+
+/// A run that finished while its end was being recorded and the lease
+/// lapsed meanwhile (chaos soak seed 1101, `--lifecycle`): the watchdog
+/// moved the run to the suspended set before Redis answered that the end
+/// was recorded, and the resume took the missing record for a loss to
+/// Redis, re-asserted the job and started it again, with no dispatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_finished_as_the_lease_lapsed_is_not_resumed() {
+    let server = RedisServer::start().unwrap();
+    let proxy = flotilla_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    let direct = flotilla_testkit::client(&server.url()).await.unwrap();
+    // Renewals every second, each given a second; the lease 1 s.
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3))
+        .lease_stop_after(Duration::from_secs(1));
+    let name = flotilla_testkit::unique_name("finish-lapse");
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let handler = Failing::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    assert!(worker.job_token("k").is_some(), "the job runs");
+
+    // The run finishes; its end reaches Redis after the lease lapsed here.
+    slow_link_right_after_a_renewal(&node, &proxy).await;
+    let outcome = handler.outcome.lock().unwrap().take().unwrap();
+    outcome.finished();
+    wait_until(
+        Duration::from_secs(5),
+        "the watchdog suspended the run while its end was in flight",
+        || {
+            let worker = worker.inner.clone();
+            async move { worker.suspended.lock().await.contains_key("k") }
+        },
+    )
+    .await
+    .unwrap();
+    let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
+    wait_until(Duration::from_secs(10), "Redis recorded the end", || {
+        let direct = direct.clone();
+        let jobs_hash = jobs_hash.clone();
+        async move {
+            let held: bool = direct.hexists(jobs_hash.as_str(), "k").await.unwrap();
+            !held
+        }
+    })
+    .await
+    .unwrap();
+    proxy.set_mode(flotilla_testkit::ProxyMode::Forward);
+    wait_until(Duration::from_secs(10), "the lease is back", || {
+        let back = node.inner.lease_valid() && !node.inner.lease_suspended.load(Ordering::SeqCst);
+        async move { back }
+    })
+    .await
+    .unwrap();
+    // Whatever resume the renewal asked for has run once this one has
+    // (each holds the worker's ops lock, as the recording of the end does).
+    node.inner.resume_all().await;
+    assert_eq!(
+        handler.starts.load(Ordering::SeqCst),
+        1,
+        "the finished job was started again"
+    );
+    assert!(worker.job_token("k").is_none(), "the job left the worker");
+    assert!(worker.inner.suspended.lock().await.is_empty());
+    node.close().await.unwrap();
+}
+
+/// A failed job waiting for its restart when Redis loses its record (a
+/// rollback to before its admission, chaos soak seed 1101 `--lifecycle`):
+/// the restart found no record naming this run and dropped the job, before
+/// the worker had noticed the loss and re-asserted what it holds. Nothing
+/// else knew the job: it was lost. The restart re-asserts it first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_whose_record_redis_lost_is_restarted() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    // A long backoff: the test makes the restart itself, when it wants.
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(10))
+        .restart_policy(
+            crate::RestartPolicy::default()
+                .first_delay(Duration::from_secs(3600))
+                .max_delay(Duration::from_secs(3600)),
+        );
+    let name = flotilla_testkit::unique_name("lost-restart");
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let handler = Failing::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    let token = worker.job_token("k").expect("the job runs");
+    let outcome = handler.outcome.lock().unwrap().take().unwrap();
+    outcome.failed("boom");
+    wait_until(Duration::from_secs(10), "the restart is due", || {
+        let waiting = worker.inner.lifecycle.restarting() == 1;
+        async move { waiting }
+    })
+    .await
+    .unwrap();
+    // Redis goes back to before the admission: no record, no payload.
+    let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
+    let _: i64 = client.hdel(jobs_hash.as_str(), "k").await.unwrap();
+    let _: i64 = client
+        .hdel(crate::keys::payloads(&node.inner.store.pool), "k")
+        .await
+        .unwrap();
+    worker.inner.clone().restart("k".to_string(), token).await;
+    assert_eq!(
+        handler.starts.load(Ordering::SeqCst),
+        2,
+        "the failed job was not restarted"
+    );
+    let restarted = worker.job_token("k").expect("the job runs again");
+    assert!(restarted > token);
+    let record: Option<String> = client.hget(jobs_hash.as_str(), "k").await.unwrap();
+    assert_eq!(
+        record,
+        Some(format!("{} {restarted}", worker.id())),
+        "Redis names the new run"
+    );
+    node.close().await.unwrap();
+}

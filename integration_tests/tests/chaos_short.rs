@@ -184,6 +184,40 @@ async fn chaos_short_writes_refused_and_connections_dropped() {
     assert!(summary.passed(), "{}", summary.table());
 }
 
+/// Jobs that end on their own (`--lifecycle`: 1 key in 8 fails every few
+/// seconds and is restarted after a backoff, 1 in 8 finishes) through
+/// rollbacks, empty restarts, lease losses and membership changes, on a
+/// shorter TTL (1 s) with more workers per process. The first 6-minute
+/// soak of this mode found a finished run started again (its end recorded
+/// as the lease lapsed) and failed jobs dropped when Redis had lost their
+/// record (`src/tests/resume.rs` in the pool crate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_jobs_that_fail_and_finish() {
+    let faults = vec![
+        FaultKind::Rollback,
+        FaultKind::RestartEmpty,
+        FaultKind::PauseRollback,
+        FaultKind::Cut,
+        FaultKind::Kill,
+        FaultKind::AddWorker,
+        FaultKind::RemoveWorker,
+    ];
+    let summary = run(options(45, faults)
+        .keys(160)
+        .ttl(Duration::from_secs(1))
+        .stop_ms(0, 150)
+        .workers_per_process(3)
+        .lifecycle(true)
+        .lean_nodes(true)
+        .overlap(true))
+    .await
+    .expect("chaos harness");
+    println!("{}", summary.table());
+    assert!(summary.report.finishes_checked > 10, "{}", summary.table());
+    assert!(summary.dispatch_ok > 50, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}
+
 /// Ledgers are appended to: a run pointed at a directory that holds an
 /// earlier run's ledgers would be judged together with that run (its open
 /// runs overlap every later one). Such a directory is refused before

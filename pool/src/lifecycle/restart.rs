@@ -95,14 +95,26 @@ impl WorkerInner {
         let Some(node) = self.node() else { return };
         let _ops = self.ops.read().await;
         let _key = self.lock_key(&ended.key).await;
-        let Some(job) = self
+        let running = self
             .jobs
             .get(&ended.key)
             .filter(|j| j.token == ended.token)
-            .map(|j| j.clone())
-        else {
-            tracing::debug!(key = %ended.key, token = ended.token, "outcome of a run no longer here; ignored");
-            return;
+            .map(|j| j.clone());
+        // A run the lease watchdog stopped after it had ended on its own
+        // (the report was on its way): its end still counts, or the resume
+        // would start a finished job again.
+        let job = match running {
+            Some(job) => job,
+            None => {
+                let suspended = self.suspended.lock().await;
+                match suspended.get(&ended.key).filter(|j| j.token == ended.token) {
+                    Some(job) => job.clone(),
+                    None => {
+                        tracing::debug!(key = %ended.key, token = ended.token, "outcome of a run no longer here; ignored");
+                        return;
+                    }
+                }
+            }
         };
         let policy = self.restart_policy(&node, &job);
         let delays_ms = policy.delays_ms();

@@ -493,3 +493,52 @@ async fn a_failed_job_whose_record_redis_lost_is_restarted() {
     );
     node.close().await.unwrap();
 }
+
+/// A run that finished just before a lease loss, its report handled after
+/// the watchdog stopped it: the end is recorded all the same, and the
+/// resume does not start the finished job again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_reported_after_a_lease_loss_still_ends_the_job() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(10));
+    let name = flotilla_testkit::unique_name("finish-after-loss");
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let handler = Failing::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    assert!(worker.job_token("k").is_some(), "the job runs");
+    // The watchdog stops every job, then the finish report comes in.
+    node.inner.lose_lease(tokio::time::Instant::now()).await;
+    assert!(worker.inner.suspended.lock().await.contains_key("k"));
+    let outcome = handler.outcome.lock().unwrap().take().unwrap();
+    outcome.finished();
+    let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
+    wait_until(Duration::from_secs(10), "the end is recorded", || {
+        let client = client.clone();
+        let jobs_hash = jobs_hash.clone();
+        let worker = worker.inner.clone();
+        async move {
+            let held: bool = client.hexists(jobs_hash.as_str(), "k").await.unwrap();
+            !held && worker.suspended.lock().await.is_empty()
+        }
+    })
+    .await
+    .unwrap();
+    wait_until(Duration::from_secs(10), "the lease is back", || {
+        let back = !node.inner.lease_suspended.load(Ordering::SeqCst);
+        async move { back }
+    })
+    .await
+    .unwrap();
+    node.inner.resume_all().await;
+    assert_eq!(
+        handler.starts.load(Ordering::SeqCst),
+        1,
+        "the finished job was started again"
+    );
+    assert!(worker.job_token("k").is_none(), "the job left the worker");
+    node.close().await.unwrap();
+}

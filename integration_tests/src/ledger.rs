@@ -410,6 +410,16 @@ impl FaultKind {
         )
     }
 
+    /// Whether Redis takes no write while the fault lasts (out of memory,
+    /// read-only, frozen): no cleanup can move a dead worker's jobs then,
+    /// so the failover bound runs only outside such faults.
+    pub fn stalls_redis(self) -> bool {
+        matches!(
+            self,
+            FaultKind::OutOfMemory | FaultKind::ReadOnly | FaultKind::FreezeRedis
+        )
+    }
+
     /// Parses a [`FaultKind::cli_name`].
     pub fn from_cli_name(name: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|k| k.cli_name() == name)

@@ -4,6 +4,8 @@
 //! the heal (times in ms).
 
 use super::tests::{admit, fault, kinds, start, stop, untargeted};
+
+const MS: u64 = 1_000_000;
 use super::*;
 
 /// Chaos soak 804 (`cut-flush-join,cut-empty,flush,remove,stop-leave`):
@@ -46,4 +48,44 @@ fn a_readmission_after_a_loss_inside_a_cut_of_the_only_holder_is_counted() {
     // Another process cut off: process 7 could have given the key back.
     let r = check(&ledgers(true, 9), &CheckOptions::default());
     assert_eq!(kinds(&r), vec!["double"], "the holder in reach");
+}
+
+/// A worker killed, then Redis refusing writes (no cleanup can move its
+/// jobs), then Redis losing its data: the failover bound runs only while
+/// Redis takes writes, so the key lost with the killed process is counted
+/// (three faults took every copy), not flagged. Without the stall it is a
+/// loss.
+#[test]
+fn a_failover_stalled_by_refused_writes_extends_the_two_fault_window() {
+    let w = vec![start(10, 5, "k", "a", 1)];
+    let d = vec![admit(6, "k")];
+    let stalled = vec![
+        fault(1_000, FaultKind::Kill, 10, false),
+        untargeted(1_100, FaultKind::OutOfMemory, false),
+        untargeted(5_000, FaultKind::OutOfMemory, true),
+        untargeted(5_100, FaultKind::RestartEmpty, false),
+        untargeted(5_120, FaultKind::RestartEmpty, true),
+    ];
+    let r = check(
+        &[w.clone(), d.clone(), stalled],
+        &CheckOptions {
+            end_ns: Some(20_000 * MS),
+            ..CheckOptions::default()
+        },
+    );
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.lost_with_killed_holder, vec!["k".to_string()]);
+    let not_stalled = vec![
+        fault(1_000, FaultKind::Kill, 10, false),
+        untargeted(5_100, FaultKind::RestartEmpty, false),
+        untargeted(5_120, FaultKind::RestartEmpty, true),
+    ];
+    let r = check(
+        &[w, d, not_stalled],
+        &CheckOptions {
+            end_ns: Some(20_000 * MS),
+            ..CheckOptions::default()
+        },
+    );
+    assert_eq!(kinds(&r), vec!["not_running"]);
 }

@@ -192,15 +192,37 @@ fn lost_with_killed_holder(
             faults.iter().any(|k| {
                 // Stopped before the kill: held for re-assertion, or left
                 // to the orphan sweep; running until the kill: the cleanup
-                // moves it within the failover bound.
+                // moves it within the failover bound, counted while Redis
+                // takes writes.
                 let bound = if ended < k.from { exposure } else { failover };
                 k.kind == FaultKind::Kill
                     && k.target == Some(last.pid)
                     && ended <= k.from
                     && k.from <= f.from
-                    && f.from - k.from <= bound
+                    && f.from - k.from <= bound + stalled(faults, k.from, f.from)
             })
         })
+}
+
+/// How long, between `from` and `to`, Redis took no write (out of memory,
+/// read-only, frozen): stalls that overlap are counted once.
+fn stalled(faults: &[FaultSpan], from: u64, to: u64) -> u64 {
+    let mut spans: Vec<(u64, u64)> = faults
+        .iter()
+        .filter(|s| s.kind.stalls_redis())
+        .map(|s| (s.from.max(from), s.to.unwrap_or(u64::MAX).min(to)))
+        .filter(|(a, b)| a < b)
+        .collect();
+    spans.sort_unstable();
+    let (mut total, mut reached) = (0, from);
+    for (a, b) in spans {
+        let a = a.max(reached);
+        if b > a {
+            total += b - a;
+            reached = b;
+        }
+    }
+    total
 }
 
 /// I2 at `end`: a key the dispatcher last saw admitted runs on a live,

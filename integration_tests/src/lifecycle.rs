@@ -3,9 +3,11 @@
 //! With `flotilla-test-worker --lifecycle`, a key's class (a hash of the
 //! key, so every process agrees) decides how its runs end:
 //! * [`KeyClass::Flaky`] (1 key in 8): each run fails 0.3–4 s after its
-//!   start (`JobOutcome::failed`); the pool restarts it after a backoff
+//!   start (one run in four at once, within 50 ms: before its start may
+//!   be recorded) (`JobOutcome::failed`); the pool restarts it after a backoff
 //!   ([`restart_policy`]: 0.1–1 s), on the same worker, for ever;
 //! * [`KeyClass::Finite`] (1 in 8): each run finishes 1–8 s after its start
+//!   (one in four within 50 ms)
 //!   (`JobOutcome::finished`): the job leaves the pool until the load
 //!   dispatches it again;
 //! * the rest run until stopped, as in every other run.
@@ -85,10 +87,17 @@ impl RunTimers {
     /// Starts the timer that ends run `job` on `worker`, if its key's class
     /// ends runs; a run of the key still here is replaced.
     pub fn begin(&self, job: &Job, worker: &str, ledger: &LedgerWriter) {
+        let mut rng = rand::rng();
+        // One run in four ends at once, racing the record of its start.
+        let at_once = rng.random_ratio(1, 4);
         let (after, fail) = match class_of(&job.key) {
             KeyClass::LongLived => return,
-            KeyClass::Flaky => (rand::rng().random_range(300..=4_000), true),
-            KeyClass::Finite => (rand::rng().random_range(1_000..=8_000), false),
+            _ if at_once => (
+                rng.random_range(0..=50),
+                class_of(&job.key) == KeyClass::Flaky,
+            ),
+            KeyClass::Flaky => (rng.random_range(300..=4_000), true),
+            KeyClass::Finite => (rng.random_range(1_000..=8_000), false),
         };
         let timer = CancellationToken::new();
         let replaced = self.lock().insert(

@@ -96,7 +96,7 @@ struct Args {
     overlap: bool,
     /// Some keys' runs end on their own: 1 in 8 fail every 0.3–4 s (the
     /// pool restarts them after a backoff), 1 in 8 finish 1–8 s after each
-    /// start; a recorded finish must hold like a stop.
+    /// start (one run in four of either within 50 ms); a recorded finish must hold like a stop.
     #[arg(long)]
     lifecycle: bool,
 }

@@ -5,14 +5,14 @@
 //!
 //! A finish is remembered by the worker that recorded it (its stop
 //! tombstones) and by Redis. When Redis lost data after the finish while
-//! that worker's process had been killed, both memories are gone: such a
-//! finish undone is counted (`finishes_lost_with_killed_holder`), not
-//! flagged.
+//! that worker's process was killed, or out of reach (cut off, paused) from
+//! the loss on, both memories are gone or mute: such a finish undone is
+//! counted (`finishes_lost_with_their_holder`), not flagged.
 
 use std::collections::HashMap;
 
 use super::{FaultSpan, Interval, Report, Violation};
-use crate::ledger::{FaultKind, Line, Record};
+use crate::ledger::{Line, Record};
 
 pub(super) fn check_finishes_hold(
     ledgers: &[Vec<Line>],
@@ -20,6 +20,7 @@ pub(super) fn check_finishes_hold(
     driver: &[(u64, &Record)],
     intervals: &[Interval],
     faults: &[FaultSpan],
+    notice: u64,
     report: &mut Report,
 ) {
     let mut by_key: HashMap<&str, Vec<&Interval>> = HashMap::new();
@@ -63,8 +64,8 @@ pub(super) fn check_finishes_hold(
             if !after {
                 continue;
             }
-            if lost_with_killed_holder(line.pid, at, iv.start, faults) {
-                report.finishes_lost_with_killed_holder += 1;
+            if lost_with_their_holder(line.pid, at, iv.start, faults, notice) {
+                report.finishes_lost_with_their_holder += 1;
                 continue;
             }
             report.violations.push(Violation::FinishUndone {
@@ -76,13 +77,28 @@ pub(super) fn check_finishes_hold(
     }
 }
 
-/// Whether, between the finish at `at` and the run at `before`, process
-/// `pid` (which recorded the finish) was killed and Redis lost data.
-fn lost_with_killed_holder(pid: u32, at: u64, before: u64, faults: &[FaultSpan]) -> bool {
-    let within = |f: &&FaultSpan| at < f.from && f.from < before;
-    let killed = faults
+/// Whether, between the finish at `at` and the run at `before`, Redis
+/// lost data while process `pid` (which recorded the finish) was killed or
+/// out of reach, or became so within `notice` of the loss (before its next
+/// renewal could find the loss and make the finish stand again).
+fn lost_with_their_holder(
+    pid: u32,
+    at: u64,
+    before: u64,
+    faults: &[FaultSpan],
+    notice: u64,
+) -> bool {
+    faults
         .iter()
-        .filter(within)
-        .any(|f| f.kind == FaultKind::Kill && f.target == Some(pid));
-    killed && faults.iter().filter(within).any(|f| f.kind.loses_data())
+        .filter(|f| f.kind.loses_data() && at < f.from && f.from < before)
+        .any(|f| {
+            let lost_by = f.to.unwrap_or(f.from);
+            faults.iter().any(|u| {
+                u.target == Some(pid)
+                    && u.kind.puts_process_out_of_reach()
+                    && u.from <= lost_by + notice
+                    && u.to.is_none_or(|end| end >= f.from)
+                    && u.from < before
+            })
+        })
 }

@@ -144,5 +144,37 @@ fn a_finish_undone_by_a_kill_and_a_rollback_is_counted() {
     let d = vec![admit(1, "k")];
     let r = check(&[w, w2, d, f], &CheckOptions::default());
     assert!(r.ok(), "{:?}", r.violations);
-    assert_eq!(r.finishes_lost_with_killed_holder, 1);
+    assert_eq!(r.finishes_lost_with_their_holder, 1);
+}
+
+/// The worker that recorded a finish is cut off as Redis goes back to
+/// before it (and removed while cut off): its memory of the end cannot
+/// reach Redis, and the run after it is counted. A finish whose worker
+/// stayed in reach must hold.
+#[test]
+fn a_finish_undone_while_its_holder_was_cut_off_is_counted() {
+    let w = vec![
+        start(10, 5, "k", "a", 1),
+        ended(10, 50, "k", "a", 1, "finished"),
+        finished(10, 51, "k", 1),
+    ];
+    let w2 = vec![start(20, 3_000, "k", "b", 2)];
+    let d = vec![admit(1, "k")];
+    let loss = vec![
+        untargeted(200, FaultKind::Rollback, false),
+        untargeted(210, FaultKind::Rollback, true),
+    ];
+    let mut cut = loss.clone();
+    cut.extend([
+        fault(220, FaultKind::CutRemove, 10, false),
+        fault(4_000, FaultKind::CutRemove, 10, true),
+    ]);
+    let r = check(
+        &[w.clone(), w2.clone(), d.clone(), cut],
+        &CheckOptions::default(),
+    );
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.finishes_lost_with_their_holder, 1);
+    let r = check(&[w, w2, d, loss], &CheckOptions::default());
+    assert_eq!(kinds(&r), vec!["finish_undone"]);
 }

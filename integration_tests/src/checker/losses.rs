@@ -189,27 +189,41 @@ fn lost_with_killed_holder(
                     })
                 });
             };
-            faults.iter().any(|k| {
+            let within = |from: u64, to: u64, bound: u64| {
+                from <= to && to - from <= bound + stalled(faults, from, to)
+            };
+            let kills = || faults.iter().filter(|k| k.kind == FaultKind::Kill);
+            kills().any(|k| {
                 // Stopped before the kill: held for re-assertion, or left
                 // to the orphan sweep; running until the kill: the cleanup
                 // moves it within the failover bound, counted while Redis
                 // takes writes.
                 let bound = if ended < k.from { exposure } else { failover };
-                k.kind == FaultKind::Kill
-                    && k.target == Some(last.pid)
-                    && ended <= k.from
-                    && k.from <= f.from
-                    && f.from - k.from <= bound + stalled(faults, k.from, f.from)
+                k.target == Some(last.pid) && ended <= k.from && within(k.from, f.from, bound)
+            }) || kills().any(|k| {
+                // Running until its process was killed, then moved by the
+                // cleanup to a worker whose process was killed too before
+                // it could start it (it looked alive: its keep-alive was
+                // younger than a TTL), and lost with Redis's data within
+                // the failover bound of that second kill: three faults.
+                k.target == Some(last.pid)
+                    && ended == k.from
+                    && kills().any(|next| {
+                        next.target != k.target
+                            && within(k.from, next.from, failover)
+                            && within(next.from, f.from, failover)
+                    })
             })
         })
 }
 
 /// How long, between `from` and `to`, Redis took no write (out of memory,
-/// read-only, frozen): stalls that overlap are counted once.
+/// read-only, frozen, or down and then recovering: an outage before a
+/// kill): stalls that overlap are counted once.
 fn stalled(faults: &[FaultSpan], from: u64, to: u64) -> u64 {
     let mut spans: Vec<(u64, u64)> = faults
         .iter()
-        .filter(|s| s.kind.stalls_redis())
+        .filter(|s| s.kind.stalls_redis() || s.kind == FaultKind::OutageThenKill)
         .map(|s| (s.from.max(from), s.to.unwrap_or(u64::MAX).min(to)))
         .filter(|(a, b)| a < b)
         .collect();

@@ -337,9 +337,9 @@ pub struct Report {
     pub finishes_checked: usize,
     /// Recorded finishes undone after Redis lost data while the process
     /// that recorded the finish (the only one that remembers it) had been
-    /// killed: two faults took every memory of the end. Counted, not
-    /// flagged.
-    pub finishes_lost_with_killed_holder: usize,
+    /// killed, or was out of reach from the loss on: two faults took every
+    /// memory of the end. Counted, not flagged.
+    pub finishes_lost_with_their_holder: usize,
     /// Keys admitted and not running at the I2 check instant because their
     /// last run failed within `restart_within` before it (the pool waits
     /// out a backoff before the restart).
@@ -399,7 +399,16 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
     };
     losses::check_admissions(&driver, &intervals, &faults, options, &mut report);
     stops::check_stops_hold(&driver, &intervals, options, &mut report);
-    finishes::check_finishes_hold(ledgers, &time, &driver, &intervals, &faults, &mut report);
+    let notice = options.notice_within.as_nanos() as u64;
+    finishes::check_finishes_hold(
+        ledgers,
+        &time,
+        &driver,
+        &intervals,
+        &faults,
+        notice,
+        &mut report,
+    );
     if let Some(end) = options.end_ns {
         losses::check_running_at(end, &driver, &intervals, &faults, options, &mut report);
     }

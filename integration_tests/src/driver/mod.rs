@@ -108,6 +108,7 @@ pub struct ChaosOptions {
     /// Some keys' runs end on their own (see [`crate::lifecycle`]): 1 key
     /// in 8 fails every 0.3–4 s and is restarted by the pool after a
     /// backoff, 1 in 8 finishes 1–8 s after each start and leaves the pool
+    /// (one run in four of either ends within 50 ms of its start)
     /// until dispatched again. The checker then also requires a recorded
     /// finish to hold (no run of the key after it until a new dispatch).
     /// Default: off.

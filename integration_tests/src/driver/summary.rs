@@ -150,10 +150,10 @@ impl ChaosSummary {
                 self.report.stops_checked.to_string(),
             ),
             (
-                "recorded finishes checked to hold (undone with a killed holder and Redis's data)",
+                "recorded finishes checked to hold (undone with their holder killed or cut off and Redis's data)",
                 format!(
                     "{} ({})",
-                    self.report.finishes_checked, self.report.finishes_lost_with_killed_holder
+                    self.report.finishes_checked, self.report.finishes_lost_with_their_holder
                 ),
             ),
             (
@@ -230,7 +230,7 @@ impl ChaosSummary {
             "moves_checked": self.report.moves_checked,
             "stops_checked": self.report.stops_checked,
             "finishes_checked": self.report.finishes_checked,
-            "finishes_lost_with_killed_holder": self.report.finishes_lost_with_killed_holder,
+            "finishes_lost_with_their_holder": self.report.finishes_lost_with_their_holder,
             "restarting_at_end": self.report.restarting_at_end,
             "violations": self.violations,
             "passed": self.passed(),

@@ -313,6 +313,37 @@ impl Handler for Failing {
     }
 }
 
+/// A pool of one worker (`options`, mirroring the jobs map, with a long
+/// backoff: the test makes the restart itself, when it wants) whose job
+/// "k" ran and failed: the failure is recorded in Redis and the job waits
+/// for its restart. Returns the failed run's token.
+async fn failed_job_due(
+    client: &fred::prelude::Client,
+    prefix: &str,
+    options: NodeOptions,
+) -> (Node, Worker, Failing, u64) {
+    let options = options.mirror_jobs(true).restart_policy(
+        crate::RestartPolicy::default()
+            .first_delay(Duration::from_secs(3600))
+            .max_delay(Duration::from_secs(3600)),
+    );
+    let name = flotilla_testkit::unique_name(prefix);
+    let node = Node::join(client, &name, options).await.unwrap();
+    let handler = Failing::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("k", &b"p"[..]).await.unwrap();
+    let token = worker.job_token("k").expect("the job runs");
+    let outcome = handler.outcome.lock().unwrap().take().unwrap();
+    outcome.failed("boom");
+    wait_until(Duration::from_secs(10), "the restart is due", || {
+        let waiting = worker.inner.lifecycle.restarting() == 1;
+        async move { waiting }
+    })
+    .await
+    .unwrap();
+    (node, worker, handler, token)
+}
+
 /// The restart of a failed run checks the lease again once Redis answered
 /// it, as a resume does (above): sent while the lease held, answered past
 /// it, it holds the job suspended instead of starting it.
@@ -323,33 +354,11 @@ async fn a_restart_answered_after_the_lease_lapsed_does_not_start_the_job() {
         .await
         .unwrap();
     let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
-    // Renewals every second, each given a second; the lease 1 s. The
-    // backoff is long: the test makes the restart itself, when it wants.
+    // Renewals every second, each given a second; the lease 1 s.
     let options = NodeOptions::default()
-        .mirror_jobs(true)
         .worker_ttl(Duration::from_secs(3))
-        .lease_stop_after(Duration::from_secs(1))
-        .restart_policy(
-            crate::RestartPolicy::default()
-                .first_delay(Duration::from_secs(3600))
-                .max_delay(Duration::from_secs(3600)),
-        );
-    let name = flotilla_testkit::unique_name("late-restart");
-    let node = Node::join(&client, &name, options).await.unwrap();
-    let handler = Failing::default();
-    let worker = Worker::new(&node, handler.clone()).await.unwrap();
-    node.dispatch_job("k", &b"p"[..]).await.unwrap();
-    let token = worker.job_token("k").expect("the job runs");
-
-    // The run fails: recorded in Redis, the job waits for its restart.
-    let outcome = handler.outcome.lock().unwrap().take().unwrap();
-    outcome.failed("boom");
-    wait_until(Duration::from_secs(10), "the restart is due", || {
-        let waiting = worker.inner.lifecycle.restarting() == 1;
-        async move { waiting }
-    })
-    .await
-    .unwrap();
+        .lease_stop_after(Duration::from_secs(1));
+    let (node, worker, handler, token) = failed_job_due(&client, "late-restart", options).await;
     let starts = handler.starts.load(Ordering::SeqCst);
     // The restart, sent while the lease holds, is answered past it.
     slow_link_right_after_a_renewal(&node, &proxy).await;
@@ -447,29 +456,8 @@ async fn a_run_that_finished_as_the_lease_lapsed_is_not_resumed() {
 async fn a_failed_job_whose_record_redis_lost_is_restarted() {
     let server = RedisServer::start().unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    // A long backoff: the test makes the restart itself, when it wants.
-    let options = NodeOptions::default()
-        .mirror_jobs(true)
-        .worker_ttl(Duration::from_secs(10))
-        .restart_policy(
-            crate::RestartPolicy::default()
-                .first_delay(Duration::from_secs(3600))
-                .max_delay(Duration::from_secs(3600)),
-        );
-    let name = flotilla_testkit::unique_name("lost-restart");
-    let node = Node::join(&client, &name, options).await.unwrap();
-    let handler = Failing::default();
-    let worker = Worker::new(&node, handler.clone()).await.unwrap();
-    node.dispatch_job("k", &b"p"[..]).await.unwrap();
-    let token = worker.job_token("k").expect("the job runs");
-    let outcome = handler.outcome.lock().unwrap().take().unwrap();
-    outcome.failed("boom");
-    wait_until(Duration::from_secs(10), "the restart is due", || {
-        let waiting = worker.inner.lifecycle.restarting() == 1;
-        async move { waiting }
-    })
-    .await
-    .unwrap();
+    let options = NodeOptions::default().worker_ttl(Duration::from_secs(10));
+    let (node, worker, handler, token) = failed_job_due(&client, "lost-restart", options).await;
     // Redis goes back to before the admission: no record, no payload.
     let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
     let _: i64 = client.hdel(jobs_hash.as_str(), "k").await.unwrap();

@@ -103,12 +103,12 @@ impl WorkerInner {
         // A run the lease watchdog stopped after it had ended on its own
         // (the report was on its way): its end still counts, or the resume
         // would start a finished job again.
-        let job = match running {
-            Some(job) => job,
+        let (job, handler_stopped) = match running {
+            Some(job) => (job, false),
             None => {
                 let suspended = self.suspended.lock().await;
                 match suspended.get(&ended.key).filter(|j| j.token == ended.token) {
-                    Some(job) => job.clone(),
+                    Some(job) => (job.clone(), true),
                     None => {
                         tracing::debug!(key = %ended.key, token = ended.token, "outcome of a run no longer here; ignored");
                         return;
@@ -146,7 +146,7 @@ impl WorkerInner {
             Ok(EndRecorded::Moved) if matches!(ended.end, RunEnd::Failed(_)) => {
                 // Moved, or lost by Redis before this worker re-asserted
                 // it: the restart tells the two apart (`restart_here`).
-                if let Err(e) = self.stop_handler(key).await {
+                if !handler_stopped && let Err(e) = self.stop_handler(key).await {
                     tracing::debug!(key, error = %e, "handler stop of an ended run failed");
                 }
                 self.lifecycle.mark(key, ended.token);
@@ -169,9 +169,10 @@ impl WorkerInner {
                 node.metrics.jobs_failed.increment(1);
             }
             Ok(EndRecorded::Restarting { failures, delay }) => {
-                // The handler's state of the ended run goes; the job stays
-                // this worker's (stops, moves and lease losses apply).
-                if let Err(e) = self.stop_handler(key).await {
+                // The handler's state of the ended run goes (unless the
+                // watchdog's stop took it); the job stays this worker's
+                // (stops, moves and lease losses apply).
+                if !handler_stopped && let Err(e) = self.stop_handler(key).await {
                     tracing::debug!(key, error = %e, "handler stop of an ended run failed");
                 }
                 self.lifecycle.mark(key, ended.token);

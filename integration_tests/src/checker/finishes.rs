@@ -27,11 +27,15 @@ pub(super) fn check_finishes_hold(
     for iv in intervals {
         by_key.entry(iv.key.as_str()).or_default().push(iv);
     }
-    // Per key, when a dispatch that may start it again was sent.
+    // Per key, when a dispatch that may start it again was sent, and when
+    // one was answered `Ok`.
     let mut sent: HashMap<&str, Vec<u64>> = HashMap::new();
+    let mut admitted: HashMap<&str, Vec<u64>> = HashMap::new();
     for (t, r) in driver {
-        if let Record::DispatchSent { key } = r {
-            sent.entry(key.as_str()).or_default().push(*t);
+        match r {
+            Record::DispatchSent { key } => sent.entry(key.as_str()).or_default().push(*t),
+            Record::Admit { key, .. } => admitted.entry(key.as_str()).or_default().push(*t),
+            _ => {}
         }
     }
     // When each run's end was reported: the pool records it after that,
@@ -54,9 +58,22 @@ pub(super) fn check_finishes_hold(
             .copied()
             .unwrap_or(at)
             .min(at);
-        let until = sent
+        let sent_of = sent
             .get(key.as_str())
-            .and_then(|ts| ts.iter().find(|s| **s > since).copied())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let next_sent = sent_of.iter().find(|s| **s > since).copied();
+        // A dispatch sent before the finish and still in flight is admitted
+        // as new once the job has left the pool: from its sending on, a run
+        // may be that admission's.
+        let in_flight = admitted
+            .get(key.as_str())
+            .and_then(|ts| ts.iter().find(|a| **a > since))
+            .and_then(|a| sent_of.iter().rev().find(|s| *s <= a).copied());
+        let until = next_sent
+            .into_iter()
+            .chain(in_flight)
+            .min()
             .unwrap_or(u64::MAX);
         for iv in by_key.get(key.as_str()).into_iter().flatten() {
             // A run open across the finish is an overlap, reported as such.

@@ -80,6 +80,16 @@ fn a_recorded_finish_must_hold_until_the_next_dispatch() {
         start(20, 61, "k", "b", 2),
     ];
     let d = vec![admit(1, "k"), dispatch_sent(55, "k"), admit(62, "k")];
+    let r = check(&[w.clone(), d], &at_end(1_000));
+    assert!(r.ok(), "{:?}", r.violations);
+    // ... or sent before the run even ended, racing the first dispatch,
+    // and answered `Ok` after the finish.
+    let d = vec![
+        dispatch_sent(0, "k"),
+        dispatch_sent(0, "k"),
+        admit(1, "k"),
+        admit(62, "k"),
+    ];
     let r = check(&[w, d], &at_end(1_000));
     assert!(r.ok(), "{:?}", r.violations);
 }

@@ -466,6 +466,29 @@ async fn worker_scripts_answer_each_status() {
         s.release_stale("r1", &record).await.unwrap(),
         Released::Released
     );
+    // A record older than the key's fencing counter goes alone: the payload
+    // may be a newer run's only copy (left to the orphan sweep).
+    assert_eq!(
+        reassert("r3", "w1", 100, Reassert::Running).await,
+        Reasserted::Ok
+    );
+    let older = s.job_records("r3").await.unwrap().1.unwrap();
+    let _: i64 = s
+        .client
+        .hset(keys::fencing(&s.pool), ("r3", "200"))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.release_stale("r3", &older).await.unwrap(),
+        Released::Kept
+    );
+    assert!(s.job_records("r3").await.unwrap().1.is_none());
+    let payload: bool = s
+        .client
+        .hexists(keys::payloads(&s.pool), "r3")
+        .await
+        .unwrap();
+    assert!(payload, "the payload stays");
 
     let claim = |worker: &'static str| async move {
         s.claim_cleanup(worker, "n-test", TTL).await.unwrap().status

@@ -160,6 +160,10 @@ call::status!(
     Released, "release_stale reply" {
         /// The record and the payload are gone.
         Released = "released",
+        /// The record is gone; the payload stays, an orphan, because a
+        /// newer run of the key was issued since (the key's fencing
+        /// counter is above the record's token; `release_stale.lua` only).
+        Kept = "kept",
         /// The record changed since it was read: left alone.
         Changed = "changed",
     }
@@ -450,8 +454,8 @@ impl PoolStore {
         RecoveryMark::parse(&status)
     }
 
-    /// Drops the jobs-map `record` of job `key` (and its payload) if it is
-    /// unchanged.
+    /// Drops the jobs-map `record` of job `key` (and its payload, unless a
+    /// newer run of the key was issued since) if it is unchanged.
     pub(crate) async fn release_stale(&self, key: &str, record: &str) -> Result<Released> {
         let mut args = self.maps.base_args();
         args.extend([Value::from(key), Value::from(record)]);

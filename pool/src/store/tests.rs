@@ -478,10 +478,7 @@ async fn worker_scripts_answer_each_status() {
         .hset(keys::fencing(&s.pool), ("r3", "200"))
         .await
         .unwrap();
-    assert_eq!(
-        s.release_stale("r3", &older).await.unwrap(),
-        Released::Kept
-    );
+    assert_eq!(s.release_stale("r3", &older).await.unwrap(), Released::Kept);
     assert!(s.job_records("r3").await.unwrap().1.is_none());
     let payload: bool = s
         .client

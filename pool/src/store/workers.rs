@@ -157,6 +157,7 @@ call::status!(
 
 call::status!(
     /// What `release_stale.lua` did.
+    #[allow(clippy::enum_variant_names)] // `Released::Released`: the script's word
     Released, "release_stale reply" {
         /// The record and the payload are gone.
         Released = "released",

@@ -214,6 +214,26 @@ async fn a_held_job_the_cleaner_moves_is_forgotten_not_run() {
     node.close().await.unwrap();
 }
 
+/// A fault proxy in front of `server`, and a client through it.
+async fn behind_a_proxy(
+    server: &RedisServer,
+) -> (flotilla_testkit::FaultProxy, fred::prelude::Client) {
+    let proxy = flotilla_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    (proxy, client)
+}
+
+/// Node options (mirroring the jobs map) whose renewals come every second,
+/// each given a second, with a lease of 1 s.
+fn short_lease() -> NodeOptions {
+    NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3))
+        .lease_stop_after(Duration::from_secs(1))
+}
+
 /// Waits for a renewal to go through, then slows the link to 0.7 s each
 /// way: no renewal gets its answer within its second any more, and a call
 /// sent now, while the lease holds, is answered 1.4 s later, past it.
@@ -247,15 +267,8 @@ async fn slow_link_right_after_a_renewal(node: &Node, proxy: &flotilla_testkit::
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
     let server = RedisServer::start().unwrap();
-    let proxy = flotilla_testkit::FaultProxy::start(server.addr())
-        .await
-        .unwrap();
-    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
-    // Renewals every second, each given a second; the lease 1 s.
-    let options = NodeOptions::default()
-        .mirror_jobs(true)
-        .worker_ttl(Duration::from_secs(3))
-        .lease_stop_after(Duration::from_secs(1));
+    let (proxy, client) = behind_a_proxy(&server).await;
+    let options = short_lease();
     let name = flotilla_testkit::unique_name("late-resume");
     let node = Node::join(&client, &name, options).await.unwrap();
     let handler = Counting::default();
@@ -350,14 +363,8 @@ async fn failed_job_due(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_answered_after_the_lease_lapsed_does_not_start_the_job() {
     let server = RedisServer::start().unwrap();
-    let proxy = flotilla_testkit::FaultProxy::start(server.addr())
-        .await
-        .unwrap();
-    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
-    // Renewals every second, each given a second; the lease 1 s.
-    let options = NodeOptions::default()
-        .worker_ttl(Duration::from_secs(3))
-        .lease_stop_after(Duration::from_secs(1));
+    let (proxy, client) = behind_a_proxy(&server).await;
+    let options = short_lease();
     let (node, worker, handler, token) = failed_job_due(&client, "late-restart", options).await;
     let starts = handler.starts.load(Ordering::SeqCst);
     // The restart, sent while the lease holds, is answered past it.
@@ -385,16 +392,9 @@ async fn a_restart_answered_after_the_lease_lapsed_does_not_start_the_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_that_finished_as_the_lease_lapsed_is_not_resumed() {
     let server = RedisServer::start().unwrap();
-    let proxy = flotilla_testkit::FaultProxy::start(server.addr())
-        .await
-        .unwrap();
-    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
+    let (proxy, client) = behind_a_proxy(&server).await;
     let direct = flotilla_testkit::client(&server.url()).await.unwrap();
-    // Renewals every second, each given a second; the lease 1 s.
-    let options = NodeOptions::default()
-        .mirror_jobs(true)
-        .worker_ttl(Duration::from_secs(3))
-        .lease_stop_after(Duration::from_secs(1));
+    let options = short_lease();
     let name = flotilla_testkit::unique_name("finish-lapse");
     let node = Node::join(&client, &name, options).await.unwrap();
     let handler = Failing::default();
@@ -428,23 +428,7 @@ async fn a_run_that_finished_as_the_lease_lapsed_is_not_resumed() {
     .await
     .unwrap();
     proxy.set_mode(flotilla_testkit::ProxyMode::Forward);
-    wait_until(Duration::from_secs(10), "the lease is back", || {
-        let back = node.inner.lease_valid() && !node.inner.lease_suspended.load(Ordering::SeqCst);
-        async move { back }
-    })
-    .await
-    .unwrap();
-    // Whatever resume the renewal asked for has run once this one has
-    // (each holds the worker's ops lock, as the recording of the end does).
-    node.inner.resume_all().await;
-    assert_eq!(
-        handler.starts.load(Ordering::SeqCst),
-        1,
-        "the finished job was started again"
-    );
-    assert!(worker.job_token("k").is_none(), "the job left the worker");
-    assert!(worker.inner.suspended.lock().await.is_empty());
-    node.close().await.unwrap();
+    finished_job_not_resumed(&node, &worker, &handler).await;
 }
 
 /// A failed job waiting for its restart when Redis loses its record (a
@@ -515,8 +499,16 @@ async fn a_finish_reported_after_a_lease_loss_still_ends_the_job() {
     })
     .await
     .unwrap();
+    finished_job_not_resumed(&node, &worker, &handler).await;
+}
+
+/// Once the lease is back, resumes the suspended jobs (whatever resume the
+/// renewal asked for has run once this one has: each holds the worker's
+/// ops lock, as the recording of an end does) and checks that the job "k",
+/// which finished, did not start again, then closes the node.
+async fn finished_job_not_resumed(node: &Node, worker: &Worker, handler: &Failing) {
     wait_until(Duration::from_secs(10), "the lease is back", || {
-        let back = !node.inner.lease_suspended.load(Ordering::SeqCst);
+        let back = node.inner.lease_valid() && !node.inner.lease_suspended.load(Ordering::SeqCst);
         async move { back }
     })
     .await
@@ -528,5 +520,6 @@ async fn a_finish_reported_after_a_lease_loss_still_ends_the_job() {
         "the finished job was started again"
     );
     assert!(worker.job_token("k").is_none(), "the job left the worker");
+    assert!(worker.inner.suspended.lock().await.is_empty());
     node.close().await.unwrap();
 }

@@ -89,3 +89,30 @@ fn a_failover_stalled_by_refused_writes_extends_the_two_fault_window() {
     );
     assert_eq!(kinds(&r), vec!["not_running"]);
 }
+
+/// A worker killed while it ran "k"; its cleanup moved "k" to a worker
+/// whose process had been killed too, 0.7 s before the move (its
+/// keep-alive still young), which never started it; Redis then lost its
+/// data 0.8 s after: three faults took every copy, counted. The same loss
+/// with no second kill is flagged (the cleanup's target was alive).
+#[test]
+fn a_job_moved_to_a_worker_killed_before_it_started_it_is_counted() {
+    let w = vec![start(10, 5, "k", "a", 1)];
+    let w2 = vec![start(20, 5, "other", "b", 1)];
+    let d = vec![admit(6, "k")];
+    let end = CheckOptions {
+        end_ns: Some(30_000 * MS),
+        ..CheckOptions::default()
+    };
+    let mut faults = vec![
+        fault(1_000, FaultKind::Kill, 10, false),
+        untargeted(4_800, FaultKind::Flush, false),
+        untargeted(4_801, FaultKind::Flush, true),
+    ];
+    let r = check(&[w.clone(), w2.clone(), d.clone(), faults.clone()], &end);
+    assert_eq!(kinds(&r), vec!["not_running"]);
+    faults.push(fault(3_300, FaultKind::Kill, 20, false));
+    let r = check(&[w, w2, d, faults], &end);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.lost_with_killed_holder, vec!["k".to_string()]);
+}

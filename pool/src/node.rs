@@ -68,6 +68,7 @@ pub(crate) struct NodeInner {
     pub(crate) ring_version: watch::Sender<u64>,
     /// Dispatchers waiting for a worker's reply, by request id.
     pub(crate) waiters: DashMap<u64, oneshot::Sender<Reply>>,
+    /// The next request id; see [`first_request_id`].
     pub(crate) next_request: AtomicU64,
     pub(crate) reply_stream: Stream,
     pub(crate) reader: Reader,
@@ -236,7 +237,7 @@ impl Node {
             drained: ArcSwap::from_pointee(Default::default()),
             ring_version,
             waiters: DashMap::new(),
-            next_request: AtomicU64::new(1),
+            next_request: AtomicU64::new(first_request_id()),
             reply_stream,
             reader,
             workers: DashMap::new(),
@@ -658,7 +659,8 @@ impl NodeInner {
         }
     }
 
-    /// A fresh request id and the receiver of its reply.
+    /// A fresh request id (never 0, which means "no reply") and the
+    /// receiver of its reply.
     pub(crate) fn register_waiter(&self) -> (u64, oneshot::Receiver<Reply>) {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -691,4 +693,16 @@ impl NodeInner {
     pub(crate) async fn recently_connected(&self) -> bool {
         self.connected_at.lock().await.elapsed() < self.options.worker_ttl
     }
+}
+
+/// Where a node's request ids start: at random, below 2^62. A node that
+/// comes back under the id it had (`NodeOptions::node_id`) reads the same
+/// reply stream, where answers to its earlier run's requests can still
+/// arrive (a stop that took a while, a start read late); counting from 1
+/// again, it took them for answers to its own new requests (a `stop_job`
+/// returned before the job stopped). Two runs' ranges overlap only if one
+/// of them draws within its request count of the other: about 2^-30 for a
+/// run of 2^32 requests.
+fn first_request_id() -> u64 {
+    (uuid::Uuid::new_v4().as_u64_pair().0 >> 2).max(1)
 }

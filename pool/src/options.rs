@@ -122,6 +122,11 @@ pub struct NodeOptions {
     /// [`Node::lookup_job_keys`]: crate::Node::lookup_job_keys
     pub mirror_jobs: bool,
     /// Fixed node id; `None` generates a unique one. Default: `None`.
+    /// It must be unique among the pool's live nodes. A process may come
+    /// back under the id it had before (a pod name) once the earlier one
+    /// has exited: it shares that run's reply stream, and answers still on
+    /// their way to the earlier run are told apart from its own (each run
+    /// numbers its requests from a random start).
     pub node_id: Option<String>,
     /// Longest wait for Redis to answer one of the pool's calls (scripts,
     /// payload reads); past it the call fails with

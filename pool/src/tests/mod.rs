@@ -590,6 +590,7 @@ mod ended_runs;
 mod handoff_rollback;
 mod lease_after_claim;
 mod lost_claim;
+mod node_restart;
 mod pending_admission;
 mod reconcile_lease;
 mod recovery_resume;

@@ -284,11 +284,17 @@ pub enum FaultKind {
     /// flight may or may not have run, and subscribers miss what is
     /// published until they subscribe again.
     DropClients,
+    /// One of the two dispatching nodes goes away while its calls are in
+    /// flight (its dispatches and stops wait for answers) and 0–1 TTL
+    /// later comes back under the same node id (a pod name): answers to
+    /// the earlier run's requests keep arriving on the reply stream both
+    /// runs share, and must not answer the new run's requests.
+    RestartDispatcher,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 30] = [
+    pub const ALL: [FaultKind; 31] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -319,6 +325,7 @@ impl FaultKind {
         FaultKind::OutOfMemory,
         FaultKind::ReadOnly,
         FaultKind::DropClients,
+        FaultKind::RestartDispatcher,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -345,7 +352,7 @@ impl FaultKind {
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
     /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
     /// `stop-leave`, `cut-flush-join`, `rollback-twice`, `loss-kill`, `oom`,
-    /// `read-only`, `drop-clients`).
+    /// `read-only`, `drop-clients`, `restart-dispatcher`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -378,6 +385,7 @@ impl FaultKind {
             FaultKind::OutOfMemory => "oom",
             FaultKind::ReadOnly => "read-only",
             FaultKind::DropClients => "drop-clients",
+            FaultKind::RestartDispatcher => "restart-dispatcher",
         }
     }
 
@@ -458,6 +466,7 @@ impl FaultKind {
             FaultKind::OutOfMemory => "redis out of memory (writes refused)",
             FaultKind::ReadOnly => "redis a read-only replica (writes refused)",
             FaultKind::DropClients => "redis drops every client connection",
+            FaultKind::RestartDispatcher => "a dispatcher restarts under its node id",
         }
     }
 }

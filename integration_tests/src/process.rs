@@ -38,6 +38,12 @@ pub struct WorkerSpec {
     /// Some keys' runs end on their own (`--lifecycle`, see
     /// [`crate::lifecycle`]).
     pub lifecycle: bool,
+    /// The process's node id (`NodeOptions::node_id`); `None`: a fresh one.
+    pub node_id: Option<String>,
+    /// Longest time a handler `start` takes after its start line is
+    /// written (ms; each takes a random time up to it): a job that does
+    /// slow work, e.g. connects somewhere, before `start` returns. 0: none.
+    pub start_max_ms: u64,
 }
 
 /// A running worker process.
@@ -152,6 +158,14 @@ impl WorkerProcess {
         }
         if spec.lifecycle {
             command.arg("--lifecycle");
+        }
+        if let Some(id) = &spec.node_id {
+            command.arg("--node-id").arg(id);
+        }
+        if spec.start_max_ms > 0 {
+            command
+                .arg("--start-max-ms")
+                .arg(spec.start_max_ms.to_string());
         }
         let mut child = command
             .arg("--redis")

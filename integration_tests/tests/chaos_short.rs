@@ -37,6 +37,9 @@ fn options(seconds: u64, faults: Vec<FaultKind>) -> ChaosOptions {
 
 /// Process crashes and membership changes: SIGKILL, add and remove worker
 /// processes, with two dispatchers racing and stopping jobs throughout.
+/// Processes come back under the node ids of those that ended, and a
+/// dispatcher restarts under its own (`restart-dispatcher`): each new run
+/// shares its reply stream with the one before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_short_kills_and_membership_changes() {
     let summary = run(options(
@@ -45,8 +48,10 @@ async fn chaos_short_kills_and_membership_changes() {
             FaultKind::Kill,
             FaultKind::AddWorker,
             FaultKind::RemoveWorker,
+            FaultKind::RestartDispatcher,
         ],
-    ))
+    )
+    .fixed_node_ids(true))
     .await
     .expect("chaos harness");
     println!("{}", summary.table());

@@ -43,6 +43,8 @@ impl HaHarness {
             let spec = WorkerSpec {
                 mirror_jobs: true,
                 lifecycle: false,
+                node_id: None,
+                start_max_ms: 0,
                 binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
                 redis_url: ha.url(),
                 pool: pool.clone(),

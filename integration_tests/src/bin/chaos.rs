@@ -99,6 +99,14 @@ struct Args {
     /// start (one run in four of either within 50 ms); a recorded finish must hold like a stop.
     #[arg(long)]
     lifecycle: bool,
+    /// Each worker process started takes the node id of one that ended
+    /// (a pod restarted under its name).
+    #[arg(long)]
+    fixed_node_ids: bool,
+    /// Longest time a handler's `start` takes after its start line (ms;
+    /// each a random time up to it). 0: at once.
+    #[arg(long, default_value_t = 0)]
+    start_max_ms: u64,
 }
 
 fn parse_fault(s: &str) -> Result<FaultKind, String> {
@@ -145,7 +153,9 @@ async fn main() -> ExitCode {
         .lean_nodes(args.lean_nodes)
         .all_lean(args.all_lean)
         .overlap(args.overlap)
-        .lifecycle(args.lifecycle);
+        .lifecycle(args.lifecycle)
+        .fixed_node_ids(args.fixed_node_ids)
+        .start_max_ms(args.start_max_ms);
     let with_sentinel = [
         FaultKind::Kill,
         FaultKind::Pause,

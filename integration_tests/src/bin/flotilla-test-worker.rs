@@ -68,6 +68,14 @@ struct Args {
     /// `flotilla_integration_tests::lifecycle`).
     #[arg(long)]
     lifecycle: bool,
+    /// A fixed node id (`NodeOptions::node_id`), e.g. one a process that
+    /// ended had: the node comes back under it.
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Longest time a handler `start` takes after it wrote its start line
+    /// (ms; each a random time up to it). 0: it returns at once.
+    #[arg(long, default_value_t = 0)]
+    start_max_ms: u64,
 }
 
 /// Records starts and stops; runs nothing else (a job "runs" between them).
@@ -79,6 +87,8 @@ struct LedgerHandler {
     ledger: LedgerWriter,
     /// Range of `stop` durations in ms.
     stop_ms: (u64, u64),
+    /// Longest `start` duration in ms, after the start line.
+    start_max_ms: u64,
     /// Runs that end on their own (`--lifecycle`), else `None`.
     lifecycle: Option<RunTimers>,
 }
@@ -104,6 +114,10 @@ impl Handler for LedgerHandler {
         });
         if let Some(runs) = &self.lifecycle {
             runs.begin(&job, &worker, &self.ledger);
+        }
+        if self.start_max_ms > 0 {
+            let ms = rand::Rng::random_range(&mut rand::rng(), 0..=self.start_max_ms);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
         }
         Ok(())
     }
@@ -280,6 +294,10 @@ async fn run(
         .dispatch_timeout(Duration::from_secs(5))
         .mirror_jobs(!args.no_job_replicas)
         .restart_policy(lifecycle::restart_policy());
+    let options = match &args.node_id {
+        Some(id) => options.node_id(id),
+        None => options,
+    };
     // Behind Sentinel the node connects by URL (and follows failovers);
     // otherwise through the test client, which trusts a private TLS server.
     let connected = if args.redis.contains("-sentinel://") {
@@ -316,6 +334,7 @@ async fn run(
                 worker: id_rx,
                 ledger: ledger.clone(),
                 stop_ms: (args.stop_min_ms, args.stop_max_ms),
+                start_max_ms: args.start_max_ms,
                 lifecycle: args.lifecycle.then(RunTimers::default),
             },
         )

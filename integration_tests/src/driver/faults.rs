@@ -381,6 +381,7 @@ impl Run {
                 }
                 // Recorded once the signal is sent, as a kill.
                 let reaped = starting.sigkill().await;
+                self.fleet.ended(pid);
                 self.record(FaultKind::Kill, Some(pid), false);
                 self.record(kind, Some(pid), true);
                 reaped?;
@@ -569,6 +570,10 @@ impl Run {
             }
             FaultKind::DropClients => {
                 self.drop_clients().await?;
+                since = Instant::now();
+            }
+            FaultKind::RestartDispatcher => {
+                self.restart_dispatcher().await?;
                 since = Instant::now();
             }
             FaultKind::RemoveWorker => {

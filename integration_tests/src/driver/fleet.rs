@@ -45,6 +45,15 @@ pub(crate) struct Fleet {
     pub(crate) all_lean: bool,
     /// Every process started runs lifecycle keys (`--lifecycle`).
     pub(crate) lifecycle: bool,
+    /// Processes started take the node id of one that ended, when there
+    /// is one (`--fixed-node-ids`): a pod that restarts under its name.
+    pub(crate) fixed_node_ids: bool,
+    /// Longest handler `start` of the processes started (ms, 0: none).
+    pub(crate) start_max_ms: u64,
+    /// The node ids of processes that ended, free to be taken again.
+    free_node_ids: Vec<String>,
+    /// pid → the fixed node id its process runs under.
+    node_ids: HashMap<u32, String>,
     dir: PathBuf,
     next: usize,
     /// Every ledger file ever used (also of processes gone).
@@ -81,6 +90,10 @@ impl Fleet {
             lean: false,
             all_lean: false,
             lifecycle: false,
+            fixed_node_ids: false,
+            start_max_ms: 0,
+            free_node_ids: Vec::new(),
+            node_ids: HashMap::new(),
             dir,
             next: 0,
             ledgers: Vec::new(),
@@ -129,13 +142,38 @@ impl Fleet {
             stop_ms: self.stop_ms,
             mirror_jobs: !(self.all_lean || (self.lean && self.next.is_multiple_of(2))),
             lifecycle: self.lifecycle,
+            start_max_ms: self.start_max_ms,
+            node_id: self.fixed_node_ids.then(|| {
+                self.free_node_ids
+                    .pop()
+                    .unwrap_or_else(|| format!("n-proc-{}", self.next))
+            }),
         };
-        Ok((WorkerProcess::start(&spec)?, proxy))
+        let starting = match WorkerProcess::start(&spec) {
+            Ok(starting) => starting,
+            Err(e) => {
+                self.free_node_ids.extend(spec.node_id);
+                return Err(e);
+            }
+        };
+        if let Some(id) = spec.node_id {
+            self.node_ids.insert(starting.pid(), id);
+        }
+        Ok((starting, proxy))
+    }
+
+    /// Frees the fixed node id of process `pid`, which has ended, for the
+    /// next process started.
+    pub(crate) fn ended(&mut self, pid: u32) {
+        if let Some(id) = self.node_ids.remove(&pid) {
+            self.free_node_ids.push(id);
+        }
     }
 
     /// Removes a member from the fleet (after it was killed or exited).
     pub(crate) fn forget(&mut self, pid: u32) -> Option<Member> {
         let i = self.members.iter().position(|m| m.process.pid() == pid)?;
+        self.ended(pid);
         for pids in self.running.values_mut() {
             pids.remove(&pid);
         }

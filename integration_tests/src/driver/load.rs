@@ -3,7 +3,7 @@
 //! key, and record every outcome in the driver's ledger.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use flotilla_pool::{Error, Node};
@@ -51,7 +51,9 @@ pub(crate) struct Load {
     /// moment, so a recovery check does not expect it running.
     stopping: Arc<Mutex<HashSet<String>>>,
     pub(crate) stats: Arc<Mutex<LoadStats>>,
-    nodes: Arc<Vec<Node>>,
+    /// The dispatching nodes; one may be replaced by a new run of it
+    /// (the `restart-dispatcher` fault).
+    nodes: Arc<Vec<RwLock<Node>>>,
     ledger: LedgerWriter,
 }
 
@@ -66,9 +68,32 @@ impl Load {
             stop_in_doubt: Arc::new(Mutex::new(HashSet::new())),
             stopping: Arc::new(Mutex::new(HashSet::new())),
             stats: Arc::new(Mutex::new(LoadStats::default())),
-            nodes: Arc::new(nodes),
+            nodes: Arc::new(nodes.into_iter().map(RwLock::new).collect()),
             ledger,
         }
+    }
+
+    /// Dispatching node `n` as it is now.
+    pub(crate) fn node(&self, n: usize) -> Node {
+        match self.nodes[n].read() {
+            Ok(node) => node.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// How many dispatching nodes the load uses.
+    pub(crate) fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Puts `node` in the place of dispatching node `n`; returns the one
+    /// it replaces.
+    pub(crate) fn replace_node(&self, n: usize, node: Node) -> Node {
+        let mut slot = match self.nodes[n].write() {
+            Ok(slot) => slot,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        std::mem::replace(&mut *slot, node)
     }
 
     pub(crate) fn state(&self, key: &str) -> KeyState {
@@ -165,7 +190,7 @@ impl Load {
 
     /// Dispatches `key` from node `n` and records the outcome.
     pub(crate) async fn dispatch(&self, n: usize, key: &str) {
-        let node = &self.nodes[n];
+        let node = self.node(n);
         self.ledger.record(Record::DispatchSent {
             key: key.to_string(),
         });
@@ -233,7 +258,7 @@ impl Load {
 
     /// Stops `key` from node `n` and records the outcome.
     async fn stop(&self, n: usize, key: &str) {
-        self.stop_with(&self.nodes[n], key).await;
+        self.stop_with(&self.node(n), key).await;
     }
 
     /// Stops `key` through `node`, records the outcome and returns it

@@ -11,6 +11,7 @@
 //! # Ok(()) }
 //! ```
 
+mod dispatcher_faults;
 mod fault_steps;
 mod faults;
 mod fleet;
@@ -113,6 +114,14 @@ pub struct ChaosOptions {
     /// finish to hold (no run of the key after it until a new dispatch).
     /// Default: off.
     pub lifecycle: bool,
+    /// Each worker process started takes the node id of one that ended,
+    /// when there is one (a pod restarted under its name). Default:
+    /// `false` (every process a fresh id).
+    pub fixed_node_ids: bool,
+    /// Longest time a handler's `start` takes after its start line (ms;
+    /// each a random time up to it): jobs that do slow work before `start`
+    /// returns. Default: 0 (at once).
+    pub start_max_ms: u64,
 }
 
 impl Default for ChaosOptions {
@@ -142,6 +151,8 @@ impl Default for ChaosOptions {
             all_lean: false,
             overlap: false,
             lifecycle: false,
+            fixed_node_ids: false,
+            start_max_ms: 0,
         }
     }
 }
@@ -209,6 +220,16 @@ impl ChaosOptions {
     /// Sets [`lifecycle`](Self::lifecycle).
     pub fn lifecycle(mut self, on: bool) -> Self {
         self.lifecycle = on;
+        self
+    }
+    /// Sets [`fixed_node_ids`](Self::fixed_node_ids).
+    pub fn fixed_node_ids(mut self, on: bool) -> Self {
+        self.fixed_node_ids = on;
+        self
+    }
+    /// Sets [`start_max_ms`](Self::start_max_ms).
+    pub fn start_max_ms(mut self, ms: u64) -> Self {
+        self.start_max_ms = ms;
         self
     }
     /// Sets [`all_lean`](Self::all_lean).
@@ -341,6 +362,11 @@ pub(crate) struct Run {
     failed_primary: Option<u16>,
     /// The dispatching nodes' proxies (none against Sentinel).
     dispatcher_proxies: Vec<FaultProxy>,
+    /// Proxies of dispatchers that crashed (`restart-dispatcher`), refusing
+    /// every connection until the run ends.
+    old_proxies: Vec<FaultProxy>,
+    /// Closes of crashed dispatchers, left to run in the background.
+    closing: Vec<tokio::task::JoinHandle<Result<(), flotilla_pool::Error>>>,
     /// How a short-lived client (the `stop-leave` fault) reaches the pool:
     /// Redis's URL, the pool's name and the dispatchers' options.
     transient: (String, String, NodeOptions),
@@ -448,6 +474,8 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     fleet.lean = options.lean_nodes;
     fleet.all_lean = options.all_lean;
     fleet.lifecycle = options.lifecycle;
+    fleet.fixed_node_ids = options.fixed_node_ids;
+    fleet.start_max_ms = options.start_max_ms;
     if sentinels.is_some() {
         fleet.redis_url = Some(url.clone());
     }
@@ -471,6 +499,8 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         cuts: 0,
         failed_primary: None,
         dispatcher_proxies,
+        old_proxies: Vec::new(),
+        closing: Vec::new(),
         transient: (url.clone(), pool.clone(), node_options.clone()),
     };
     let started = Instant::now();
@@ -522,8 +552,12 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         },
     );
     run.fleet.kill_all().await;
-    for node in &nodes {
-        let _ = node.close().await;
+    for closing in run.closing.drain(..) {
+        closing.abort();
+    }
+    // The dispatchers as they are now (a restart replaced some).
+    for i in 0..load.node_count() {
+        let _ = load.node(i).close().await;
     }
     cancel.cancel();
     if let Some(error) = mixed {

@@ -102,6 +102,8 @@ impl Harness {
             let spec = WorkerSpec {
                 mirror_jobs: true,
                 lifecycle: false,
+                node_id: None,
+                start_max_ms: 0,
                 binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
                 redis_url: proxy.as_ref().map_or_else(|| server.url(), FaultProxy::url),
                 pool: pool.clone(),

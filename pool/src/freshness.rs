@@ -26,12 +26,11 @@
 //! bounded with this process's monotonic clock since a reply that carried
 //! it (I5: no comparison of two machines' clocks).
 //!
-//! One limit: a fresh start is recorded when the handler's `start`
-//! returns. A `start` that took longer than the rest of the guard's life
-//! (at least half of `dispatch_timeout + ack_grace`, 15 s by default) plus
-//! the orphan grace (2 TTL) could see its job requeued as an orphan and
-//! started elsewhere before it is recorded. `start` is meant to return once
-//! the job runs (long work is spawned), far below that.
+//! A fresh start is recorded when the handler's `start` returns, which may
+//! take a while: past a quarter of the guard's lifetime
+//! (`dispatch_timeout + ack_grace`) it is claimed while the handler goes
+//! on (`WorkerInner::start_fresh`), so the guard, which has half its life
+//! left at the read, never lapses under it.
 
 use std::sync::Mutex;
 use std::time::Duration;

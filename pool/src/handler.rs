@@ -142,6 +142,14 @@ pub trait Handler: Send + Sync + 'static {
     /// Starts a job. An error is returned to the dispatcher as
     /// [`Error::StartFailed`](crate::Error::StartFailed) and the job is not
     /// recorded.
+    ///
+    /// The job counts as running from the moment `start` is called, and
+    /// `start` may take a while (connect somewhere, load state). If the
+    /// worker's lease lapses meanwhile, or Redis refuses the start, the
+    /// start is cancelled — its future is dropped, so it goes no further —
+    /// and [`stop`](Self::stop) is called for the key, within the same
+    /// stop budget as the jobs that run, to undo what `start` did so far.
+    /// The job starts again later, here or elsewhere.
     async fn start(&self, job: Job) -> Result<(), HandlerError>;
 
     /// Stops a job this worker runs (asked by `stop_job`, a rebalance, a

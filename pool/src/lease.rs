@@ -21,12 +21,12 @@ use tokio::time::Instant;
 
 use crate::codec;
 use crate::error::Result;
-use crate::handler::{Job, guarded};
+use crate::handler::Job;
 use crate::node::NodeInner;
 use crate::options::LeasePolicy;
 pub(crate) use crate::store::Reassert;
 use crate::store::{Reasserted, Renewal, Resumed};
-use crate::worker::{LocalJob, WorkerInner};
+use crate::worker::{HandlerStart, LocalJob, WorkerInner};
 
 /// Re-assertions in flight at once. After Redis lost its data a worker is
 /// the only holder of each job it runs until it has re-asserted it: done a
@@ -365,7 +365,7 @@ impl NodeInner {
         // No ops lock here: the worker's loop may be blocked on the very
         // Redis that is unreachable, and the jobs must stop now.
         for worker in &workers {
-            worker.lease_lost.store(true, Ordering::SeqCst);
+            worker.lapse_lease();
         }
         // Each job moves to the suspended set before its stop begins, and
         // under that set's lock, so that whoever holds the lock sees it in
@@ -428,17 +428,30 @@ impl NodeInner {
                 if self.lease_suspended.load(Ordering::SeqCst) {
                     return; // lapsed again: the next renewal resumes
                 }
-                worker.lease_lost.store(false, Ordering::SeqCst);
+                worker.regain_lease();
                 worker.suspended.lock().await.drain().collect()
             };
-            let mut suspended = suspended.into_iter();
-            while let Some((key, job)) = suspended.next() {
-                if worker.jobs.contains_key(&key) {
-                    lock_held(&worker).remove(&key);
-                    continue; // started again from its inbox entry meanwhile
-                }
-                let restart = self.resume_one(&worker, &key, &job).await;
-                note_held_back(&worker, &key, &restart);
+            // Many at a time: each restart waits on Redis and then on the
+            // handler's `start`, which may take a while, and the worker's
+            // lanes wait for all of them (this holds its `ops` lock).
+            let worker = &worker;
+            let restarts: Vec<(String, LocalJob, Result<Restart>)> =
+                futures::stream::iter(suspended.into_iter().filter(|(key, _)| {
+                    if worker.jobs.contains_key(key) {
+                        lock_held(worker).remove(key);
+                        return false; // started again from its inbox entry meanwhile
+                    }
+                    true
+                }))
+                .map(|(key, job)| async move {
+                    let restart = self.resume_one(worker, &key, &job).await;
+                    (key, job, restart)
+                })
+                .buffer_unordered(RESUMES_AT_ONCE)
+                .collect()
+                .await;
+            for (key, job, restart) in restarts {
+                note_held_back(worker, &key, &restart);
                 match restart {
                     Ok(Restart::Started | Restart::Left) => {}
                     Ok(Restart::Moved) => {
@@ -454,11 +467,10 @@ impl NodeInner {
                         worker.suspended.lock().await.insert(key, job);
                     }
                     Ok(Restart::Suspended(token)) => {
-                        // The lease lapsed again: keep this one and the
-                        // rest for the next resume.
+                        // The lease lapsed again: kept for the next resume
+                        // (so are the others, each its own way here).
                         let mut kept = worker.suspended.lock().await;
                         kept.insert(key, LocalJob { token, ..job });
-                        kept.extend(suspended.by_ref());
                     }
                     Ok(Restart::StartFailed(e)) => {
                         // Still recorded as ours but not running: hand it to
@@ -536,8 +548,14 @@ impl NodeInner {
             token,
             worker.lifecycle.outcome(key, token),
         );
-        match guarded("start", worker.handler.start(run)).await {
-            Ok(()) => {
+        match worker.start_handler(run).await {
+            HandlerStart::LeaseLost => {
+                if let Err(e) = worker.stop_handler(key).await {
+                    tracing::warn!(key, error = %e, "handler stop failed on lease loss");
+                }
+                Ok(Restart::Suspended(token))
+            }
+            HandlerStart::Started => {
                 worker
                     .jobs
                     .insert(key.to_string(), LocalJob { token, ..job });
@@ -554,10 +572,13 @@ impl NodeInner {
                 }
                 Ok(Restart::Started)
             }
-            Err(e) => Ok(Restart::StartFailed(e)),
+            HandlerStart::Refused(e) => Ok(Restart::StartFailed(e)),
         }
     }
 }
+
+/// How many suspended jobs of a worker a resume restarts at a time.
+const RESUMES_AT_ONCE: usize = 64;
 
 /// Outcome of [`NodeInner::restart_owned`].
 pub(crate) enum Restart {

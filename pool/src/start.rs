@@ -11,11 +11,11 @@ use flotilla_streaming::Event;
 
 use crate::codec::{EV_START, StartEntry};
 use crate::error::{Error, Result};
-use crate::handler::{Job, guarded};
+use crate::handler::Job;
 use crate::node::NodeInner;
 use crate::store::records::job_owner;
 use crate::store::{Answer, Claimed, Moved, Reasserted, Requeue, StartKept, StartToRecord};
-use crate::worker::{LocalJob, WorkerInner};
+use crate::worker::{HandlerStart, LocalJob, WorkerInner};
 
 impl WorkerInner {
     /// Re-asserts a run whose start Redis lost (data loss, or Redis went
@@ -169,7 +169,7 @@ impl WorkerInner {
         // is recorded after the start (see `freshness.rs`).
         // A forwarded or moved entry (one hop or more) is never fresh: its
         // stream id is the time of the move, not of the admission.
-        let fresh = entry.hops == 0 && node.start_is_fresh(&event.id);
+        let mut fresh = entry.hops == 0 && node.start_is_fresh(&event.id);
         if !fresh {
             node.metrics.start_claims.increment(1);
             let claim = node.store.claim_start(&start).await?;
@@ -200,14 +200,33 @@ impl WorkerInner {
             entry.token,
             self.lifecycle.outcome(&key, entry.token),
         );
-        match guarded("start", self.handler.start(job.clone())).await {
-            Err(message) => {
+        let started = if fresh {
+            match self.start_fresh(node, &start, &entry, job.clone()).await? {
+                Some((started, still_fresh)) => {
+                    fresh = still_fresh;
+                    started
+                }
+                None => return Ok(()),
+            }
+        } else {
+            self.start_handler(job.clone()).await
+        };
+        match started {
+            HandlerStart::LeaseLost => {
+                // Recorded nowhere as running (a claim, if any, names this
+                // worker): undone here, and its entry, still in the inbox,
+                // is read again once the lease is back (or moved by a
+                // cleaner).
+                let _ = self.stop_handler(&key).await;
+                Err(lease_lost())
+            }
+            HandlerStart::Refused(message) => {
                 tracing::info!(worker = %self.id, key, error = %message, "handler refused to start job");
                 node.metrics.start_failed.increment(1);
                 node.store.start_failed(&start, &message).await?;
                 Ok(())
             }
-            Ok(()) => {
+            HandlerStart::Started => {
                 self.jobs.insert(
                     key.clone(),
                     LocalJob {
@@ -315,12 +334,64 @@ impl WorkerInner {
             .record_orphan(handed, node.orphan_exposure());
     }
 
+    /// Starts a fresh entry, to be recorded once the handler's `start`
+    /// returns; unless that takes a while. A fresh entry's pending guard
+    /// has at least half its life left (see `freshness.rs`); past a
+    /// quarter of it, the start is claimed in Redis while the handler goes
+    /// on, as an entry that is not fresh is before its start: the guard
+    /// would otherwise lapse under a slow `start`, and the job, taken for
+    /// an orphan, start elsewhere too. Returns how the start went and
+    /// whether it is still to be recorded as fresh (not claimed); `None`
+    /// when Redis refused the claim (the start was cancelled and undone).
+    async fn start_fresh(
+        &self,
+        node: &NodeInner,
+        start: &StartToRecord,
+        entry: &StartEntry,
+        job: Job,
+    ) -> Result<Option<(HandlerStart, bool)>> {
+        let key = job.key.clone();
+        let claimed = {
+            let handler_start = self.start_handler(job);
+            tokio::pin!(handler_start);
+            // Most starts are done at the first poll: no timer for them.
+            if let std::task::Poll::Ready(started) = futures::poll!(&mut handler_start) {
+                return Ok(Some((started, true)));
+            }
+            let claim_after = (node.options.dispatch_timeout + node.options.ack_grace) / 4;
+            tokio::select! {
+                started = &mut handler_start => return Ok(Some((started, true))),
+                _ = tokio::time::sleep(claim_after) => {}
+            }
+            node.metrics.start_claims.increment(1);
+            let claimed = node.store.claim_start(start).await;
+            if matches!(claimed, Ok(Claimed::Ok)) {
+                return Ok(Some((handler_start.await, false)));
+            }
+            claimed
+            // Refused, or not known: the start goes no further (its
+            // future is dropped here) and the handler undoes it. On an
+            // error the entry is read again (a claim that went through is
+            // found then).
+        };
+        let _ = self.stop_handler(&key).await;
+        let claim = claimed?;
+        tracing::info!(
+            worker = %self.id,
+            key,
+            token = entry.token,
+            claim = claim.as_str(),
+            "slow start not claimed; cancelled"
+        );
+        if matches!(claim, Claimed::Unregistered | Claimed::Gone) {
+            self.keep_unclaimed(node, entry).await;
+        }
+        Ok(None)
+    }
+
     fn check_lease(&self, node: &NodeInner) -> Result<()> {
         if !self.holds_lease(node) {
-            return Err(Error::Unavailable(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                "lease lost",
-            )));
+            return Err(lease_lost());
         }
         Ok(())
     }
@@ -355,6 +426,15 @@ impl WorkerInner {
             reply,
         })
     }
+}
+
+/// What a start that cannot go on without the lease fails with: the entry
+/// stays in the inbox, read again once the lease is back.
+fn lease_lost() -> Error {
+    Error::Unavailable(fred::error::Error::new(
+        fred::error::ErrorKind::Timeout,
+        "lease lost",
+    ))
 }
 
 /// Drops a start entry whose key runs elsewhere (or here with a newer

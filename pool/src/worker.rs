@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::codec::{self, EV_NOTIFY, KeyedRequest};
 use crate::error::{Error, Result};
-use crate::handler::{Handler, guarded};
+use crate::handler::{Handler, Job, guarded};
 use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, LANES, SeenEntries, lane_of};
 use crate::node::{Node, NodeInner};
 use crate::store::{Moved, Requeue};
@@ -89,6 +89,10 @@ pub(crate) struct WorkerInner {
     /// Set while the node's lease is lost: no job may start, and one that
     /// started meanwhile is stopped at once.
     pub(crate) lease_lost: std::sync::atomic::AtomicBool,
+    /// Cancelled when the lease lapses, which cancels every handler
+    /// `start` under way (see [`WorkerInner::start_handler`]); replaced by
+    /// a fresh one before the lease is taken as held again.
+    lease_lapse: std::sync::Mutex<CancellationToken>,
     /// The node's [`stop_timeout`](crate::NodeOptions::stop_timeout).
     stop_timeout: Duration,
     /// Runs stopped here on request (see [`crate::tombstones`]).
@@ -153,6 +157,7 @@ impl Worker {
             seen: SeenEntries::default(),
             rewind: RewindState::default(),
             lease_lost: std::sync::atomic::AtomicBool::new(false),
+            lease_lapse: std::sync::Mutex::new(CancellationToken::new()),
             stop_timeout: inner.options.stop_timeout,
             stopped: crate::tombstones::StopTombstones::default(),
             handed_off: crate::handoffs::Handoffs::default(),
@@ -275,6 +280,52 @@ impl WorkerInner {
     /// `lease_stop_after` ago (the clock catches a lapse the watchdog has
     /// not acted on yet: a pause, a slow reply). Asked again after every
     /// Redis round trip that precedes a start.
+    /// The lease lapsed: nothing starts from now on, and every handler
+    /// `start` under way is cancelled.
+    pub(crate) fn lapse_lease(&self) {
+        self.lease_lost
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.lapse_token().cancel();
+    }
+
+    /// The lease holds again: starts may run (a fresh token for them to be
+    /// cancelled by at the next lapse, put in place first).
+    pub(crate) fn regain_lease(&self) {
+        *self.lease_lapse.lock().unwrap_or_else(|e| e.into_inner()) = CancellationToken::new();
+        self.lease_lost
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn lapse_token(&self) -> CancellationToken {
+        self.lease_lapse
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Runs the handler's `start` of `job`, unless the lease lapses first.
+    /// A `start` may take a while (it connects somewhere, loads state), and
+    /// once the lease has lapsed another worker may take the job within
+    /// the stop budget: so the start is cancelled then (its future is
+    /// dropped and goes no further), and the caller has the handler's
+    /// `stop` undo what it did, as the lapse does for the jobs that run.
+    pub(crate) async fn start_handler(&self, job: Job) -> HandlerStart {
+        let lapse = self.lapse_token();
+        let key = job.key.clone();
+        tokio::select! {
+            // A lapse seen first wins: the start is not polled again.
+            biased;
+            _ = lapse.cancelled() => {
+                tracing::warn!(worker = %self.id, key, "lease lost while the handler started the job: start cancelled");
+                HandlerStart::LeaseLost
+            }
+            started = guarded("start", self.handler.start(job)) => match started {
+                Ok(()) => HandlerStart::Started,
+                Err(message) => HandlerStart::Refused(message),
+            },
+        }
+    }
+
     pub(crate) fn holds_lease(&self, node: &NodeInner) -> bool {
         !self.lease_lost.load(std::sync::atomic::Ordering::SeqCst) && node.lease_valid()
     }
@@ -570,4 +621,15 @@ impl WorkerInner {
         }
         self.drop_entry(node, &event.id).await
     }
+}
+
+/// How a handler's `start` went (see [`WorkerInner::start_handler`]).
+pub(crate) enum HandlerStart {
+    /// It returned `Ok`: the job runs.
+    Started,
+    /// It returned an error (or panicked): the job does not run.
+    Refused(String),
+    /// The lease lapsed first: the start was cancelled part-way, and the
+    /// handler's `stop` must undo it.
+    LeaseLost,
 }

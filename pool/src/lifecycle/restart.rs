@@ -14,11 +14,11 @@ use tokio::sync::{Mutex, mpsc};
 
 use super::{Ended, JobOutcome, RestartPolicy, RunEnd};
 use crate::codec::{self, JobBody};
-use crate::handler::{Job, guarded};
+use crate::handler::Job;
 use crate::lease::Reassert;
 use crate::node::NodeInner;
 use crate::store::{EndArgs, EndRecorded, Reasserted};
-use crate::worker::{LocalJob, WorkerInner};
+use crate::worker::{HandlerStart, LocalJob, WorkerInner};
 
 /// How long to wait before trying a report or restart again after Redis
 /// did not answer.
@@ -324,8 +324,16 @@ impl WorkerInner {
             self.lifecycle.outcome(&key, new_token),
         );
         node.metrics.job_restarts.increment(1);
-        match guarded("start", self.handler.start(run)).await {
-            Ok(()) => {
+        match self.start_handler(run).await {
+            HandlerStart::LeaseLost => {
+                // The lapse moved the run to the suspended set and stopped
+                // it, unless it looked before the run was here.
+                if let Some((k, job)) = self.jobs.remove(&key) {
+                    let _ = self.stop_handler(&k).await;
+                    self.suspended.lock().await.insert(k, job);
+                }
+            }
+            HandlerStart::Started => {
                 tracing::info!(key, token = new_token, "job restarted");
                 // A lease loss while the handler started: the watchdog may
                 // have missed this run; stop it here (it resumes later).
@@ -336,7 +344,7 @@ impl WorkerInner {
                     self.suspended.lock().await.insert(k, job);
                 }
             }
-            Err(message) => {
+            HandlerStart::Refused(message) => {
                 // A refused restart is one more failure of the job.
                 let _ = self.lifecycle.to_worker.send(Ended {
                     key: key.clone(),

@@ -597,6 +597,7 @@ mod recovery_resume;
 mod recovery_window;
 mod refused_writes;
 mod resume;
+mod slow_starts;
 mod stale_starts;
 mod stop_answers;
 mod sweeper;

@@ -91,6 +91,36 @@ impl WorkerInner {
             let start = self.start_to_record(node, event, &entry)?;
             return drop_superseded(node, &start).await;
         }
+        let start = self.start_to_record(node, event, &entry)?;
+        if let Some(running) = self.jobs.get(&key).map(|j| j.token)
+            && running >= entry.token
+        {
+            if running > entry.token {
+                // An older start that was moved on and came back: the key
+                // runs here already.
+                return drop_superseded(node, &start).await;
+            }
+            // This very start, read again by a rewind because recording it
+            // failed: record it now (it may be recorded already). Before
+            // any forward: the ring may place the key elsewhere by now, and
+            // the entry forwarded there, with this run's token and guard,
+            // would be claimed and started while it runs here (a rebalance
+            // hands a running job on, stopping it first).
+            let status = node.recorder.submit(start).await?;
+            if status == StartKept::Recovering {
+                self.reassert_start(node, &key).await;
+            } else if status != StartKept::Ok {
+                tracing::warn!(
+                    worker = %self.id,
+                    key,
+                    status = status.as_str(),
+                    "start not kept; stopping the local run"
+                );
+                let _ = self.stop_handler(&key).await;
+                self.jobs.remove(&key);
+            }
+            return Ok(());
+        }
         if let Some(target) = self.forward_target(node, &key, entry.hops) {
             match node
                 .move_entry(
@@ -107,32 +137,6 @@ impl WorkerInner {
                 Moved::Ok | Moved::Gone | Moved::ClaimLost => return Ok(()),
                 Moved::NoTarget => node.refresh_ring(), // target left: run it here
             }
-        }
-        let start = self.start_to_record(node, event, &entry)?;
-        if let Some(running) = self.jobs.get(&key).map(|j| j.token)
-            && running >= entry.token
-        {
-            if running > entry.token {
-                // An older start that was moved on and came back: the key
-                // runs here already.
-                return drop_superseded(node, &start).await;
-            }
-            // This very start, read again by a rewind because recording it
-            // failed: record it now (it may be recorded already).
-            let status = node.recorder.submit(start).await?;
-            if status == StartKept::Recovering {
-                self.reassert_start(node, &key).await;
-            } else if status != StartKept::Ok {
-                tracing::warn!(
-                    worker = %self.id,
-                    key,
-                    status = status.as_str(),
-                    "start not kept; stopping the local run"
-                );
-                let _ = self.stop_handler(&key).await;
-                self.jobs.remove(&key);
-            }
-            return Ok(());
         }
         let superseded = node.store.maps.jobs.as_ref().is_some_and(|jobs| {
             jobs.get(&key).is_some_and(|v| {
@@ -364,7 +368,15 @@ impl WorkerInner {
                 _ = tokio::time::sleep(claim_after) => {}
             }
             node.metrics.start_claims.increment(1);
-            let claimed = node.store.claim_start(start).await;
+            // The handler's start waits meanwhile, but it has begun: a
+            // lapse during the claim's round trip (a cut link) must still
+            // undo it within the stop budget, not once the call gives up.
+            let lapse = self.lapse_token();
+            let claimed = tokio::select! {
+                biased;
+                _ = lapse.cancelled() => Err(lease_lost()),
+                claimed = node.store.claim_start(start) => claimed,
+            };
             if matches!(claimed, Ok(Claimed::Ok)) {
                 return Ok(Some((handler_start.await, false)));
             }

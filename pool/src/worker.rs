@@ -296,7 +296,8 @@ impl WorkerInner {
             .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
-    fn lapse_token(&self) -> CancellationToken {
+    /// Cancelled when the lease lapses (a fresh one after each lapse).
+    pub(crate) fn lapse_token(&self) -> CancellationToken {
         self.lease_lapse
             .lock()
             .unwrap_or_else(|e| e.into_inner())

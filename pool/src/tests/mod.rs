@@ -602,3 +602,4 @@ mod stale_starts;
 mod stop_answers;
 mod sweeper;
 mod unclaimed_start;
+mod unrecorded_start;

@@ -11,15 +11,15 @@ use super::*;
 /// A start cancelled part-way (its future dropped) leaves the job running
 /// until `stop` undoes it, as a real handler's half-made connection would.
 #[derive(Clone)]
-struct SlowStart {
+pub(super) struct SlowStart {
     takes: Duration,
-    running: Arc<Mutex<std::collections::HashSet<String>>>,
+    pub(super) running: Arc<Mutex<std::collections::HashSet<String>>>,
     started_once: Arc<Mutex<std::collections::HashSet<String>>>,
     starts: Arc<AtomicUsize>,
 }
 
 impl SlowStart {
-    fn new(takes: Duration) -> SlowStart {
+    pub(super) fn new(takes: Duration) -> SlowStart {
         SlowStart {
             takes,
             running: Arc::default(),
@@ -27,7 +27,7 @@ impl SlowStart {
             starts: Arc::default(),
         }
     }
-    fn runs(&self, key: &str) -> bool {
+    pub(super) fn runs(&self, key: &str) -> bool {
         self.running.lock().unwrap().contains(key)
     }
 }
@@ -49,10 +49,12 @@ impl Handler for SlowStart {
 }
 
 /// A node behind a proxy, TTL 3 s, lease 1 s, whose worker's starts take
-/// `takes`.
+/// `takes`; `claim_after`: a quarter of the pending guard's life, when a
+/// slow fresh start is claimed (default options: 7.5 s).
 async fn slow_starting_node(
     server: &RedisServer,
     takes: Duration,
+    claim_after: Option<Duration>,
 ) -> (flotilla_testkit::FaultProxy, Node, Worker, SlowStart) {
     let proxy = flotilla_testkit::FaultProxy::start(server.addr())
         .await
@@ -62,6 +64,10 @@ async fn slow_starting_node(
         .mirror_jobs(true)
         .worker_ttl(Duration::from_secs(3))
         .lease_stop_after(Duration::from_secs(1));
+    let options = match claim_after {
+        Some(quarter) => options.dispatch_timeout(quarter * 2).ack_grace(quarter * 2),
+        None => options,
+    };
     let name = flotilla_testkit::unique_name("slow-start");
     let node = Node::join(&client, &name, options).await.unwrap();
     let handler = SlowStart::new(takes);
@@ -76,9 +82,22 @@ async fn slow_starting_node(
 /// had started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_under_way_when_the_lease_lapses_is_stopped_within_the_budget() {
+    cut_during_a_slow_start(None).await;
+}
+
+/// The same, when the slow start's claim (a quarter of the guard's life
+/// in, here 0.25 s) is on its way over the cut link as the lease lapses:
+/// the start is undone at the lapse, not when the claim gives up (the
+/// Redis timeout, 5 s; chaos soak seed 1201 with slow starts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_start_claimed_over_a_cut_link_is_stopped_within_the_budget() {
+    cut_during_a_slow_start(Some(Duration::from_millis(250))).await;
+}
+
+async fn cut_during_a_slow_start(claim_after: Option<Duration>) {
     let server = RedisServer::start().unwrap();
     let (proxy, node, _worker, handler) =
-        slow_starting_node(&server, Duration::from_secs(30)).await;
+        slow_starting_node(&server, Duration::from_secs(30), claim_after).await;
     let dispatch = {
         let node = node.clone();
         tokio::spawn(async move { node.dispatch_job("k", &b"p"[..]).await })

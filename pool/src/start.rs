@@ -121,6 +121,20 @@ impl WorkerInner {
             }
             return Ok(());
         }
+        let held = self.suspended.lock().await.get(&key).map(|j| j.token);
+        if let Some(held) = held
+            && held >= entry.token
+        {
+            if held > entry.token {
+                return drop_superseded(node, &start).await;
+            }
+            // This very start, whose run the lease watchdog took from the
+            // running set before it was recorded: the resume settles that
+            // run (restarts it here, or forgets it if it moved). Until
+            // then the entry stays; forwarded, it would be claimed and
+            // started elsewhere, maybe while the stop here still runs.
+            return Err(held_here());
+        }
         if let Some(target) = self.forward_target(node, &key, entry.hops) {
             match node
                 .move_entry(
@@ -446,6 +460,15 @@ fn lease_lost() -> Error {
     Error::Unavailable(fred::error::Error::new(
         fred::error::ErrorKind::Timeout,
         "lease lost",
+    ))
+}
+
+/// What a start entry whose run is held suspended here fails with: the
+/// entry stays in the inbox until the resume has settled the run.
+fn held_here() -> Error {
+    Error::Unavailable(fred::error::Error::new(
+        fred::error::ErrorKind::Timeout,
+        "its run is held suspended here",
     ))
 }
 

@@ -341,3 +341,31 @@ async fn handler_stops_longer_than_the_stop_budget_are_refused() {
         .expect("a run whose stops stay within the budget");
     assert!(within.passed(), "{}", within.table());
 }
+
+/// Handlers whose `start` takes up to 1.5 s (three quarters of the TTL),
+/// through live cuts, pauses, writes refused, kills and membership
+/// changes. A 6-minute soak of slow starts (up to 3 s) found starts that
+/// ran on past a lapsed lease, slow fresh starts whose guard lapsed under
+/// them, and start entries forwarded to a new ring owner while their run
+/// went on here (`src/tests/slow_starts.rs` and
+/// `src/tests/unrecorded_start.rs` in the pool crate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_slow_starts() {
+    let faults = vec![
+        FaultKind::Cut,
+        FaultKind::Pause,
+        FaultKind::ReadOnly,
+        FaultKind::Kill,
+        FaultKind::AddWorker,
+        FaultKind::RemoveWorker,
+    ];
+    let summary = run(options(45, faults)
+        .start_max_ms(1500)
+        .lean_nodes(true)
+        .overlap(true))
+    .await
+    .expect("chaos harness");
+    println!("{}", summary.table());
+    assert!(summary.dispatch_ok > 30, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}

@@ -231,11 +231,21 @@ impl WorkerInner {
         };
         match started {
             HandlerStart::LeaseLost => {
-                // Recorded nowhere as running (a claim, if any, names this
-                // worker): undone here, and its entry, still in the inbox,
-                // is read again once the lease is back (or moved by a
-                // cleaner).
+                // Undone here, and held like the runs the lapse stopped:
+                // the resume starts it again once the lease is back (it
+                // re-asserts it first if Redis lost it meanwhile; a claim,
+                // if any, names this worker). The entry waits for that
+                // (`held_here`): Redis may lose it, and a cleaner move it.
                 let _ = self.stop_handler(&key).await;
+                self.suspended.lock().await.insert(
+                    key.clone(),
+                    LocalJob {
+                        token: entry.token,
+                        created_at_ms: entry.created_at_ms,
+                        payload: job.payload.clone(),
+                        raw_body: entry.raw_body.clone(),
+                    },
+                );
                 Err(lease_lost())
             }
             HandlerStart::Refused(message) => {
@@ -388,8 +398,13 @@ impl WorkerInner {
             let lapse = self.lapse_token();
             let claimed = tokio::select! {
                 biased;
-                _ = lapse.cancelled() => Err(lease_lost()),
-                claimed = node.store.claim_start(start) => claimed,
+                _ = lapse.cancelled() => None,
+                claimed = node.store.claim_start(start) => Some(claimed),
+            };
+            let Some(claimed) = claimed else {
+                // The start goes no further (its future is dropped here);
+                // the caller undoes it and holds the job.
+                return Ok(Some((HandlerStart::LeaseLost, false)));
             };
             if matches!(claimed, Ok(Claimed::Ok)) {
                 return Ok(Some((handler_start.await, false)));

@@ -634,19 +634,26 @@ fn check_moves(
     let settle = options.settle.as_nanos() as u64;
     let window = options.ring_window.as_nanos() as u64;
     const SLACK: u64 = 100_000_000;
-    // Stop requests per key: [sent, done] spans.
+    // Stop requests per key: [sent, done] spans. A stop whose outcome is
+    // unknown (its caller gave up) may still be carried out later, e.g.
+    // behind a slow start of the key: its span lasts until the key's next
+    // admission, a run the stop does not name.
     let mut requests: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
     for (t, r) in driver {
-        match r {
-            Record::StopSent { key } => requests.entry(key).or_default().push((*t, u64::MAX)),
-            Record::StopDone { key, .. } => {
-                if let Some(last) = requests.get_mut(key.as_str()).and_then(|v| v.last_mut())
-                    && last.1 == u64::MAX
-                {
-                    last.1 = *t;
-                }
+        let (key, closes_unknown) = match r {
+            Record::StopSent { key } => {
+                requests.entry(key).or_default().push((*t, u64::MAX));
+                continue;
             }
-            _ => {}
+            Record::StopDone { key, outcome } => (key, outcome != "unknown"),
+            Record::Admit { key, .. } => (key, true),
+            _ => continue,
+        };
+        if let Some(last) = requests.get_mut(key.as_str()).and_then(|v| v.last_mut())
+            && last.1 == u64::MAX
+            && closes_unknown
+        {
+            last.1 = *t;
         }
     }
     for ledger in ledgers {

@@ -82,7 +82,17 @@ async fn slow_starting_node(
 /// had started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_under_way_when_the_lease_lapses_is_stopped_within_the_budget() {
-    cut_during_a_slow_start(None).await;
+    cut_during_a_slow_start(None, false).await;
+}
+
+/// The same, and Redis loses its data before the link heals: the start
+/// undone at the lapse is held by the worker like the jobs the lapse
+/// stopped, and re-asserted once it is back. Its inbox entry alone went
+/// with Redis's data (chaos soak seed 1201 with slow starts: a job a
+/// cleaner had moved to the worker ran nowhere after an empty restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_undone_at_a_lapse_survives_a_data_loss() {
+    cut_during_a_slow_start(None, true).await;
 }
 
 /// The same, when the slow start's claim (a quarter of the guard's life
@@ -91,10 +101,10 @@ async fn a_start_under_way_when_the_lease_lapses_is_stopped_within_the_budget() 
 /// Redis timeout, 5 s; chaos soak seed 1201 with slow starts).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_start_claimed_over_a_cut_link_is_stopped_within_the_budget() {
-    cut_during_a_slow_start(Some(Duration::from_millis(250))).await;
+    cut_during_a_slow_start(Some(Duration::from_millis(250)), false).await;
 }
 
-async fn cut_during_a_slow_start(claim_after: Option<Duration>) {
+async fn cut_during_a_slow_start(claim_after: Option<Duration>, flush: bool) {
     let server = RedisServer::start().unwrap();
     let (proxy, node, _worker, handler) =
         slow_starting_node(&server, Duration::from_secs(30), claim_after).await;
@@ -123,7 +133,11 @@ async fn cut_during_a_slow_start(claim_after: Option<Duration>) {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}: the job still runs {:?} after the cut", cut.elapsed()));
-    // Back: the job, never recorded, starts again from its inbox entry.
+    if flush {
+        let client = flotilla_testkit::client(&server.url()).await.unwrap();
+        flushall(&client).await;
+    }
+    // Back: the job, never recorded, starts again.
     proxy.heal();
     wait_until(Duration::from_secs(15), "the job starts again", || {
         let again = handler.starts.load(Ordering::SeqCst) >= 2 && handler.runs("k");

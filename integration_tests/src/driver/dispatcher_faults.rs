@@ -36,7 +36,7 @@ impl Run {
             self.dispatcher_proxies[i].set_mode(ProxyMode::Refuse);
             self.closing
                 .push(tokio::spawn(async move { old.close().await.map(|_| ()) }));
-        } else if let Err(e) = old.close().await {
+        } else if let Err(e) = Box::pin(old.close()).await {
             tracing::warn!(error = %e, "closing a dispatcher failed");
         }
         tokio::time::sleep(gap).await;
@@ -68,12 +68,12 @@ impl Run {
         loop {
             let joined = match &via {
                 Some(proxy_url) => match flotilla_testkit::client(proxy_url).await {
-                    Ok(client) => Node::join(&client, &pool, options.clone())
+                    Ok(client) => Box::pin(Node::join(&client, &pool, options.clone()))
                         .await
                         .map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 },
-                None => Node::connect(&url, &pool, options.clone())
+                None => Box::pin(Node::connect(&url, &pool, options.clone()))
                     .await
                     .map_err(|e| e.to_string()),
             };

@@ -573,7 +573,9 @@ impl Run {
                 since = Instant::now();
             }
             FaultKind::RestartDispatcher => {
-                self.restart_dispatcher().await?;
+                // Boxed: a node's join and close are large futures, and
+                // this one's state would sit in every fault's.
+                Box::pin(self.restart_dispatcher()).await?;
                 since = Instant::now();
             }
             FaultKind::RemoveWorker => {

@@ -192,16 +192,8 @@ impl WorkerInner {
             node.metrics.start_claims.increment(1);
             let claim = node.store.claim_start(&start).await?;
             if claim != Claimed::Ok {
-                tracing::info!(
-                    worker = %self.id,
-                    key,
-                    token = entry.token,
-                    claim = claim.as_str(),
-                    "start not claimed"
-                );
-                if matches!(claim, Claimed::Unregistered | Claimed::Gone) {
-                    self.keep_unclaimed(node, &entry).await;
-                }
+                self.claim_refused(node, &entry, claim, "start not claimed")
+                    .await;
                 return Ok(());
             }
             // The claim took a round trip: a stall or a pause meanwhile
@@ -229,6 +221,13 @@ impl WorkerInner {
         } else {
             self.start_handler(job.clone()).await
         };
+        // The run as the worker keeps it, running or held suspended.
+        let run = LocalJob {
+            token: entry.token,
+            created_at_ms: entry.created_at_ms,
+            payload: job.payload.clone(),
+            raw_body: entry.raw_body.clone(),
+        };
         match started {
             HandlerStart::LeaseLost => {
                 // Undone here, and held like the runs the lapse stopped:
@@ -237,15 +236,7 @@ impl WorkerInner {
                 // if any, names this worker). The entry waits for that
                 // (`held_here`): Redis may lose it, and a cleaner move it.
                 let _ = self.stop_handler(&key).await;
-                self.suspended.lock().await.insert(
-                    key.clone(),
-                    LocalJob {
-                        token: entry.token,
-                        created_at_ms: entry.created_at_ms,
-                        payload: job.payload.clone(),
-                        raw_body: entry.raw_body.clone(),
-                    },
-                );
+                self.suspended.lock().await.insert(key.clone(), run);
                 Err(lease_lost())
             }
             HandlerStart::Refused(message) => {
@@ -255,15 +246,7 @@ impl WorkerInner {
                 Ok(())
             }
             HandlerStart::Started => {
-                self.jobs.insert(
-                    key.clone(),
-                    LocalJob {
-                        token: entry.token,
-                        created_at_ms: entry.created_at_ms,
-                        payload: job.payload.clone(),
-                        raw_body: entry.raw_body.clone(),
-                    },
-                );
+                self.jobs.insert(key.clone(), run);
                 // A lease loss while the handler started: the watchdog's
                 // stop may have missed this job (inserted after it looked),
                 // and recording the start may wait on an unreachable Redis
@@ -416,18 +399,30 @@ impl WorkerInner {
             // found then).
         };
         let _ = self.stop_handler(&key).await;
-        let claim = claimed?;
+        self.claim_refused(node, entry, claimed?, "slow start not claimed; cancelled")
+            .await;
+        Ok(None)
+    }
+
+    /// A claim Redis refused: logged (`what`), and an entry that Redis no
+    /// longer shows with this worker is given back (`keep_unclaimed`).
+    async fn claim_refused(
+        &self,
+        node: &NodeInner,
+        entry: &StartEntry,
+        claim: Claimed,
+        what: &'static str,
+    ) {
         tracing::info!(
             worker = %self.id,
-            key,
+            key = entry.body.key,
             token = entry.token,
             claim = claim.as_str(),
-            "slow start not claimed; cancelled"
+            "{what}"
         );
         if matches!(claim, Claimed::Unregistered | Claimed::Gone) {
             self.keep_unclaimed(node, entry).await;
         }
-        Ok(None)
     }
 
     fn check_lease(&self, node: &NodeInner) -> Result<()> {

@@ -168,14 +168,64 @@ async fn a_fresh_start_that_outlasts_its_guard_runs_nowhere_else() {
         .dispatch_timeout(Duration::from_secs(1))
         .ack_grace(Duration::from_secs(1))
         .orphan_grace(Duration::from_secs(1));
-    let first = Node::join(&client, &name, options.clone()).await.unwrap();
-    let slow = SlowStart::new(Duration::from_secs(10));
-    let _slow_worker = Worker::new(&first, slow.clone()).await.unwrap();
-    let keys: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
+    let pair = slow_then_quick(&client, &name, options, Duration::from_secs(10), 16).await;
+    let (first, second) = (&pair.first, &pair.second);
+    // Until the slow starts are done (10 s) and a little after: no key may
+    // start on the second worker while the first still starts it (the
+    // stale-pending sweep comes every TTL, the orphans' requeue 1 s
+    // later).
+    pair.never_both_for(Duration::from_secs(11)).await;
+    second.close().await.unwrap();
+    first.close().await.unwrap();
+}
+
+/// Two workers of one pool: the first's first starts take `takes`; it is
+/// dispatched `keys` keys and starts them (at least four under way), and
+/// then a second worker, whose starts take no time, joins on another node.
+pub(super) struct SlowThenQuick {
+    pub(super) first: Node,
+    pub(super) second: Node,
+    pub(super) quick_worker: Worker,
+    pub(super) slow: SlowStart,
+    pub(super) quick: SlowStart,
+    pub(super) keys: Vec<String>,
+    _slow_worker: Worker,
+}
+
+impl SlowThenQuick {
+    /// Asserts, every 20 ms for `window`, that no key runs on both workers.
+    pub(super) async fn never_both_for(&self, window: Duration) {
+        let until = std::time::Instant::now() + window;
+        while std::time::Instant::now() < until {
+            let overlap: Vec<&String> = self
+                .keys
+                .iter()
+                .filter(|k| self.quick.runs(k) && self.slow.runs(k))
+                .collect();
+            assert!(
+                overlap.is_empty(),
+                "{overlap:?} started on the second worker while they ran (or started) on the first"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+pub(super) async fn slow_then_quick(
+    client: &fred::prelude::Client,
+    name: &str,
+    options: NodeOptions,
+    takes: Duration,
+    keys: usize,
+) -> SlowThenQuick {
+    let first = Node::join(client, name, options.clone()).await.unwrap();
+    let slow = SlowStart::new(takes);
+    let slow_worker = Worker::new(&first, slow.clone()).await.unwrap();
+    let keys: Vec<String> = (0..keys).map(|i| format!("k{i}")).collect();
     for key in &keys {
         let first = first.clone();
         let key = key.clone();
-        // Each times out waiting for its start (1 s): the starts go on.
+        // Each may time out waiting for its start: the starts go on.
         tokio::spawn(async move { first.dispatch_job(&key, &b"p"[..]).await });
     }
     wait_until(Duration::from_secs(5), "starts are under way", || {
@@ -184,27 +234,16 @@ async fn a_fresh_start_that_outlasts_its_guard_runs_nowhere_else() {
     })
     .await
     .unwrap();
-    // A second worker joins: some of those keys are its by the ring now.
-    let second = Node::join(&client, &name, options).await.unwrap();
+    let second = Node::join(client, name, options).await.unwrap();
     let quick = SlowStart::new(Duration::ZERO);
-    let _quick_worker = Worker::new(&second, quick.clone()).await.unwrap();
-    // Until the slow starts are done (10 s) and a little after: no key may
-    // start on the second worker while the first still starts it (the
-    // stale-pending sweep comes every TTL, the orphans' requeue 1 s
-    // later).
-    let until = std::time::Instant::now() + Duration::from_secs(11);
-    while std::time::Instant::now() < until {
-        let overlap: Vec<String> = keys
-            .iter()
-            .filter(|k| quick.runs(k) && slow.runs(k))
-            .cloned()
-            .collect();
-        assert!(
-            overlap.is_empty(),
-            "{overlap:?} started on the second worker while the first still started them"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let quick_worker = Worker::new(&second, quick.clone()).await.unwrap();
+    SlowThenQuick {
+        first,
+        second,
+        quick_worker,
+        slow,
+        quick,
+        keys,
+        _slow_worker: slow_worker,
     }
-    second.close().await.unwrap();
-    first.close().await.unwrap();
 }

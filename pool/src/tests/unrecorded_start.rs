@@ -8,7 +8,6 @@
 
 use flotilla_testkit::WriteRefusal;
 
-use super::slow_starts::SlowStart;
 use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,26 +19,13 @@ async fn a_running_start_whose_record_failed_is_not_forwarded() {
         .mirror_jobs(true)
         .worker_ttl(Duration::from_secs(30))
         .redis_timeout(Duration::from_secs(2));
-    let first = Node::join(&client, &name, options.clone()).await.unwrap();
-    // Each key's first start takes 2 s.
-    let slow = SlowStart::new(Duration::from_secs(2));
-    let _slow_worker = Worker::new(&first, slow.clone()).await.unwrap();
-    let keys: Vec<String> = (0..12).map(|i| format!("k{i}")).collect();
-    for key in &keys {
-        let first = first.clone();
-        let key = key.clone();
-        tokio::spawn(async move { first.dispatch_job(&key, &b"p"[..]).await });
-    }
-    wait_until(Duration::from_secs(5), "starts are under way", || {
-        let n = slow.running.lock().unwrap().len();
-        async move { n >= 4 }
-    })
-    .await
-    .unwrap();
-    // A second worker joins; the first node's ring places some keys on it.
-    let second = Node::join(&client, &name, options).await.unwrap();
-    let quick = SlowStart::new(Duration::ZERO);
-    let quick_worker = Worker::new(&second, quick.clone()).await.unwrap();
+    // Each key's first start on the first worker takes 2 s; the second
+    // joins while they are under way.
+    let pair =
+        super::slow_starts::slow_then_quick(&client, &name, options, Duration::from_secs(2), 12)
+            .await;
+    let (first, second, keys, quick_worker) =
+        (&pair.first, &pair.second, &pair.keys, &pair.quick_worker);
     wait_until(
         Duration::from_secs(5),
         "the ring holds both workers",
@@ -59,19 +45,7 @@ async fn a_running_start_whose_record_failed_is_not_forwarded() {
     server.accept_writes(WriteRefusal::ReadOnlyReplica).unwrap();
     // The rewinds read the entries again: no key may start on the second
     // worker while it runs on the first.
-    let until = std::time::Instant::now() + Duration::from_secs(6);
-    while std::time::Instant::now() < until {
-        let overlap: Vec<String> = keys
-            .iter()
-            .filter(|k| quick.runs(k) && slow.runs(k))
-            .cloned()
-            .collect();
-        assert!(
-            overlap.is_empty(),
-            "{overlap:?} started on the second worker while they ran on the first"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    pair.never_both_for(Duration::from_secs(6)).await;
     second.close().await.unwrap();
     first.close().await.unwrap();
 }

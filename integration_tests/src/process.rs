@@ -44,6 +44,9 @@ pub struct WorkerSpec {
     /// written (ms; each takes a random time up to it): a job that does
     /// slow work, e.g. connects somewhere, before `start` returns. 0: none.
     pub start_max_ms: u64,
+    /// Lanes per worker (`NodeOptions::worker_lanes`); 0: the library's
+    /// default.
+    pub worker_lanes: usize,
 }
 
 /// A running worker process.
@@ -166,6 +169,11 @@ impl WorkerProcess {
             command
                 .arg("--start-max-ms")
                 .arg(spec.start_max_ms.to_string());
+        }
+        if spec.worker_lanes > 0 {
+            command
+                .arg("--worker-lanes")
+                .arg(spec.worker_lanes.to_string());
         }
         let mut child = command
             .arg("--redis")

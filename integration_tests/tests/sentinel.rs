@@ -45,6 +45,7 @@ impl HaHarness {
                 lifecycle: false,
                 node_id: None,
                 start_max_ms: 0,
+                worker_lanes: 0,
                 binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
                 redis_url: ha.url(),
                 pool: pool.clone(),

@@ -18,9 +18,6 @@ use crate::codec::{
 };
 use crate::error::Error;
 
-/// Lanes per worker: how many keys one worker handles at the same time.
-pub(crate) const LANES: usize = 16;
-
 /// Events queued per lane before the node's reader waits (backpressure).
 pub(crate) const LANE_QUEUE: usize = 512;
 
@@ -77,24 +74,25 @@ impl Delivery {
         Delivery { event, parsed }
     }
 
-    /// The lane this event goes to: its key's lane (malformed events go to
-    /// lane 0).
-    pub(crate) fn lane(&self) -> usize {
+    /// The lane this event goes to, of `lanes`: its key's lane (malformed
+    /// events go to lane 0).
+    pub(crate) fn lane(&self, lanes: usize) -> usize {
         match &self.parsed {
-            InboxEvent::Start(entry) => lane_of(&entry.body.key),
-            InboxEvent::Stop(req, _) | InboxEvent::Keyed(req) => lane_of(&req.key),
-            InboxEvent::Keep(kept) => kept.jobs.first().map_or(0, |j| lane_of(&j.key)),
+            InboxEvent::Start(entry) => lane_of(&entry.body.key, lanes),
+            InboxEvent::Stop(req, _) | InboxEvent::Keyed(req) => lane_of(&req.key, lanes),
+            InboxEvent::Keep(kept) => kept.jobs.first().map_or(0, |j| lane_of(&j.key, lanes)),
             InboxEvent::Malformed(_) => 0,
         }
     }
 }
 
-/// The lane (and key stripe) of `key`.
-pub(crate) fn lane_of(key: &str) -> usize {
+/// The lane (and key stripe) of `key`, of `lanes`
+/// ([`NodeOptions::worker_lanes`](crate::NodeOptions::worker_lanes)).
+pub(crate) fn lane_of(key: &str, lanes: usize) -> usize {
     // Stable within a process, which is all a lane needs.
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut hasher);
-    (hasher.finish() % LANES as u64) as usize
+    (hasher.finish() % lanes.max(1) as u64) as usize
 }
 
 /// Inbox entry ids being handled or handled recently, so that an entry
@@ -166,10 +164,12 @@ mod tests {
 
     #[test]
     fn one_key_always_maps_to_one_lane() {
-        for i in 0..1000 {
-            let key = format!("job-{i}");
-            assert_eq!(lane_of(&key), lane_of(&key));
-            assert!(lane_of(&key) < LANES);
+        for lanes in [1, 16, 4096] {
+            for i in 0..1000 {
+                let key = format!("job-{i}");
+                assert_eq!(lane_of(&key, lanes), lane_of(&key, lanes));
+                assert!(lane_of(&key, lanes) < lanes);
+            }
         }
     }
 
@@ -209,9 +209,9 @@ mod tests {
 
     #[test]
     fn keys_spread_over_all_lanes() {
-        let mut seen = [0usize; LANES];
+        let mut seen = [0usize; 16];
         for i in 0..4000 {
-            seen[lane_of(&format!("job-{i}"))] += 1;
+            seen[lane_of(&format!("job-{i}"), 16)] += 1;
         }
         // 250 expected per lane; a lane with under half of that would mean
         // a badly skewed hash.

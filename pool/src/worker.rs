@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::codec::{self, EV_NOTIFY, KeyedRequest};
 use crate::error::{Error, Result};
 use crate::handler::{Handler, Job, guarded};
-use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, LANES, SeenEntries, lane_of};
+use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, SeenEntries, lane_of};
 use crate::node::{Node, NodeInner};
 use crate::store::{Moved, Requeue};
 
@@ -141,8 +141,9 @@ impl Worker {
             });
         }
         let id = format!("w-{}", uuid::Uuid::new_v4().simple());
+        let lane_count = inner.options.worker_lanes;
         let (lanes, lane_queues): (Vec<_>, Vec<_>) =
-            (0..LANES).map(|_| mpsc::channel(LANE_QUEUE)).unzip();
+            (0..lane_count).map(|_| mpsc::channel(LANE_QUEUE)).unzip();
         let worker = Arc::new(WorkerInner {
             id: id.clone(),
             node: Arc::downgrade(inner),
@@ -153,7 +154,7 @@ impl Worker {
             held_back: std::sync::Mutex::default(),
             lifecycle: crate::lifecycle::WorkerLifecycle::new(),
             ops: RwLock::new(()),
-            key_locks: (0..LANES).map(|_| Mutex::new(())).collect(),
+            key_locks: (0..lane_count).map(|_| Mutex::new(())).collect(),
             seen: SeenEntries::default(),
             rewind: RewindState::default(),
             lease_lost: std::sync::atomic::AtomicBool::new(false),
@@ -358,7 +359,11 @@ impl WorkerInner {
             return; // read again by a rewind while still queued or just done
         }
         let delivery = Delivery::parse(event);
-        if self.lanes[delivery.lane()].send(delivery).await.is_err() {
+        if self.lanes[delivery.lane(self.lanes.len())]
+            .send(delivery)
+            .await
+            .is_err()
+        {
             tracing::debug!(worker = %self.id, "worker task gone; event left in inbox");
         }
     }
@@ -366,7 +371,9 @@ impl WorkerInner {
     /// Locks the stripe of `key` for a single-key job operation; the caller
     /// holds `ops` shared.
     pub(crate) async fn lock_key(&self, key: &str) -> tokio::sync::MutexGuard<'_, ()> {
-        self.key_locks[lane_of(key)].lock().await
+        self.key_locks[lane_of(key, self.key_locks.len())]
+            .lock()
+            .await
     }
 
     async fn run_lane(self: Arc<Self>, lane: usize, mut queue: mpsc::Receiver<Delivery>) {

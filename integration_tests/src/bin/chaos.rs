@@ -107,6 +107,11 @@ struct Args {
     /// each a random time up to it). 0: at once.
     #[arg(long, default_value_t = 0)]
     start_max_ms: u64,
+    /// Lanes per worker in the worker processes (how many keys a worker
+    /// handles at once; `NodeOptions::worker_lanes`). 0: the library's
+    /// default (16).
+    #[arg(long, default_value_t = 0)]
+    worker_lanes: usize,
 }
 
 fn parse_fault(s: &str) -> Result<FaultKind, String> {
@@ -155,7 +160,8 @@ async fn main() -> ExitCode {
         .overlap(args.overlap)
         .lifecycle(args.lifecycle)
         .fixed_node_ids(args.fixed_node_ids)
-        .start_max_ms(args.start_max_ms);
+        .start_max_ms(args.start_max_ms)
+        .worker_lanes(args.worker_lanes);
     let with_sentinel = [
         FaultKind::Kill,
         FaultKind::Pause,

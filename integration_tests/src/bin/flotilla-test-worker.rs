@@ -76,6 +76,10 @@ struct Args {
     /// (ms; each a random time up to it). 0: it returns at once.
     #[arg(long, default_value_t = 0)]
     start_max_ms: u64,
+    /// Lanes per worker (`NodeOptions::worker_lanes`); 0: the library's
+    /// default.
+    #[arg(long, default_value_t = 0)]
+    worker_lanes: usize,
 }
 
 /// Records starts and stops; runs nothing else (a job "runs" between them).
@@ -294,6 +298,10 @@ async fn run(
         .dispatch_timeout(Duration::from_secs(5))
         .mirror_jobs(!args.no_job_replicas)
         .restart_policy(lifecycle::restart_policy());
+    let options = match args.worker_lanes {
+        0 => options,
+        lanes => options.worker_lanes(lanes),
+    };
     let options = match &args.node_id {
         Some(id) => options.node_id(id),
         None => options,

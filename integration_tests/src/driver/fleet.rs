@@ -50,6 +50,9 @@ pub(crate) struct Fleet {
     pub(crate) fixed_node_ids: bool,
     /// Longest handler `start` of the processes started (ms, 0: none).
     pub(crate) start_max_ms: u64,
+    /// Lanes per worker of the processes started
+    /// (`NodeOptions::worker_lanes`; 0: the library's default).
+    pub(crate) worker_lanes: usize,
     /// The node ids of processes that ended, free to be taken again.
     free_node_ids: Vec<String>,
     /// pid → the fixed node id its process runs under.
@@ -92,6 +95,7 @@ impl Fleet {
             lifecycle: false,
             fixed_node_ids: false,
             start_max_ms: 0,
+            worker_lanes: 0,
             free_node_ids: Vec::new(),
             node_ids: HashMap::new(),
             dir,
@@ -143,6 +147,7 @@ impl Fleet {
             mirror_jobs: !(self.all_lean || (self.lean && self.next.is_multiple_of(2))),
             lifecycle: self.lifecycle,
             start_max_ms: self.start_max_ms,
+            worker_lanes: self.worker_lanes,
             node_id: self.fixed_node_ids.then(|| {
                 self.free_node_ids
                     .pop()

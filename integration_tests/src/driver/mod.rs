@@ -122,6 +122,10 @@ pub struct ChaosOptions {
     /// each a random time up to it): jobs that do slow work before `start`
     /// returns. Default: 0 (at once).
     pub start_max_ms: u64,
+    /// Lanes per worker in the worker processes
+    /// (`NodeOptions::worker_lanes`: how many keys a worker handles at
+    /// once). Default: 0 (the library's default).
+    pub worker_lanes: usize,
 }
 
 impl Default for ChaosOptions {
@@ -153,6 +157,7 @@ impl Default for ChaosOptions {
             lifecycle: false,
             fixed_node_ids: false,
             start_max_ms: 0,
+            worker_lanes: 0,
         }
     }
 }
@@ -225,6 +230,11 @@ impl ChaosOptions {
     /// Sets [`fixed_node_ids`](Self::fixed_node_ids).
     pub fn fixed_node_ids(mut self, on: bool) -> Self {
         self.fixed_node_ids = on;
+        self
+    }
+    /// Sets [`worker_lanes`](Self::worker_lanes).
+    pub fn worker_lanes(mut self, lanes: usize) -> Self {
+        self.worker_lanes = lanes;
         self
     }
     /// Sets [`start_max_ms`](Self::start_max_ms).
@@ -476,6 +486,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     fleet.lifecycle = options.lifecycle;
     fleet.fixed_node_ids = options.fixed_node_ids;
     fleet.start_max_ms = options.start_max_ms;
+    fleet.worker_lanes = options.worker_lanes;
     if sentinels.is_some() {
         fleet.redis_url = Some(url.clone());
     }

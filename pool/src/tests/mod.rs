@@ -588,6 +588,7 @@ mod departed_worker;
 mod drain;
 mod ended_runs;
 mod handoff_rollback;
+mod lanes;
 mod lease_after_claim;
 mod lost_claim;
 mod node_restart;

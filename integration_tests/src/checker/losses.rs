@@ -96,11 +96,24 @@ pub(super) fn check_admissions(
         })
     };
     let mut last_admit: HashMap<&str, u64> = HashMap::new();
+    // key → when its last pair ended (a stop request, a finish).
+    let mut pair_ended: HashMap<&str, u64> = HashMap::new();
     for (t, r) in driver {
         match r {
             Record::Admit { key, .. } => {
                 report.admissions += 1;
-                if let Some(prev) = last_admit.insert(key, *t) {
+                if let Some(answered) = last_admit.insert(key, *t) {
+                    // The first admission was made in Redis by the time its
+                    // `Ok` came back, or by the start of the run it led to,
+                    // if sooner: an answer can reach its caller after a
+                    // loss the admission itself came before.
+                    let since = pair_ended.get(key.as_str()).copied().unwrap_or(0);
+                    let prev = intervals
+                        .iter()
+                        .filter(|iv| iv.key == *key && iv.start > since && iv.start < answered)
+                        .map(|iv| iv.start)
+                        .min()
+                        .unwrap_or(answered);
                     if forgotten_between(key, prev, *t)
                         || lost_out_of_reach(key, prev, *t)
                         || lost_with_killed_holder(key, prev, *t, intervals, faults, windows)
@@ -109,7 +122,7 @@ pub(super) fn check_admissions(
                     } else {
                         report.violations.push(Violation::DoubleAdmission {
                             key: key.clone(),
-                            at: (prev, *t),
+                            at: (answered, *t),
                         });
                     }
                 }
@@ -118,9 +131,11 @@ pub(super) fn check_admissions(
             // left the pool (recorded, or about to be).
             Record::StopSent { key } | Record::Finished { key, .. } => {
                 last_admit.remove(key.as_str());
+                pair_ended.insert(key, *t);
             }
             Record::Ended { key, outcome, .. } if outcome == "finished" => {
                 last_admit.remove(key.as_str());
+                pair_ended.insert(key, *t);
             }
             _ => {}
         }

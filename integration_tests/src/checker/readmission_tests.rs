@@ -261,3 +261,39 @@ fn a_key_lost_with_its_killed_holder_and_redis_data_is_counted() {
     assert_eq!(kinds(&r), vec!["not_running"]);
     assert!(r.lost_with_killed_holder.is_empty());
 }
+
+/// A dispatch's `Ok` can reach its caller after the loss it survived in
+/// the ledger's order only: admitted and started before an empty restart,
+/// answered (the answer was on its way) just after Redis went down. The
+/// key's run that began before the loss shows the admission came first
+/// (chaos_short_jobs_that_fail_and_finish, CI: the holder cut off 1 ms
+/// after the restart, the key admitted again once the recovery window
+/// closed). Without a run before the loss, the loss is not between the two.
+#[test]
+fn an_admission_answered_after_the_loss_it_came_before_is_counted() {
+    let ledgers = |first_run_at: u64| {
+        vec![
+            vec![
+                dispatch_sent(990, "k"),
+                untargeted(1020, FaultKind::RestartEmpty, false),
+                admit(1025, "k"),
+                untargeted(1050, FaultKind::RestartEmpty, true),
+                fault(1051, FaultKind::Cut, 7, false),
+                fault(3000, FaultKind::Cut, 7, true),
+                admit(2200, "k"),
+            ],
+            vec![
+                start(7, first_run_at, "k", "w7", 1),
+                stop(7, 1500, "k", "w7"),
+            ],
+            vec![start(8, 2195, "k", "w8", 2)],
+        ]
+    };
+    let r = check(&ledgers(1000), &CheckOptions::default());
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    // The run began after Redis came back: the first admission was made
+    // on the new server, and the second is a double admission.
+    let r = check(&ledgers(1060), &CheckOptions::default());
+    assert_eq!(kinds(&r), vec!["double"]);
+}

@@ -67,6 +67,8 @@ pub(crate) struct Fleet {
     /// key → when its last run ended on its own (monotonic ns) and whether
     /// it finished (else it failed).
     ended: HashMap<String, (u64, bool)>,
+    /// key → when a run of it last finished on its own (monotonic ns).
+    finished: HashMap<String, u64>,
     /// key → when it last started (monotonic ns).
     started: HashMap<String, u64>,
     /// The URL the processes connect to instead of their proxy (a Sentinel
@@ -105,6 +107,7 @@ impl Fleet {
             running: HashMap::new(),
             ended: HashMap::new(),
             started: HashMap::new(),
+            finished: HashMap::new(),
             redis_url: None,
         }
     }
@@ -239,6 +242,10 @@ impl Fleet {
                 // A run that ended on its own tells about the key whatever
                 // became of its process since (removed before this read).
                 if let Record::Ended { key, outcome, .. } = &l.record {
+                    if outcome == "finished" {
+                        let at = self.finished.entry(key.clone()).or_default();
+                        *at = (*at).max(l.mono_ns);
+                    }
                     let newer = self.ended.get(key).is_none_or(|(at, _)| *at < l.mono_ns);
                     if newer {
                         self.ended
@@ -276,6 +283,15 @@ impl Fleet {
             *at > started
                 && (*finished || mono_ns().saturating_sub(*at) < RESTART_WITHIN.as_nanos() as u64)
         })
+    }
+
+    /// Whether a run of `key` finished on its own after `since` (ns): the
+    /// job left the pool, unless the pool ran it again because the finish
+    /// was not recorded in time (a cut), in which case that new run may
+    /// be lost with the faults that follow as a finished job may (the
+    /// checker expects nothing of such a key either).
+    pub(crate) fn finished_since(&self, key: &str, since: u64) -> bool {
+        self.finished.get(key).is_some_and(|at| *at > since)
     }
 
     /// Whether `key` runs on a member that is up.

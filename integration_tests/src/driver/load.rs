@@ -50,6 +50,10 @@ pub(crate) struct Load {
     /// Keys with a stop sent and not answered yet: the run may end at any
     /// moment, so a recovery check does not expect it running.
     stopping: Arc<Mutex<HashSet<String>>>,
+    /// key → when the dispatch that last found it running (`Ok` or
+    /// `JobExists`) was sent (`mono_ns`): a run that finished on its own
+    /// since ended what that answer promised.
+    running_since: Arc<Mutex<std::collections::HashMap<String, u64>>>,
     pub(crate) stats: Arc<Mutex<LoadStats>>,
     /// The dispatching nodes; one may be replaced by a new run of it
     /// (the `restart-dispatcher` fault).
@@ -67,6 +71,7 @@ impl Load {
             busy: Arc::new(Mutex::new(HashSet::new())),
             stop_in_doubt: Arc::new(Mutex::new(HashSet::new())),
             stopping: Arc::new(Mutex::new(HashSet::new())),
+            running_since: Arc::default(),
             stats: Arc::new(Mutex::new(LoadStats::default())),
             nodes: Arc::new(nodes.into_iter().map(RwLock::new).collect()),
             ledger,
@@ -138,6 +143,16 @@ impl Load {
 
     /// The keys believed running whose stop is not in flight: those a
     /// recovery check expects to run somewhere.
+    /// When the dispatch that last found `key` running was sent
+    /// (`mono_ns`; 0: never).
+    pub(crate) fn running_since(&self, key: &str) -> u64 {
+        self.running_since
+            .lock()
+            .ok()
+            .and_then(|s| s.get(key).copied())
+            .unwrap_or(0)
+    }
+
     pub(crate) fn keys_expected_running(&self) -> Vec<String> {
         let stopping = self.stopping.lock().map(|s| s.clone()).unwrap_or_default();
         self.keys_in(KeyState::Running)
@@ -191,10 +206,16 @@ impl Load {
     /// Dispatches `key` from node `n` and records the outcome.
     pub(crate) async fn dispatch(&self, n: usize, key: &str) {
         let node = self.node(n);
+        let sent_at = crate::clock::mono_ns();
         self.ledger.record(Record::DispatchSent {
             key: key.to_string(),
         });
         let result = node.dispatch_job(key, &b"chaos"[..]).await;
+        if matches!(result, Ok(()) | Err(Error::JobExists(_)))
+            && let Ok(mut since) = self.running_since.lock()
+        {
+            since.insert(key.to_string(), sent_at);
+        }
         match result {
             Ok(()) => {
                 self.ledger.record(Record::Admit {

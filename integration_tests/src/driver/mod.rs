@@ -685,7 +685,11 @@ impl Run {
             .load
             .keys_expected_running()
             .into_iter()
-            .filter(|k| !self.fleet.runs_on_up_member(k, &up) && !self.fleet.ended_on_its_own(k))
+            .filter(|k| {
+                !self.fleet.runs_on_up_member(k, &up)
+                    && !self.fleet.ended_on_its_own(k)
+                    && !self.fleet.finished_since(k, self.load.running_since(k))
+            })
             .collect();
         missing.sort();
         missing

@@ -685,8 +685,10 @@ fn check_moves(
                     .iter()
                     .any(|(a, d)| t + SLACK >= *a && t <= d.saturating_add(SLACK))
             });
+            // A loss of Redis's data disturbs every process, whichever
+            // process the fault also paused or cut off.
             let disturbed = faults.iter().any(|f| {
-                (f.target.is_none() || f.target == Some(pid))
+                (f.target.is_none() || f.target == Some(pid) || f.kind.loses_data())
                     && t + SLACK >= f.from
                     && t <= f.to.unwrap_or(u64::MAX).saturating_add(settle)
             }) || lease_losses

@@ -391,6 +391,27 @@ fn moves_must_follow_the_ring() {
     lease.insert(4, line(10, 5001, Record::LeaseLost));
     assert!(check(&[lease], &CheckOptions::default()).ok());
 
+    // A loss of Redis's data disturbs every process, whichever process
+    // the fault also paused or cut off (slow-start soak, seed 1301: a
+    // fresh start's claim found its admission rolled back while another
+    // process was paused, and the start was undone); a fault that only
+    // paused another process does not.
+    let other = |kind| vec![fault(4990, kind, 11, false), fault(6000, kind, 11, true)];
+    assert!(
+        check(
+            &[bad.clone(), other(FaultKind::PauseRollback)],
+            &CheckOptions::default()
+        )
+        .ok()
+    );
+    assert_eq!(
+        kinds(&check(
+            &[bad.clone(), other(FaultKind::Pause)],
+            &CheckOptions::default()
+        )),
+        vec!["needless"]
+    );
+
     // A stop whose caller gave up (outcome unknown) excuses the stop it
     // asked for carried out later (slow-start soak, seed 1201: 2.1 s after
     // the answer), until the key is admitted again.

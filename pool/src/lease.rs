@@ -210,10 +210,8 @@ impl NodeInner {
         self.register_worker(id).await?;
         // A close that begins meanwhile takes the lock, then cancels the
         // worker, and removes its registration last.
-        let _guard = tokio::select! {
-            biased;
-            () = worker.cancel.cancelled() => return Ok(()),
-            guard = worker.ops.write() => guard,
+        let Some(_guard) = worker.lock_for_reassertion().await else {
+            return Ok(());
         };
         self.reassert_all(&worker).await?;
         // Until here the worker was the only holder of its jobs: the time
@@ -549,7 +547,7 @@ impl NodeInner {
             worker.lifecycle.outcome(key, token),
         );
         match worker.start_handler(run).await {
-            HandlerStart::LeaseLost => {
+            HandlerStart::Cancelled => {
                 if let Err(e) = worker.stop_handler(key).await {
                     tracing::warn!(key, error = %e, "handler stop failed on lease loss");
                 }

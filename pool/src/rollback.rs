@@ -243,10 +243,8 @@ impl NodeInner {
             return self.reregister(&worker.id).await;
         }
         // A close takes the lock, then cancels the worker.
-        let _guard = tokio::select! {
-            biased;
-            () = worker.cancel.cancelled() => return Ok(()),
-            guard = worker.ops.write() => guard,
+        let Some(_guard) = worker.lock_for_reassertion().await else {
+            return Ok(());
         };
         self.reassert_all(worker).await?;
         // Starts claimed in Redis that the worker has not run yet: the lease

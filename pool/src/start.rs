@@ -229,7 +229,7 @@ impl WorkerInner {
             raw_body: entry.raw_body.clone(),
         };
         match started {
-            HandlerStart::LeaseLost => {
+            HandlerStart::Cancelled => {
                 // Undone here, and held like the runs the lapse stopped:
                 // the resume starts it again once the lease is back (it
                 // re-asserts it first if Redis lost it meanwhile; a claim,
@@ -387,7 +387,7 @@ impl WorkerInner {
             let Some(claimed) = claimed else {
                 // The start goes no further (its future is dropped here);
                 // the caller undoes it and holds the job.
-                return Ok(Some((HandlerStart::LeaseLost, false)));
+                return Ok(Some((HandlerStart::Cancelled, false)));
             };
             if matches!(claimed, Ok(Claimed::Ok)) {
                 return Ok(Some((handler_start.await, false)));

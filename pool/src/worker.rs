@@ -93,6 +93,9 @@ pub(crate) struct WorkerInner {
     /// `start` under way (see [`WorkerInner::start_handler`]); replaced by
     /// a fresh one before the lease is taken as held again.
     lease_lapse: std::sync::Mutex<CancellationToken>,
+    /// Cancelled while a re-assertion waits for the worker's `ops` lock
+    /// (see [`WorkerInner::interrupt_starts`]).
+    start_interrupt: std::sync::Mutex<CancellationToken>,
     /// The node's [`stop_timeout`](crate::NodeOptions::stop_timeout).
     stop_timeout: Duration,
     /// Runs stopped here on request (see [`crate::tombstones`]).
@@ -159,6 +162,7 @@ impl Worker {
             rewind: RewindState::default(),
             lease_lost: std::sync::atomic::AtomicBool::new(false),
             lease_lapse: std::sync::Mutex::new(CancellationToken::new()),
+            start_interrupt: std::sync::Mutex::new(CancellationToken::new()),
             stop_timeout: inner.options.stop_timeout,
             stopped: crate::tombstones::StopTombstones::default(),
             handed_off: crate::handoffs::Handoffs::default(),
@@ -305,21 +309,74 @@ impl WorkerInner {
             .clone()
     }
 
+    /// Interrupts the handler starts under way, and those that begin
+    /// until [`resume_starts`](Self::resume_starts): each is cancelled and
+    /// undone, and its job held, as at a lease lapse. Every start runs
+    /// under the worker's `ops` lock, shared; a re-assertion after Redis
+    /// lost its data takes that lock exclusively, and must not wait for a
+    /// `start` that takes seconds: until it is done, this process holds
+    /// the only copy of every job the worker runs.
+    fn interrupt_starts(&self) {
+        self.start_interrupt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cancel();
+    }
+
+    /// The worker's `ops` lock, exclusively, for a re-assertion after Redis
+    /// lost its data or went back in time: the starts under way are
+    /// interrupted meanwhile ([`interrupt_starts`](Self::interrupt_starts)),
+    /// so the wait is a handler `stop` at most, not a slow `start`. `None`
+    /// when the worker closes first (its close re-asserts and hands over
+    /// its jobs itself).
+    pub(crate) async fn lock_for_reassertion(
+        &self,
+    ) -> Option<tokio::sync::RwLockWriteGuard<'_, ()>> {
+        self.interrupt_starts();
+        let guard = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => None,
+            guard = self.ops.write() => Some(guard),
+        };
+        // Every start runs under this lock: none is under way now.
+        self.resume_starts();
+        guard
+    }
+
+    /// Starts run again (after [`interrupt_starts`](Self::interrupt_starts)).
+    fn resume_starts(&self) {
+        *self
+            .start_interrupt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = CancellationToken::new();
+    }
+
     /// Runs the handler's `start` of `job`, unless the lease lapses first.
     /// A `start` may take a while (it connects somewhere, loads state), and
     /// once the lease has lapsed another worker may take the job within
     /// the stop budget: so the start is cancelled then (its future is
     /// dropped and goes no further), and the caller has the handler's
     /// `stop` undo what it did, as the lapse does for the jobs that run.
+    /// A re-assertion waiting for the worker cancels it the same way
+    /// ([`interrupt_starts`](Self::interrupt_starts)).
     pub(crate) async fn start_handler(&self, job: Job) -> HandlerStart {
         let lapse = self.lapse_token();
+        let interrupt = self
+            .start_interrupt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let key = job.key.clone();
         tokio::select! {
             // A lapse seen first wins: the start is not polled again.
             biased;
             _ = lapse.cancelled() => {
                 tracing::warn!(worker = %self.id, key, "lease lost while the handler started the job: start cancelled");
-                HandlerStart::LeaseLost
+                HandlerStart::Cancelled
+            }
+            _ = interrupt.cancelled() => {
+                tracing::info!(worker = %self.id, key, "start cancelled for a re-assertion after Redis lost data; held to resume");
+                HandlerStart::Cancelled
             }
             started = guarded("start", self.handler.start(job)) => match started {
                 Ok(()) => HandlerStart::Started,
@@ -637,7 +694,9 @@ pub(crate) enum HandlerStart {
     Started,
     /// It returned an error (or panicked): the job does not run.
     Refused(String),
-    /// The lease lapsed first: the start was cancelled part-way, and the
-    /// handler's `stop` must undo it.
-    LeaseLost,
+    /// The lease lapsed first, or a re-assertion after a data loss
+    /// interrupted it: the start was cancelled part-way, the handler's
+    /// `stop` must undo it, and the job is held like those the lapse
+    /// stopped.
+    Cancelled,
 }

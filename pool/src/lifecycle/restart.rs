@@ -325,7 +325,7 @@ impl WorkerInner {
         );
         node.metrics.job_restarts.increment(1);
         match self.start_handler(run).await {
-            HandlerStart::LeaseLost => {
+            HandlerStart::Cancelled => {
                 // The lapse moved the run to the suspended set and stopped
                 // it, unless it looked before the run was here.
                 if let Some((k, job)) = self.jobs.remove(&key) {

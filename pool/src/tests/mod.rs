@@ -593,6 +593,7 @@ mod lease_after_claim;
 mod lost_claim;
 mod node_restart;
 mod pending_admission;
+mod reassert_during_starts;
 mod reconcile_lease;
 mod recovery_resume;
 mod recovery_window;

@@ -70,6 +70,14 @@ pub fn restart_policy() -> RestartPolicy {
 /// (the policy's `max_delay`, with room for a slow worker).
 pub const RESTART_WITHIN: Duration = Duration::from_secs(3);
 
+/// [`RESTART_WITHIN`] when handler starts take up to `start_max`
+/// (`--start-max-ms`): a run may fail while its own `start` is still under
+/// way (its timer runs from the start line), and the pool handles that
+/// report once the start has returned.
+pub fn restart_within(start_max: Duration) -> Duration {
+    RESTART_WITHIN + start_max
+}
+
 /// One handler's runs of lifecycle keys: a timer per run that ends it.
 #[derive(Debug, Default)]
 pub struct RunTimers {

@@ -145,7 +145,7 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     if let Some(dir) = args.recheck {
-        return recheck(&dir, args.ttl_ms, args.end_ms);
+        return recheck(&dir, args.ttl_ms, args.end_ms, args.start_max_ms);
     }
     let mut options = ChaosOptions::default()
         .duration(args.duration)
@@ -239,7 +239,7 @@ async fn interrupted() -> &'static str {
     }
 }
 
-fn recheck(dir: &std::path::Path, ttl_ms: u64, end_ms: Option<f64>) -> ExitCode {
+fn recheck(dir: &std::path::Path, ttl_ms: u64, end_ms: Option<f64>, start_max_ms: u64) -> ExitCode {
     let mut ledgers = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -271,6 +271,9 @@ fn recheck(dir: &std::path::Path, ttl_ms: u64, end_ms: Option<f64>) -> ExitCode 
         &ledgers,
         &CheckOptions {
             end_ns: end_ms.map(|ms| (ms * 1e6) as u64),
+            restart_within: flotilla_integration_tests::lifecycle::restart_within(
+                Duration::from_millis(start_max_ms),
+            ),
             ..CheckOptions::for_ttl(ttl)
         },
     );

@@ -55,6 +55,29 @@ fn a_failed_run_is_restarted_or_waits_out_its_backoff() {
     assert_eq!(r.intervals, 3);
 }
 
+/// With slow handler starts, a run can fail during its own `start` (its
+/// timer runs from the start line), and the pool restarts it only once
+/// that start has returned: the backoff window grows by the longest start
+/// (slow-start soak, seed 1301: failed 50 ms into a 2.75 s start,
+/// restarted 3.7 s after the failure).
+#[test]
+fn a_run_that_failed_during_a_slow_start_waits_out_its_start_too() {
+    let w = vec![
+        start(10, 5, "k", "a", 1),
+        ended(10, 50, "k", "a", 1, "failed"),
+    ];
+    let d = vec![admit(1, "k")];
+    let r = check(&[w.clone(), d.clone()], &at_end(3_800));
+    assert_eq!(kinds(&r), vec!["not_running"]);
+    let slow_starts = CheckOptions {
+        restart_within: crate::lifecycle::restart_within(Duration::from_secs(3)),
+        ..at_end(3_800)
+    };
+    let r = check(&[w, d], &slow_starts);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.restarting_at_end, 1);
+}
+
 /// A recorded finish holds like a stop: a run of the key after it, before
 /// a new dispatch, is a finish undone; a run after a new dispatch is not.
 #[test]

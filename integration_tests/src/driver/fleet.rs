@@ -10,7 +10,6 @@ use flotilla_testkit::FaultProxy;
 
 use crate::clock::mono_ns;
 use crate::ledger::{LedgerTail, Record};
-use crate::lifecycle::RESTART_WITHIN;
 use crate::process::{ProcessError, StartingWorker, WorkerProcess, WorkerSpec};
 
 /// What a worker process is going through.
@@ -276,12 +275,16 @@ impl Fleet {
 
     /// Whether `key` is not expected to run now although the load last
     /// admitted it: its last run finished on its own, or failed within
-    /// [`RESTART_WITHIN`] (the pool restarts it after a backoff).
+    /// [`restart_within`](crate::lifecycle::restart_within) (the pool
+    /// restarts it after a backoff).
     pub(crate) fn ended_on_its_own(&self, key: &str) -> bool {
         let started = self.started.get(key).copied().unwrap_or(0);
         self.ended.get(key).is_some_and(|(at, finished)| {
             *at > started
-                && (*finished || mono_ns().saturating_sub(*at) < RESTART_WITHIN.as_nanos() as u64)
+                && (*finished
+                    || mono_ns().saturating_sub(*at)
+                        < crate::lifecycle::restart_within(Duration::from_millis(self.start_max_ms))
+                            .as_nanos() as u64)
         })
     }
 

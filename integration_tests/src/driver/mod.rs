@@ -559,6 +559,9 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         &CheckOptions {
             time_base: TimeBase::Monotonic,
             end_ns: Some(end_ns),
+            restart_within: crate::lifecycle::restart_within(Duration::from_millis(
+                options.start_max_ms,
+            )),
             ..CheckOptions::for_ttl(options.ttl)
         },
     );
@@ -587,6 +590,9 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
                 &CheckOptions {
                     time_base: TimeBase::Monotonic,
                     end_ns: Some(at_ns),
+                    restart_within: crate::lifecycle::restart_within(Duration::from_millis(
+                        options.start_max_ms,
+                    )),
                     ..CheckOptions::for_ttl(options.ttl)
                 },
             )

@@ -28,13 +28,17 @@ pub(super) fn check_finishes_hold(
         by_key.entry(iv.key.as_str()).or_default().push(iv);
     }
     // Per key, when a dispatch that may start it again was sent, and when
-    // one was answered `Ok`.
+    // one was answered `Ok` or gave up.
     let mut sent: HashMap<&str, Vec<u64>> = HashMap::new();
     let mut admitted: HashMap<&str, Vec<u64>> = HashMap::new();
     for (t, r) in driver {
         match r {
             Record::DispatchSent { key } => sent.entry(key.as_str()).or_default().push(*t),
-            Record::Admit { key, .. } => admitted.entry(key.as_str()).or_default().push(*t),
+            // Admitted, or maybe: a dispatch whose caller gave up (a
+            // timeout) may have been admitted all the same.
+            Record::Admit { key, .. } | Record::DispatchUnknown { key } => {
+                admitted.entry(key.as_str()).or_default().push(*t)
+            }
             _ => {}
         }
     }

@@ -113,8 +113,24 @@ fn a_recorded_finish_must_hold_until_the_next_dispatch() {
         admit(1, "k"),
         admit(62, "k"),
     ];
-    let r = check(&[w, d], &at_end(1_000));
+    let r = check(&[w.clone(), d], &at_end(1_000));
     assert!(r.ok(), "{:?}", r.violations);
+    // ... or answered with an error after the finish (its caller gave up:
+    // admitted or not, nobody knows; slow-start soak, seed 1302).
+    let in_flight = |answered_at: u64| {
+        vec![
+            dispatch_sent(0, "k"),
+            dispatch_sent(0, "k"),
+            admit(1, "k"),
+            line(1, answered_at, Record::DispatchUnknown { key: "k".into() }),
+        ]
+    };
+    let r = check(&[w.clone(), in_flight(3_000)], &at_end(4_000));
+    assert!(r.ok(), "{:?}", r.violations);
+    // Answered before the finish: not in flight across it (and the key,
+    // finished, still runs at the end).
+    let r = check(&[w, in_flight(40)], &at_end(4_000));
+    assert_eq!(kinds(&r), vec!["finish_undone", "stopped_running"]);
 }
 
 /// A finished key need not run at the end, and must not when the finish

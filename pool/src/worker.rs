@@ -93,9 +93,10 @@ pub(crate) struct WorkerInner {
     /// `start` under way (see [`WorkerInner::start_handler`]); replaced by
     /// a fresh one before the lease is taken as held again.
     lease_lapse: std::sync::Mutex<CancellationToken>,
-    /// Cancelled while a re-assertion waits for the worker's `ops` lock
-    /// (see [`WorkerInner::interrupt_starts`]).
-    start_interrupt: std::sync::Mutex<CancellationToken>,
+    /// How many re-assertions wait for the worker's `ops` lock, and the
+    /// token cancelled while any does (see
+    /// [`WorkerInner::lock_for_reassertion`]).
+    start_interrupt: std::sync::Mutex<(usize, CancellationToken)>,
     /// The node's [`stop_timeout`](crate::NodeOptions::stop_timeout).
     stop_timeout: Duration,
     /// Runs stopped here on request (see [`crate::tombstones`]).
@@ -162,7 +163,7 @@ impl Worker {
             rewind: RewindState::default(),
             lease_lost: std::sync::atomic::AtomicBool::new(false),
             lease_lapse: std::sync::Mutex::new(CancellationToken::new()),
-            start_interrupt: std::sync::Mutex::new(CancellationToken::new()),
+            start_interrupt: std::sync::Mutex::new((0, CancellationToken::new())),
             stop_timeout: inner.options.stop_timeout,
             stopped: crate::tombstones::StopTombstones::default(),
             handed_off: crate::handoffs::Handoffs::default(),
@@ -309,46 +310,41 @@ impl WorkerInner {
             .clone()
     }
 
-    /// Interrupts the handler starts under way, and those that begin
-    /// until [`resume_starts`](Self::resume_starts): each is cancelled and
-    /// undone, and its job held, as at a lease lapse. Every start runs
-    /// under the worker's `ops` lock, shared; a re-assertion after Redis
-    /// lost its data takes that lock exclusively, and must not wait for a
-    /// `start` that takes seconds: until it is done, this process holds
-    /// the only copy of every job the worker runs.
-    fn interrupt_starts(&self) {
-        self.start_interrupt
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .cancel();
-    }
-
     /// The worker's `ops` lock, exclusively, for a re-assertion after Redis
-    /// lost its data or went back in time: the starts under way are
-    /// interrupted meanwhile ([`interrupt_starts`](Self::interrupt_starts)),
-    /// so the wait is a handler `stop` at most, not a slow `start`. `None`
-    /// when the worker closes first (its close re-asserts and hands over
-    /// its jobs itself).
+    /// lost its data or went back in time. Every handler start runs under
+    /// that lock, shared, and until the re-assertion is done this process
+    /// holds the only copy of every job the worker runs: so while one
+    /// waits, the starts under way, and those that begin meanwhile, are
+    /// interrupted (cancelled, undone and held, as at a lease lapse), and
+    /// the wait is a handler `stop` at most, not a `start` that takes
+    /// seconds. `None` when the worker closes first (its close re-asserts
+    /// and hands over its jobs itself).
     pub(crate) async fn lock_for_reassertion(
         &self,
     ) -> Option<tokio::sync::RwLockWriteGuard<'_, ()>> {
-        self.interrupt_starts();
+        {
+            let mut interrupt = self
+                .start_interrupt
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            interrupt.0 += 1;
+            interrupt.1.cancel();
+        }
         let guard = tokio::select! {
             biased;
             () = self.cancel.cancelled() => None,
             guard = self.ops.write() => Some(guard),
         };
-        // Every start runs under this lock: none is under way now.
-        self.resume_starts();
-        guard
-    }
-
-    /// Starts run again (after [`interrupt_starts`](Self::interrupt_starts)).
-    fn resume_starts(&self) {
-        *self
+        let mut interrupt = self
             .start_interrupt
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = CancellationToken::new();
+            .unwrap_or_else(|e| e.into_inner());
+        interrupt.0 -= 1;
+        if interrupt.0 == 0 {
+            // Starts may run again once this lock is released.
+            interrupt.1 = CancellationToken::new();
+        }
+        guard
     }
 
     /// Runs the handler's `start` of `job`, unless the lease lapses first.
@@ -358,13 +354,14 @@ impl WorkerInner {
     /// dropped and goes no further), and the caller has the handler's
     /// `stop` undo what it did, as the lapse does for the jobs that run.
     /// A re-assertion waiting for the worker cancels it the same way
-    /// ([`interrupt_starts`](Self::interrupt_starts)).
+    /// ([`lock_for_reassertion`](Self::lock_for_reassertion)).
     pub(crate) async fn start_handler(&self, job: Job) -> HandlerStart {
         let lapse = self.lapse_token();
         let interrupt = self
             .start_interrupt
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .1
             .clone();
         let key = job.key.clone();
         tokio::select! {

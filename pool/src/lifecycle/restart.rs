@@ -326,8 +326,10 @@ impl WorkerInner {
         node.metrics.job_restarts.increment(1);
         match self.start_handler(run).await {
             HandlerStart::Cancelled => {
-                // The lapse moved the run to the suspended set and stopped
-                // it, unless it looked before the run was here.
+                // A lapse moved the run to the suspended set and stopped
+                // it, unless it looked before the run was here; a
+                // re-assertion's interrupt left it here: stopped and held
+                // now.
                 if let Some((k, job)) = self.jobs.remove(&key) {
                     let _ = self.stop_handler(&k).await;
                     self.suspended.lock().await.insert(k, job);

@@ -137,6 +137,22 @@ impl NodeInner {
         Ok(status)
     }
 
+    /// Takes local worker `worker` out of the ring, so that dispatchers
+    /// stop sending to it and hand-offs pass it by (the scripts refuse a
+    /// worker under a cleanup claim), by `until`. The claim names this
+    /// node: its renewals keep a claim of this form on its own worker
+    /// (`keepalive.lua`), and any other stale claim goes. Returns once
+    /// Redis has the claim (this node's replica, and so its ring, may show
+    /// it later: a hand-off to the worker is refused by Redis meanwhile).
+    pub(crate) async fn leave_ring(&self, worker: &str, until: tokio::time::Instant) -> Result<()> {
+        let claim = format!("{} closing", self.id);
+        match tokio::time::timeout_at(until, self.store.maps.cleanup.set(worker, &claim)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(Error::from(e)),
+            Err(_) => Err(gave_up(worker, "leaving the ring")),
+        }
+    }
+
     /// Removes a local worker. With `handover`, its jobs and queued events
     /// move to other workers first; without, its jobs are only stopped
     /// (pool shutdown). The Redis part gives up at `until` (Redis down or
@@ -162,19 +178,13 @@ impl NodeInner {
         let _ = tokio::time::timeout_at(stops_from, self.reader.remove_stream(inbox.name())).await;
         let mut failed = None;
         if handover {
-            // Leave the ring first so that dispatchers stop sending here.
-            // This node's renewals keep a claim of this form on its own
-            // worker (`keepalive.lua`); any other stale claim goes.
-            let claim = format!("{} closing", self.id);
-            match tokio::time::timeout_at(
-                stops_from,
-                self.store.maps.cleanup.set(&worker.id, &claim),
-            )
-            .await
-            {
-                Ok(Ok(_)) => self.refresh_ring(),
-                Ok(Err(e)) => failed = Some(Error::from(e)),
-                Err(_) => failed = Some(gave_up(&worker.id, "leaving the ring")),
+            // Leave the ring first so that dispatchers stop sending here
+            // (again, when a node's close did so for all its workers: the
+            // claim is the same, and a loss of Redis's data since may have
+            // taken it).
+            match self.leave_ring(&worker.id, stops_from).await {
+                Ok(()) => self.refresh_ring(),
+                Err(e) => failed = Some(e),
             }
         }
         // Every job leaves the running set, and the suspended set is

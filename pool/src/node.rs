@@ -352,18 +352,29 @@ impl Node {
             .iter()
             .map(|w| w.value().clone())
             .collect();
+        let inner = &self.inner;
+        // Every worker leaves the ring before any hands its jobs on: a job
+        // handed to another worker of this node would be stopped and moved
+        // again at once. Then they retire together, so the close takes one
+        // round of stops and hand-offs, not one per worker. A worker that
+        // could not leave here tries again in its retirement (and, failing
+        // that, stops its jobs without handing them over).
+        let stops_from = until.checked_sub(options.stop_timeout).unwrap_or(until);
+        futures::future::join_all(workers.iter().map(|w| async move {
+            if let Err(e) = inner.leave_ring(&w.id, stops_from).await {
+                tracing::debug!(worker = %w.id, error = %e, "leaving the ring on close failed");
+            }
+        }))
+        .await;
+        inner.refresh_ring();
         let mut first_error = None;
-        let mut workers = workers.into_iter();
-        while let Some(worker) = workers.next() {
-            if let Err(e) = self.inner.retire_worker(&worker, true, until).await {
+        let retired =
+            futures::future::join_all(workers.iter().map(|w| inner.retire_worker(w, true, until)))
+                .await;
+        for (worker, result) in workers.iter().zip(retired) {
+            if let Err(e) = result {
                 tracing::warn!(worker = %worker.id, error = %e, "handing over jobs on close failed");
                 first_error.get_or_insert(e);
-                // Redis is not taking the handover: retire the others at
-                // once, so that all their handlers stop within the bound.
-                let rest: Vec<Arc<WorkerInner>> = workers.by_ref().collect();
-                let inner = &self.inner;
-                futures::future::join_all(rest.iter().map(|w| inner.retire_worker(w, true, until)))
-                    .await;
             }
         }
         // The stops this node asked for go on being made to stand after a

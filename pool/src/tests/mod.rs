@@ -583,6 +583,7 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
 
 mod batches;
 mod close_custody;
+mod close_workers;
 mod data_loss;
 mod departed_worker;
 mod drain;

@@ -1,0 +1,127 @@
+//! A node closing with several workers: they all leave the ring before any
+//! hands its jobs on, and they retire together. Retired one after the
+//! other, the first worker's jobs went to the next worker of the same
+//! node, which stopped them again at its own turn (a second move), and the
+//! close took one stop per worker.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::*;
+
+/// A handler shared by the workers of the closing node: records every
+/// start, and each stop waits until `together` stops are under way at
+/// once (or `give_up` has passed).
+#[derive(Clone)]
+struct GatheringStops {
+    together: usize,
+    give_up: Duration,
+    starts: Arc<Mutex<HashMap<String, usize>>>,
+    under_way: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    gathered: Arc<tokio::sync::Notify>,
+}
+
+impl GatheringStops {
+    fn new(together: usize, give_up: Duration) -> GatheringStops {
+        GatheringStops {
+            together,
+            give_up,
+            starts: Arc::default(),
+            under_way: Arc::default(),
+            most: Arc::default(),
+            gathered: Arc::default(),
+        }
+    }
+
+    fn starts_of(&self, key: &str) -> usize {
+        self.starts.lock().unwrap().get(key).copied().unwrap_or(0)
+    }
+}
+
+#[async_trait]
+impl Handler for GatheringStops {
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        *self.starts.lock().unwrap().entry(job.key).or_default() += 1;
+        Ok(())
+    }
+    async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
+        let now = self.under_way.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let gathered = self.gathered.notified();
+        if now >= self.together {
+            self.gathered.notify_waiters();
+        } else {
+            let _ = tokio::time::timeout(self.give_up, gathered).await;
+        }
+        self.under_way.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Node `a` has four workers with two jobs each, node `b` one worker. When
+/// `a` closes, its eight stops are under way at once, and each job moves
+/// once, to `b`'s worker: none starts on another worker of `a`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_node_retires_its_workers_together() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("close-workers");
+    let options = NodeOptions::default().dispatch_timeout(Duration::from_secs(8));
+    let client_a = flotilla_testkit::client(&server.url()).await.unwrap();
+    let client_b = flotilla_testkit::client(&server.url()).await.unwrap();
+    let a = Node::join(&client_a, &name, options.clone()).await.unwrap();
+    let b = Node::join(&client_b, &name, options).await.unwrap();
+    const PER_WORKER: usize = 2;
+    const A_WORKERS: usize = 4;
+    let handler_a = GatheringStops::new(PER_WORKER * A_WORKERS, Duration::from_secs(3));
+    let mut workers_a = Vec::new();
+    for _ in 0..A_WORKERS {
+        workers_a.push(Worker::new(&a, handler_a.clone()).await.unwrap());
+    }
+    let handler_b = Counting::default();
+    let worker_b = Worker::new(&b, handler_b.clone()).await.unwrap();
+    // Two keys placed on each of `a`'s workers, once `b`'s ring holds all five.
+    key_placed_on(&b, &worker_b).await;
+    let mut keys = Vec::new();
+    for worker in &workers_a {
+        let placed: Vec<String> = (0..1000)
+            .map(|i| format!("w{i}"))
+            .filter(|k| b.placement(k).as_deref() == Some(worker.id()))
+            .take(PER_WORKER)
+            .collect();
+        assert_eq!(placed.len(), PER_WORKER, "keys placed on {}", worker.id());
+        keys.extend(placed);
+    }
+    for key in &keys {
+        b.dispatch_job(key, &b"p"[..]).await.unwrap();
+    }
+    wait_until(Duration::from_secs(20), "every job runs on a", || async {
+        workers_a.iter().map(|w| w.job_keys().len()).sum::<usize>() == keys.len()
+    })
+    .await
+    .unwrap();
+
+    a.close().await.unwrap();
+
+    assert_eq!(
+        handler_a.most.load(Ordering::SeqCst),
+        keys.len(),
+        "stops under way at once while a closed"
+    );
+    wait_until(Duration::from_secs(20), "every job runs on b", || async {
+        let running = worker_b.job_keys();
+        keys.iter().all(|k| running.contains(k))
+    })
+    .await
+    .unwrap();
+    for key in &keys {
+        assert_eq!(
+            handler_a.starts_of(key),
+            1,
+            "starts of {key} on a's workers: moved to another worker of the closing node"
+        );
+    }
+    assert_eq!(handler_b.starts.load(Ordering::SeqCst), keys.len());
+    drop(workers_a);
+    b.close().await.unwrap();
+}

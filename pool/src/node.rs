@@ -663,8 +663,12 @@ impl NodeInner {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
         let until = Instant::now() + self.options.worker_shutdown_ttl + self.options.redis_timeout;
-        for worker in workers {
-            if let Err(e) = self.retire_worker(&worker, false, until).await {
+        // Together: one round of stops for the node, not one per worker.
+        let retired =
+            futures::future::join_all(workers.iter().map(|w| self.retire_worker(w, false, until)))
+                .await;
+        for (worker, result) in workers.iter().zip(retired) {
+            if let Err(e) = result {
                 tracing::warn!(worker = %worker.id, error = %e, "removing worker on shutdown failed");
             }
         }

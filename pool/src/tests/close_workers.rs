@@ -2,7 +2,8 @@
 //! hands its jobs on, and they retire together. Retired one after the
 //! other, the first worker's jobs went to the next worker of the same
 //! node, which stopped them again at its own turn (a second move), and the
-//! close took one stop per worker.
+//! close took one stop per worker. A pool shutdown stops them together
+//! too.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -124,4 +125,38 @@ async fn a_closing_node_retires_its_workers_together() {
     assert_eq!(handler_b.starts.load(Ordering::SeqCst), keys.len());
     drop(workers_a);
     b.close().await.unwrap();
+}
+
+/// A pool shutdown stops the jobs of every worker of a node together: the
+/// eight stops of four workers are under way at once, and none of the
+/// jobs starts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_shutdown_stops_every_worker_of_a_node_together() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("shutdown-workers");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let node = Node::join(&client, &name, NodeOptions::default())
+        .await
+        .unwrap();
+    const WORKERS: usize = 4;
+    const JOBS: usize = 8;
+    let handler = GatheringStops::new(JOBS, Duration::from_secs(3));
+    let mut workers = Vec::new();
+    for _ in 0..WORKERS {
+        workers.push(Worker::new(&node, handler.clone()).await.unwrap());
+    }
+    let keys: Vec<String> = (0..JOBS).map(|i| format!("s{i}")).collect();
+    for key in &keys {
+        node.dispatch_job(key, &b"p"[..]).await.unwrap();
+    }
+    node.shutdown().await.unwrap();
+    assert_eq!(
+        handler.most.load(Ordering::SeqCst),
+        JOBS,
+        "stops under way at once during the shutdown"
+    );
+    for key in &keys {
+        assert_eq!(handler.starts_of(key), 1, "starts of {key}");
+    }
+    drop(workers);
 }

@@ -332,7 +332,9 @@ impl Node {
     /// stops this node asked for lately are left with the workers that stay
     /// first (they give the jobs back, or make the stops stand, after a
     /// loss of Redis's data), and the close waits until those have read it.
-    /// Idempotent. Returns within `worker_shutdown_ttl + redis_timeout`
+    /// The workers all leave the ring first and then retire together: a
+    /// job moves once, to a worker of another node, and the close takes
+    /// one round of stops whatever the number of workers. Idempotent. Returns within `worker_shutdown_ttl + redis_timeout`
     /// even while Redis is down: the handlers are stopped all the same, and
     /// what Redis did not take is requeued by the cleanup of the dead
     /// workers after their TTL.

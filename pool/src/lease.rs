@@ -418,73 +418,78 @@ impl NodeInner {
         }
     }
 
+    /// Every worker at once: each restart may wait on a slow `start`, and
+    /// one worker's need not wait for another's.
     async fn resume_workers(&self, workers: Vec<Arc<WorkerInner>>) {
-        for worker in workers {
-            let _guard = worker.ops.write().await;
-            let suspended: Vec<(String, LocalJob)> = {
-                let _transition = self.lease_transition.lock().await;
-                if self.lease_suspended.load(Ordering::SeqCst) {
-                    return; // lapsed again: the next renewal resumes
+        futures::future::join_all(workers.iter().map(|worker| self.resume_worker(worker))).await;
+    }
+
+    /// Resumes `worker`'s suspended jobs under its `ops` lock.
+    async fn resume_worker(&self, worker: &Arc<WorkerInner>) {
+        let _guard = worker.ops.write().await;
+        let suspended: Vec<(String, LocalJob)> = {
+            let _transition = self.lease_transition.lock().await;
+            if self.lease_suspended.load(Ordering::SeqCst) {
+                return; // lapsed again: the next renewal resumes
+            }
+            worker.regain_lease();
+            worker.suspended.lock().await.drain().collect()
+        };
+        // Many at a time: each restart waits on Redis and then on the
+        // handler's `start`, which may take a while, and the worker's
+        // lanes wait for all of them (this holds its `ops` lock).
+        let worker = &worker;
+        let restarts: Vec<(String, LocalJob, Result<Restart>)> =
+            futures::stream::iter(suspended.into_iter().filter(|(key, _)| {
+                if worker.jobs.contains_key(key) {
+                    lock_held(worker).remove(key);
+                    return false; // started again from its inbox entry meanwhile
                 }
-                worker.regain_lease();
-                worker.suspended.lock().await.drain().collect()
-            };
-            // Many at a time: each restart waits on Redis and then on the
-            // handler's `start`, which may take a while, and the worker's
-            // lanes wait for all of them (this holds its `ops` lock).
-            let worker = &worker;
-            let restarts: Vec<(String, LocalJob, Result<Restart>)> =
-                futures::stream::iter(suspended.into_iter().filter(|(key, _)| {
-                    if worker.jobs.contains_key(key) {
-                        lock_held(worker).remove(key);
-                        return false; // started again from its inbox entry meanwhile
-                    }
-                    true
-                }))
-                .map(|(key, job)| async move {
-                    let restart = self.resume_one(worker, &key, &job).await;
-                    (key, job, restart)
-                })
-                .buffer_unordered(RESUMES_AT_ONCE)
-                .collect()
-                .await;
-            for (key, job, restart) in restarts {
-                note_held_back(worker, &key, &restart);
-                match restart {
-                    Ok(Restart::Started | Restart::Left) => {}
-                    Ok(Restart::Moved) => {
-                        tracing::info!(key, "job moved during lease loss; forgetting it");
-                    }
-                    Ok(Restart::Claimed | Restart::Recovering) => {
-                        // The cleaner that claimed this worker (it was
-                        // silent past its TTL) may be moving the job, or
-                        // a run elsewhere may not have re-asserted it yet.
-                        // Held here, not forgotten: a cleaner that dies or
-                        // stalls until the claim is cleared would leave a
-                        // record naming this worker for a job nobody runs.
-                        worker.suspended.lock().await.insert(key, job);
-                    }
-                    Ok(Restart::Suspended(token)) => {
-                        // The lease lapsed again: kept for the next resume
-                        // (so are the others, each its own way here).
-                        let mut kept = worker.suspended.lock().await;
-                        kept.insert(key, LocalJob { token, ..job });
-                    }
-                    Ok(Restart::StartFailed(e)) => {
-                        // Still recorded as ours but not running: hand it to
-                        // another worker for a fresh start.
-                        tracing::warn!(key, error = %e, "restart after lease loss failed; requeueing");
-                        self.requeue_job(&key, &worker.id, None).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(key, error = %e, "resuming job failed; will retry");
-                        worker.suspended.lock().await.insert(key, job);
-                    }
+                true
+            }))
+            .map(|(key, job)| async move {
+                let restart = self.resume_one(worker, &key, &job).await;
+                (key, job, restart)
+            })
+            .buffer_unordered(RESUMES_AT_ONCE)
+            .collect()
+            .await;
+        for (key, job, restart) in restarts {
+            note_held_back(worker, &key, &restart);
+            match restart {
+                Ok(Restart::Started | Restart::Left) => {}
+                Ok(Restart::Moved) => {
+                    tracing::info!(key, "job moved during lease loss; forgetting it");
+                }
+                Ok(Restart::Claimed | Restart::Recovering) => {
+                    // The cleaner that claimed this worker (it was
+                    // silent past its TTL) may be moving the job, or
+                    // a run elsewhere may not have re-asserted it yet.
+                    // Held here, not forgotten: a cleaner that dies or
+                    // stalls until the claim is cleared would leave a
+                    // record naming this worker for a job nobody runs.
+                    worker.suspended.lock().await.insert(key, job);
+                }
+                Ok(Restart::Suspended(token)) => {
+                    // The lease lapsed again: kept for the next resume
+                    // (so are the others, each its own way here).
+                    let mut kept = worker.suspended.lock().await;
+                    kept.insert(key, LocalJob { token, ..job });
+                }
+                Ok(Restart::StartFailed(e)) => {
+                    // Still recorded as ours but not running: hand it to
+                    // another worker for a fresh start.
+                    tracing::warn!(key, error = %e, "restart after lease loss failed; requeueing");
+                    self.requeue_job(&key, &worker.id, None).await;
+                }
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "resuming job failed; will retry");
+                    worker.suspended.lock().await.insert(key, job);
                 }
             }
-            // Starts refused while the lease was lost are still in the inbox.
-            worker.rewind_soon(self);
         }
+        // Starts refused while the lease was lost are still in the inbox.
+        worker.rewind_soon(self);
     }
 
     /// Restarts suspended job `key` when Redis still names `worker` its

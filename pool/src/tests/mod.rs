@@ -583,7 +583,6 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
 
 mod batches;
 mod close_custody;
-mod close_workers;
 mod data_loss;
 mod departed_worker;
 mod drain;
@@ -592,6 +591,7 @@ mod handoff_rollback;
 mod lanes;
 mod lease_after_claim;
 mod lost_claim;
+mod many_workers;
 mod node_restart;
 mod pending_admission;
 mod reassert_during_starts;

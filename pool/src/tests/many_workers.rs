@@ -1,9 +1,10 @@
-//! A node closing with several workers: they all leave the ring before any
-//! hands its jobs on, and they retire together. Retired one after the
-//! other, the first worker's jobs went to the next worker of the same
-//! node, which stopped them again at its own turn (a second move), and the
-//! close took one stop per worker. A pool shutdown stops them together
-//! too.
+//! A node with several workers acts on all of them together. A close: they
+//! all leave the ring before any hands its jobs on, and they retire
+//! together. Retired one after the other, the first worker's jobs went to
+//! the next worker of the same node, which stopped them again at its own
+//! turn (a second move), and the close took one stop per worker. A pool
+//! shutdown stops them together too, and a lease that comes back resumes
+//! every worker's jobs together.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -159,4 +160,92 @@ async fn a_pool_shutdown_stops_every_worker_of_a_node_together() {
         assert_eq!(handler.starts_of(key), 1, "starts of {key}");
     }
     drop(workers);
+}
+
+/// Starts that each wait until `together` starts are under way at once (or
+/// `give_up` has passed), from when `gather` is set; records the most seen
+/// under way at once then.
+#[derive(Clone)]
+struct GatheringRestarts {
+    together: usize,
+    give_up: Duration,
+    gather: Arc<std::sync::atomic::AtomicBool>,
+    under_way: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    gathered: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl Handler for GatheringRestarts {
+    async fn start(&self, _job: Job) -> Result<(), HandlerError> {
+        if !self.gather.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let now = self.under_way.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let gathered = self.gathered.notified();
+        if now >= self.together {
+            self.gathered.notify_waiters();
+        } else {
+            let _ = tokio::time::timeout(self.give_up, gathered).await;
+        }
+        self.under_way.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+/// A lease lapse stops the jobs of a node's four workers; when the lease
+/// comes back, the restarts of all four workers are under way at once.
+/// Resumed one worker after the other, each worker's jobs waited for every
+/// slow start of the workers before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_comes_back_resumes_every_worker_together() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("resume-workers");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let options = NodeOptions::default().worker_ttl(Duration::from_secs(3));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    const WORKERS: usize = 4;
+    let handler = GatheringRestarts {
+        together: WORKERS,
+        give_up: Duration::from_secs(3),
+        gather: Arc::default(),
+        under_way: Arc::default(),
+        most: Arc::default(),
+        gathered: Arc::default(),
+    };
+    let mut workers = Vec::new();
+    for _ in 0..WORKERS {
+        workers.push(Worker::new(&node, handler.clone()).await.unwrap());
+    }
+    // One key placed on each worker.
+    let mut keys = Vec::new();
+    for worker in &workers {
+        keys.push(key_placed_on(&node, worker).await);
+    }
+    for key in &keys {
+        node.dispatch_job(key, &b"p"[..]).await.unwrap();
+    }
+    let running = || workers.iter().map(|w| w.job_keys().len()).sum::<usize>();
+    assert_eq!(running(), WORKERS);
+    handler.gather.store(true, Ordering::SeqCst);
+    node.inner.lose_lease(tokio::time::Instant::now()).await;
+    assert_eq!(running(), 0, "the lapse stopped every job");
+    wait_until(
+        Duration::from_secs(30),
+        "every job runs again after the lease came back",
+        || async { running() == WORKERS },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        handler.most.load(Ordering::SeqCst),
+        WORKERS,
+        "restarts under way at once when the lease came back"
+    );
+    drop(workers);
+    node.close().await.unwrap();
 }

@@ -281,11 +281,6 @@ impl RewindState {
 }
 
 impl WorkerInner {
-    /// Whether this worker may start a job now: its lease is not marked
-    /// lost, and the node's last renewal was sent less than
-    /// `lease_stop_after` ago (the clock catches a lapse the watchdog has
-    /// not acted on yet: a pause, a slow reply). Asked again after every
-    /// Redis round trip that precedes a start.
     /// The lease lapsed: nothing starts from now on, and every handler
     /// `start` under way is cancelled.
     pub(crate) fn lapse_lease(&self) {
@@ -382,6 +377,11 @@ impl WorkerInner {
         }
     }
 
+    /// Whether this worker may start a job now: its lease is not marked
+    /// lost, and the node's last renewal was sent less than
+    /// `lease_stop_after` ago (the clock catches a lapse the watchdog has
+    /// not acted on yet: a pause, a slow reply). Asked again after every
+    /// Redis round trip that precedes a start.
     pub(crate) fn holds_lease(&self, node: &NodeInner) -> bool {
         !self.lease_lost.load(std::sync::atomic::Ordering::SeqCst) && node.lease_valid()
     }

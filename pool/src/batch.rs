@@ -150,12 +150,13 @@ fn answer<R>(
 }
 
 /// One item's copy of its batch's error, still matchable: connection
-/// trouble stays [`Error::Unavailable`], a Redis error stays
-/// [`Error::Redis`].
+/// trouble stays [`Error::Unavailable`], writes refused stay
+/// [`Error::WritesRefused`], a Redis error stays [`Error::Redis`].
 fn copy_error(e: &Error, what: &'static str) -> Error {
     match e {
         Error::Unavailable(inner) => Error::Unavailable(inner.clone()),
         Error::Redis(inner) => Error::Redis(inner.clone()),
+        Error::WritesRefused(inner) => Error::WritesRefused(inner.clone()),
         Error::Closed => Error::Closed,
         Error::Timeout(d) => Error::Timeout(*d),
         other => Error::Malformed {

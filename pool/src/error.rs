@@ -20,6 +20,7 @@ pub(crate) const AT_CAPACITY_PREFIX: &str = "worker at capacity: ";
 ///     Ok(()) => println!("started"),
 ///     Err(Error::JobExists(key)) => println!("{key} already runs"),
 ///     Err(Error::Timeout(_) | Error::Unavailable(_)) => println!("may or may not run: retry"),
+///     Err(Error::WritesRefused(_)) => println!("not admitted: Redis refuses writes for now"),
 ///     Err(e) => eprintln!("refused: {e}"),
 /// }
 /// # }
@@ -158,6 +159,16 @@ pub enum Error {
     /// A stream operation failed.
     #[error(transparent)]
     Stream(#[from] flotilla_streaming::Error),
+    /// Redis refuses writes for now, while it keeps its data and answers:
+    /// out of memory (`OOM`: `maxmemory` reached under `noeviction`), a
+    /// read-only replica (`READONLY`: a failover the client has not
+    /// followed yet), a failed background save (`MISCONF`), too few
+    /// replicas (`NOREPLICAS`) or a replica cut from its primary
+    /// (`MASTERDOWN`). Passing, unlike [`Error::Redis`]: retry once Redis
+    /// takes writes again. Redis refuses such a call before it runs it, so
+    /// the refused call wrote nothing.
+    #[error("redis refuses writes: {0}")]
+    WritesRefused(#[source] fred::error::Error),
     /// Redis answered with an error.
     #[error("redis error: {0}")]
     Redis(#[from] fred::error::Error),
@@ -190,9 +201,20 @@ pub(crate) fn start_refused(key: &str, message: String) -> Error {
     }
 }
 
+/// The error codes of a Redis that refuses writes for now
+/// ([`Error::WritesRefused`]).
+const WRITES_REFUSED: [&str; 5] = [
+    "OOM ",
+    "READONLY ",
+    "MISCONF ",
+    "NOREPLICAS ",
+    "MASTERDOWN ",
+];
+
 /// Classifies a fred error: connection trouble (I/O, timeout, cancelled,
 /// routing, client backpressure, a server still loading its data) becomes
-/// [`Error::Unavailable`], anything else [`Error::Redis`].
+/// [`Error::Unavailable`], writes refused for now [`Error::WritesRefused`],
+/// anything else [`Error::Redis`].
 pub(crate) fn from_redis(e: fred::error::Error) -> Error {
     use fred::error::ErrorKind;
     match e.kind() {
@@ -202,6 +224,12 @@ pub(crate) fn from_redis(e: fred::error::Error) -> Error {
         | ErrorKind::Routing
         | ErrorKind::Backpressure => Error::Unavailable(e),
         _ if e.details().starts_with("LOADING") => Error::Unavailable(e),
+        _ if WRITES_REFUSED
+            .iter()
+            .any(|code| e.details().starts_with(code)) =>
+        {
+            Error::WritesRefused(e)
+        }
         _ => Error::Redis(e),
     }
 }

@@ -348,6 +348,7 @@ fn error_kind(e: &Error) -> String {
     match e {
         Error::Timeout(_) => "timeout".into(),
         Error::Unavailable(_) => "unavailable".into(),
+        Error::WritesRefused(_) => "writes refused".into(),
         Error::NoActiveWorker(_) => "no active worker".into(),
         Error::PoolFull(_) => "pool full".into(),
         Error::StartFailed { .. } => "start failed".into(),

@@ -52,3 +52,52 @@ async fn a_job_stopped_to_move_while_writes_are_refused_runs_again() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// Makes the server a replica of a server that is not there (`port` 0:
+/// a primary again): it keeps its data and refuses writes (`READONLY`).
+async fn replica_of_nobody(client: &fred::prelude::Client, replica: bool) {
+    let args: Vec<String> = if replica {
+        vec!["127.0.0.1".into(), "1".into()]
+    } else {
+        vec!["NO".into(), "ONE".into()]
+    };
+    let _: fred::types::Value = client
+        .custom(
+            fred::types::CustomCommand::new_static("REPLICAOF", None, false),
+            args,
+        )
+        .await
+        .unwrap();
+}
+
+/// A dispatch Redis refuses to write, out of memory (`OOM`) or as a
+/// read-only replica (`READONLY`), fails with [`crate::Error::WritesRefused`],
+/// which a caller can tell from a bug and retry; once Redis takes writes
+/// again the same dispatch starts its job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_redis_refuses_to_write_fails_with_writes_refused() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("refused-dispatch");
+    let (node, _worker, handler) = pool(&server, &name).await;
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+
+    maxmemory(&client, 1).await;
+    let refused = node.dispatch_job("oom", &b"p"[..]).await;
+    maxmemory(&client, 0).await;
+    assert!(
+        matches!(refused, Err(crate::Error::WritesRefused(_))),
+        "out of memory: {refused:?}"
+    );
+    node.dispatch_job("oom", &b"p"[..]).await.unwrap();
+
+    replica_of_nobody(&client, true).await;
+    let refused = node.dispatch_job("read-only", &b"p"[..]).await;
+    replica_of_nobody(&client, false).await;
+    assert!(
+        matches!(refused, Err(crate::Error::WritesRefused(_))),
+        "read-only replica: {refused:?}"
+    );
+    node.dispatch_job("read-only", &b"p"[..]).await.unwrap();
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
+    node.close().await.unwrap();
+}

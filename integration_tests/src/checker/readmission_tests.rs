@@ -297,3 +297,47 @@ fn an_admission_answered_after_the_loss_it_came_before_is_counted() {
     let r = check(&ledgers(1060), &CheckOptions::default());
     assert_eq!(kinds(&r), vec!["double"]);
 }
+
+/// A dispatch of a running key whose outcome is unknown (it timed out)
+/// leaves the key expected to run: nothing stopped it. Lost with its killed
+/// holder and Redis's data, it is counted like any running key; not
+/// running at the end otherwise, it is a violation. Before, such a key was
+/// expected nothing, so the checker never counted it lost, and the
+/// driver, which still waited for it, reported it not recovered (seed
+/// 1402: `job-0128`, stopped on a lease loss, its process killed 3 s later
+/// and Redis flushed 2.9 s after that).
+#[test]
+fn a_running_key_stays_expected_through_a_dispatch_of_unknown_outcome() {
+    let run = |loss: bool| {
+        let mut driver = vec![
+            admit(1000, "k"),
+            line(1, 2000, Record::DispatchSent { key: "k".into() }),
+            line(1, 2003, Record::DispatchUnknown { key: "k".into() }),
+            fault(5000, FaultKind::Kill, 7, false),
+        ];
+        if loss {
+            for (at, end) in [(7900, false), (7901, true)] {
+                driver.push(line(
+                    1,
+                    at,
+                    Record::Fault {
+                        kind: FaultKind::Flush,
+                        target: None,
+                        end,
+                    },
+                ));
+            }
+        }
+        let worker = vec![start(7, 1005, "k", "w7", 1), stop(7, 3000, "k", "w7")];
+        let options = CheckOptions {
+            end_ns: Some(40_000 * MS),
+            ..CheckOptions::default()
+        };
+        check(&[driver, worker], &options)
+    };
+    let r = run(true);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.lost_with_killed_holder, ["k"]);
+    let r = run(false);
+    assert_eq!(kinds(&r), vec!["not_running"]);
+}

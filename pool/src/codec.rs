@@ -214,19 +214,19 @@ impl Reply {
 
 /// Splits a stored payload (`"<created_ms> <body>"`) into its parts.
 pub(crate) fn parse_stored(bytes: &[u8]) -> Result<(u64, JobBody)> {
-    let bad = |reason: &str| Error::Malformed {
+    let (created, body) = split_stored(bytes).ok_or_else(|| Error::Malformed {
         what: "stored payload",
-        reason: reason.to_string(),
-    };
-    let sp = bytes
-        .iter()
-        .position(|b| *b == b' ')
-        .ok_or_else(|| bad("no created time"))?;
-    let created = std::str::from_utf8(&bytes[..sp])
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| bad("created time"))?;
-    Ok((created, decode("job body", &bytes[sp + 1..])?))
+        reason: "no creation time before the body".to_string(),
+    })?;
+    Ok((created, decode("job body", body)?))
+}
+
+/// Splits a stored payload (see [`stored`]) into its creation time and its
+/// body, undecoded.
+pub(crate) fn split_stored(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let sp = bytes.iter().position(|b| *b == b' ')?;
+    let created = std::str::from_utf8(&bytes[..sp]).ok()?.parse().ok()?;
+    Some((created, &bytes[sp + 1..]))
 }
 
 /// Encodes a stored payload (`"<created_ms> <body>"`).

@@ -115,7 +115,7 @@ impl NodeInner {
         to: &str,
         cleaner: Option<&str>,
     ) -> Result<Handoff> {
-        let status = self
+        let (status, stored) = self
             .store
             .handoff(
                 key,
@@ -129,12 +129,49 @@ impl NodeInner {
                 cleaner,
             )
             .await?;
-        if let Handoff::Ok { .. } = status {
+        if let Handoff::Ok { token } = status {
             tracing::info!(key, from, to, "job handed off");
             self.metrics.handoffs.increment(1);
             self.history.count(crate::history::PoolEvent::Move);
+            if let Some(stored) = stored {
+                self.remember_cleaned(key, token, &stored, to);
+            }
         }
         Ok(status)
+    }
+
+    /// A dead worker's job this node's cleanup moved: Redis alone holds it
+    /// until its new owner starts it, and the worker it came from cannot
+    /// give it back after a loss of Redis's data. One of this node's
+    /// workers remembers it as its own hand-off (`handoffs.rs`): it gives
+    /// the job back as an orphan after such a loss, and passes it on when
+    /// it closes. Another worker than the job's new owner where the node
+    /// has one: the memory is for a loss before the owner started the job,
+    /// and the owner may die before it does. A node without workers does
+    /// not clean up.
+    fn remember_cleaned(&self, key: &str, token: u64, stored: &[u8], owner: &str) {
+        let keeper = self
+            .workers
+            .iter()
+            .find(|w| w.key() != owner)
+            .or_else(|| self.workers.iter().next())
+            .map(|w| w.value().clone());
+        let Some(keeper) = keeper else {
+            return;
+        };
+        let Some((created_at_ms, body)) = crate::codec::split_stored(stored) else {
+            tracing::warn!(
+                key,
+                "a moved job's stored payload is malformed; not remembered"
+            );
+            return;
+        };
+        keeper.handed_off.record(crate::handoffs::HandedOff {
+            key: key.to_string(),
+            token,
+            created_at_ms,
+            body: bytes::Bytes::copy_from_slice(body),
+        });
     }
 
     /// Takes local worker `worker` out of the ring, so that dispatchers

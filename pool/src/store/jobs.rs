@@ -259,7 +259,10 @@ impl PoolStore {
         Stopped::parse(&status)
     }
 
-    /// Hands job `key`, owned by `from` (`"-"`: an orphan), to `to`.
+    /// Hands job `key`, owned by `from` (`"-"`: an orphan), to `to`. With
+    /// `cleaner` (a cleanup moves a dead worker's job), a job moved comes
+    /// with its stored payload (`"<created ms> <body>"`), for the cleaner to
+    /// remember.
     pub(crate) async fn handoff(
         &self,
         key: &str,
@@ -268,7 +271,7 @@ impl PoolStore {
         pending_ttl: Duration,
         worker_ttl: Duration,
         cleaner: Option<&str>,
-    ) -> Result<Handoff> {
+    ) -> Result<(Handoff, Option<Bytes>)> {
         let mut keys = self.maps.base_keys();
         keys.push(to.inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
@@ -288,7 +291,14 @@ impl PoolStore {
             .handoff
             .run(&self.client, keys, args, self.timeout)
             .await?;
-        Handoff::parse(reply)
+        let stored = match &reply {
+            Value::Array(items) => items
+                .get(2)
+                .and_then(Value::as_bytes)
+                .map(Bytes::copy_from_slice),
+            _ => None,
+        };
+        Ok((Handoff::parse(reply)?, stored))
     }
 
     /// Which of `workers` a job may be handed to now (`targets_current.lua`):

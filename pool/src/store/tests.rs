@@ -130,6 +130,7 @@ impl Fixture {
             .handoff(key, from, to, ttl, ttl, cleaner)
             .await
             .unwrap()
+            .0
     }
 
     /// Moves entry `id` of `from`'s inbox to `to`'s.

@@ -350,5 +350,5 @@ local function enqueue_stored(key, inbox, pending_ttl, maxlen)
   local token = next_token(key)
   mset(PENDING, key, string.format('%d %d', token, now + pending_ttl))
   stream_add(inbox, 'start', start_header(token, created, 0, 0, '-') .. body, maxlen)
-  return token
+  return token, stored
 end

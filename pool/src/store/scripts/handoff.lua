@@ -7,7 +7,9 @@
 --       8 inbox maxlen, 9 worker ttl ms (the recovery window after a data loss),
 --       10 the cleaner's node id when a cleanup moves a dead worker's job
 --       ('' otherwise): its claim on the worker must still be its own
--- Returns {'ok', token} | {'not_owner'} | {'no_target'} (the target is gone,
+-- Returns {'ok', token} (with the job's stored payload for a cleaner,
+--       which remembers the job until its new owner started it: the dead
+--       worker cannot give it back after a loss) | {'not_owner'} | {'no_target'} (the target is gone,
 --       being cleaned up or drained, silent for over a TTL, or has not
 --       renewed since the last data loss: see `worker_current`)
 --       | {'no_payload'}
@@ -38,9 +40,12 @@ end
 -- recovery leaves a record without its payload, until the owner re-asserts
 -- it) enqueue_stored writes nothing, and the record stays with the worker
 -- that holds the job's body.
-local token = enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]))
+local token, stored = enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]))
 if not token then
   return {'no_payload'}
 end
 if expected ~= '-' then mdel(JOBS, key) end
+if ARGV[10] ~= '' then
+  return {'ok', token, stored}
+end
 return {'ok', token}

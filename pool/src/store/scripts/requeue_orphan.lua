@@ -39,4 +39,5 @@ if redis.call('HEXISTS', PAYLOADS, key) == 0 then
 end
 if record then mdel(JOBS, key) end
 redis.call('HDEL', MARKS, key)
-return {'ok', enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]))}
+-- The token alone (the parentheses keep the stored payload out).
+return {'ok', (enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8])))}

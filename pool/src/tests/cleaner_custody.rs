@@ -1,0 +1,58 @@
+//! A dead worker's jobs that a cleanup moved are held by Redis alone until
+//! their new owners start them: the worker they came from is gone, so a
+//! loss of Redis's data in between took them (chaos soak seed 1402:
+//! `job-0128`, its holder killed, moved by the cleanup 2 s later and
+//! flushed 0.9 s after that, before its new owner had started it). The
+//! cleaning node remembers each such job with one of its workers, which
+//! gives it back as an orphan after a loss (`handoffs.rs`).
+
+use super::*;
+
+/// The cleanup of a dead worker leaves each job it moved in the memory of
+/// a worker of the cleaning node, under the token of the move, with the
+/// job's body, as that worker's own hand-offs are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleaner_remembers_the_jobs_it_moved() {
+    let server = RedisServer::start().unwrap();
+    let (client, a, b, wa, wb, _) = two_nodes(&server, "cleaner-custody").await;
+    // `b` has a second worker: the one that does not take the job keeps it.
+    let keeper = Worker::new(&b, Counting::default()).await.unwrap();
+    let key = key_placed_on(&a, &wa).await;
+    a.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    let (_, ran) = wa.inner.jobs.remove(&key).expect("the job runs on wa");
+
+    // `wa` looks dead to `b`, which claims it and cleans it up.
+    let now_ms = crate::store::call::server_time_ms(&client).await.unwrap();
+    b.inner
+        .store
+        .maps
+        .cleanup
+        .set(wa.id(), &format!("{} {now_ms}", b.inner.id))
+        .await
+        .unwrap();
+    b.inner.clean_worker(wa.id()).await.unwrap();
+
+    wait_until(Duration::from_secs(10), "the job runs on b", || async {
+        wb.job_token(&key).is_some() || keeper.job_token(&key).is_some()
+    })
+    .await
+    .unwrap();
+    let (owner, other) = if wb.job_token(&key).is_some() {
+        (&wb, &keeper)
+    } else {
+        (&keeper, &wb)
+    };
+    let token = owner.job_token(&key).unwrap();
+    let remembered = other.inner.handed_off.remembered();
+    assert!(
+        remembered.iter().any(|h| h.key == key
+            && h.token == token
+            && h.created_at_ms == ran.created_at_ms
+            && h.body == ran.raw_body),
+        "the moved job (token {token}) is not remembered by the worker that \
+         does not run it: {remembered:?}"
+    );
+    drop(keeper);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

@@ -6,6 +6,8 @@
 //!   (restarted from an older snapshot, a replica promoted with lost
 //!   writes) while that entry was not started yet, the job runs nowhere and
 //!   Redis may not even know it any more.
+//! * **A dead worker's jobs a cleanup moved.** Kept by a worker of the
+//!   cleaning node: the worker they came from cannot give them back.
 //! * **Orphans a re-assertion left.** A job the worker held suspended
 //!   through a data loss is left to the orphan sweep while the pool
 //!   recovers (`reassert.lua`): from then on its payload in Redis is the

@@ -577,6 +577,21 @@ async fn lifecycle_scripts_answer_each_status() {
     );
     let t2 = s.restart_job("flaky", "w1", t1).await.unwrap().unwrap();
     assert!(t2 > t1);
+    // The same restart again, as a client resends a call whose reply a
+    // dropped connection lost (Redis restarting): the run it started, not
+    // "another run" (chaos soak seed 1402, run 2: the worker dropped the
+    // job, its rollback recovery then released the record as a run not
+    // running here, and the key ran nowhere).
+    assert_eq!(
+        s.restart_job("flaky", "w1", t1).await.unwrap(),
+        Some(t2),
+        "a restart retried after its reply was lost"
+    );
+    assert_eq!(
+        s.restart_job("flaky", "w2", t1).await.unwrap(),
+        None,
+        "another worker's"
+    );
     assert_eq!(
         s.record_job_end("flaky", "w1", t2, failed(&[100, 200]))
             .await

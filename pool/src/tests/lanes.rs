@@ -1,30 +1,23 @@
 //! How many keys a worker handles at once: one per lane
 //! (`NodeOptions::worker_lanes`), the events of one key in order.
 
+use super::gathering::Gathering;
 use super::*;
 use crate::lanes::lane_of;
 
 /// Starts that each wait until `together` starts are under way at once (or
-/// `give_up` has passed); records the most seen under way at once.
+/// `give_up` has passed); counts those that returned.
 #[derive(Clone)]
 struct GatheringStarts {
-    together: usize,
-    give_up: Duration,
-    under_way: Arc<AtomicUsize>,
-    most: Arc<AtomicUsize>,
+    gathering: Gathering,
     started: Arc<AtomicUsize>,
-    gathered: Arc<tokio::sync::Notify>,
 }
 
 impl GatheringStarts {
     fn new(together: usize, give_up: Duration) -> GatheringStarts {
         GatheringStarts {
-            together,
-            give_up,
-            under_way: Arc::default(),
-            most: Arc::default(),
+            gathering: Gathering::new(together, give_up),
             started: Arc::default(),
-            gathered: Arc::default(),
         }
     }
 }
@@ -32,15 +25,7 @@ impl GatheringStarts {
 #[async_trait]
 impl Handler for GatheringStarts {
     async fn start(&self, _job: Job) -> Result<(), HandlerError> {
-        let now = self.under_way.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        let gathered = self.gathered.notified();
-        if now >= self.together {
-            self.gathered.notify_waiters();
-        } else {
-            let _ = tokio::time::timeout(self.give_up, gathered).await;
-        }
-        self.under_way.fetch_sub(1, Ordering::SeqCst);
+        self.gathering.gather().await;
         self.started.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -89,7 +74,7 @@ async fn slow_starts_of_keys_in_different_lanes_run_at_once() {
         result.unwrap();
     }
     assert_eq!(
-        handler.most.load(Ordering::SeqCst),
+        handler.gathering.most(),
         keys.len(),
         "starts under way at once"
     );
@@ -115,7 +100,7 @@ async fn a_worker_handles_at_most_its_lanes_of_keys_at_once() {
         result.unwrap();
     }
     assert_eq!(handler.started.load(Ordering::SeqCst), keys.len());
-    let most = handler.most.load(Ordering::SeqCst);
+    let most = handler.gathering.most();
     assert!(
         (1..=2).contains(&most),
         "{most} starts under way at once with 2 lanes"

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::gathering::Gathering;
 use super::*;
 
 /// A handler shared by the workers of the closing node: records every
@@ -16,23 +17,15 @@ use super::*;
 /// once (or `give_up` has passed).
 #[derive(Clone)]
 struct GatheringStops {
-    together: usize,
-    give_up: Duration,
+    gathering: Gathering,
     starts: Arc<Mutex<HashMap<String, usize>>>,
-    under_way: Arc<AtomicUsize>,
-    most: Arc<AtomicUsize>,
-    gathered: Arc<tokio::sync::Notify>,
 }
 
 impl GatheringStops {
     fn new(together: usize, give_up: Duration) -> GatheringStops {
         GatheringStops {
-            together,
-            give_up,
+            gathering: Gathering::new(together, give_up),
             starts: Arc::default(),
-            under_way: Arc::default(),
-            most: Arc::default(),
-            gathered: Arc::default(),
         }
     }
 
@@ -48,15 +41,7 @@ impl Handler for GatheringStops {
         Ok(())
     }
     async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
-        let now = self.under_way.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        let gathered = self.gathered.notified();
-        if now >= self.together {
-            self.gathered.notify_waiters();
-        } else {
-            let _ = tokio::time::timeout(self.give_up, gathered).await;
-        }
-        self.under_way.fetch_sub(1, Ordering::SeqCst);
+        self.gathering.gather().await;
         Ok(())
     }
 }
@@ -106,7 +91,7 @@ async fn a_closing_node_retires_its_workers_together() {
     a.close().await.unwrap();
 
     assert_eq!(
-        handler_a.most.load(Ordering::SeqCst),
+        handler_a.gathering.most(),
         keys.len(),
         "stops under way at once while a closed"
     );
@@ -152,7 +137,7 @@ async fn a_pool_shutdown_stops_every_worker_of_a_node_together() {
     }
     node.shutdown().await.unwrap();
     assert_eq!(
-        handler.most.load(Ordering::SeqCst),
+        handler.gathering.most(),
         JOBS,
         "stops under way at once during the shutdown"
     );
@@ -163,33 +148,19 @@ async fn a_pool_shutdown_stops_every_worker_of_a_node_together() {
 }
 
 /// Starts that each wait until `together` starts are under way at once (or
-/// `give_up` has passed), from when `gather` is set; records the most seen
-/// under way at once then.
+/// `give_up` has passed), from when `gather` is set.
 #[derive(Clone)]
 struct GatheringRestarts {
-    together: usize,
-    give_up: Duration,
+    gathering: Gathering,
     gather: Arc<std::sync::atomic::AtomicBool>,
-    under_way: Arc<AtomicUsize>,
-    most: Arc<AtomicUsize>,
-    gathered: Arc<tokio::sync::Notify>,
 }
 
 #[async_trait]
 impl Handler for GatheringRestarts {
     async fn start(&self, _job: Job) -> Result<(), HandlerError> {
-        if !self.gather.load(Ordering::SeqCst) {
-            return Ok(());
+        if self.gather.load(Ordering::SeqCst) {
+            self.gathering.gather().await;
         }
-        let now = self.under_way.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        let gathered = self.gathered.notified();
-        if now >= self.together {
-            self.gathered.notify_waiters();
-        } else {
-            let _ = tokio::time::timeout(self.give_up, gathered).await;
-        }
-        self.under_way.fetch_sub(1, Ordering::SeqCst);
         Ok(())
     }
     async fn stop(&self, _key: &str) -> Result<(), HandlerError> {
@@ -210,12 +181,8 @@ async fn a_lease_that_comes_back_resumes_every_worker_together() {
     let node = Node::join(&client, &name, options).await.unwrap();
     const WORKERS: usize = 4;
     let handler = GatheringRestarts {
-        together: WORKERS,
-        give_up: Duration::from_secs(3),
+        gathering: Gathering::new(WORKERS, Duration::from_secs(3)),
         gather: Arc::default(),
-        under_way: Arc::default(),
-        most: Arc::default(),
-        gathered: Arc::default(),
     };
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
@@ -242,7 +209,7 @@ async fn a_lease_that_comes_back_resumes_every_worker_together() {
     .await
     .unwrap();
     assert_eq!(
-        handler.most.load(Ordering::SeqCst),
+        handler.gathering.most(),
         WORKERS,
         "restarts under way at once when the lease came back"
     );

@@ -438,7 +438,6 @@ impl NodeInner {
         // Many at a time: each restart waits on Redis and then on the
         // handler's `start`, which may take a while, and the worker's
         // lanes wait for all of them (this holds its `ops` lock).
-        let worker = &worker;
         let restarts: Vec<(String, LocalJob, Result<Restart>)> =
             futures::stream::iter(suspended.into_iter().filter(|(key, _)| {
                 if worker.jobs.contains_key(key) {

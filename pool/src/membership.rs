@@ -147,14 +147,18 @@ impl NodeInner {
     /// the job back as an orphan after such a loss, and passes it on when
     /// it closes. Another worker than the job's new owner where the node
     /// has one: the memory is for a loss before the owner started the job,
-    /// and the owner may die before it does. A node without workers does
-    /// not clean up.
+    /// and the owner may die before it does. Not a worker that is closing
+    /// (it may have passed on what it remembers already). A node without
+    /// workers does not clean up.
     fn remember_cleaned(&self, key: &str, token: u64, stored: &[u8], owner: &str) {
-        let keeper = self
-            .workers
-            .iter()
+        let staying = || {
+            self.workers
+                .iter()
+                .filter(|w| !w.value().cancel.is_cancelled())
+        };
+        let keeper = staying()
             .find(|w| w.key() != owner)
-            .or_else(|| self.workers.iter().next())
+            .or_else(|| staying().next())
             .map(|w| w.value().clone());
         let Some(keeper) = keeper else {
             return;

@@ -334,8 +334,9 @@ impl Node {
     /// loss of Redis's data), and the close waits until those have read it.
     /// The workers all leave the ring first and then retire together: a
     /// job moves once, to a worker of another node, and the close takes
-    /// one round of stops whatever the number of workers. Idempotent. Returns within `worker_shutdown_ttl + redis_timeout`
-    /// even while Redis is down: the handlers are stopped all the same, and
+    /// one round of stops whatever the number of workers. Idempotent.
+    /// Returns within `worker_shutdown_ttl + redis_timeout` even while
+    /// Redis is down: the handlers are stopped all the same, and
     /// what Redis did not take is requeued by the cleanup of the dead
     /// workers after their TTL.
     ///

@@ -2,6 +2,7 @@
 //! rollback (`claim_cleanup.lua`): no cleanup is claimed until every node
 //! has made its stops stand.
 
+use super::rollback_tests::current_run_id;
 use super::*;
 
 #[tokio::test]
@@ -157,5 +158,50 @@ async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
     assert_eq!(
         s.remove_worker("w1", &inbox, Some("n-me")).await.unwrap(),
         Removed::Ok
+    );
+}
+
+/// A cleanup claimed on the state a rollback went back to (seed 1404): the
+/// older state may show a dead worker owning jobs a cleanup moved since, and
+/// which run where they went; a second cleanup would start them again while
+/// they run. A cleaner that has seen the newer state is refused, and its
+/// claim opens the recovery window for every later one.
+#[tokio::test]
+async fn no_cleanup_is_claimed_on_the_state_a_rollback_went_back_to() {
+    let mut f = fixture_mirroring(false).await;
+    f.register("dead").await;
+    let s = &f.store;
+    s.note_server(s.server_identity(TTL).await.unwrap());
+    s.maps.keepalive.set("dead", "1000").await.unwrap(); // silent for ages
+    let snapshot = f.server.save_snapshot().unwrap();
+    // The first cleanup, which the rollback loses.
+    assert_eq!(
+        s.claim_cleanup("dead", "n-first", TTL)
+            .await
+            .unwrap()
+            .status,
+        ClaimStatus::Claimed
+    );
+    f.server.roll_back(&snapshot).unwrap();
+    current_run_id(&f.store).await;
+
+    let claim = f.store.claim_cleanup("dead", "n-test", TTL).await.unwrap();
+    assert_eq!(
+        claim.status,
+        ClaimStatus::Recovering,
+        "a cleanup claimed on the older state"
+    );
+    assert_eq!(f.store.maps.cleanup.get("dead"), None, "no claim taken");
+    // A node that knows only the new server is refused too: the window
+    // the first claim opened holds.
+    let server = f.store.server_identity(TTL).await.unwrap();
+    f.store.note_server(server);
+    assert_eq!(
+        f.store
+            .claim_cleanup("dead", "n-other", TTL)
+            .await
+            .unwrap()
+            .status,
+        ClaimStatus::Recovering
     );
 }

@@ -287,7 +287,7 @@ async fn the_first_script_after_a_restart_sees_it_without_any_revision() {
 
 /// The run id of the server `s`'s client talks to, read without a script
 /// (as a node that joined after a restart knows it).
-async fn current_run_id(s: &PoolStore) -> String {
+pub(super) async fn current_run_id(s: &PoolStore) -> String {
     loop {
         match s
             .client

@@ -353,6 +353,7 @@ impl PoolStore {
             self.maps.keepalive.keys_info().hash.clone(),
             cleanup.hash.clone(),
             cleanup.revision.clone(),
+            self.maps.keepalive_revision_key(),
         ]);
         let mut args = self.maps.base_args();
         args.extend([
@@ -360,6 +361,7 @@ impl PoolStore {
             Value::from(worker),
             Value::from(node),
             Value::from(worker_ttl.as_millis().to_string()),
+            Value::from(self.revision_floor()),
         ]);
         let reply: Value = self
             .scripts

@@ -4,13 +4,19 @@
 -- Deciding here rather than from a node's replica means that a node with a
 -- stale replica (a paused process, pub/sub lagging after a reconnect)
 -- never judges a live worker dead.
--- KEYS: base, 9 keepalive hash, 10 cleanup hash, 11 cleanup revision
--- ARGV: base, 4 cleanup channel, 5 worker id, 6 node id, 7 ttl ms
+-- KEYS: base, 9 keepalive hash, 10 cleanup hash, 11 cleanup revision,
+--       12 keep-alive revision (`went_back`)
+-- ARGV: base, 4 cleanup channel, 5 worker id, 6 node id, 7 ttl ms,
+--       8 the revisions the caller has seen (`went_back`)
 -- No claim while the pool recovers from a data loss or a rollback: the
 -- older state may show the worker owning a run stopped since, whose stop
 -- the node that asked for it or carried it out makes stand again during
 -- its recovery (`stop_stands.lua`); a requeue before that would start the
 -- stopped run again with a newer token, over which the stop cannot stand.
+-- Nor on a state older than the caller has seen, before any node marked a
+-- recovery: it may show the worker owning jobs a cleanup lost to the
+-- rollback had moved, which run where they went (`went_back` opens the
+-- window for every later claim).
 -- Returns {status, silent_ms}; status is 'claimed' | 'taken_over' |
 -- 'alive' | 'claimed_by_other' | 'gone' | 'recovering'.
 local worker, node, ttl = ARGV[5], ARGV[6], tonumber(ARGV[7])
@@ -19,7 +25,9 @@ if not registration then return {'gone', 0} end
 local now = now_ms()
 local silent = now - last_renewal(worker, registration, KEYS[9])
 if silent <= ttl then return {'alive', silent} end
-if recovering(ttl) then return {'recovering', silent} end
+if went_back(ARGV[8], ttl, KEYS[12]) or recovering(ttl) then
+  return {'recovering', silent}
+end
 local claim = string.format('%s %d', node, now)
 local current = redis.call('HGET', KEYS[10], worker)
 if not current then

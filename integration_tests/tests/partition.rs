@@ -195,45 +195,76 @@ async fn cut_cycle(h: &Harness, mode: ProxyMode) -> CutFigures {
 
 /// Waits until the pool settled: every process sees every worker in the
 /// ring, every key runs on exactly one process — the one whose worker the
-/// ring names — and the proxied process holds at least `min_victim`.
+/// ring names — and the proxied process holds at least `min_victim`. On
+/// timeout the message says which of these was still missing.
 async fn wait_converged(h: &Harness, keys: &[String], min_victim: usize) {
-    let workers: Vec<&String> = h.processes.iter().flat_map(|p| &p.workers).collect();
-    wait_until(TTL * 10, "every key runs once, on its ring owner", || {
-        let rings: Vec<Option<Vec<String>>> = h
-            .processes
-            .iter()
-            .map(|p| {
-                read_ledger(&p.ledger)
-                    .unwrap()
-                    .into_iter()
-                    .rev()
-                    .find_map(|l| match l.record {
-                        Record::Ring { workers } => Some(workers),
-                        _ => None,
-                    })
-            })
-            .collect();
-        let full = rings.iter().all(|r| {
-            r.as_ref()
-                .is_some_and(|r| r.len() == workers.len() && workers.iter().all(|w| r.contains(w)))
-        });
-        let ring = Ring::new(workers.iter().map(|w| w.as_str()));
-        let per_process: Vec<HashSet<String>> =
-            (0..h.processes.len()).map(|i| h.running_on(i)).collect();
-        let placed = keys.iter().all(|k| {
-            let on: Vec<usize> = (0..per_process.len())
-                .filter(|i| per_process[*i].contains(k))
-                .collect();
-            on.len() == 1
-                && ring
-                    .owner(k)
-                    .is_some_and(|o| h.processes[on[0]].workers.iter().any(|w| w == o))
-        });
-        let ok = full && placed && per_process[VICTIM].len() >= min_victim;
+    let mut last = String::new();
+    let settled = wait_until(TTL * 10, "every key runs once, on its ring owner", || {
+        let gaps = convergence_gaps(h, keys, min_victim);
+        let ok = gaps.is_empty();
+        last = gaps.join("; ");
         async move { ok }
     })
-    .await
-    .unwrap();
+    .await;
+    if let Err(e) = settled {
+        panic!("{e}: still {last}");
+    }
+}
+
+/// What keeps the pool from having settled, empty when it has.
+fn convergence_gaps(h: &Harness, keys: &[String], min_victim: usize) -> Vec<String> {
+    let workers: Vec<&String> = h.processes.iter().flat_map(|p| &p.workers).collect();
+    let mut gaps = Vec::new();
+    for (i, p) in h.processes.iter().enumerate() {
+        let ring = read_ledger(&p.ledger)
+            .unwrap()
+            .into_iter()
+            .rev()
+            .find_map(|l| match l.record {
+                Record::Ring { workers } => Some(workers),
+                _ => None,
+            });
+        match ring {
+            Some(r) if r.len() == workers.len() && workers.iter().all(|w| r.contains(w)) => {}
+            r => gaps.push(format!("process {i} sees the ring {r:?}, not {workers:?}")),
+        }
+    }
+    let ring = Ring::new(workers.iter().map(|w| w.as_str()));
+    let per_process: Vec<HashSet<String>> =
+        (0..h.processes.len()).map(|i| h.running_on(i)).collect();
+    let mut misplaced = Vec::new();
+    for k in keys {
+        let on: Vec<usize> = (0..per_process.len())
+            .filter(|i| per_process[*i].contains(k))
+            .collect();
+        let owner = ring.owner(k).and_then(|o| {
+            h.processes
+                .iter()
+                .position(|p| p.workers.iter().any(|w| w == o))
+        });
+        if on.len() != 1 || owner != Some(on[0]) {
+            misplaced.push(format!("{k} runs on {on:?}, owner process {owner:?}"));
+        }
+    }
+    if !misplaced.is_empty() {
+        gaps.push(format!(
+            "{} keys misplaced (first: {})",
+            misplaced.len(),
+            misplaced
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if per_process[VICTIM].len() < min_victim {
+        gaps.push(format!(
+            "the proxied process runs {} keys, fewer than {min_victim}",
+            per_process[VICTIM].len()
+        ));
+    }
+    gaps
 }
 
 /// The first start (`starts`) or stop of each key after `after_ns`.

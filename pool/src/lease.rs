@@ -83,6 +83,13 @@ impl NodeInner {
                     // Redis stamped the keep-alive after `sent`: nobody may
                     // take this node's jobs before `sent + worker_ttl`.
                     self.last_renewal.send_replace(sent);
+                    // Redis forgot a worker: cleaned up, or the pool's
+                    // data lost. A `FLUSHALL` shows in no run id, only in
+                    // the pool's generation: checked at once, so that this
+                    // node makes its stops stand within the recovery window.
+                    if !unknown.is_empty() {
+                        self.identity_wanted.notify_one();
+                    }
                     // Every worker at once: each is the only holder of
                     // its jobs until it has re-asserted them.
                     let node = &self;

@@ -90,6 +90,9 @@ pub(crate) struct NodeInner {
     /// Bumped on every reconnect: the server identity task checks the run
     /// id then.
     pub(crate) reconnects: watch::Sender<u64>,
+    /// A renewal found a worker Redis forgot: the server identity task
+    /// checks the pool's generation at once.
+    pub(crate) identity_wanted: tokio::sync::Notify,
     /// Bumped when a reconnect finds a new server run id (a restart or a
     /// failover, which may have lost writes): the rollback task recovers.
     pub(crate) server_restarts: watch::Sender<u64>,
@@ -249,6 +252,7 @@ impl Node {
             server_seen: Mutex::new(server_seen),
             identity_refused: AtomicBool::new(false),
             reconnects: watch::Sender::new(0),
+            identity_wanted: tokio::sync::Notify::new(),
             server_restarts: watch::Sender::new(0),
             last_renewal: tokio::sync::watch::Sender::new(Instant::now()),
             renewal_heard_ms: AtomicU64::new(joined_server_ms),

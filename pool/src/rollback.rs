@@ -43,7 +43,9 @@ const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
 /// window open. The scripts' effects do not depend on their order (each
 /// removes what is at or below its token and only raises the counter).
 const STOPS_IN_FLIGHT: usize = 64;
-/// How often a node reads the server's identity besides after reconnects.
+/// How often, at most, a node reads the server's identity besides after
+/// reconnects; a third of the TTL when that is shorter (see
+/// [`identity_every`]).
 const IDENTITY_EVERY: Duration = Duration::from_secs(2);
 /// Jobs-map keys read per page when a worker looks for records naming it.
 const OWNED_PAGE: usize = 1000;
@@ -85,18 +87,20 @@ impl NodeInner {
     }
 
     /// Checks the server's identity after each reconnect (several
-    /// reconnects during one check lead to one more check), and every
-    /// [`IDENTITY_EVERY`] besides: a node that learns of a new server here
-    /// recovers even when none of its scripts ran meanwhile.
+    /// reconnects during one check lead to one more check), when a renewal
+    /// found a worker Redis forgot, and every [`identity_every`] besides: a
+    /// node that learns of a new server here recovers even when none of its
+    /// scripts ran meanwhile.
     pub(crate) async fn server_identity_loop(self: Arc<Self>) {
         let mut reconnects = self.reconnects.subscribe();
-        let mut every = tokio::time::interval(IDENTITY_EVERY);
+        let mut every = tokio::time::interval(identity_every(self.options.worker_ttl));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every.tick().await; // the first tick is now: joining checked it
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 changed = reconnects.changed() => if changed.is_err() { return },
+                _ = self.identity_wanted.notified() => {}
                 _ = every.tick() => {}
             }
             reconnects.borrow_and_update();
@@ -455,6 +459,14 @@ impl NodeInner {
             })
             .await
     }
+}
+
+/// Time between two identity checks of a node whose TTL is `ttl`: the
+/// first node to notice a loss opens the recovery window for one TTL, and
+/// every other node must notice within it to make its stops stand again
+/// before the orphan sweep may requeue a job one of them stopped.
+fn identity_every(ttl: Duration) -> Duration {
+    IDENTITY_EVERY.min(ttl / 3)
 }
 
 /// Whether Redis refused a call for lack of permissions (an ACL without a

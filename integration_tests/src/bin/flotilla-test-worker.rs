@@ -107,6 +107,23 @@ impl LedgerHandler {
     }
 }
 
+/// Writes a job's `stop` line when dropped: at the end of its stop, or
+/// when the pool drops the stop for overrunning its budget.
+struct StopLine<'a> {
+    ledger: &'a LedgerWriter,
+    key: &'a str,
+    worker: String,
+}
+
+impl Drop for StopLine<'_> {
+    fn drop(&mut self) {
+        self.ledger.record(Record::Stop {
+            key: self.key.to_string(),
+            worker: std::mem::take(&mut self.worker),
+        });
+    }
+}
+
 #[async_trait]
 impl Handler for LedgerHandler {
     async fn start(&self, job: Job) -> Result<(), HandlerError> {
@@ -132,16 +149,20 @@ impl Handler for LedgerHandler {
             // pool stops what is left of it, which is nothing.
             return Ok(());
         }
+        // Written once the job has stopped: the checker's run ends here. A
+        // stop past its budget is given up on by the pool, which drops this
+        // future (and logs an error): the run ends then too, as nothing of
+        // it goes on after the drop.
+        let _stopped = StopLine {
+            ledger: &self.ledger,
+            key,
+            worker: self.worker_id().await,
+        };
         let (min, max) = self.stop_ms;
         if max > 0 {
             let ms = rand::Rng::random_range(&mut rand::rng(), min..=max.max(min));
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
-        // Written once the job has stopped: the checker's run ends here.
-        self.ledger.record(Record::Stop {
-            key: key.to_string(),
-            worker: self.worker_id().await,
-        });
         Ok(())
     }
 

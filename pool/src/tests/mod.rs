@@ -588,6 +588,7 @@ mod data_loss;
 mod departed_worker;
 mod drain;
 mod ended_runs;
+mod flush_notice;
 mod gathering;
 mod handoff_rollback;
 mod lanes;

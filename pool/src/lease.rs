@@ -568,6 +568,7 @@ impl NodeInner {
                 worker
                     .jobs
                     .insert(key.to_string(), LocalJob { token, ..job });
+                self.note_running(&worker.id, key);
                 // A lease loss since the check above: its stop may have
                 // missed this job; stop it here (whichever side removes it
                 // stops it).

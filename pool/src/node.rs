@@ -114,6 +114,10 @@ pub(crate) struct NodeInner {
     /// suspended jobs still this node's (off the renewal loop, which a
     /// resume of many jobs must not delay).
     pub(crate) resume_wanted: tokio::sync::Notify,
+    /// A job began running on a worker the ring no longer names (its start
+    /// was under way when the ring changed): the rebalance task runs a pass
+    /// at its next tick.
+    pub(crate) rebalance_due: AtomicBool,
     /// Held while every job is stopped on lease loss, and while a resume
     /// takes a worker's suspended jobs: neither sees half of the other.
     pub(crate) lease_transition: Mutex<()>,
@@ -259,6 +263,7 @@ impl Node {
             lease_suspended: AtomicBool::new(false),
             resume_everyone: AtomicBool::new(false),
             resume_wanted: tokio::sync::Notify::new(),
+            rebalance_due: AtomicBool::new(false),
             lease_transition: Mutex::new(()),
             freshness: crate::freshness::Freshness::default(),
             recorder,

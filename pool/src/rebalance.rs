@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -40,7 +41,8 @@ impl NodeInner {
                 _ = self.cancel.cancelled() => return,
                 r = version.changed() => if r.is_err() { return },
                 _ = drained_pass.tick() => {
-                    if jobs_wait || self.hosts_busy_drained_worker() {
+                    let due = self.rebalance_due.swap(false, Ordering::SeqCst);
+                    if jobs_wait || due || self.hosts_busy_drained_worker() {
                         jobs_wait = self.rebalance().await;
                     }
                     continue;
@@ -145,6 +147,17 @@ impl NodeInner {
                 tracing::debug!(error = %e, "could not ask which workers read their inbox");
                 owners.into_iter().collect()
             }
+        }
+    }
+
+    /// Notes that `worker` began running `key`. The pass a ring change
+    /// brings looks at the jobs that run, not at a start under way: one
+    /// that finishes after the change, on a worker the ring no longer
+    /// names, is moved by a pass at the next tick (no later change of the
+    /// ring may come).
+    pub(crate) fn note_running(&self, worker: &str, key: &str) {
+        if self.ring.load().owner(key).is_some_and(|o| o != worker) {
+            self.rebalance_due.store(true, Ordering::SeqCst);
         }
     }
 

@@ -247,6 +247,7 @@ impl WorkerInner {
             }
             HandlerStart::Started => {
                 self.jobs.insert(key.clone(), run);
+                node.note_running(&self.id, &key);
                 // A lease loss while the handler started: the watchdog's
                 // stop may have missed this job (inserted after it looked),
                 // and recording the start may wait on an unreachable Redis

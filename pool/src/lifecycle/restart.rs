@@ -316,6 +316,7 @@ impl WorkerInner {
             return;
         }
         self.jobs.insert(key.clone(), next);
+        node.note_running(&self.id, &key);
         let run = Job::new_run(
             &key,
             job.payload.clone(),

@@ -595,6 +595,7 @@ mod lanes;
 mod lease_after_claim;
 mod lost_claim;
 mod many_workers;
+mod misplaced_start;
 mod node_restart;
 mod pending_admission;
 mod reassert_during_starts;

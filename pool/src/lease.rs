@@ -85,9 +85,14 @@ impl NodeInner {
                     self.last_renewal.send_replace(sent);
                     // Redis forgot a worker: cleaned up, or the pool's
                     // data lost. A `FLUSHALL` shows in no run id, only in
-                    // the pool's generation: checked at once, so that this
-                    // node makes its stops stand within the recovery window.
-                    if !unknown.is_empty() {
+                    // the pool's generation: checked before the workers
+                    // re-assert what they hold, which then finds the
+                    // recovery window open (see `check_identity_once`), and
+                    // this node makes its stops stand within it.
+                    if !unknown.is_empty()
+                        && let Err(e) = self.check_identity_once().await
+                    {
+                        tracing::debug!(node = %self.id, error = %e, "reading the server's identity failed; the identity task retries");
                         self.identity_wanted.notify_one();
                     }
                     // Every worker at once: each is the only holder of

@@ -108,15 +108,12 @@ impl NodeInner {
         }
     }
 
-    /// Reads the identity of the server holding the pool's keys and, when
-    /// its run id changed (the server restarted or another took over), has
-    /// the rollback task recover. A replica's revisions alone can miss a
-    /// rollback: the writes made after it may bring a revision back above
-    /// what a node saw before the node resyncs.
+    /// Reads the identity of the server holding the pool's keys until
+    /// Redis answers, and acts on it (see [`Self::check_identity_once`]).
     async fn check_server_identity(&self) {
-        let server = loop {
-            match self.store.server_identity(self.options.worker_ttl).await {
-                Ok(server) => break server,
+        loop {
+            match self.check_identity_once().await {
+                Ok(()) => return,
                 Err(e) if refused_by_acl(&e) => {
                     // Retried by the caller's loop (every IDENTITY_EVERY),
                     // not at once: the answer will not change soon.
@@ -136,8 +133,22 @@ impl NodeInner {
                     }
                 }
             }
-        };
-        let previous = self.server_seen.lock().await.replace(server.clone());
+        }
+    }
+
+    /// Reads the identity of the server holding the pool's keys once and,
+    /// when its run id changed (the server restarted or another took over)
+    /// or the pool's data is of a new generation (lost on a server that
+    /// kept running), opens the recovery window and has the rollback task
+    /// recover. A replica's revisions alone can miss a rollback: the writes
+    /// made after it may bring a revision back above what a node saw before
+    /// the node resyncs. Checks are one at a time (the lock is held
+    /// throughout): one that returns has opened the window for any change
+    /// it or one before it found.
+    pub(crate) async fn check_identity_once(&self) -> Result<()> {
+        let mut seen = self.server_seen.lock().await;
+        let server = self.store.server_identity(self.options.worker_ttl).await?;
+        let previous = seen.replace(server.clone());
         let restarted = previous
             .as_ref()
             .is_some_and(|previous| previous.run_id != server.run_id);
@@ -153,14 +164,21 @@ impl NodeInner {
                 .is_some_and(|previous| previous.generation != server.generation);
         if restarted {
             tracing::warn!(node = %self.id, run_id = %server.run_id, "Redis restarted or failed over (new run id): it may have lost writes");
-            // Open the window before this node's scripts stop comparing
-            // Redis with the old server (the rollback task opens it too).
-            if let Err(e) = self.store.begin_recovery(self.options.worker_ttl).await {
-                tracing::warn!(node = %self.id, error = %e, "opening the recovery window failed; the rollback task retries");
-            }
         }
         if lost {
             tracing::warn!(node = %self.id, "Redis lost the pool's data without a restart (a new generation of it on the same server)");
+        }
+        if restarted || lost {
+            // Open the window before this node's scripts stop comparing
+            // Redis with the old server, and before its workers re-assert
+            // what they hold: the window another node opened may be over
+            // already (this node was cut off, or Redis refused writes),
+            // and a stop made since by a node that has not made it stand
+            // again yet would be undone (soak seed 1404). The rollback
+            // task opens it too.
+            if let Err(e) = self.store.begin_recovery(self.options.worker_ttl).await {
+                tracing::warn!(node = %self.id, error = %e, "opening the recovery window failed; the rollback task retries");
+            }
         }
         // From now on the scripts compare Redis with this server: the
         // restart is this node's to recover from.
@@ -168,6 +186,7 @@ impl NodeInner {
         if restarted || lost {
             self.server_restarts.send_modify(|n| *n += 1);
         }
+        Ok(())
     }
 
     /// Opens the recovery window, then reconciles every local worker while

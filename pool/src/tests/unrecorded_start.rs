@@ -108,20 +108,36 @@ async fn a_start_of_a_run_held_suspended_here_is_not_forwarded() {
         .await
         .unwrap();
     // Past the first renewals' resume of the held run (every third of a
-    // TTL): the other worker never starts the key.
+    // TTL) and the rebalance pass that then moves the resumed run to the
+    // key's ring owner (stopped here first, with a new token there): the
+    // other worker never runs the held run's own start, nor the key while
+    // it runs or is held here.
     let until = std::time::Instant::now() + Duration::from_secs(5);
     while std::time::Instant::now() < until {
-        assert_eq!(
-            handler_b.starts.load(Ordering::SeqCst),
-            0,
+        let here =
+            wa.job_token(&key).is_some() || wa.inner.suspended.lock().await.contains_key(&key);
+        let there = wb.job_token(&key);
+        assert_ne!(
+            there,
+            Some(token),
             "the held run's start entry was forwarded, and started there"
+        );
+        assert!(
+            !(here && there.is_some()),
+            "the key ran on the other worker while it ran or was held here"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The renewals resumed the held run where it was (a new token), and
     // the old entry went as superseded.
     assert_eq!(handler_a.starts.load(Ordering::SeqCst), 1);
-    assert!(wa.job_token(&key).is_some_and(|t| t > token));
+    wait_until(
+        Duration::from_secs(10),
+        "the resumed run, moved on to the key's ring owner",
+        || async { wa.job_token(&key).is_none() && wb.job_token(&key).is_some_and(|t| t > token) },
+    )
+    .await
+    .unwrap();
     wait_until(Duration::from_secs(10), "the old entry is gone", || {
         let inbox = a.inner.inbox(wa.id()).unwrap();
         async move { inbox.len().await.unwrap() == 0 }

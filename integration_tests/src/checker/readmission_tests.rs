@@ -341,3 +341,41 @@ fn a_running_key_stays_expected_through_a_dispatch_of_unknown_outcome() {
     let r = run(false);
     assert_eq!(kinds(&r), vec!["not_running"]);
 }
+
+/// A key admitted during a pause-rollback (after its snapshot), lost by
+/// the rollback, whose holder went deaf at the rollback, and admitted
+/// again by another dispatcher (chaos soak seed 1404, `--overlap`). The
+/// checker knows the loss's moment from the rollback the driver records
+/// within the pause; the pause's start alone, before the admission, is
+/// not a loss between the two admissions.
+#[test]
+fn a_key_admitted_during_a_pause_rollback_and_lost_by_it_is_counted() {
+    let run = |inner_rollback: bool| {
+        let mut driver = vec![
+            fault(1000, FaultKind::PauseRollback, 9, false),
+            admit(2000, "k"),
+        ];
+        if inner_rollback {
+            driver.push(untargeted(2400, FaultKind::Rollback, false));
+            driver.push(untargeted(2410, FaultKind::Rollback, true));
+        }
+        driver.extend([
+            fault(2420, FaultKind::PauseRollback, 9, true),
+            fault(2421, FaultKind::Deaf, 7, false),
+            fault(6000, FaultKind::Deaf, 7, true),
+            admit(3800, "k"),
+        ]);
+        // "k" ran on process 7 from just before the first admission
+        // returned until its lease lapsed, deaf; then on process 8.
+        let workers = vec![
+            start(7, 1998, "k", "w7", 1),
+            stop(7, 2900, "k", "w7"),
+            start(8, 3798, "k", "w8", 2),
+        ];
+        check(&[driver, workers], &CheckOptions::default())
+    };
+    let r = run(true);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    assert_eq!(kinds(&run(false)), vec!["double"]);
+}

@@ -176,8 +176,13 @@ impl NodeInner {
             // and a stop made since by a node that has not made it stand
             // again yet would be undone (soak seed 1404). The rollback
             // task opens it too.
+            // Not taken as seen when that fails (Redis refuses writes): the
+            // next check finds the change again, and the caller, a renewal,
+            // asks the identity task to retry.
             if let Err(e) = self.store.begin_recovery(self.options.worker_ttl).await {
-                tracing::warn!(node = %self.id, error = %e, "opening the recovery window failed; the rollback task retries");
+                tracing::warn!(node = %self.id, error = %e, "opening the recovery window failed; checking again");
+                *seen = previous;
+                return Err(e);
             }
         }
         // From now on the scripts compare Redis with this server: the

@@ -25,7 +25,8 @@ const LONGEST_BLOCK: Duration = Duration::from_secs(5);
 /// A fred [`Builder`] for `url` with the settings [`Node::connect`](crate::Node::connect) uses,
 /// for callers that need to adjust it (a private CA, a credential
 /// provider) before building, connecting and passing the client to
-/// [`Node::join`](crate::Node::join): reconnect forever, exponential 10 ms … 1 s; connection,
+/// [`Node::join`](crate::Node::join): reconnect forever with [`reconnect_policy`] (exponential,
+/// 10 ms up to the smaller of 1 s and a quarter of the worker TTL); connection,
 /// internal-command and command timeouts of `options.redis_timeout`;
 /// connections that stay silent past the longest blocking read plus
 /// `redis_timeout` are closed and reopened; TCP keep-alive.
@@ -51,20 +52,76 @@ pub fn client_builder(url: &str, options: &NodeOptions) -> Result<Builder> {
             ),
         });
     }
-    Ok(resilient_builder(config, options.redis_timeout))
+    Ok(resilient_builder(
+        config,
+        options.redis_timeout,
+        reconnect_policy(options),
+    ))
 }
 
+/// The reconnect policy of [`Node::connect`](crate::Node::connect)'s client, for a client built by
+/// hand and passed to [`Node::join`](crate::Node::join): reconnect forever, pauses from 10 ms
+/// doubling up to the smaller of 1 s and a quarter of
+/// [`worker_ttl`](NodeOptions::worker_ttl) (at least 10 ms), with up to a third of that
+/// longest pause (at most 100 ms) of random jitter.
+///
+/// Why the TTL bounds it: after an outage every worker's last renewal is
+/// older than the TTL on server time. The first node back opens a recovery
+/// window of one TTL; once it is over, the workers of any node not back yet
+/// are cleaned up as dead and their jobs move. A node whose backoff had
+/// grown past the TTL would come back too late even when Redis was down
+/// for an instant longer than its pause: its jobs would move needlessly,
+/// and the ends of runs it alone keeps (a finish or stop a rollback just
+/// lost) could not be made to stand again.
+///
+/// ```
+/// use std::time::Duration;
+/// use flotilla_pool::{reconnect_policy, NodeOptions};
+/// use fred::prelude::*;
+///
+/// let options = NodeOptions::default().worker_ttl(Duration::from_millis(600));
+/// let mut builder = Builder::from_config(Config::from_url("redis://127.0.0.1:6379").unwrap());
+/// builder.set_policy(reconnect_policy(&options));
+/// let client = builder.build().unwrap();
+/// # drop(client);
+/// ```
+pub fn reconnect_policy(options: &NodeOptions) -> ReconnectPolicy {
+    let longest =
+        (options.worker_ttl / 4).clamp(Duration::from_millis(10), LONGEST_RECONNECT_PAUSE);
+    let longest_ms = u32::try_from(longest.as_millis()).unwrap_or(u32::MAX);
+    let mut policy = ReconnectPolicy::new_exponential(0, 10, longest_ms, 2);
+    policy.set_jitter((longest_ms / 3).min(100));
+    policy
+}
+
+/// The longest pause `policy` makes between two reconnect attempts,
+/// jitter aside.
+fn longest_pause_ms(policy: &ReconnectPolicy) -> u32 {
+    match *policy {
+        ReconnectPolicy::Constant { delay, .. } => delay,
+        ReconnectPolicy::Linear { max_delay, .. }
+        | ReconnectPolicy::Exponential { max_delay, .. } => max_delay,
+    }
+}
+
+/// The longest pause between two reconnect attempts, whatever the TTL.
+const LONGEST_RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
 /// A fred [`Builder`] that survives restarts and failovers: reconnects
-/// forever (exponential, 10 ms … 1 s); connection, internal-command and
+/// forever with `policy`; connection, internal-command and
 /// command timeouts of `timeout`; a connection silent past the longest
 /// blocking read plus `timeout` is closed and reopened; TCP keep-alive
 /// finds dead peers of idle (pub/sub) connections. Shared by
 /// [`client_builder`] and the multi-home worker's homes.
-pub(crate) fn resilient_builder(config: Config, timeout: Duration) -> Builder {
+pub(crate) fn resilient_builder(
+    config: Config,
+    timeout: Duration,
+    policy: ReconnectPolicy,
+) -> Builder {
     let silent_after = LONGEST_BLOCK + timeout;
     let mut builder = Builder::from_config(config);
     builder
-        .set_policy(ReconnectPolicy::new_exponential(0, 10, 1_000, 2))
+        .set_policy(policy)
         .with_connection_config(|c| {
             c.connection_timeout = timeout;
             c.internal_command_timeout = timeout;
@@ -185,12 +242,26 @@ fn may_pass(e: &fred::error::Error) -> bool {
 /// restart), and a connection within `redis_timeout` (a client that was
 /// never initialised would otherwise queue the node's commands forever).
 pub(crate) async fn check_client(client: &Client, options: &NodeOptions) -> Result<()> {
-    if client.client_reconnect_policy().is_none() {
-        tracing::warn!(
+    match client.client_reconnect_policy() {
+        None => tracing::warn!(
             "the Redis client has no reconnect policy: after a Redis restart or failover it stays \
              disconnected and every pool call fails; set one (Builder::set_policy with \
-             ReconnectPolicy::new_exponential(0, 10, 1_000, 2)) or use Node::connect"
-        );
+             flotilla_pool::reconnect_policy(&options)) or use Node::connect"
+        ),
+        Some(policy) => {
+            let longest = Duration::from_millis(u64::from(longest_pause_ms(&policy)));
+            if longest > options.worker_ttl / 4 && longest > Duration::from_millis(10) {
+                tracing::warn!(
+                    longest_pause_ms = longest.as_millis() as u64,
+                    worker_ttl_ms = options.worker_ttl.as_millis() as u64,
+                    "the Redis client's reconnect pauses grow past a quarter of the worker TTL: \
+                     after an outage this node may come back after the recovery window, and its \
+                     workers' jobs move as if they had died; set \
+                     flotilla_pool::reconnect_policy(&options) (Builder::set_policy) or use \
+                     Node::connect"
+                );
+            }
+        }
     }
     if client.is_connected() {
         return Ok(());

@@ -47,7 +47,7 @@ pub mod ticker;
 /// The attribute [`Handler`] implementations use (re-exported so that they
 /// need no version-matched `async-trait` dependency).
 pub use async_trait::async_trait;
-pub use client::{TLS_FEATURE, client_builder};
+pub use client::{TLS_FEATURE, client_builder, reconnect_policy};
 pub use drain::WorkerRemoval;
 pub use error::{Error, Result};
 /// The fred crate this library is built on, so that callers need no

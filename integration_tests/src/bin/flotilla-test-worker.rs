@@ -336,7 +336,15 @@ async fn run(
     };
     let client = match &connected {
         Some(node) => node.client().clone(),
-        None => flotilla_testkit::client(&args.redis).await?,
+        // The test client's settings, with the reconnect pauses the
+        // library advises for the worker TTL.
+        None => {
+            let mut builder = flotilla_testkit::builder(&args.redis)?;
+            builder.set_policy(flotilla_pool::reconnect_policy(&options));
+            let client = builder.build()?;
+            flotilla_pool::fred::prelude::ClientLike::init(&client).await?;
+            client
+        }
     };
     let clock = ServerClock::new();
     clock.sample(&client, true).await?;

@@ -86,7 +86,7 @@ impl Home {
         handler: &Arc<dyn Handler>,
         options: &MultiHomeOptions,
     ) -> Result<()> {
-        let client = build_client(self.config.clone(), options.poll_timeout)?;
+        let client = build_client(self.config.clone(), options.poll_timeout, &options.node)?;
         let bound = options.poll_timeout * 3;
         let deadline = tokio::time::Instant::now() + bound;
         // Tried again within the poll timeout like `Node::connect`: a home
@@ -149,10 +149,14 @@ impl Home {
 }
 
 /// A fred client for a home: every command, connection and internal call
-/// bounded by the poll timeout, reconnecting forever (see
-/// [`crate::client::resilient_builder`]).
-pub(crate) fn build_client(config: Config, poll_timeout: Duration) -> Result<Client> {
-    crate::client::resilient_builder(config, poll_timeout)
+/// bounded by the poll timeout, reconnecting forever with the policy of
+/// the home's node options (see [`crate::client::reconnect_policy`]).
+pub(crate) fn build_client(
+    config: Config,
+    poll_timeout: Duration,
+    node: &crate::NodeOptions,
+) -> Result<Client> {
+    crate::client::resilient_builder(config, poll_timeout, crate::client::reconnect_policy(node))
         .build()
         .map_err(Error::Redis)
 }

@@ -597,6 +597,7 @@ mod lost_claim;
 mod many_workers;
 mod misplaced_start;
 mod node_restart;
+mod outage_return;
 mod pending_admission;
 mod reassert_during_starts;
 mod reconcile_lease;

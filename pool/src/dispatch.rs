@@ -164,7 +164,12 @@ impl Node {
     /// is stopped as soon as it runs (the request is sent again meanwhile);
     /// so is one that Redis forgot with its data, once its worker re-asserts
     /// it (within the recovery window: at least one worker TTL, and until
-    /// every node that noticed the loss has reconciled its workers).
+    /// every node that noticed the loss has reconciled its workers). A run
+    /// its worker held suspended (its lease had lapsed) and stops during
+    /// that window is answered once the window is over: a cleanup may have
+    /// moved the job on writes Redis lost, and that run must have ended
+    /// first (a [`Error::Timeout`] meanwhile if the window outlasts the
+    /// dispatch timeout; the stop itself holds).
     ///
     /// # Errors
     /// [`Error::JobNotFound`] when no job with this key runs or waits to;

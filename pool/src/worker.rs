@@ -566,7 +566,8 @@ impl WorkerInner {
             self.stop_local(&req.key).await;
         }
         let held = local.or(suspended);
-        self.record_stop(node, event, &req, held, target, kept)
+        let held_suspended = local.is_none() && suspended.is_some();
+        self.record_stop(node, event, &req, (held, held_suspended), target, kept)
             .await
     }
 
@@ -599,7 +600,7 @@ impl WorkerInner {
         node: &NodeInner,
         event: &Event,
         req: &KeyedRequest,
-        held: Option<u64>,
+        (held, held_suspended): (Option<u64>, bool),
         target: Option<u64>,
         kept: Option<u64>,
     ) -> Result<()> {
@@ -618,6 +619,7 @@ impl WorkerInner {
                     .as_ref()
                     .map(|(stream, request)| (stream.as_str(), *request)),
                 held,
+                held_suspended,
                 worker_ttl: node.options.worker_ttl,
                 target,
                 kept,

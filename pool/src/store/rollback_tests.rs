@@ -664,3 +664,66 @@ async fn an_older_runs_stop_leaves_a_newer_runs_orphan() {
         "the suspended run's payload"
     );
 }
+
+/// A stop carried out while the pool recovers from a rollback, of a run
+/// its worker held suspended (its lease had lapsed) and the older state
+/// names, does not answer `Ok` yet, and outranks every run of the key
+/// issued before it. Chaos soak seed 1404 (`c60fe8a`): job-0371 was moved
+/// by a cleanup while its holder was paused; the rollback lost the move
+/// and named the holder again, which carried out a stop asked meanwhile
+/// and answered `Ok`. The moved run (a newer token, held suspended by its
+/// worker) then came back as an orphan and the sweep started it again:
+/// the stop was undone. A run that went on under a lease that held cannot
+/// have been moved: its stop is answered at once, and outranks them too.
+#[tokio::test]
+async fn a_stop_made_while_the_pool_recovers_waits_and_outranks_runs_issued_before_it() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let mut runs = Vec::new();
+    for key in ["k", "r"] {
+        let older = f.admitted(key, "w1").await;
+        let id = f.entry_ids("w1").await.pop().unwrap();
+        let start = f.start(key, older, "w1", &id);
+        assert_eq!(s.claim_start(&start).await.unwrap(), Claimed::Ok);
+        let stored = s.payload(key).await.unwrap().expect("admitted");
+        runs.push((key, older, id, stored));
+    }
+    f.lose_epoch().await;
+    for ((key, older, id, stored), held_suspended) in runs.into_iter().zip([true, false]) {
+        // A run issued on w2 by a cleanup whose writes Redis lost: a newer
+        // token Redis no longer shows (the state it went back to names
+        // w1's run).
+        let moved = older + 1_000;
+        let stop = s
+            .stopped(StopDone {
+                key,
+                worker: "w1",
+                inbox: &f.inbox("w1"),
+                entry_id: &id,
+                reply: None,
+                held: Some(older),
+                held_suspended,
+                worker_ttl: TTL,
+                target: Some(older),
+                kept: None,
+            })
+            .await
+            .unwrap();
+        let expected = if held_suspended {
+            Stopped::Retry
+        } else {
+            Stopped::Ok
+        };
+        assert_eq!(stop, expected, "{key}: held suspended: {held_suspended}");
+        assert_eq!(
+            s.reassert(key, "w2", moved, stored, Reassert::Suspended, TTL)
+                .await
+                .unwrap(),
+            Reasserted::Lost,
+            "{key}: a run issued before the stop came back after it"
+        );
+        assert_eq!(s.payload(key).await.unwrap(), None);
+    }
+}

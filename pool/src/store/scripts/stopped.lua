@@ -6,7 +6,9 @@
 --       none),
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
 --       token of the run the stop was sent for ('0': not known), 11 the
---       token of the worker's own newer run it left going on ('0': none)
+--       token of the worker's own newer run it left going on ('0': none),
+--       12 '1' when the run the worker held was suspended (its lease had
+--       lapsed), '0' when it ran or none was held
 -- The dispatcher's reply is "<request> <status>", with the stopped run's
 -- token after 'ok' ("<request> ok <token>"): the dispatcher remembers it,
 -- to make the stop stand again if Redis goes back in time (the worker that
@@ -18,7 +20,8 @@
 -- or the pool recovers and its run may not have re-asserted yet, or Redis
 -- has no record of the run stopped here: the dispatcher sends the request
 -- again). Tombstones (a fencing token above every copy of a stopped run)
--- are left by `to_owner.lua` alone, for a dispatcher that still waits.
+-- are left here only where the record names the run stopped here, and
+-- otherwise by `to_owner.lua`, for a dispatcher that still waits.
 local key = ARGV[4]
 local status = 'retry'
 local stopped_token = 0
@@ -48,8 +51,25 @@ elseif owner == ARGV[5] and held == 0 and recovering(tonumber(ARGV[9])) then
 elseif owner == ARGV[5] and held > 0 then
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
-  stopped_token = recorded
-  status = 'ok'
+  -- A tombstone: a token above every run of the key issued before this
+  -- stop. While the record names this run no admission of the key can
+  -- have come after it, but a run issued on writes a rollback lost (a
+  -- cleanup's move while this worker was cut off) may still be held by
+  -- a worker that has not re-asserted it; the stop ends that run too. The
+  -- reply carries the tombstone, which the dispatcher makes stand again.
+  local _, text = next_token(key)
+  stopped_token = tonumber(text)
+  -- A run held suspended (its lease lapsed) may have been moved by a
+  -- cleanup on writes a rollback lost, and the moved run may still be
+  -- going on: while the pool recovers the dispatcher sends the stop again
+  -- once the runs have re-asserted, and is answered then, not before that
+  -- run has ended. A run that went on here under a lease that held cannot
+  -- have been moved, so no other run of the key can be going on.
+  if ARGV[12] == '1' and recovering(tonumber(ARGV[9])) then
+    status = 'retry'
+  else
+    status = 'ok'
+  end
 elseif owner == ARGV[5] then
   -- A stale record: the worker holds no run of the key. It goes, and the
   -- dispatcher sends the stop again, to find the run elsewhere or leave

@@ -227,3 +227,40 @@ fn a_finish_undone_while_its_holder_was_cut_off_is_counted() {
     let r = check(&[w, w2, d, loss], &CheckOptions::default());
     assert_eq!(kinds(&r), vec!["finish_undone"]);
 }
+
+/// A finish recorded between the two rollbacks of a rollback-twice and
+/// lost by the second, its worker's link slowed past its lease right
+/// after (chaos soak seed 1405): the checker knows the second loss's
+/// moment from the rollback the driver records within the fault; the
+/// fault's start alone, before the finish, is no loss after it.
+#[test]
+fn a_finish_lost_by_the_second_rollback_of_two_is_counted() {
+    let run = |inner_rollbacks: bool| {
+        let w = vec![
+            start(10, 5, "k", "a", 1),
+            ended(10, 150, "k", "a", 1, "finished"),
+            finished(10, 151, "k", 1),
+        ];
+        let w2 = vec![start(20, 3_000, "k", "b", 2)];
+        let d = vec![admit(1, "k")];
+        let mut f = vec![untargeted(100, FaultKind::RollbackTwice, false)];
+        if inner_rollbacks {
+            f.extend([
+                untargeted(100, FaultKind::Rollback, false),
+                untargeted(110, FaultKind::Rollback, true),
+                untargeted(260, FaultKind::Rollback, false),
+                untargeted(270, FaultKind::Rollback, true),
+            ]);
+        }
+        f.extend([
+            untargeted(271, FaultKind::RollbackTwice, true),
+            fault(272, FaultKind::Slow, 10, false),
+            fault(1_500, FaultKind::Slow, 10, true),
+        ]);
+        check(&[w, w2, d, f], &CheckOptions::default())
+    };
+    let r = run(true);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.finishes_lost_with_their_holder, 1);
+    assert_eq!(kinds(&run(false)), vec!["finish_undone"]);
+}

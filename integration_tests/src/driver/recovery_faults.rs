@@ -20,9 +20,15 @@ impl Run {
         let lost = Duration::from_millis(self.rng.random_range(2000..=4000));
         tokio::time::sleep(lost).await;
         self.record(FaultKind::RollbackTwice, None, false);
+        // Each rollback is recorded as a fault of its own too (as in a
+        // cut's or a pause's), so the checker knows when Redis lost the
+        // writes made between the two: a finish recorded there is lost by
+        // the second (seed 1405).
+        self.record(FaultKind::Rollback, None, false);
         let first = self
             .on_server(move |s| s.roll_back(&first).map(|()| first))
             .await?;
+        self.record(FaultKind::Rollback, None, true);
         // The second loss comes while the workers re-register and
         // re-assert: it takes all of that (back to the first snapshot), or
         // only what came after a snapshot taken part-way through.
@@ -35,7 +41,9 @@ impl Run {
             tokio::time::sleep(self.rng.random_range(ttl / 5..=ttl)).await;
             first
         };
+        self.record(FaultKind::Rollback, None, false);
         self.on_server(move |s| s.roll_back(&second)).await?;
+        self.record(FaultKind::Rollback, None, true);
         self.record(FaultKind::RollbackTwice, None, true);
         Ok(())
     }

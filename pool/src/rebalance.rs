@@ -180,11 +180,26 @@ impl NodeInner {
         if self.ring.load().owner(key).is_none_or(|o| o == worker.id) {
             return;
         }
+        // Past its lease a worker may have been cleaned up and the job
+        // moved, run and stopped elsewhere, on writes a rollback this node
+        // has not noticed yet lost: the record naming the worker cannot
+        // vouch for the job then. The lease watchdog stops it, the
+        // renewals settle it, and a later pass moves it. Under a lease
+        // that held nobody can have moved it.
+        if !worker.holds_lease(self) {
+            return;
+        }
         let Some((_, job)) = worker.jobs.remove(key) else {
             return;
         };
         if let Err(e) = worker.stop_handler(key).await {
             tracing::warn!(key, error = %e, "handler stop failed during handoff; moving anyway");
+        }
+        if !worker.holds_lease(self) {
+            // The lease lapsed during the stop: held like a job the
+            // watchdog stopped, for the renewals to settle.
+            self.hold_unsettled(worker, key, job).await;
+            return;
         }
         for _ in 0..3 {
             let ring = self.ring.load_full();

@@ -316,11 +316,13 @@ impl PoolStore {
     ) -> Result<Resumed> {
         let mut keys = self.maps.base_keys();
         keys.push(self.maps.cleanup.keys_info().hash.clone());
+        keys.push(self.maps.keepalive_revision_key());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
             Value::from(worker),
             Value::from(worker_ttl.as_millis().to_string()),
+            Value::from(self.revision_floor()),
         ]);
         let reply: Value = self
             .scripts

@@ -592,6 +592,7 @@ mod flush_notice;
 mod gathering;
 mod handoff_rollback;
 mod lanes;
+mod lapsed_handoff;
 mod lease_after_claim;
 mod lost_claim;
 mod many_workers;

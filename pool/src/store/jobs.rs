@@ -281,7 +281,6 @@ impl PoolStore {
         keys.push(to.inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         keys.push(self.maps.keepalive.keys_info().hash.clone());
-        keys.push(self.maps.keepalive_revision_key());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
@@ -291,7 +290,6 @@ impl PoolStore {
             Value::from(keys::INBOX_MAXLEN.to_string()),
             Value::from(worker_ttl.as_millis().to_string()),
             Value::from(cleaner.unwrap_or("")),
-            Value::from(self.revision_floor()),
         ]);
         let reply: Value = self
             .scripts

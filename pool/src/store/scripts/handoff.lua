@@ -1,18 +1,12 @@
 -- Moves a job to another worker: ownership dropped, new fencing token,
 -- pending guard set, start enqueued at the target (rebalance, close,
 -- requeue of a dead worker's job, orphan requeue).
--- KEYS: base, 9 target inbox, 10 cleanup hash, 11 keepalive hash,
---       12 keep-alive revision (`went_back`)
+-- KEYS: base, 9 target inbox, 10 cleanup hash, 11 keepalive hash
 -- ARGV: base, 4 job key, 5 expected owner ('-': the job must be an orphan:
 --       no owner, no pending dispatch), 6 target worker, 7 pending ttl ms,
 --       8 inbox maxlen, 9 worker ttl ms (the recovery window after a data loss),
 --       10 the cleaner's node id when a cleanup moves a dead worker's job
---       ('' otherwise): its claim on the worker must still be its own,
---       11 the revisions the caller has seen (`went_back`)
--- A worker's own job is not moved on a state older than its node has seen
--- (a rollback the node has not noticed yet, which opens the window): the
--- record may be one the lost writes had replaced (a cleanup's move, and a
--- stop of the moved run).
+--       ('' otherwise): its claim on the worker must still be its own
 -- Returns {'ok', token} (with the job's stored payload for a cleaner,
 --       which remembers the job until its new owner started it: the dead
 --       worker cannot give it back after a loss) | {'not_owner'} | {'no_target'} (the target is gone,
@@ -22,8 +16,7 @@
 --       | {'claim_lost'} (a cleanup's claim on the expected owner is not
 --       the cleaner's any more: nothing of that worker is its to move)
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
---       from a data loss: a worker that runs it may not have re-asserted yet;
---       nor a worker's own job on a state older than its node has seen)
+--       from a data loss: a worker that runs it may not have re-asserted yet)
 local key, expected, target = ARGV[4], ARGV[5], ARGV[6]
 if expected == '-' then
   if redis.call('HEXISTS', JOBS[1], key) == 1 or redis.call('HEXISTS', PENDING[1], key) == 1 then
@@ -39,8 +32,6 @@ elseif not claim_held(KEYS[10], expected, ARGV[10]) then
   return {'claim_lost'}
 elseif owner_of(mget(JOBS, key)) ~= expected then
   return {'not_owner'}
-elseif ARGV[10] == '' and went_back(ARGV[11], tonumber(ARGV[9]), KEYS[12]) then
-  return {'recovering'}
 end
 if not worker_current(target, KEYS[10], KEYS[11], tonumber(ARGV[9])) then
   return {'no_target'}

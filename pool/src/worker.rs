@@ -555,6 +555,9 @@ impl WorkerInner {
         // went back in time, or moved here by a cleanup) leaves the newer
         // run alone; stopped.lua answers `retry` for it.
         let newer = |token: u64| target.is_some_and(|t| token > t);
+        // Whether the run went on under a lease that held: nobody can have
+        // moved it then (read before the stop, which may outlast it).
+        let lease_held = self.holds_lease(node);
         let local = self.jobs.get(&req.key).map(|j| j.token);
         let suspended = self.suspended.lock().await.get(&req.key).map(|j| j.token);
         let kept = local
@@ -566,8 +569,8 @@ impl WorkerInner {
             self.stop_local(&req.key).await;
         }
         let held = local.or(suspended);
-        let held_suspended = local.is_none() && suspended.is_some();
-        self.record_stop(node, event, &req, (held, held_suspended), target, kept)
+        let held_past_lease = held.is_some() && !(local.is_some() && lease_held);
+        self.record_stop(node, event, &req, (held, held_past_lease), target, kept)
             .await
     }
 
@@ -600,7 +603,7 @@ impl WorkerInner {
         node: &NodeInner,
         event: &Event,
         req: &KeyedRequest,
-        (held, held_suspended): (Option<u64>, bool),
+        (held, held_past_lease): (Option<u64>, bool),
         target: Option<u64>,
         kept: Option<u64>,
     ) -> Result<()> {
@@ -619,7 +622,7 @@ impl WorkerInner {
                     .as_ref()
                     .map(|(stream, request)| (stream.as_str(), *request)),
                 held,
-                held_suspended,
+                held_past_lease,
                 worker_ttl: node.options.worker_ttl,
                 target,
                 kept,

@@ -264,3 +264,34 @@ fn a_finish_lost_by_the_second_rollback_of_two_is_counted() {
     assert_eq!(r.finishes_lost_with_their_holder, 1);
     assert_eq!(kinds(&run(false)), vec!["finish_undone"]);
 }
+
+/// Two dispatches of a key sent at once: the first is admitted and its run
+/// finishes at once, before that admission's `Ok` reaches its caller (a
+/// rollback slowed the reply), and the second is admitted after the finish
+/// (seed 1407). The key had left the pool between the two admissions: no
+/// double admission. Without the finish it is one.
+#[test]
+fn an_admission_answered_after_its_run_finished_is_not_doubled_by_the_next() {
+    let run = |finish: bool| {
+        let mut w = vec![start(10, 105, "k", "a", 1)];
+        if finish {
+            w.extend([
+                ended(10, 110, "k", "a", 1, "finished"),
+                finished(10, 180, "k", 1),
+            ]);
+        } else {
+            w.push(stop(10, 110, "k", "a"));
+        }
+        let w2 = vec![start(20, 900, "k", "b", 2)];
+        let d = vec![
+            dispatch_sent(100, "k"),
+            dispatch_sent(100, "k"),
+            admit(185, "k"),
+            admit(905, "k"),
+        ];
+        check(&[w, w2, d], &CheckOptions::default())
+    };
+    let r = run(true);
+    assert!(!kinds(&r).contains(&"double"), "{:?}", r.violations);
+    assert!(kinds(&run(false)).contains(&"double"));
+}

@@ -95,13 +95,39 @@ pub(super) fn check_admissions(
                     .all(|iv| out_of_reach(iv.pid, lost_by + notice, t.saturating_sub(notice)))
         })
     };
+    // key → when a dispatch of it was last sent, and when a run of it
+    // last finished on its own.
+    let mut last_sent: HashMap<&str, u64> = HashMap::new();
+    let mut last_finish: HashMap<&str, u64> = HashMap::new();
     let mut last_admit: HashMap<&str, u64> = HashMap::new();
     // key → when its last pair ended (a stop request, a finish).
     let mut pair_ended: HashMap<&str, u64> = HashMap::new();
     for (t, r) in driver {
         match r {
+            Record::DispatchSent { key } => {
+                last_sent.insert(key, *t);
+            }
             Record::Admit { key, .. } => {
                 report.admissions += 1;
+                // This admission's run already finished on its own before
+                // its `Ok` reached its caller (a run that finished at once,
+                // the reply slowed by a fault): a run began after the
+                // dispatch was sent and finished since, and none began
+                // after that finish. Its pair has ended.
+                let sent = last_sent.get(key.as_str()).copied().unwrap_or(0);
+                let finished_already = last_finish.get(key.as_str()).is_some_and(|f| {
+                    *f >= sent
+                        && intervals
+                            .iter()
+                            .any(|iv| iv.key == *key && iv.start >= sent && iv.start <= *f)
+                        && !intervals
+                            .iter()
+                            .any(|iv| iv.key == *key && iv.start > *f && iv.start < *t)
+                });
+                if finished_already {
+                    last_admit.remove(key.as_str());
+                    continue;
+                }
                 if let Some(answered) = last_admit.insert(key, *t) {
                     // The first admission was made in Redis by the time its
                     // `Ok` came back, or by the start of the run it led to,
@@ -129,13 +155,19 @@ pub(super) fn check_admissions(
             }
             // A run that finished on its own ends the pair too: the key
             // left the pool (recorded, or about to be).
-            Record::StopSent { key } | Record::Finished { key, .. } => {
+            Record::StopSent { key } => {
                 last_admit.remove(key.as_str());
                 pair_ended.insert(key, *t);
+            }
+            Record::Finished { key, .. } => {
+                last_admit.remove(key.as_str());
+                pair_ended.insert(key, *t);
+                last_finish.insert(key, *t);
             }
             Record::Ended { key, outcome, .. } if outcome == "finished" => {
                 last_admit.remove(key.as_str());
                 pair_ended.insert(key, *t);
+                last_finish.insert(key, *t);
             }
             _ => {}
         }

@@ -59,10 +59,10 @@ pub(crate) struct StopDone<'a> {
     /// record (which may still name the older run, after Redis went back in
     /// time) is kept for the run's re-assertion.
     pub(crate) kept: Option<u64>,
-    /// Whether the run the worker held (`held`) was suspended: its lease
-    /// had lapsed, and a cleanup may have moved it on writes Redis lost
-    /// since (`Retry` while the pool recovers).
-    pub(crate) held_suspended: bool,
+    /// Whether the worker held the run (`held`) past its lease (suspended,
+    /// or running after the lease lapsed): a cleanup may have moved it on
+    /// writes Redis lost since (`Retry` while the pool recovers).
+    pub(crate) held_past_lease: bool,
 }
 
 call::status!(
@@ -254,7 +254,7 @@ impl PoolStore {
             Value::from(done.worker_ttl.as_millis().to_string()),
             Value::from(done.target.unwrap_or(0).to_string()),
             Value::from(done.kept.unwrap_or(0).to_string()),
-            Value::from(if done.held_suspended { "1" } else { "0" }),
+            Value::from(if done.held_past_lease { "1" } else { "0" }),
         ]);
         let status: String = self
             .scripts

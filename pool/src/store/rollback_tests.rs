@@ -691,7 +691,7 @@ async fn a_stop_made_while_the_pool_recovers_waits_and_outranks_runs_issued_befo
         runs.push((key, older, id, stored));
     }
     f.lose_epoch().await;
-    for ((key, older, id, stored), held_suspended) in runs.into_iter().zip([true, false]) {
+    for ((key, older, id, stored), held_past_lease) in runs.into_iter().zip([true, false]) {
         // A run issued on w2 by a cleanup whose writes Redis lost: a newer
         // token Redis no longer shows (the state it went back to names
         // w1's run).
@@ -704,19 +704,19 @@ async fn a_stop_made_while_the_pool_recovers_waits_and_outranks_runs_issued_befo
                 entry_id: &id,
                 reply: None,
                 held: Some(older),
-                held_suspended,
+                held_past_lease,
                 worker_ttl: TTL,
                 target: Some(older),
                 kept: None,
             })
             .await
             .unwrap();
-        let expected = if held_suspended {
+        let expected = if held_past_lease {
             Stopped::Retry
         } else {
             Stopped::Ok
         };
-        assert_eq!(stop, expected, "{key}: held suspended: {held_suspended}");
+        assert_eq!(stop, expected, "{key}: held suspended: {held_past_lease}");
         assert_eq!(
             s.reassert(key, "w2", moved, stored, Reassert::Suspended, TTL)
                 .await

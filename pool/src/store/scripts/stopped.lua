@@ -7,8 +7,9 @@
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
 --       token of the run the stop was sent for ('0': not known), 11 the
 --       token of the worker's own newer run it left going on ('0': none),
---       12 '1' when the run the worker held was suspended (its lease had
---       lapsed), '0' when it ran or none was held
+--       12 '1' when the worker held the run past its lease (suspended, or
+--       running after the lease lapsed), '0' when it ran under a lease that
+--       held or none was held
 -- The dispatcher's reply is "<request> <status>", with the stopped run's
 -- token after 'ok' ("<request> ok <token>"): the dispatcher remembers it,
 -- to make the stop stand again if Redis goes back in time (the worker that
@@ -59,7 +60,7 @@ elseif owner == ARGV[5] and held > 0 then
   -- reply carries the tombstone, which the dispatcher makes stand again.
   local _, text = next_token(key)
   stopped_token = tonumber(text)
-  -- A run held suspended (its lease lapsed) may have been moved by a
+  -- A run held past the worker's lease (suspended) may have been moved by a
   -- cleanup on writes a rollback lost, and the moved run may still be
   -- going on: while the pool recovers the dispatcher sends the stop again
   -- once the runs have re-asserted, and is answered then, not before that

@@ -716,7 +716,10 @@ async fn a_stop_made_while_the_pool_recovers_waits_and_outranks_runs_issued_befo
         } else {
             Stopped::Ok
         };
-        assert_eq!(stop, expected, "{key}: held suspended: {held_past_lease}");
+        assert_eq!(
+            stop, expected,
+            "{key}: held past its lease: {held_past_lease}"
+        );
         assert_eq!(
             s.reassert(key, "w2", moved, stored, Reassert::Suspended, TTL)
                 .await

@@ -31,7 +31,7 @@ use crate::routing::Ring;
 use crate::store::call::from_redis;
 use crate::store::records::WorkerEntry;
 use crate::store::{
-    ClaimStatus, DeadWorkerClaim, Dropped, Handoff, Moved, Removed, Requeue, SCAN_START,
+    ClaimStatus, DeadWorkerClaim, Dropped, Handoff, Moved, Mover, Removed, Requeue, SCAN_START,
 };
 
 /// Most inbox entries read per page when moving a dead worker's inbox.
@@ -247,7 +247,7 @@ impl NodeInner {
                                 return;
                             }
                         }
-                        if self.requeue_job(&key, worker, cleaner).await == Some(Handoff::ClaimLost)
+                        if self.requeue_job(&key, worker, Mover::owner_or(cleaner)).await == Some(Handoff::ClaimLost)
                         {
                             claim_lost.store(true, Ordering::Relaxed);
                         }
@@ -350,13 +350,12 @@ impl NodeInner {
     /// Hands job `key` from `from` to its new owner, retrying with
     /// exponential backoff until it is moved, moved by someone else, or no
     /// worker remains (the job then waits as an orphan for the next one).
-    /// Returns the last hand-off's answer, if any. `cleaner`: this node's
-    /// id when a cleanup moves a dead worker's job.
+    /// Returns the last hand-off's answer, if any. `mover`: see [`Mover`].
     pub(crate) async fn requeue_job(
         &self,
         key: &str,
         from: &str,
-        cleaner: Option<&str>,
+        mover: Mover<'_>,
     ) -> Option<Handoff> {
         let refusals = Refusals::default();
         let attempt = || async {
@@ -364,7 +363,7 @@ impl NodeInner {
             let Some(target) = refusals.target(&ring, key, from) else {
                 return Ok::<_, Error>(None);
             };
-            let status = self.handoff(key, from, &target, cleaner).await?;
+            let status = self.handoff(key, from, &target, mover).await?;
             if status == Handoff::NoTarget {
                 refusals.refused(target);
                 self.refresh_ring();
@@ -401,7 +400,7 @@ impl NodeInner {
     }
 
     /// Drops `from`'s ownership of `key`, keeping the payload.
-    async fn release_job(&self, key: &str, from: &str) -> Result<()> {
+    pub(crate) async fn release_job(&self, key: &str, from: &str) -> Result<()> {
         self.store.release_owner(key, from).await?;
         Ok(())
     }

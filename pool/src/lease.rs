@@ -491,7 +491,8 @@ impl NodeInner {
                     // Still recorded as ours but not running: hand it to
                     // another worker for a fresh start.
                     tracing::warn!(key, error = %e, "restart after lease loss failed; requeueing");
-                    self.requeue_job(&key, &worker.id, None).await;
+                    self.requeue_job(&key, &worker.id, crate::store::Mover::Owner)
+                        .await;
                 }
                 Err(e) => {
                     tracing::warn!(key, error = %e, "resuming job failed; will retry");

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::node::NodeInner;
 use crate::routing::Ring;
 use crate::store::records::WorkerEntry;
-use crate::store::{EntryMove, Handoff, Moved, Reassert, Reasserted, Receiver, Requeue};
+use crate::store::{EntryMove, Handoff, Moved, Mover, Reassert, Reasserted, Receiver, Requeue};
 use crate::worker::WorkerInner;
 
 /// Most hand-offs of one worker in flight at once when its jobs move (a
@@ -107,13 +107,13 @@ impl NodeInner {
     }
 
     /// Hands job `key`, owned by `from`, to `to`.
-    /// `cleaner`: this node's id when a cleanup moves a dead worker's job.
+    /// `mover`: see [`Mover`].
     pub(crate) async fn handoff(
         &self,
         key: &str,
         from: &str,
         to: &str,
-        cleaner: Option<&str>,
+        mover: Mover<'_>,
     ) -> Result<Handoff> {
         let (status, stored) = self
             .store
@@ -126,7 +126,7 @@ impl NodeInner {
                 },
                 self.options.dispatch_timeout + self.options.ack_grace,
                 self.options.worker_ttl,
-                cleaner,
+                mover,
             )
             .await?;
         if let Handoff::Ok { token } = status {
@@ -279,7 +279,11 @@ impl NodeInner {
                 if handover {
                     futures::stream::iter(stopped)
                         .for_each_concurrent(HANDOFFS_IN_FLIGHT, |(key, job, state)| async move {
-                            let moved = self.requeue_job(&key, &worker.id, None).await;
+                            let mover = match state {
+                                Reassert::Running => Mover::Owner,
+                                Reassert::Suspended => Mover::OwnerPastLease,
+                            };
+                            let moved = self.requeue_job(&key, &worker.id, mover).await;
                             let state = match moved {
                                 Some(Handoff::Ok { token }) => return remember(worker, &key, &job, token),
                                 // Redis has the record but not the body (a
@@ -292,13 +296,27 @@ impl NodeInner {
                                 // yet). Re-asserting tells them apart, as
                                 // the reconcile would have before the close.
                                 Some(Handoff::NotOwner) => state,
+                                // Held past its lease while the pool
+                                // recovers: the record naming this worker
+                                // may be one a rollback brought back, over
+                                // a move whose run has not re-asserted yet.
+                                // Released, the job is given back as an
+                                // orphan, which the sweep requeues after the
+                                // window unless that run took it back.
+                                Some(Handoff::Recovering) if mover == Mover::OwnerPastLease => {
+                                    if let Err(e) = self.release_job(&key, &worker.id).await {
+                                        tracing::warn!(key, error = %e, "closing: releasing a job held past the lease failed");
+                                        return;
+                                    }
+                                    state
+                                }
                                 None => return self.left_unplaced(worker, &key, &job).await,
                                 _ => return,
                             };
                             match self.reassert(worker, &key, &job, state).await {
                                 Ok(Reasserted::Ok) => {
                                     if let Some(Handoff::Ok { token }) =
-                                        self.requeue_job(&key, &worker.id, None).await
+                                        self.requeue_job(&key, &worker.id, mover).await
                                     {
                                         remember(worker, &key, &job, token);
                                     }

@@ -19,7 +19,7 @@ use crate::lease::{Reassert, Restart};
 use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
 use crate::routing::Ring;
-use crate::store::{Handoff, Reasserted};
+use crate::store::{Handoff, Mover, Reasserted};
 use crate::worker::{LocalJob, WorkerInner};
 
 /// Wait after a ring change before moving jobs, so that a burst of joins
@@ -209,7 +209,7 @@ impl NodeInner {
             if target == worker.id {
                 break;
             }
-            match self.handoff(key, &worker.id, &target, None).await {
+            match self.handoff(key, &worker.id, &target, Mover::Owner).await {
                 Ok(Handoff::Ok { token }) => {
                     worker.handed_off.record(HandedOff::of(key, token, &job));
                     return;
@@ -281,7 +281,7 @@ impl NodeInner {
             }
             Ok(Restart::StartFailed(e)) => {
                 tracing::warn!(key, error = %e, "restart after failed handoff refused; requeueing");
-                self.requeue_job(key, &worker.id, None).await;
+                self.requeue_job(key, &worker.id, Mover::Owner).await;
             }
             Err(e) => {
                 // Not running, and recorded here or nowhere: hand it on
@@ -289,7 +289,7 @@ impl NodeInner {
                 // names this worker's, so when it moved nothing the job is
                 // held until the renewals settle it.
                 tracing::warn!(key, error = %e, "restart after failed handoff failed; requeueing");
-                match self.requeue_job(key, &worker.id, None).await {
+                match self.requeue_job(key, &worker.id, Mover::Owner).await {
                     Some(Handoff::Ok { token }) => {
                         worker.handed_off.record(HandedOff::of(key, token, &job));
                     }

@@ -77,6 +77,30 @@ call::status!(
     }
 );
 
+/// Who moves a job with `handoff.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mover<'a> {
+    /// Its owner, running it under a lease that holds (a rebalance, a
+    /// close, a restart that failed), or the orphan sweep.
+    Owner,
+    /// Its owner, which held it past its lease (a close of a job stopped
+    /// on a lease loss): a cleanup may have moved the job meanwhile, on
+    /// writes a rollback took back. Refused (`recovering`) while the pool
+    /// recovers, and on a state older than this node has seen (a rollback
+    /// it has not noticed yet, which opens the window).
+    OwnerPastLease,
+    /// A cleanup on node `.0` moves a dead worker's job; its claim on the
+    /// worker must still be its own.
+    Cleaner(&'a str),
+}
+
+impl<'a> Mover<'a> {
+    /// The owner, or the cleanup on node `cleaner`.
+    pub(crate) fn owner_or(cleaner: Option<&'a str>) -> Self {
+        cleaner.map_or(Mover::Owner, Mover::Cleaner)
+    }
+}
+
 /// What `handoff.lua` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Handoff {
@@ -91,7 +115,8 @@ pub(crate) enum Handoff {
     NoTarget,
     /// The job has no payload any more.
     NoPayload,
-    /// The pool recovers from a data loss: orphans wait.
+    /// The pool recovers from a data loss: orphans wait, and so does a job
+    /// its owner held past its lease ([`Mover::OwnerPastLease`]).
     Recovering,
     /// A cleanup's claim on the expected owner is not the cleaner's any
     /// more (the worker came back, or another cleaner took over): the
@@ -267,7 +292,7 @@ impl PoolStore {
     /// Hands job `key`, owned by `from` (`"-"`: an orphan), to `to`. With
     /// `cleaner` (a cleanup moves a dead worker's job), a job moved comes
     /// with its stored payload (`"<created ms> <body>"`), for the cleaner to
-    /// remember.
+    /// remember. See [`Mover`] for what each mover may move.
     pub(crate) async fn handoff(
         &self,
         key: &str,
@@ -275,12 +300,13 @@ impl PoolStore {
         to: Receiver<'_>,
         pending_ttl: Duration,
         worker_ttl: Duration,
-        cleaner: Option<&str>,
+        mover: Mover<'_>,
     ) -> Result<(Handoff, Option<Bytes>)> {
         let mut keys = self.maps.base_keys();
         keys.push(to.inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         keys.push(self.maps.keepalive.keys_info().hash.clone());
+        keys.push(self.maps.keepalive_revision_key());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
@@ -289,7 +315,14 @@ impl PoolStore {
             Value::from(pending_ttl.as_millis().to_string()),
             Value::from(keys::INBOX_MAXLEN.to_string()),
             Value::from(worker_ttl.as_millis().to_string()),
-            Value::from(cleaner.unwrap_or("")),
+            Value::from(match mover {
+                Mover::Cleaner(node) => node,
+                _ => "",
+            }),
+            Value::from(match mover {
+                Mover::OwnerPastLease => self.revision_floor(),
+                _ => String::new(),
+            }),
         ]);
         let reply: Value = self
             .scripts

@@ -41,7 +41,9 @@ use fred::prelude::*;
 
 pub(crate) use admit::{Admission, AdmitLimits, Admitted, Forgot};
 pub(crate) use custody::Entrusted;
-pub(crate) use jobs::{Dropped, EntryMove, Handoff, Moved, Receiver, Requeue, Routed, StopDone};
+pub(crate) use jobs::{
+    Dropped, EntryMove, Handoff, Moved, Mover, Receiver, Requeue, Routed, StopDone,
+};
 pub(crate) use lifecycle::{EndArgs, EndRecorded};
 pub(crate) use maps::PoolMaps;
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};

@@ -127,7 +127,7 @@ impl Fixture {
         };
         let ttl = TTL;
         self.store
-            .handoff(key, from, to, ttl, ttl, cleaner)
+            .handoff(key, from, to, ttl, ttl, Mover::owner_or(cleaner))
             .await
             .unwrap()
             .0
@@ -683,3 +683,6 @@ mod custody_tests;
 
 #[path = "target_tests.rs"]
 mod target_tests;
+
+#[path = "past_lease_tests.rs"]
+mod past_lease_tests;

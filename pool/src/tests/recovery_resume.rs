@@ -176,3 +176,43 @@ async fn a_job_a_closing_worker_stopped_past_its_lease_is_left_to_the_orphan_swe
     assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
     node.close().await.unwrap();
 }
+
+/// As above, but Redis kept the record naming the closing worker: a
+/// rollback brought it back (a cleanup had moved the job during the lease
+/// loss, and its new owner, which runs it, has not re-asserted yet). The
+/// close may not hand the job on from that record while the pool recovers:
+/// the hand-off's token would outrank the run elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closing_worker_does_not_hand_on_from_a_rolled_back_record_past_its_lease() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let node = short_lease_node(&client, "recovery-close-record").await;
+    let handler = Counting::default();
+    let closing = Worker::new(&node, handler.clone()).await.unwrap();
+    let other = Worker::new(&node, handler.clone()).await.unwrap();
+    let key = key_placed_on(&node, &closing).await;
+    node.dispatch_job(&key, &b"p"[..]).await.unwrap();
+    closing.job_token(&key).unwrap();
+
+    closing.inner.lease_lost.store(true, Ordering::SeqCst);
+    node.inner
+        .store
+        .begin_recovery(node.inner.options.worker_ttl)
+        .await
+        .unwrap();
+
+    node.remove_worker(&closing).await.unwrap();
+    assert_eq!(handler.stops.load(Ordering::SeqCst), 1);
+    assert!(other.job_token(&key).is_none(), "handed on in the window");
+    let until_ms = assert_left_to_the_sweep(&client, &node, &key).await;
+
+    wait_until(Duration::from_secs(30), "the orphan runs again", || async {
+        other.job_token(&key).is_some()
+    })
+    .await
+    .unwrap();
+    let token = other.job_token(&key).unwrap();
+    assert!(token / 1000 >= until_ms, "requeued within the window");
+    assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
+    node.close().await.unwrap();
+}

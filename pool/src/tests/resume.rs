@@ -187,7 +187,12 @@ async fn a_held_job_the_cleaner_moves_is_forgotten_not_run() {
     // The cleaner, whose claim stands, hands the job on.
     let moved = node
         .inner
-        .handoff(&key, worker.id(), new_owner.id(), Some("n-cleaner"))
+        .handoff(
+            &key,
+            worker.id(),
+            new_owner.id(),
+            crate::store::Mover::Cleaner("n-cleaner"),
+        )
         .await
         .unwrap();
     assert!(

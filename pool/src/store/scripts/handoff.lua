@@ -1,12 +1,15 @@
 -- Moves a job to another worker: ownership dropped, new fencing token,
 -- pending guard set, start enqueued at the target (rebalance, close,
 -- requeue of a dead worker's job, orphan requeue).
--- KEYS: base, 9 target inbox, 10 cleanup hash, 11 keepalive hash
+-- KEYS: base, 9 target inbox, 10 cleanup hash, 11 keepalive hash,
+--       12 keep-alive revision (`went_back`)
 -- ARGV: base, 4 job key, 5 expected owner ('-': the job must be an orphan:
 --       no owner, no pending dispatch), 6 target worker, 7 pending ttl ms,
 --       8 inbox maxlen, 9 worker ttl ms (the recovery window after a data loss),
 --       10 the cleaner's node id when a cleanup moves a dead worker's job
---       ('' otherwise): its claim on the worker must still be its own
+--       ('' otherwise): its claim on the worker must still be its own,
+--       11 the revisions the caller has seen (`went_back`) when the expected
+--       owner held the job past its lease ('' otherwise)
 -- Returns {'ok', token} (with the job's stored payload for a cleaner,
 --       which remembers the job until its new owner started it: the dead
 --       worker cannot give it back after a loss) | {'not_owner'} | {'no_target'} (the target is gone,
@@ -16,7 +19,8 @@
 --       | {'claim_lost'} (a cleanup's claim on the expected owner is not
 --       the cleaner's any more: nothing of that worker is its to move)
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
---       from a data loss: a worker that runs it may not have re-asserted yet)
+--       from a data loss: a worker that runs it may not have re-asserted yet;
+--       nor a job its owner held past its lease, see below)
 local key, expected, target = ARGV[4], ARGV[5], ARGV[6]
 if expected == '-' then
   if redis.call('HEXISTS', JOBS[1], key) == 1 or redis.call('HEXISTS', PENDING[1], key) == 1 then
@@ -32,6 +36,13 @@ elseif not claim_held(KEYS[10], expected, ARGV[10]) then
   return {'claim_lost'}
 elseif owner_of(mget(JOBS, key)) ~= expected then
   return {'not_owner'}
+elseif ARGV[11] ~= '' and (went_back(ARGV[11], tonumber(ARGV[9]), KEYS[12])
+    or recovering(tonumber(ARGV[9]))) then
+  -- Past its owner's lease a cleanup may have moved the job, on writes a
+  -- rollback took back: the record naming the owner cannot vouch for it
+  -- until every running copy has re-asserted (the window's end). A token
+  -- issued now would outrank the moved run's, unknown to Redis.
+  return {'recovering'}
 end
 if not worker_current(target, KEYS[10], KEYS[11], tonumber(ARGV[9])) then
   return {'no_target'}

@@ -1,0 +1,95 @@
+//! A hand-off by an owner that held its job past its lease
+//! ([`Mover::OwnerPastLease`], a close of a job stopped on a lease loss).
+//! A cleanup may have moved the job meanwhile, on writes a rollback took
+//! back, so the record naming the owner cannot vouch for it until every
+//! running copy has re-asserted: `handoff.lua` refuses while the pool
+//! recovers, and on a state older than the caller has seen (a rollback
+//! its node has not noticed yet), where an owner under a lease that held
+//! hands on as before.
+
+use super::*;
+
+/// `handoff.lua` of `key` from `from` to `to` by `mover`.
+async fn hand(f: &Fixture, key: &str, from: &str, to: &str, mover: Mover<'_>) -> Handoff {
+    let inbox = f.inbox(to);
+    let to = Receiver {
+        worker: to,
+        inbox: &inbox,
+    };
+    f.store
+        .handoff(key, from, to, TTL, TTL, mover)
+        .await
+        .unwrap()
+        .0
+}
+
+#[tokio::test]
+async fn a_job_held_past_the_lease_is_not_handed_on_from_an_older_state() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    for key in ["a", "b"] {
+        assert_eq!(
+            s.reassert(
+                key,
+                "w1",
+                100,
+                codec::stored(0, &body(key)),
+                Reassert::Running,
+                TTL
+            )
+            .await
+            .unwrap(),
+            Reasserted::Ok
+        );
+    }
+    // The node has seen the keep-alive map's revision; Redis goes back to
+    // before it (a rollback the node has not noticed yet).
+    let revision_key = s.maps.keepalive_revision_key();
+    let seen: u64 = s.client.get(&revision_key).await.unwrap();
+    s.maps
+        .keepalive
+        .wait_for(Duration::from_secs(10), |m| m.revision_high_water() >= seen)
+        .await
+        .expect("the replica saw the revision");
+    let _: () = s
+        .client
+        .set(&revision_key, seen - 1, None, None, false)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        hand(f, "a", "w1", "w2", Mover::OwnerPastLease).await,
+        Handoff::Recovering,
+        "handed on from a state older than the node has seen"
+    );
+    // That call opened the recovery window: refused there too.
+    assert_eq!(
+        hand(f, "a", "w1", "w2", Mover::OwnerPastLease).await,
+        Handoff::Recovering,
+        "handed on while the pool recovers"
+    );
+    let (_, record, _) = s.job_records("a").await.unwrap();
+    assert_eq!(
+        record.as_deref(),
+        Some("w1 100"),
+        "the record is left as it was"
+    );
+    // Once the target renewed in the window, an owner whose lease held
+    // hands on as before; one past its lease still waits.
+    s.keepalive("n-test", TTL, 0, vec!["w2".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(
+        hand(f, "a", "w1", "w2", Mover::OwnerPastLease).await,
+        Handoff::Recovering
+    );
+    assert!(
+        matches!(
+            hand(f, "b", "w1", "w2", Mover::Owner).await,
+            Handoff::Ok { .. }
+        ),
+        "a run under a lease that held is the owner's to hand on"
+    );
+}

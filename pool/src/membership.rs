@@ -306,7 +306,7 @@ impl NodeInner {
                                 Some(Handoff::Recovering) if mover == Mover::OwnerPastLease => {
                                     if let Err(e) = self.release_job(&key, &worker.id).await {
                                         tracing::warn!(key, error = %e, "closing: releasing a job held past the lease failed");
-                                        return;
+                                        return self.left_unplaced(worker, &key, &job).await;
                                     }
                                     state
                                 }

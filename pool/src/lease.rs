@@ -19,7 +19,6 @@ use futures::stream::FuturesUnordered;
 
 use tokio::time::Instant;
 
-use crate::codec;
 use crate::error::Result;
 use crate::handler::Job;
 use crate::node::NodeInner;
@@ -27,12 +26,6 @@ use crate::options::LeasePolicy;
 pub(crate) use crate::store::Reassert;
 use crate::store::{Reasserted, Renewal, Resumed};
 use crate::worker::{HandlerStart, LocalJob, WorkerInner};
-
-/// Re-assertions in flight at once. After Redis lost its data a worker is
-/// the only holder of each job it runs until it has re-asserted it: done a
-/// few round trips for all of them rather than one per job, a crash soon
-/// after the loss (a restart, then a crash) finds them re-asserted.
-const REASSERTS_IN_FLIGHT: usize = 64;
 
 impl NodeInner {
     /// Renews the keep-alives every TTL/3; after a lease loss, the first
@@ -250,18 +243,13 @@ impl NodeInner {
             .iter()
             .map(|e| (e.key().clone(), e.value().clone()))
             .collect();
-        let mut first_error = None;
-        for (key, outcome) in self.reassert_many(worker, running, Reassert::Running).await {
-            match outcome {
-                Ok(Reasserted::Ok) => {}
-                Ok(_) => {
-                    tracing::info!(key, worker = %worker.id, "job runs elsewhere now; stopping it here");
-                    if worker.jobs.remove(&key).is_some() {
-                        let _ = worker.stop_handler(&key).await;
-                    }
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
+        let (outcomes, mut first_error) =
+            self.reassert_many(worker, running, Reassert::Running).await;
+        for (key, outcome) in outcomes {
+            if outcome != Reasserted::Ok {
+                tracing::info!(key, worker = %worker.id, "job runs elsewhere now; stopping it here");
+                if worker.jobs.remove(&key).is_some() {
+                    let _ = worker.stop_handler(&key).await;
                 }
             }
         }
@@ -272,96 +260,23 @@ impl NodeInner {
             .iter()
             .map(|(k, j)| (k.clone(), j.clone()))
             .collect();
-        for (key, outcome) in self
+        let (outcomes, error) = self
             .reassert_many(worker, suspended, Reassert::Suspended)
-            .await
-        {
+            .await;
+        for (key, outcome) in outcomes {
             match outcome {
-                Ok(Reasserted::Ok) => {}
-                Ok(Reasserted::Orphaned) => {
+                Reasserted::Ok => {}
+                Reasserted::Orphaned => {
                     tracing::info!(key, worker = %worker.id, "suspended job left to the orphan sweep");
                     worker.suspended.lock().await.remove(&key);
                 }
-                Ok(Reasserted::Lost | Reasserted::Pending) => {
+                Reasserted::Lost | Reasserted::Pending => {
                     worker.suspended.lock().await.remove(&key);
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
                 }
             }
         }
+        first_error = first_error.or(error);
         first_error.map_or(Ok(()), Err)
-    }
-
-    /// Re-asserts `jobs`, [`REASSERTS_IN_FLIGHT`] at a time (pipelined on
-    /// the node's connection; each script decides for its key alone), and
-    /// returns every outcome: one failing does not hide what the others
-    /// found.
-    async fn reassert_many(
-        &self,
-        worker: &WorkerInner,
-        jobs: Vec<(String, LocalJob)>,
-        state: Reassert,
-    ) -> Vec<(String, Result<Reasserted>)> {
-        futures::stream::iter(jobs)
-            .map(|(key, job)| async move {
-                let outcome = self.reassert(worker, &key, &job, state).await;
-                (key, outcome)
-            })
-            .buffer_unordered(REASSERTS_IN_FLIGHT)
-            .collect()
-            .await
-    }
-
-    pub(crate) async fn reassert(
-        &self,
-        worker: &WorkerInner,
-        key: &str,
-        job: &LocalJob,
-        state: Reassert,
-    ) -> Result<Reasserted> {
-        let outcome = self
-            .store
-            .reassert(
-                key,
-                &worker.id,
-                job.token,
-                codec::stored(job.created_at_ms, &job.raw_body),
-                state,
-                self.options.worker_ttl,
-            )
-            .await?;
-        if outcome == Reasserted::Pending {
-            tracing::info!(key, worker = %worker.id, token = job.token, "re-asserted job gives way to a newer admission not started yet; kept until it starts");
-            // Given way to a newer admission or hand-off that has not
-            // started: until it does, Redis holds the only copy, and a
-            // second loss (a restart, a rollback) would take it. Kept as
-            // a hand-off is (`handoffs.rs`), under the next token: any
-            // token issued since this run's (that admission's, a stop's
-            // tombstone) is at least that, so the payload is given back
-            // only when Redis holds nothing newer than this run.
-            worker.handed_off.record_orphan(
-                crate::handoffs::HandedOff::of(key, job.token + 1, job),
-                self.orphan_exposure(),
-            );
-        }
-        if outcome == Reasserted::Orphaned {
-            // Redis now holds the only copy, until the sweep requeued it
-            // and a worker started it: a second loss before then would take
-            // it, so the worker keeps it to give back (`handoffs.rs`).
-            worker.handed_off.record_orphan(
-                crate::handoffs::HandedOff::of(key, job.token, job),
-                self.orphan_exposure(),
-            );
-        }
-        Ok(outcome)
-    }
-
-    /// How long a job left to the orphan sweep may depend on Redis alone:
-    /// its grace, counted from when the pool has recovered (a few TTLs at
-    /// most), then a sweep step or two and the new owner's start.
-    pub(crate) fn orphan_exposure(&self) -> Duration {
-        self.options.orphan_grace + self.options.worker_ttl * 4 + self.options.sweep_interval * 2
     }
 
     /// Stops every local job at once, remembering them to resume later.

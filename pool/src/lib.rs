@@ -24,6 +24,7 @@ mod metrics;
 mod node;
 mod options;
 mod pool_view;
+mod reassert;
 mod rebalance;
 mod recorder;
 mod rollback;

@@ -49,8 +49,8 @@ pub(crate) use maps::PoolMaps;
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{
-    ClaimStatus, DeadWorkerClaim, DrainMark, HandoffStands, Reassert, Reasserted, RecoveryMark,
-    Removed, Renewal, Resumed, StopStands,
+    ClaimStatus, DeadWorkerClaim, DrainMark, HandoffStands, Reassert, ReassertJob, Reasserted,
+    RecoveryMark, Removed, Renewal, Resumed, StopStands,
 };
 
 use crate::error::Result;

@@ -15,6 +15,19 @@ use super::call::{self, status_reply};
 use crate::error::Result;
 use crate::keys;
 
+/// One job of a re-assertion (`reassert.lua`).
+pub(crate) struct ReassertJob<'a> {
+    /// Job key.
+    pub(crate) key: &'a str,
+    /// The run's fencing token.
+    pub(crate) token: u64,
+    /// The job's stored payload (`"<created ms> <body>"`), restored if
+    /// missing.
+    pub(crate) stored: Bytes,
+    /// Whether the run goes on or is held suspended.
+    pub(crate) state: Reassert,
+}
+
 /// Whether a re-asserted job runs here or was suspended on lease loss.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Reassert {
@@ -282,26 +295,65 @@ impl PoolStore {
         state: Reassert,
         worker_ttl: Duration,
     ) -> Result<Reasserted> {
+        let job = ReassertJob {
+            key,
+            token,
+            stored,
+            state,
+        };
+        let mut outcomes = self.reassert_batch(worker, vec![job], worker_ttl).await?;
+        Ok(outcomes.remove(0))
+    }
+
+    /// Re-asserts every job of `jobs` for `worker` in one call of
+    /// `reassert.lua`, each as [`reassert`](Self::reassert) would; one
+    /// outcome per job, in order.
+    pub(crate) async fn reassert_batch(
+        &self,
+        worker: &str,
+        jobs: Vec<ReassertJob<'_>>,
+        worker_ttl: Duration,
+    ) -> Result<Vec<Reasserted>> {
+        const WHAT: &str = "reassert reply";
+        let count = jobs.len();
         let mut args = self.maps.base_args();
-        args.extend([
-            Value::from(key),
-            Value::from(worker),
-            Value::from(token.to_string()),
-            Value::Bytes(stored),
-            Value::from(match state {
-                Reassert::Running => "running",
-                Reassert::Suspended => "suspended",
-            }),
-            Value::from(worker_ttl.as_millis().to_string()),
-        ]);
+        args.reserve(2 + 4 * count);
+        args.push(Value::from(worker));
+        args.push(Value::from(worker_ttl.as_millis().to_string()));
+        for job in jobs {
+            args.extend([
+                Value::from(job.key),
+                Value::from(job.token.to_string()),
+                Value::Bytes(job.stored),
+                Value::from(match job.state {
+                    Reassert::Running => "running",
+                    Reassert::Suspended => "suspended",
+                }),
+            ]);
+        }
         let mut keys = self.maps.base_keys();
         keys.push(keys::orphan_marks(&self.pool));
-        let status: String = self
+        let statuses: Vec<Value> = self
             .scripts
             .reassert
             .run(&self.client, keys, args, self.timeout)
             .await?;
-        Reasserted::parse(&status)
+        if statuses.len() != count {
+            return Err(crate::error::Error::Malformed {
+                what: WHAT,
+                reason: format!("{} statuses for {count} jobs", statuses.len()),
+            });
+        }
+        statuses
+            .iter()
+            .map(|s| match s.as_str() {
+                Some(word) => Reasserted::parse(&word),
+                None => Err(crate::error::Error::Malformed {
+                    what: WHAT,
+                    reason: format!("not a status: {s:?}"),
+                }),
+            })
+            .collect()
     }
 
     /// Takes job `key` back for `worker` with a new token, if it still owns

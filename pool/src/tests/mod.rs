@@ -600,6 +600,7 @@ mod misplaced_start;
 mod node_restart;
 mod outage_return;
 mod pending_admission;
+mod reassert_batches;
 mod reassert_during_starts;
 mod reconcile_lease;
 mod recovery_resume;

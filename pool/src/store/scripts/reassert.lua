@@ -13,67 +13,80 @@
 -- The orphan is marked at once (its grace starts now, see
 -- `sweep_orphans.lua`): the sweep requeues it one grace later wherever
 -- its pass is, not only when the pass comes to it.
+-- One call re-asserts many jobs of one worker, each as if in a call of
+-- its own: a worker with hundreds of jobs is back in Redis in a few calls
+-- after a loss, where a call per job left most of them known to it alone
+-- for a tenth of a second or more (a crash then lost them).
 -- KEYS: base, 9 orphan marks hash
--- ARGV: base, 4 job key, 5 worker id, 6 token, 7 stored payload
---       ("<created_ms> <body>"), 8 'running' | 'suspended', 9 worker ttl ms
+-- ARGV: base, 4 worker id, 5 worker ttl ms, then 4 per job: job key,
+--       token, stored payload ("<created_ms> <body>"), 'running' |
+--       'suspended'
 -- A record or pending guard with an *older* token than the worker's is
 -- stale: Redis went back in time and lost the start the worker holds (a
 -- hand-off to it, a restart here). The newer token wins, as fencing says.
 -- A guard with the worker's own token is the admission of that very start.
--- Returns 'ok' | 'lost' | 'pending' (lost to a newer admission or hand-off
--- of the key that has not started yet: the caller remembers what it gave
--- way to, as for a hand-off, in case Redis loses that too) | 'orphaned'
--- (payload restored, ownership not taken)
-local key, worker = ARGV[4], ARGV[5]
-local mine = tonumber(ARGV[6])
+-- Returns one status per job, in order: 'ok' | 'lost' | 'pending' (lost
+-- to a newer admission or hand-off of the key that has not started yet:
+-- the caller remembers what it gave way to, as for a hand-off, in case
+-- Redis loses that too) | 'orphaned' (payload restored, ownership not
+-- taken)
+local worker, ttl_arg = ARGV[4], ARGV[5]
 -- The payload is this run's unless Redis holds one of this admission or
 -- a newer one: a payload of an *older* admission (the state Redis went
 -- back to, or a hand-off of an older run given back after the loss) goes,
 -- or the older run's stop, made to stand later, would take the only copy
 -- of this one's, and a move of this run would start the older body.
-local function own_payload()
+local function own_payload(key, stored_arg)
   local stored = redis.call('HGET', PAYLOADS, key)
-  if not stored or payload_created_ms(stored) < payload_created_ms(ARGV[7]) then
-    redis.call('HSET', PAYLOADS, key, ARGV[7])
+  if not stored or payload_created_ms(stored) < payload_created_ms(stored_arg) then
+    redis.call('HSET', PAYLOADS, key, stored_arg)
   end
 end
-local j = mget(JOBS, key)
-if j then
-  local recorded = tonumber(string.match(j, ' (%d+)$') or '')
-  if owner_of(j) == worker then
-    if recorded and recorded < mine then
-      redis.call('HSET', FENCING, key, string.format('%d',
-        math.max(mine, tonumber(redis.call('HGET', FENCING, key) or '0') or 0)))
-      mset(JOBS, key, worker .. ' ' .. ARGV[6])
+local function reassert_one(key, token_arg, stored_arg, state_arg)
+  local mine = tonumber(token_arg)
+  local j = mget(JOBS, key)
+  if j then
+    local recorded = tonumber(string.match(j, ' (%d+)$') or '')
+    if owner_of(j) == worker then
+      if recorded and recorded < mine then
+        redis.call('HSET', FENCING, key, string.format('%d',
+          math.max(mine, tonumber(redis.call('HGET', FENCING, key) or '0') or 0)))
+        mset(JOBS, key, worker .. ' ' .. token_arg)
+      end
+      -- A start recorded while the pool recovered from a data loss has no
+      -- payload in Redis: the worker's copy is the only one. Its own older
+      -- record (a run here stopped since, which Redis went back to) may
+      -- come with that older run's payload.
+      own_payload(key, stored_arg)
+      return 'ok'
     end
-    -- A start recorded while the pool recovered from a data loss has no
-    -- payload in Redis: the worker's copy is the only one. Its own older
-    -- record (a run here stopped since, which Redis went back to) may
-    -- come with that older run's payload.
-    own_payload()
-    return 'ok'
+    if not (recorded and recorded < mine) then return 'lost' end
+    mdel(JOBS, key)
   end
-  if not (recorded and recorded < mine) then return 'lost' end
-  mdel(JOBS, key)
+  local p = mget(PENDING, key)
+  if p then
+    -- A guard with this worker's own token is its own start, admitted before
+    -- the state Redis went back to and started after it: take it.
+    local guarded = tonumber(string.match(p, '^(%d+)') or '')
+    if not (guarded and guarded <= mine) then return 'pending' end
+    mdel(PENDING, key)
+  end
+  local current = tonumber(redis.call('HGET', FENCING, key) or '0')
+  if current > mine then return 'lost' end
+  -- This run's token was issued: the counter never stays below it (a
+  -- hand-off of an older run, given back after the loss, then sees it is
+  -- not the latest).
+  redis.call('HSET', FENCING, key, token_arg)
+  own_payload(key, stored_arg)
+  if state_arg == 'suspended' and recovering(tonumber(ttl_arg)) then
+    redis.call('HSET', KEYS[9], key, string.format('%d - ', now_ms()) .. token_arg)
+    return 'orphaned'
+  end
+  mset(JOBS, key, worker .. ' ' .. token_arg)
+  return 'ok'
 end
-local p = mget(PENDING, key)
-if p then
-  -- A guard with this worker's own token is its own start, admitted before
-  -- the state Redis went back to and started after it: take it.
-  local guarded = tonumber(string.match(p, '^(%d+)') or '')
-  if not (guarded and guarded <= mine) then return 'pending' end
-  mdel(PENDING, key)
+local statuses = {}
+for i = 6, #ARGV, 4 do
+  statuses[#statuses + 1] = reassert_one(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
 end
-local current = tonumber(redis.call('HGET', FENCING, key) or '0')
-if current > mine then return 'lost' end
--- This run's token was issued: the counter never stays below it (a
--- hand-off of an older run, given back after the loss, then sees it is
--- not the latest).
-redis.call('HSET', FENCING, key, ARGV[6])
-own_payload()
-if ARGV[8] == 'suspended' and recovering(tonumber(ARGV[9])) then
-  redis.call('HSET', KEYS[9], key, string.format('%d - ', now_ms()) .. ARGV[6])
-  return 'orphaned'
-end
-mset(JOBS, key, worker .. ' ' .. ARGV[6])
-return 'ok'
+return statuses

@@ -1,0 +1,148 @@
+//! Re-assertion: a worker tells Redis which jobs it runs or holds
+//! suspended, after Redis lost its data or went back in time, or when a
+//! job's record no longer names it (`scripts/reassert.lua`). Until then
+//! the worker is the only holder of each such job, so a worker with many
+//! jobs re-asserts them in batches, a few calls in flight: a crash soon
+//! after the loss (a restart, then a crash) finds them re-asserted.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::node::NodeInner;
+use crate::store::{Reassert, ReassertJob, Reasserted};
+use crate::worker::{LocalJob, WorkerInner};
+
+/// Jobs re-asserted in one call of `reassert.lua`: a few milliseconds of
+/// Redis's time per call at most, while a call per job cost Redis several
+/// times the work and a worker with 500 jobs 100–300 ms to re-assert them
+/// all on a busy machine.
+const REASSERT_BATCH: usize = 64;
+
+/// Batches in flight at once (pipelined on the node's connection).
+const REASSERT_CALLS_IN_FLIGHT: usize = 4;
+
+impl NodeInner {
+    /// Re-asserts `jobs` in batches of [`REASSERT_BATCH`], several calls
+    /// in flight (each script decides for each key alone). Returns the
+    /// outcome of every job whose batch Redis answered, and the first
+    /// error: one batch failing does not hide what the others found, and
+    /// its jobs stay as they were, for the next attempt.
+    pub(crate) async fn reassert_many(
+        &self,
+        worker: &WorkerInner,
+        jobs: Vec<(String, LocalJob)>,
+        state: Reassert,
+    ) -> (Vec<(String, Reasserted)>, Option<Error>) {
+        let batches: Vec<Vec<(String, LocalJob)>> = jobs
+            .chunks(REASSERT_BATCH)
+            .map(<[(String, LocalJob)]>::to_vec)
+            .collect();
+        let answers: Vec<Result<Vec<(String, Reasserted)>>> = futures::stream::iter(batches)
+            .map(|batch| self.reassert_batch(worker, batch, state))
+            .buffer_unordered(REASSERT_CALLS_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut outcomes = Vec::with_capacity(answers.len() * REASSERT_BATCH);
+        let mut first_error = None;
+        for answer in answers {
+            match answer {
+                Ok(batch) => outcomes.extend(batch),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        (outcomes, first_error)
+    }
+
+    /// One call of `reassert.lua` for `batch`; each outcome as
+    /// [`reassert`](Self::reassert) gives it.
+    async fn reassert_batch(
+        &self,
+        worker: &WorkerInner,
+        batch: Vec<(String, LocalJob)>,
+        state: Reassert,
+    ) -> Result<Vec<(String, Reasserted)>> {
+        let jobs = batch
+            .iter()
+            .map(|(key, job)| ReassertJob {
+                key,
+                token: job.token,
+                stored: codec::stored(job.created_at_ms, &job.raw_body),
+                state,
+            })
+            .collect();
+        let outcomes = self
+            .store
+            .reassert_batch(&worker.id, jobs, self.options.worker_ttl)
+            .await?;
+        Ok(batch
+            .into_iter()
+            .zip(outcomes)
+            .map(|((key, job), outcome)| {
+                self.after_reassert(worker, &key, &job, outcome);
+                (key, outcome)
+            })
+            .collect())
+    }
+
+    /// Re-asserts one job `key` that `worker` runs or holds (`state`).
+    pub(crate) async fn reassert(
+        &self,
+        worker: &WorkerInner,
+        key: &str,
+        job: &LocalJob,
+        state: Reassert,
+    ) -> Result<Reasserted> {
+        let outcome = self
+            .store
+            .reassert(
+                key,
+                &worker.id,
+                job.token,
+                codec::stored(job.created_at_ms, &job.raw_body),
+                state,
+                self.options.worker_ttl,
+            )
+            .await?;
+        self.after_reassert(worker, key, job, outcome);
+        Ok(outcome)
+    }
+
+    /// What the worker keeps of a job it re-asserted, by the outcome.
+    fn after_reassert(&self, worker: &WorkerInner, key: &str, job: &LocalJob, outcome: Reasserted) {
+        if outcome == Reasserted::Pending {
+            tracing::info!(key, worker = %worker.id, token = job.token, "re-asserted job gives way to a newer admission not started yet; kept until it starts");
+            // Given way to a newer admission or hand-off that has not
+            // started: until it does, Redis holds the only copy, and a
+            // second loss (a restart, a rollback) would take it. Kept as
+            // a hand-off is (`handoffs.rs`), under the next token: any
+            // token issued since this run's (that admission's, a stop's
+            // tombstone) is at least that, so the payload is given back
+            // only when Redis holds nothing newer than this run.
+            worker.handed_off.record_orphan(
+                crate::handoffs::HandedOff::of(key, job.token + 1, job),
+                self.orphan_exposure(),
+            );
+        }
+        if outcome == Reasserted::Orphaned {
+            // Redis now holds the only copy, until the sweep requeued it
+            // and a worker started it: a second loss before then would take
+            // it, so the worker keeps it to give back (`handoffs.rs`).
+            worker.handed_off.record_orphan(
+                crate::handoffs::HandedOff::of(key, job.token, job),
+                self.orphan_exposure(),
+            );
+        }
+    }
+
+    /// How long a job left to the orphan sweep may depend on Redis alone:
+    /// its grace, counted from when the pool has recovered (a few TTLs at
+    /// most), then a sweep step or two and the new owner's start.
+    pub(crate) fn orphan_exposure(&self) -> Duration {
+        self.options.orphan_grace + self.options.worker_ttl * 4 + self.options.sweep_interval * 2
+    }
+}

@@ -239,6 +239,14 @@ impl NodeInner {
         // and is gone now (`handoff_stands.lua` refuses once the counter is
         // above the hand-off's token, which these raise).
         self.requested_stops_stand().await?;
+        // Then the stops and ends of runs the workers neither run nor hold
+        // any more: each worker alone knows its own, and its re-assertion
+        // below may wait for its starts under way and take many calls, a
+        // crash meanwhile would take them with it. (Those of a key it runs
+        // or holds again wait for that run's re-assertion, below.)
+        for worker in &workers {
+            self.ended_stops_stand(worker).await?;
+        }
         // Every worker at once (each under its own lock): until its
         // reconcile has re-asserted them, a worker is the only holder of
         // its jobs, and a node with many workers would otherwise leave the
@@ -461,6 +469,27 @@ impl NodeInner {
             // A newer run of the key goes on here.
             .filter(|(key, token)| worker.jobs.get(key).is_none_or(|j| j.token <= *token));
         self.make_stand(stops, |key, token| {
+            tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
+        })
+        .await
+    }
+
+    /// The part of [`stops_stand`](Self::stops_stand) that need not wait
+    /// for `worker`'s re-assertion: stops and ends of keys it neither runs
+    /// nor holds suspended. Made to stand again with the rest afterwards.
+    async fn ended_stops_stand(&self, worker: &WorkerInner) -> Result<()> {
+        let mut stops = Vec::new();
+        for (key, token) in worker
+            .stopped
+            .recent(STOPS_REMEMBERED)
+            .into_iter()
+            .chain(worker.handed_off.ended())
+        {
+            if !worker.runs_or_holds(&key).await {
+                stops.push((key, token));
+            }
+        }
+        self.make_stand(stops.into_iter(), |key, token| {
             tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
         })
         .await

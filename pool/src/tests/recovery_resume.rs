@@ -140,11 +140,25 @@ async fn a_job_whose_hand_off_failed_in_a_recovery_is_left_to_the_orphan_sweep()
     node.close().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_a_closing_worker_stopped_past_its_lease_is_left_to_the_orphan_sweep() {
+/// What Redis shows a closing worker of its job, past its lease.
+enum Shown {
+    /// Nothing: Redis lost its data (the job's record and payload, and the
+    /// pool's epoch).
+    Nothing,
+    /// The record naming the worker, while the pool recovers from a
+    /// rollback that may have brought it back.
+    ItsRecord,
+}
+
+/// A worker whose lease has lapsed (the watchdog has not acted yet, so a
+/// cleanup may have moved its job) closes while Redis shows `shown` of its
+/// job. The job stops there, is neither taken back by the closing worker
+/// nor handed to the other one in the window, and is an orphan the sweep
+/// requeues once every running copy has re-asserted.
+async fn a_close_past_the_lease_leaves_the_job_to_the_sweep(prefix: &str, shown: Shown) {
     let server = RedisServer::start().unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let node = short_lease_node(&client, "recovery-close").await;
+    let node = short_lease_node(&client, prefix).await;
     let handler = Counting::default();
     let closing = Worker::new(&node, handler.clone()).await.unwrap();
     let other = Worker::new(&node, handler.clone()).await.unwrap();
@@ -152,16 +166,19 @@ async fn a_job_a_closing_worker_stopped_past_its_lease_is_left_to_the_orphan_swe
     node.dispatch_job(&key, &b"p"[..]).await.unwrap();
     closing.job_token(&key).unwrap();
 
-    // The worker's lease has lapsed (the watchdog has not acted yet), so a
-    // cleanup may have moved the job; and Redis lost its data, so nothing
-    // there shows a run elsewhere that has not re-asserted yet.
     closing.inner.lease_lost.store(true, Ordering::SeqCst);
-    lose_job_and_epoch(&client, &node, &key).await;
+    match shown {
+        Shown::Nothing => lose_job_and_epoch(&client, &node, &key).await,
+        Shown::ItsRecord => {
+            node.inner
+                .store
+                .begin_recovery(node.inner.options.worker_ttl)
+                .await
+                .unwrap();
+        }
+    }
 
     node.remove_worker(&closing).await.unwrap();
-    // Stopped there, neither taken back by the closing worker nor handed to
-    // the other one in the window: an orphan the sweep requeues once every
-    // running copy has re-asserted.
     assert_eq!(handler.stops.load(Ordering::SeqCst), 1);
     assert!(other.job_token(&key).is_none(), "handed on in the window");
     let until_ms = assert_left_to_the_sweep(&client, &node, &key).await;
@@ -177,6 +194,11 @@ async fn a_job_a_closing_worker_stopped_past_its_lease_is_left_to_the_orphan_swe
     node.close().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_a_closing_worker_stopped_past_its_lease_is_left_to_the_orphan_sweep() {
+    a_close_past_the_lease_leaves_the_job_to_the_sweep("recovery-close", Shown::Nothing).await;
+}
+
 /// As above, but Redis kept the record naming the closing worker: a
 /// rollback brought it back (a cleanup had moved the job during the lease
 /// loss, and its new owner, which runs it, has not re-asserted yet). The
@@ -184,35 +206,6 @@ async fn a_job_a_closing_worker_stopped_past_its_lease_is_left_to_the_orphan_swe
 /// the hand-off's token would outrank the run elsewhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closing_worker_does_not_hand_on_from_a_rolled_back_record_past_its_lease() {
-    let server = RedisServer::start().unwrap();
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let node = short_lease_node(&client, "recovery-close-record").await;
-    let handler = Counting::default();
-    let closing = Worker::new(&node, handler.clone()).await.unwrap();
-    let other = Worker::new(&node, handler.clone()).await.unwrap();
-    let key = key_placed_on(&node, &closing).await;
-    node.dispatch_job(&key, &b"p"[..]).await.unwrap();
-    closing.job_token(&key).unwrap();
-
-    closing.inner.lease_lost.store(true, Ordering::SeqCst);
-    node.inner
-        .store
-        .begin_recovery(node.inner.options.worker_ttl)
-        .await
-        .unwrap();
-
-    node.remove_worker(&closing).await.unwrap();
-    assert_eq!(handler.stops.load(Ordering::SeqCst), 1);
-    assert!(other.job_token(&key).is_none(), "handed on in the window");
-    let until_ms = assert_left_to_the_sweep(&client, &node, &key).await;
-
-    wait_until(Duration::from_secs(30), "the orphan runs again", || async {
-        other.job_token(&key).is_some()
-    })
-    .await
-    .unwrap();
-    let token = other.job_token(&key).unwrap();
-    assert!(token / 1000 >= until_ms, "requeued within the window");
-    assert_eq!(handler.starts.load(Ordering::SeqCst), 2);
-    node.close().await.unwrap();
+    a_close_past_the_lease_leaves_the_job_to_the_sweep("recovery-close-record", Shown::ItsRecord)
+        .await;
 }

@@ -362,6 +362,14 @@ impl NodeInner {
             worker.regain_lease();
             worker.suspended.lock().await.drain().collect()
         };
+        // Runs that ended and whose end waits for the recovery to be
+        // recorded stay held, for that end.
+        let (ending, suspended): (Vec<_>, Vec<_>) = suspended
+            .into_iter()
+            .partition(|(key, job)| worker.lifecycle.ending(key, job.token));
+        if !ending.is_empty() {
+            worker.suspended.lock().await.extend(ending);
+        }
         // Many at a time: each restart waits on Redis and then on the
         // handler's `start`, which may take a while, and the worker's
         // lanes wait for all of them (this holds its `ops` lock).

@@ -30,6 +30,9 @@ pub(crate) struct WorkerLifecycle {
     reports: Mutex<Option<mpsc::UnboundedReceiver<Ended>>>,
     /// Jobs waiting to restart: key → token of the failed run.
     restarting: DashMap<String, u64>,
+    /// Runs whose end waits for a recovery to be recorded (`Retry`): key →
+    /// token. Not resumed meanwhile: the run ended.
+    ending: DashMap<String, u64>,
 }
 
 impl WorkerLifecycle {
@@ -39,6 +42,7 @@ impl WorkerLifecycle {
             to_worker,
             reports: Mutex::new(Some(reports)),
             restarting: DashMap::new(),
+            ending: DashMap::new(),
         }
     }
 
@@ -56,6 +60,12 @@ impl WorkerLifecycle {
     /// Jobs waiting to restart.
     pub(crate) fn restarting(&self) -> usize {
         self.restarting.len()
+    }
+
+    /// Whether run `token` of `key` ended and its end waits to be
+    /// recorded (a resume must not start it again).
+    pub(crate) fn ending(&self, key: &str, token: u64) -> bool {
+        self.ending.get(key).is_some_and(|t| *t == token)
     }
 
     /// Marks run `token` of `key` as waiting to restart.
@@ -126,16 +136,44 @@ impl WorkerInner {
                 delays_ms: &delays_ms,
             },
         };
+        // Read before the call: a run held suspended, or still running
+        // after the lease lapsed, may have been moved meanwhile.
+        let past_lease = handler_stopped || !self.holds_lease(&node);
         let recorded = node
             .store
-            .record_job_end(&ended.key, &self.id, ended.token, end)
+            .record_job_end(
+                &ended.key,
+                &self.id,
+                ended.token,
+                end,
+                past_lease,
+                node.options.worker_ttl,
+            )
             .await;
         let key = ended.key.as_str();
+        if !matches!(recorded, Ok(EndRecorded::Retry)) {
+            self.lifecycle
+                .ending
+                .remove_if(key, |_, token| *token == ended.token);
+        }
         match recorded {
             Err(e) => {
                 // The job stays recorded here; report again later (the
                 // token check makes a repeat harmless).
                 tracing::warn!(key, error = %e, "recording a job's end failed; retrying");
+                self.clone().report_later(ended);
+            }
+            Ok(EndRecorded::Retry) => {
+                // Past the lease while the pool recovers: the record naming
+                // this run may hide a move. Asked again once the window is
+                // over, when every running copy has re-asserted; the run is
+                // not resumed meanwhile.
+                tracing::info!(
+                    key,
+                    token = ended.token,
+                    "end of a run past its lease held back while the pool recovers; asking again"
+                );
+                self.lifecycle.ending.insert(key.to_string(), ended.token);
                 self.clone().report_later(ended);
             }
             Ok(EndRecorded::Finished) => {

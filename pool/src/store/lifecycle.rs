@@ -24,6 +24,10 @@ pub(crate) enum EndRecorded {
     Failed { failures: u32 },
     /// Redis names another run of the key: nothing changed.
     Moved,
+    /// The run went on past its worker's lease and the pool recovers (or
+    /// Redis went back to a state older than the node has seen): nothing
+    /// changed; asked again later.
+    Retry,
 }
 
 /// How a run ended, as `job_ended.lua` takes it.
@@ -58,13 +62,18 @@ impl PoolStore {
         k
     }
 
-    /// Records the end of run `token` of `key` on `worker`.
+    /// Records the end of run `token` of `key` on `worker`. `past_lease`:
+    /// the run went on past the worker's lease (it may have been moved);
+    /// its end then waits for the end of a recovery (`worker_ttl`: the
+    /// window a script that finds the pool's epoch gone opens).
     pub(crate) async fn record_job_end(
         &self,
         key: &str,
         worker: &str,
         token: u64,
         end: EndArgs<'_>,
+        past_lease: bool,
+        worker_ttl: Duration,
     ) -> Result<EndRecorded> {
         const WHAT: &str = "job_ended reply";
         let mut args = self.maps.base_args();
@@ -94,10 +103,20 @@ impl PoolStore {
                 ]);
             }
         }
+        args.extend([
+            Value::from(worker_ttl.as_millis().to_string()),
+            Value::from(if past_lease {
+                self.revision_floor()
+            } else {
+                String::new()
+            }),
+        ]);
+        let mut keys = self.failures_keys();
+        keys.push(self.maps.keepalive_revision_key());
         let reply: Value = self
             .scripts
             .job_ended
-            .run(&self.client, self.failures_keys(), args, self.timeout)
+            .run(&self.client, keys, args, self.timeout)
             .await?;
         let (status, rest) = status_reply(WHAT, reply)?;
         let int = |i: usize| {
@@ -111,6 +130,7 @@ impl PoolStore {
         Ok(match status.as_str() {
             "finished" => EndRecorded::Finished,
             "moved" => EndRecorded::Moved,
+            "retry" => EndRecorded::Retry,
             "failed" => EndRecorded::Failed {
                 failures: int(0)? as u32,
             },

@@ -93,3 +93,52 @@ async fn a_job_held_past_the_lease_is_not_handed_on_from_an_older_state() {
         "a run under a lease that held is the owner's to hand on"
     );
 }
+
+/// The end of a run its worker ran past its lease (seed 1413: the worker's
+/// process was paused, a cleanup moved the job, a rollback took the move
+/// back, and the run that finished as the process came back was recorded
+/// as the job's end, with the moved run, newer, about to re-assert) waits
+/// for the recovery to be over. A run under a lease that held ends as
+/// before.
+#[tokio::test]
+async fn the_end_of_a_run_past_its_lease_waits_for_the_recovery() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    for key in ["past", "held"] {
+        assert_eq!(
+            s.reassert(
+                key,
+                "w1",
+                100,
+                codec::stored(0, &body(key)),
+                Reassert::Running,
+                TTL
+            )
+            .await
+            .unwrap(),
+            Reasserted::Ok
+        );
+    }
+    assert_eq!(s.begin_recovery(TTL).await.unwrap(), Recovery::Opened);
+    assert_eq!(
+        s.record_job_end("past", "w1", 100, EndArgs::Finished, true, TTL)
+            .await
+            .unwrap(),
+        EndRecorded::Retry,
+        "the end of a run past its lease recorded while the pool recovers"
+    );
+    let (_, record, _) = s.job_records("past").await.unwrap();
+    assert_eq!(
+        record.as_deref(),
+        Some("w1 100"),
+        "the record is left as it was"
+    );
+    assert_eq!(
+        s.record_job_end("held", "w1", 100, EndArgs::Finished, false, TTL)
+            .await
+            .unwrap(),
+        EndRecorded::Finished,
+        "a run under a lease that held ends at once"
+    );
+}

@@ -545,14 +545,14 @@ async fn lifecycle_scripts_answer_each_status() {
 
     let t = run("done").await;
     assert_eq!(
-        s.record_job_end("done", "w2", t, EndArgs::Finished)
+        s.record_job_end("done", "w2", t, EndArgs::Finished, false, TTL)
             .await
             .unwrap(),
         EndRecorded::Moved,
         "another worker's report"
     );
     assert_eq!(
-        s.record_job_end("done", "w1", t, EndArgs::Finished)
+        s.record_job_end("done", "w1", t, EndArgs::Finished, false, TTL)
             .await
             .unwrap(),
         EndRecorded::Finished
@@ -562,7 +562,7 @@ async fn lifecycle_scripts_answer_each_status() {
 
     let t1 = run("flaky").await;
     assert_eq!(
-        s.record_job_end("flaky", "w1", t1, failed(&[100, 200]))
+        s.record_job_end("flaky", "w1", t1, failed(&[100, 200]), false, TTL)
             .await
             .unwrap(),
         EndRecorded::Restarting {
@@ -593,7 +593,7 @@ async fn lifecycle_scripts_answer_each_status() {
         "another worker's"
     );
     assert_eq!(
-        s.record_job_end("flaky", "w1", t2, failed(&[100, 200]))
+        s.record_job_end("flaky", "w1", t2, failed(&[100, 200]), false, TTL)
             .await
             .unwrap(),
         EndRecorded::Restarting {
@@ -603,7 +603,7 @@ async fn lifecycle_scripts_answer_each_status() {
     );
     let t3 = s.restart_job("flaky", "w1", t2).await.unwrap().unwrap();
     assert_eq!(
-        s.record_job_end("flaky", "w1", t3, failed(&[100, 200]))
+        s.record_job_end("flaky", "w1", t3, failed(&[100, 200]), false, TTL)
             .await
             .unwrap(),
         EndRecorded::Failed { failures: 3 }

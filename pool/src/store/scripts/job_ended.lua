@@ -1,19 +1,32 @@
 -- Records how a run ended on its own, while Redis still names this run
 -- (worker and token) the job's owner: finished (the job leaves the pool),
 -- or failed (restart after the next backoff delay, or failed for good).
--- KEYS: base, 9 failures hash
+-- KEYS: base, 9 failures hash, 10 keep-alive revision (`went_back`)
 -- ARGV: base, 4 job key, 5 worker id, 6 run token, 7 'finished' | 'failed',
 --       8 error text, 9 'chain' | 'reset' (a run that lasted long enough
 --       starts the count over), 10 backoff delays in ms, space-separated
---       (restart n waits delay n; past the last one the job has failed)
+--       (restart n waits delay n; past the last one the job has failed),
+--       11 worker ttl ms (the recovery window), 12 the revisions the worker's
+--       node has seen (`went_back`) when the run went on past the worker's
+--       lease ('' otherwise)
 -- Returns {'finished'} | {'restarting', n, delay ms} | {'failed', n} |
---       {'moved'} (Redis names another run: nothing changed)
+--       {'moved'} (Redis names another run: nothing changed) | {'retry'}
+--       (a run past its lease while the pool recovers: nothing changed)
 -- Failure record: "<state> <n> <token> <at_ms> <error>", state 'restarting'
 -- (run <token> failed, restart due at <at_ms>), 'running' (the restart
 -- <token> runs; see job_restart.lua) or 'failed' (at <at_ms>).
 local key = ARGV[4]
 if mget(JOBS, key) ~= ARGV[5] .. ' ' .. ARGV[6] then
   return {'moved'}
+end
+-- Past the worker's lease a cleanup may have moved the job, on writes a
+-- rollback took back: the record naming this run then hides a newer run
+-- elsewhere that has not re-asserted yet, and the end of this one would
+-- end the job under it (it would run on, and the end be undone). Asked
+-- again once every running copy has re-asserted (the window's end).
+local ttl = tonumber(ARGV[11])
+if ARGV[12] ~= '' and (went_back(ARGV[12], ttl, KEYS[10]) or recovering(ttl)) then
+  return {'retry'}
 end
 if ARGV[7] == 'finished' then
   mdel(JOBS, key)

@@ -244,8 +244,9 @@ impl NodeInner {
         // below may wait for its starts under way and take many calls, a
         // crash meanwhile would take them with it. (Those of a key it runs
         // or holds again wait for that run's re-assertion, below.)
+        let mut stood = Vec::with_capacity(workers.len());
         for worker in &workers {
-            self.ended_stops_stand(worker).await?;
+            stood.push(self.ended_stops_stand(worker).await?);
         }
         // Every worker at once (each under its own lock): until its
         // reconcile has re-asserted them, a worker is the only holder of
@@ -254,8 +255,8 @@ impl NodeInner {
         let reconciled = futures::future::join_all(workers.iter().map(|w| self.reconcile(w))).await;
         reconciled.into_iter().collect::<Result<Vec<()>>>()?;
         // Then the workers' own stops, before any hand-off is given back.
-        for worker in &workers {
-            self.stops_stand(worker).await?;
+        for (worker, stood) in workers.iter().zip(&stood) {
+            self.stops_stand(worker, stood).await?;
         }
         for worker in &workers {
             self.handoffs_stand(worker).await?;
@@ -460,12 +461,19 @@ impl NodeInner {
     /// So are the ends of runs it handed off that Redis showed it (see
     /// `handoffs.rs`): the worker that stopped one and the node that asked
     /// may both be gone.
-    async fn stops_stand(&self, worker: &WorkerInner) -> Result<()> {
+    /// `stood`: those [`ended_stops_stand`](Self::ended_stops_stand) made
+    /// stand already in this recovery.
+    async fn stops_stand(
+        &self,
+        worker: &WorkerInner,
+        stood: &HashSet<(String, u64)>,
+    ) -> Result<()> {
         let stops = worker
             .stopped
             .recent(STOPS_REMEMBERED)
             .into_iter()
             .chain(worker.handed_off.ended())
+            .filter(|stop| !stood.contains(stop))
             // A newer run of the key goes on here.
             .filter(|(key, token)| worker.jobs.get(key).is_none_or(|j| j.token <= *token));
         self.make_stand(stops, |key, token| {
@@ -476,8 +484,8 @@ impl NodeInner {
 
     /// The part of [`stops_stand`](Self::stops_stand) that need not wait
     /// for `worker`'s re-assertion: stops and ends of keys it neither runs
-    /// nor holds suspended. Made to stand again with the rest afterwards.
-    async fn ended_stops_stand(&self, worker: &WorkerInner) -> Result<()> {
+    /// nor holds suspended; returns them.
+    async fn ended_stops_stand(&self, worker: &WorkerInner) -> Result<HashSet<(String, u64)>> {
         let mut stops = Vec::new();
         for (key, token) in worker
             .stopped
@@ -489,10 +497,11 @@ impl NodeInner {
                 stops.push((key, token));
             }
         }
-        self.make_stand(stops.into_iter(), |key, token| {
+        self.make_stand(stops.iter().cloned(), |key, token| {
             tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
         })
-        .await
+        .await?;
+        Ok(stops.into_iter().collect())
     }
 
     /// Runs `stop_stands.lua` for each of `stops`, [`STOPS_IN_FLIGHT`] at a

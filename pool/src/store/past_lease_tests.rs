@@ -23,27 +23,25 @@ async fn hand(f: &Fixture, key: &str, from: &str, to: &str, mover: Mover<'_>) ->
         .0
 }
 
+/// Records `keys` as run by `w1` with token 100.
+async fn run_on_w1(s: &PoolStore, keys: &[&str]) {
+    for key in keys {
+        let stored = codec::stored(0, &body(key));
+        let outcome = s
+            .reassert(key, "w1", 100, stored, Reassert::Running, TTL)
+            .await
+            .unwrap();
+        assert_eq!(outcome, Reasserted::Ok, "{key}");
+    }
+}
+
 #[tokio::test]
 async fn a_job_held_past_the_lease_is_not_handed_on_from_an_older_state() {
     let f = &fixture().await;
     let s = &f.store;
     f.register("w1").await;
     f.register("w2").await;
-    for key in ["a", "b"] {
-        assert_eq!(
-            s.reassert(
-                key,
-                "w1",
-                100,
-                codec::stored(0, &body(key)),
-                Reassert::Running,
-                TTL
-            )
-            .await
-            .unwrap(),
-            Reasserted::Ok
-        );
-    }
+    run_on_w1(s, &["a", "b"]).await;
     // The node has seen the keep-alive map's revision; Redis goes back to
     // before it (a rollback the node has not noticed yet).
     let revision_key = s.maps.keepalive_revision_key();
@@ -105,21 +103,7 @@ async fn the_end_of_a_run_past_its_lease_waits_for_the_recovery() {
     let f = &fixture().await;
     let s = &f.store;
     f.register("w1").await;
-    for key in ["past", "held"] {
-        assert_eq!(
-            s.reassert(
-                key,
-                "w1",
-                100,
-                codec::stored(0, &body(key)),
-                Reassert::Running,
-                TTL
-            )
-            .await
-            .unwrap(),
-            Reasserted::Ok
-        );
-    }
+    run_on_w1(s, &["past", "held"]).await;
     assert_eq!(s.begin_recovery(TTL).await.unwrap(), Recovery::Opened);
     assert_eq!(
         s.record_job_end("past", "w1", 100, EndArgs::Finished, true, TTL)

@@ -151,7 +151,8 @@ impl WorkerInner {
             )
             .await;
         let key = ended.key.as_str();
-        if !matches!(recorded, Ok(EndRecorded::Retry)) {
+        // Kept while no answer came (an error: asked again later).
+        if !matches!(recorded, Ok(EndRecorded::Retry) | Err(_)) {
             self.lifecycle
                 .ending
                 .remove_if(key, |_, token| *token == ended.token);

@@ -126,3 +126,31 @@ async fn the_end_of_a_run_past_its_lease_waits_for_the_recovery() {
         "a run under a lease that held ends at once"
     );
 }
+
+/// A finished job leaves a tombstone token (chaos soak seed 1414: a run a
+/// cleanup had moved the job to, on writes a rollback took back, was cut
+/// off past the recovery window; the end of the old run was recorded
+/// after the window, and the moved run, re-asserted later, took the
+/// finished job back).
+#[tokio::test]
+async fn a_finished_job_is_not_taken_back_by_a_run_issued_before_its_end() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    run_on_w1(s, &["done"]).await;
+    assert_eq!(
+        s.record_job_end("done", "w1", 100, EndArgs::Finished, false, TTL)
+            .await
+            .unwrap(),
+        EndRecorded::Finished
+    );
+    let stored = codec::stored(0, &body("done"));
+    assert_eq!(
+        s.reassert("done", "w2", 200, stored, Reassert::Suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Lost,
+        "a run issued before the end took the finished job back"
+    );
+}

@@ -28,7 +28,12 @@ local ttl = tonumber(ARGV[11])
 if ARGV[12] ~= '' and (went_back(ARGV[12], ttl, KEYS[10]) or recovering(ttl)) then
   return {'retry'}
 end
+-- A job that leaves the pool leaves a tombstone token, above every run of
+-- the key issued before the end (as a stop does): a run a cleanup moved it
+-- to on writes a rollback took back, cut off past the recovery window,
+-- cannot take the job back when it re-asserts.
 if ARGV[7] == 'finished' then
+  next_token(key)
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
   redis.call('HDEL', KEYS[9], key)
@@ -48,6 +53,7 @@ for d in string.gmatch(ARGV[10], '%d+') do
   delays[#delays + 1] = tonumber(d)
 end
 if n > #delays then
+  next_token(key)
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
   redis.call('HSET', KEYS[9], key,

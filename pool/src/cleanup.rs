@@ -191,13 +191,17 @@ impl NodeInner {
         // node's: the worker may come back and clear a claim older than a
         // TTL (`keepalive.lua`), or another cleaner take it over.
         let cleaner = Some(self.id.as_str());
-        if self.requeue_owned_by(worker, cleaner).await == Claim::Lost
-            || self.requeue_worker_inbox(worker, cleaner).await? == Claim::Lost
-        {
-            log_claim_lost(worker);
-            return Ok(());
+        let mut claim = self.requeue_owned_by(worker, cleaner).await;
+        if claim == Claim::Held {
+            claim = self.requeue_worker_inbox(worker, cleaner).await?;
         }
-        self.remove_worker_entry(worker, cleaner).await
+        match claim {
+            Claim::Held => self.remove_worker_entry(worker, cleaner).await,
+            stopped => {
+                stopped.log(worker);
+                Ok(())
+            }
+        }
     }
 
     /// Requeues every job Redis says `worker` owns, listed page by page
@@ -205,7 +209,7 @@ impl NodeInner {
     /// that the rest waits for the orphan sweep (the worker is removed
     /// afterwards, which makes its jobs orphans). `cleaner`: this node's id
     /// when a cleanup moves a dead worker's jobs; no hand-off starts after
-    /// the first that finds the claim gone.
+    /// the first that finds the claim gone or the pool recovering.
     pub(crate) async fn requeue_owned_by(&self, worker: &str, cleaner: Option<&str>) -> Claim {
         let mut cursor = SCAN_START.to_string();
         loop {
@@ -228,13 +232,15 @@ impl NodeInner {
             // Many hand-offs at once, pipelined on the node's connection:
             // each script decides for its key alone, and a failover must
             // not grow by a round trip per job. Once one finds the claim
-            // gone, no further one starts (those in flight find it too).
+            // gone or the pool recovering, no further one starts (those in
+            // flight find it too).
             let claim_lost = AtomicBool::new(false);
+            let paused = AtomicBool::new(false);
             futures::stream::iter(page.keys)
                 .for_each_concurrent(HANDOFFS_IN_FLIGHT, |key| {
-                    let claim_lost = &claim_lost;
+                    let (claim_lost, paused) = (&claim_lost, &paused);
                     async move {
-                        if claim_lost.load(Ordering::Relaxed) {
+                        if claim_lost.load(Ordering::Relaxed) || paused.load(Ordering::Relaxed) {
                             return;
                         }
                         match self.ended_here(worker, &key).await {
@@ -247,15 +253,19 @@ impl NodeInner {
                                 return;
                             }
                         }
-                        if self.requeue_job(&key, worker, Mover::owner_or(cleaner)).await == Some(Handoff::ClaimLost)
-                        {
-                            claim_lost.store(true, Ordering::Relaxed);
+                        match self.requeue_job(&key, worker, Mover::owner_or(cleaner)).await {
+                            Some(Handoff::ClaimLost) => claim_lost.store(true, Ordering::Relaxed),
+                            Some(Handoff::Recovering) => paused.store(true, Ordering::Relaxed),
+                            _ => {}
                         }
                     }
                 })
                 .await;
             if claim_lost.into_inner() {
                 return Claim::Lost;
+            }
+            if paused.into_inner() {
+                return Claim::Paused;
             }
             if page.cursor == SCAN_START {
                 return Claim::Held;
@@ -422,8 +432,9 @@ impl NodeInner {
             };
             after = Some(last.clone());
             for (id, fields) in entries {
-                if self.requeue_entry(worker, &id, &fields, cleaner).await? == Claim::Lost {
-                    return Ok(Claim::Lost);
+                let claim = self.requeue_entry(worker, &id, &fields, cleaner).await?;
+                if claim != Claim::Held {
+                    return Ok(claim);
                 }
             }
         }
@@ -548,6 +559,7 @@ impl NodeInner {
                 }
                 Moved::Ok | Moved::Gone => Ok(Claim::Held),
                 Moved::ClaimLost => Ok(Claim::Lost),
+                Moved::Recovering => Ok(Claim::Paused),
             }
         };
         attempt
@@ -582,13 +594,14 @@ impl NodeInner {
                     return Ok(());
                 }
                 Removed::NotClaimed => {
-                    log_claim_lost(worker);
+                    Claim::Lost.log(worker);
                     return Ok(());
                 }
                 Removed::InboxNotEmpty => {}
             }
-            if self.requeue_worker_inbox(worker, cleaner).await? == Claim::Lost {
-                log_claim_lost(worker);
+            let claim = self.requeue_worker_inbox(worker, cleaner).await?;
+            if claim != Claim::Held {
+                claim.log(worker);
                 return Ok(());
             }
         }
@@ -596,8 +609,8 @@ impl NodeInner {
     }
 }
 
-/// Whether a cleanup's claim on the worker it cleans was still its own at
-/// its last step (always `Held` when no cleanup claim is involved).
+/// Whether a cleanup may go on after its last step (always `Held` when no
+/// cleanup claim is involved).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Claim {
     /// Still this node's (or none is needed): go on.
@@ -605,13 +618,29 @@ pub(crate) enum Claim {
     /// Gone (the worker came back and cleared it, or another node took it
     /// over): what is left of the worker is not this node's to move.
     Lost,
+    /// Still this node's, but the pool recovers from a data loss or a
+    /// rollback (or the state is older than this node has seen): the
+    /// older state may show jobs this cleanup moved before it went back.
+    /// The rest waits; the claim, left in place, is taken over once it is
+    /// a TTL old and the recovery window is over (`claim_cleanup.lua`).
+    Paused,
 }
 
-fn log_claim_lost(worker: &str) {
-    tracing::info!(
-        worker,
-        "cleanup claim lost (the worker came back, or another node took it over): the rest of the worker left in place"
-    );
+impl Claim {
+    /// Logs why a cleanup of `worker` stopped before it was done.
+    fn log(self, worker: &str) {
+        match self {
+            Claim::Held => {}
+            Claim::Lost => tracing::info!(
+                worker,
+                "cleanup claim lost (the worker came back, or another node took it over): the rest of the worker left in place"
+            ),
+            Claim::Paused => tracing::info!(
+                worker,
+                "cleanup paused: the pool recovers from a data loss or a rollback; the rest of the worker waits for a cleanup after the window"
+            ),
+        }
+    }
 }
 
 /// The workers that refused a job or an inbox entry during one requeue:

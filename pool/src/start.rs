@@ -148,7 +148,7 @@ impl WorkerInner {
                 .await?
             {
                 // A forward names no cleaner: no claim to lose.
-                Moved::Ok | Moved::Gone | Moved::ClaimLost => return Ok(()),
+                Moved::Ok | Moved::Gone | Moved::ClaimLost | Moved::Recovering => return Ok(()),
                 Moved::NoTarget => node.refresh_ring(), // target left: run it here
             }
         }

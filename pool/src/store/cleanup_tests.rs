@@ -211,3 +211,89 @@ async fn no_cleanup_is_claimed_on_the_state_a_rollback_went_back_to() {
         ClaimStatus::Recovering
     );
 }
+
+/// A cleanup claimed before Redis went back in time, still under way: the
+/// older state may show the dead worker owning jobs this cleanup moved
+/// since (their moves lost), which run where they went and have not
+/// re-asserted yet. A listing of the older hash can name them again, and a
+/// token issued now from the older counter can equal the moved run's. The
+/// cleaner moves nothing while the pool recovers, nor on a state older than
+/// it has seen; its claim stays, to be taken over once it is a TTL old and
+/// the window is over.
+#[tokio::test]
+async fn a_cleanup_under_way_moves_nothing_while_the_pool_recovers() {
+    let f = &fixture().await;
+    let s = &f.store;
+    for w in ["w1", "w2"] {
+        f.register(w).await;
+    }
+    for key in ["r", "t"] {
+        let stored = codec::stored(0, &body(key));
+        s.reassert(key, "w1", 7, stored, Reassert::Running, TTL)
+            .await
+            .unwrap();
+    }
+    f.admitted("q", "w1").await;
+    let queued = f.entry_ids("w1").await[0].clone();
+    claim(f, "w1", "n-me", 1000).await;
+    // The node has seen the keep-alive map's revision; Redis goes back to
+    // before it (a rollback no node has noticed yet).
+    let revision_key = s.maps.keepalive_revision_key();
+    let seen: u64 = s.client.get(&revision_key).await.unwrap();
+    s.maps
+        .keepalive
+        .wait_for(Duration::from_secs(10), |m| m.revision_high_water() >= seen)
+        .await
+        .expect("the replica saw the revision");
+    let _: () = s
+        .client
+        .set(&revision_key, seen - 1, None, None, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        f.handoff("r", "w1", "w2", Some("n-me")).await,
+        Handoff::Recovering,
+        "a cleaner moved a job on a state older than it has seen"
+    );
+    // That call opened the recovery window; w2 renews in it, so it may
+    // take jobs, but the cleaner still moves nothing.
+    s.keepalive("n-test", TTL, 0, vec!["w2".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(
+        f.handoff("t", "w1", "w2", Some("n-me")).await,
+        Handoff::Recovering,
+        "a cleaner moved a job while the pool recovers"
+    );
+    let (from_inbox, to_inbox) = (f.inbox("w1"), f.inbox("w2"));
+    let entry = EntryMove {
+        from: "w1",
+        from_inbox: &from_inbox,
+        to: "w2",
+        to_inbox: &to_inbox,
+        id: &queued,
+        name: "start",
+        payload: body("q"),
+        requeue: Requeue {
+            key: Some("q"),
+            cleaner: Some("n-me"),
+        },
+        worker_ttl: TTL,
+    };
+    assert_eq!(s.move_entry(entry).await.unwrap(), Moved::Recovering);
+    assert_eq!(f.entry_ids("w1").await, std::slice::from_ref(&queued));
+    for key in ["r", "t"] {
+        let (_, record, _) = s.job_records(key).await.unwrap();
+        assert_eq!(record.as_deref(), Some("w1 7"), "{key} left with w1");
+    }
+    assert_eq!(
+        s.maps.cleanup.get("w1").as_deref(),
+        Some("n-me 1000"),
+        "the claim stays, for a takeover after the window"
+    );
+    // A rebalance or close (no cleaner) is not held back by the window.
+    assert!(matches!(
+        f.handoff("t", "w1", "w2", None).await,
+        Handoff::Ok { .. }
+    ));
+}

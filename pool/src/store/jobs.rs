@@ -90,7 +90,10 @@ pub(crate) enum Mover<'a> {
     /// it has not noticed yet, which opens the window).
     OwnerPastLease,
     /// A cleanup on node `.0` moves a dead worker's job; its claim on the
-    /// worker must still be its own.
+    /// worker must still be its own. Refused (`recovering`) as
+    /// [`OwnerPastLease`](Self::OwnerPastLease) is: a cleanup claimed before
+    /// a rollback may have moved jobs the older state shows with the dead
+    /// worker again, and the older counter would issue their tokens again.
     Cleaner(&'a str),
 }
 
@@ -115,8 +118,9 @@ pub(crate) enum Handoff {
     NoTarget,
     /// The job has no payload any more.
     NoPayload,
-    /// The pool recovers from a data loss: orphans wait, and so does a job
-    /// its owner held past its lease ([`Mover::OwnerPastLease`]).
+    /// The pool recovers from a data loss: orphans wait, and so do a job
+    /// its owner held past its lease ([`Mover::OwnerPastLease`]) and a
+    /// cleaner's moves ([`Mover::Cleaner`]).
     Recovering,
     /// A cleanup's claim on the expected owner is not the cleaner's any
     /// more (the worker came back, or another cleaner took over): the
@@ -154,6 +158,10 @@ call::status!(
         /// A cleanup's claim on the source worker is not the cleaner's any
         /// more: the entry stays.
         ClaimLost = "claim_lost",
+        /// A cleaner's move while the pool recovers from a data loss or a
+        /// rollback, or on a state older than the cleaner has seen: the
+        /// entry stays (see [`Mover::Cleaner`]).
+        Recovering = "recovering",
     }
 );
 
@@ -320,8 +328,8 @@ impl PoolStore {
                 _ => "",
             }),
             Value::from(match mover {
-                Mover::OwnerPastLease => self.revision_floor(),
-                _ => String::new(),
+                Mover::OwnerPastLease | Mover::Cleaner(_) => self.revision_floor(),
+                Mover::Owner => String::new(),
             }),
         ]);
         let reply: Value = self
@@ -384,6 +392,7 @@ impl PoolStore {
         keys.push(entry.to_inbox.to_string());
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         keys.push(self.maps.keepalive.keys_info().hash.clone());
+        keys.push(self.maps.keepalive_revision_key());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(entry.id),
@@ -395,6 +404,11 @@ impl PoolStore {
             Value::from(entry.requeue.cleaner.unwrap_or("")),
             Value::from(entry.from),
             Value::from(entry.worker_ttl.as_millis().to_string()),
+            Value::from(if entry.requeue.cleaner.is_some() {
+                self.revision_floor()
+            } else {
+                String::new()
+            }),
         ]);
         let status: String = self
             .scripts

@@ -31,16 +31,12 @@ async fn functions_called(client: &fred::prelude::Client) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
-    let server = RedisServer::start().unwrap();
-    let (client, a, b, wa, _wb, _) = two_nodes(&server, "lost-claim").await;
-    // Three windows of hand-offs in flight.
-    let jobs = 3 * HANDOFFS_IN_FLIGHT;
+/// Dispatches `jobs` keys that `a` places on worker `on`.
+async fn jobs_placed_on(a: &Node, on: &str, jobs: usize) -> Vec<String> {
     let mut keys = Vec::new();
     for i in 0..10 * jobs {
         let key = format!("j{i}");
-        if a.placement(&key).as_deref() == Some(wa.id()) {
+        if a.placement(&key).as_deref() == Some(on) {
             a.dispatch_job(&key, &b"p"[..]).await.unwrap();
             keys.push(key);
         }
@@ -54,6 +50,63 @@ async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
         "{jobs} of {} keys placed on one of two workers",
         10 * jobs
     );
+    keys
+}
+
+/// Runs `clean` with every function call logged; returns the pool
+/// functions it called.
+async fn calls_of(client: &fred::prelude::Client, clean: impl Future<Output = ()>) -> Vec<String> {
+    let _: () = client.config_set("slowlog-max-len", 100_000).await.unwrap();
+    let _: () = client
+        .config_set("slowlog-log-slower-than", 0)
+        .await
+        .unwrap();
+    client.slowlog_reset().await.unwrap();
+    clean.await;
+    let _: () = client
+        .config_set("slowlog-log-slower-than", 10_000)
+        .await
+        .unwrap();
+    functions_called(client).await
+}
+
+/// Asserts that the cleaner stopped at its first window of refused
+/// hand-offs, and that `on` still owns every one of `keys`.
+async fn stopped_at_first_refusal(
+    client: &fred::prelude::Client,
+    a: &Node,
+    on: &str,
+    keys: &[String],
+    called: &[String],
+) {
+    let count = |name: &str| called.iter().filter(|f| f.as_str() == name).count();
+    let handoffs = count("handoff");
+    assert!(
+        (1..=HANDOFFS_IN_FLIGHT).contains(&handoffs),
+        "the hand-offs in flight at the first refusal, then the cleaner stops; \
+         it called {handoffs} hand-offs for {} jobs: {called:?}",
+        keys.len()
+    );
+    assert_eq!(
+        count("move_entry") + count("remove_worker"),
+        0,
+        "the cleaner went on past the jobs: {called:?}"
+    );
+    let jobs_hash = a.inner.store.maps.jobs_map().keys_info().hash.clone();
+    for key in keys {
+        let record: Option<String> = client.hget(jobs_hash.as_str(), key.as_str()).await.unwrap();
+        let record = record.unwrap_or_else(|| panic!("{key}: no record"));
+        assert_eq!(job_owner(&record).map(|(w, _)| w), Some(on), "{key}");
+    }
+    assert!(a.pool_workers().iter().any(|w| w.id == on));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
+    let server = RedisServer::start().unwrap();
+    let (client, a, b, wa, _wb, _) = two_nodes(&server, "lost-claim").await;
+    // Three windows of hand-offs in flight.
+    let keys = jobs_placed_on(&a, wa.id(), 3 * HANDOFFS_IN_FLIGHT).await;
 
     // A live claim on `wa` that is not `b`'s: `b` took one, then `wa` came
     // back and cleared it and another node claimed it, or another node
@@ -67,39 +120,45 @@ async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
         .await
         .unwrap();
 
-    let _: () = client.config_set("slowlog-max-len", 100_000).await.unwrap();
-    let _: () = client
-        .config_set("slowlog-log-slower-than", 0)
-        .await
-        .unwrap();
-    client.slowlog_reset().await.unwrap();
-    b.inner.clean_worker(wa.id()).await.unwrap();
-    let _: () = client
-        .config_set("slowlog-log-slower-than", 10_000)
+    let called = calls_of(&client, async {
+        b.inner.clean_worker(wa.id()).await.unwrap();
+    })
+    .await;
+    // Nothing of `wa` moved: it still owns every job and stays registered.
+    stopped_at_first_refusal(&client, &a, wa.id(), &keys, &called).await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// A cleanup under way when the pool starts recovering from a data loss or
+/// a rollback (its claim made before): the older state may show jobs it
+/// moved before Redis went back. It stops at its first refused step and
+/// leaves its claim, for a takeover once the window is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cleanup_stops_at_its_first_step_refused_for_a_recovery() {
+    let server = RedisServer::start().unwrap();
+    let (client, a, b, wa, _wb, _) = two_nodes(&server, "paused-cleanup").await;
+    let keys = jobs_placed_on(&a, wa.id(), 3 * HANDOFFS_IN_FLIGHT).await;
+    let now_ms = crate::store::call::server_time_ms(&client).await.unwrap();
+    let claim = format!("{} {now_ms}", b.inner.id);
+    let cleanup = &a.inner.store.maps.cleanup;
+    cleanup.set(wa.id(), &claim).await.unwrap();
+    b.inner
+        .store
+        .begin_recovery(Duration::from_secs(5))
         .await
         .unwrap();
 
-    let called = functions_called(&client).await;
-    let count = |name: &str| called.iter().filter(|f| f.as_str() == name).count();
-    let handoffs = count("handoff");
-    assert!(
-        (1..=HANDOFFS_IN_FLIGHT).contains(&handoffs),
-        "the hand-offs in flight at the first refusal, then the cleaner stops; \
-         it called {handoffs} hand-offs for {jobs} jobs: {called:?}"
-    );
-    assert_eq!(
-        count("move_entry") + count("remove_worker"),
-        0,
-        "the cleaner went on past the jobs: {called:?}"
-    );
-    // Nothing of `wa` moved: it still owns every job and stays registered.
-    let jobs_hash = a.inner.store.maps.jobs_map().keys_info().hash.clone();
-    for key in &keys {
-        let record: Option<String> = client.hget(jobs_hash.as_str(), key.as_str()).await.unwrap();
-        let record = record.unwrap_or_else(|| panic!("{key}: no record"));
-        assert_eq!(job_owner(&record).map(|(w, _)| w), Some(wa.id()), "{key}");
-    }
-    assert!(a.pool_workers().iter().any(|w| w.id == wa.id()));
+    let called = calls_of(&client, async {
+        b.inner.clean_worker(wa.id()).await.unwrap();
+    })
+    .await;
+    stopped_at_first_refusal(&client, &a, wa.id(), &keys, &called).await;
+    let left: Option<String> = client
+        .hget(cleanup.keys_info().hash.as_str(), wa.id())
+        .await
+        .unwrap();
+    assert_eq!(left, Some(claim), "the claim stays for a takeover");
     a.close().await.unwrap();
     b.close().await.unwrap();
 }

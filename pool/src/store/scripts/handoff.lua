@@ -9,7 +9,7 @@
 --       10 the cleaner's node id when a cleanup moves a dead worker's job
 --       ('' otherwise): its claim on the worker must still be its own,
 --       11 the revisions the caller has seen (`went_back`) when the expected
---       owner held the job past its lease ('' otherwise)
+--       owner held the job past its lease, or a cleaner moves it ('' otherwise)
 -- Returns {'ok', token} (with the job's stored payload for a cleaner,
 --       which remembers the job until its new owner started it: the dead
 --       worker cannot give it back after a loss) | {'not_owner'} | {'no_target'} (the target is gone,
@@ -20,7 +20,7 @@
 --       the cleaner's any more: nothing of that worker is its to move)
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
 --       from a data loss: a worker that runs it may not have re-asserted yet;
---       nor a job its owner held past its lease, see below)
+--       nor a job its owner held past its lease, nor a cleaner's: see below)
 local key, expected, target = ARGV[4], ARGV[5], ARGV[6]
 if expected == '-' then
   if redis.call('HEXISTS', JOBS[1], key) == 1 or redis.call('HEXISTS', PENDING[1], key) == 1 then
@@ -41,7 +41,9 @@ elseif ARGV[11] ~= '' and (went_back(ARGV[11], tonumber(ARGV[9]), KEYS[12])
   -- Past its owner's lease a cleanup may have moved the job, on writes a
   -- rollback took back: the record naming the owner cannot vouch for it
   -- until every running copy has re-asserted (the window's end). A token
-  -- issued now would outrank the moved run's, unknown to Redis.
+  -- issued now would outrank the moved run's, unknown to Redis. A cleanup
+  -- claimed before the rollback may have made such moves itself, and the
+  -- older hash's listing can name those jobs again.
   return {'recovering'}
 end
 if not worker_current(target, KEYS[10], KEYS[11], tonumber(ARGV[9])) then

@@ -1,22 +1,32 @@
 -- Moves one inbox entry to another inbox atomically (forwarding, and
 -- requeue of a dead worker's unprocessed events).
 -- KEYS: base, 9 source inbox, 10 target inbox, 11 cleanup hash,
---       12 keep-alive hash
+--       12 keep-alive hash, 13 keep-alive revision (`went_back`)
 -- ARGV: base, 4 entry id, 5 event name, 6 new payload, 7 target worker,
 --       8 maxlen, 9 the job key of a start entry a cleaner moves ('' when
 --       forwarding), 10 the cleaner's node id when a cleanup moves a dead
 --       worker's entry ('' otherwise): its claim must still be its own
---       on 11 the source worker id, 12 worker ttl ms
+--       on 11 the source worker id, 12 worker ttl ms (the recovery window),
+--       13 the revisions the cleaner has seen (`went_back`; '' otherwise)
 -- A start entry moved by a cleaner gets a new fencing token (entry and
 -- pending guard alike): the dead or silent worker may have started it just
 -- before it went quiet (a start is recorded after the handler's `start`),
 -- and the run elsewhere must be fenced off from that one.
 -- Returns 'ok' | 'no_target' (the target does not read its inbox: see
 -- `worker_current`) | 'gone' | 'claim_lost' (a cleanup's claim on the source worker
--- is not the cleaner's any more)
-if ARGV[10] ~= '' and not claim_held(KEYS[11], ARGV[11], ARGV[10]) then
-  -- Not this cleaner's worker any more: the entry stays where it is.
-  return 'claim_lost'
+-- is not the cleaner's any more) | 'recovering' (a cleaner's move while the
+-- pool recovers, or on a state older than the cleaner has seen: a start it
+-- moved before a rollback may be back, its token issued again by the older
+-- counter; the entry stays for the cleanup after the window)
+if ARGV[10] ~= '' then
+  if not claim_held(KEYS[11], ARGV[11], ARGV[10]) then
+    -- Not this cleaner's worker any more: the entry stays where it is.
+    return 'claim_lost'
+  end
+  local ttl = tonumber(ARGV[12])
+  if went_back(ARGV[13], ttl, KEYS[13]) or recovering(ttl) then
+    return 'recovering'
+  end
 end
 if not worker_current(ARGV[7], KEYS[11], KEYS[12], tonumber(ARGV[12])) then
   return 'no_target'

@@ -37,12 +37,16 @@ const RETRY: Duration = Duration::from_millis(200);
 /// How far back stops are made to stand again after a rollback (a rollback
 /// loses seconds of writes, not minutes).
 const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
-/// Stops made to stand again at the same time (pipelined on the client's
-/// connection): a node that stopped many jobs in the last minutes gets
-/// through them in few round trips while its recovery mark holds the
-/// window open. The scripts' effects do not depend on their order (each
-/// removes what is at or below its token and only raises the counter).
-const STOPS_IN_FLIGHT: usize = 64;
+/// Stops made to stand again in one call of `stop_stands.lua`: a node that
+/// stopped or ended hundreds of runs in the last minutes gets through them
+/// in a few calls (a call costs Redis as much as a few stops), while its
+/// recovery mark holds the window open and before its workers re-assert.
+/// The stops' effects do not depend on their order (each removes what is
+/// at or below its token and only raises the counter).
+const STOPS_BATCH: usize = 64;
+/// Batches of stops in flight at once (pipelined on the client's
+/// connection).
+const STOP_CALLS_IN_FLIGHT: usize = 4;
 /// How often, at most, a node reads the server's identity besides after
 /// reconnects; a third of the TTL when that is shorter (see
 /// [`identity_every`]).
@@ -447,7 +451,7 @@ impl NodeInner {
     /// writes Redis lost, and nothing else remembers that stop. A stop
     /// answered `JobNotFound` counts too: a worker cut off from Redis may
     /// hold a suspended copy that only the stop's tombstone kept out.
-    async fn requested_stops_stand(&self) -> Result<()> {
+    pub(crate) async fn requested_stops_stand(&self) -> Result<()> {
         let stops = self.stops_requested.recent(STOPS_REMEMBERED);
         self.make_stand(stops.into_iter(), |key, token| {
             tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again");
@@ -504,18 +508,24 @@ impl NodeInner {
         Ok(stops.into_iter().collect())
     }
 
-    /// Runs `stop_stands.lua` for each of `stops`, [`STOPS_IN_FLIGHT`] at a
-    /// time; `removed` hears of each that took something away.
+    /// Runs `stop_stands.lua` for `stops`, [`STOPS_BATCH`] per call and
+    /// [`STOP_CALLS_IN_FLIGHT`] calls at a time; `removed` hears of each
+    /// that took something away.
     async fn make_stand(
         &self,
         stops: impl Iterator<Item = (String, u64)>,
         removed: impl Fn(&str, u64) + Sync,
     ) -> Result<()> {
+        let stops: Vec<(String, u64)> = stops.collect();
         let removed = &removed;
-        futures::stream::iter(stops.map(Ok))
-            .try_for_each_concurrent(STOPS_IN_FLIGHT, |(key, token)| async move {
-                if self.store.stop_stands(&key, token).await? == crate::store::StopStands::Removed {
-                    removed(&key, token);
+        futures::stream::iter(stops.chunks(STOPS_BATCH).map(Ok))
+            .try_for_each_concurrent(STOP_CALLS_IN_FLIGHT, |batch| async move {
+                let batch: Vec<(&str, u64)> = batch.iter().map(|(k, t)| (k.as_str(), *t)).collect();
+                let statuses = self.store.stop_stands_batch(&batch).await?;
+                for ((key, token), status) in batch.into_iter().zip(statuses) {
+                    if status == crate::store::StopStands::Removed {
+                        removed(key, token);
+                    }
                 }
                 Ok(())
             })

@@ -56,6 +56,33 @@ pub(crate) fn within<T, E: Into<Error>>(
     }
 }
 
+/// One status per item of a batched call (`what` names the reply), each
+/// read by `parse`: as many as the call carried, or the reply is
+/// malformed.
+pub(crate) fn statuses<T>(
+    what: &'static str,
+    count: usize,
+    values: &[Value],
+    parse: impl Fn(&str) -> Result<T>,
+) -> Result<Vec<T>> {
+    if values.len() != count {
+        return Err(Error::Malformed {
+            what,
+            reason: format!("{} statuses for {count} items", values.len()),
+        });
+    }
+    values
+        .iter()
+        .map(|v| match v.as_str() {
+            Some(word) => parse(&word),
+            None => Err(Error::Malformed {
+                what,
+                reason: format!("not a status: {v:?}"),
+            }),
+        })
+        .collect()
+}
+
 /// The error of a call Redis did not answer within `timeout`.
 pub(crate) fn late(timeout: Duration, what: &'static str) -> Error {
     Error::Unavailable(RedisError::new(

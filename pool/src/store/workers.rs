@@ -338,22 +338,7 @@ impl PoolStore {
             .reassert
             .run(&self.client, keys, args, self.timeout)
             .await?;
-        if statuses.len() != count {
-            return Err(crate::error::Error::Malformed {
-                what: WHAT,
-                reason: format!("{} statuses for {count} jobs", statuses.len()),
-            });
-        }
-        statuses
-            .iter()
-            .map(|s| match s.as_str() {
-                Some(word) => Reasserted::parse(&word),
-                None => Err(crate::error::Error::Malformed {
-                    what: WHAT,
-                    reason: format!("not a status: {s:?}"),
-                }),
-            })
-            .collect()
+        call::statuses(WHAT, count, &statuses, Reasserted::parse)
     }
 
     /// Takes job `key` back for `worker` with a new token, if it still owns
@@ -606,13 +591,28 @@ impl PoolStore {
     /// Makes a stop of the run of `key` with fencing token `stopped` stand
     /// again after Redis went back in time (see `stop_stands.lua`).
     pub(crate) async fn stop_stands(&self, key: &str, stopped: u64) -> Result<StopStands> {
+        let mut statuses = self.stop_stands_batch(&[(key, stopped)]).await?;
+        Ok(statuses.remove(0))
+    }
+
+    /// [`stop_stands`](Self::stop_stands) for many stops `(key, token)` in
+    /// one call: one status each, in order.
+    pub(crate) async fn stop_stands_batch(&self, stops: &[(&str, u64)]) -> Result<Vec<StopStands>> {
         let mut args = self.maps.base_args();
-        args.extend([Value::from(key), Value::from(stopped.to_string())]);
-        let status: String = self
+        args.reserve(2 * stops.len());
+        for (key, stopped) in stops {
+            args.extend([Value::from(*key), Value::from(stopped.to_string())]);
+        }
+        let statuses: Vec<Value> = self
             .scripts
             .stop_stands
             .run(&self.client, self.maps.base_keys(), args, self.timeout)
             .await?;
-        StopStands::parse(&status)
+        call::statuses(
+            "stop_stands reply",
+            stops.len(),
+            &statuses,
+            StopStands::parse,
+        )
     }
 }

@@ -4,7 +4,8 @@
 //! for 70–330 ms on a loaded machine (chaos soak seed 1412, three worker
 //! processes of 500 keys each): a `SIGKILL` 215 ms after an empty restart
 //! (105 ms after the worker registered again) lost the jobs it had not
-//! re-asserted yet, and their keys were admitted again.
+//! re-asserted yet, and their keys were admitted again. The stops a node
+//! makes stand again, before its workers re-assert, go in batches too.
 
 use fred::prelude::KeysInterface;
 
@@ -67,5 +68,64 @@ async fn a_worker_re_asserts_hundreds_of_jobs_in_a_few_calls() {
         assert!(payload, "{key}'s payload restored");
     }
     assert_eq!(handler.stops.load(Ordering::SeqCst), 0, "a job stopped");
+    node.close().await.unwrap();
+}
+
+/// A recovery makes the stops a node remembers stand again in batches:
+/// until they stand, and before its workers re-assert, a crash of the node
+/// takes them along, and one call per stop made a node that had stopped
+/// hundreds of runs in the last two minutes spend that many calls first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_makes_hundreds_of_stops_stand_in_a_few_calls() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("stop-batches");
+    let (node, worker, _handler) = pool(&server, &name).await;
+    const JOBS: usize = 300;
+    let keys: Vec<String> = (0..JOBS).map(|i| format!("k{i}")).collect();
+    let mut tokens = Vec::with_capacity(JOBS);
+    for key in &keys {
+        node.dispatch_job(key, &b"p"[..]).await.unwrap();
+        tokens.push(worker.job_token(key).unwrap());
+    }
+    for key in &keys {
+        node.stop_job(key).await.unwrap();
+    }
+
+    // Redis goes back to before the stops: each record names the worker
+    // again, and each fencing counter is the run's token.
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let store = &node.inner.store;
+    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
+    let fencing = crate::keys::fencing(&store.pool);
+    for (key, token) in keys.iter().zip(&tokens) {
+        let record = format!("{} {token}", worker.id());
+        let _: i64 = client
+            .hset(&jobs_hash, (key.as_str(), record.as_str()))
+            .await
+            .unwrap();
+        let _: i64 = client
+            .hset(&fencing, (key.as_str(), token.to_string()))
+            .await
+            .unwrap();
+    }
+
+    let before = function_calls(&client).await;
+    node.inner.requested_stops_stand().await.unwrap();
+    let calls = function_calls(&client).await - before;
+    // 300 stops in batches of 64: 5 calls, plus whatever the node's
+    // background tasks ran meanwhile.
+    assert!(
+        calls <= 15,
+        "{calls} function calls to make {JOBS} stops stand"
+    );
+    for (key, token) in keys.iter().zip(&tokens) {
+        let record: Option<String> = client.hget(&jobs_hash, key.as_str()).await.unwrap();
+        assert_eq!(record, None, "{key}'s stop stands");
+        let counter: u64 = client.hget(&fencing, key.as_str()).await.unwrap();
+        assert!(
+            counter > *token,
+            "{key}: counter {counter} not above {token}"
+        );
+    }
     node.close().await.unwrap();
 }

@@ -18,6 +18,33 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 
+/// `items` cut, in order, into batches of at most `max_items` and, but for
+/// an item alone, at most `max_bytes` by `size`: for calls that carry
+/// payloads, which Redis reads whole before it runs them.
+pub(crate) fn bounded<T>(
+    items: Vec<T>,
+    max_items: usize,
+    max_bytes: usize,
+    size: impl Fn(&T) -> usize,
+) -> Vec<Vec<T>> {
+    let mut batches = Vec::with_capacity(items.len().div_ceil(max_items.max(1)));
+    let mut batch: Vec<T> = Vec::new();
+    let mut bytes = 0;
+    for item in items {
+        let item_bytes = size(&item);
+        if !batch.is_empty() && (batch.len() >= max_items || bytes + item_bytes > max_bytes) {
+            batches.push(std::mem::take(&mut batch));
+            bytes = 0;
+        }
+        bytes += item_bytes;
+        batch.push(item);
+    }
+    if !batch.is_empty() {
+        batches.push(batch);
+    }
+    batches
+}
+
 /// Items queued before callers wait (backpressure).
 const QUEUE: usize = 1024;
 
@@ -169,6 +196,34 @@ fn copy_error(e: &Error, what: &'static str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lens<T>(batches: &[Vec<T>]) -> Vec<usize> {
+        batches.iter().map(Vec::len).collect()
+    }
+
+    #[test]
+    fn small_items_go_by_the_batch_count() {
+        let items: Vec<usize> = vec![100; 150];
+        assert_eq!(lens(&bounded(items, 64, 1 << 20, |n| *n)), [64, 64, 22]);
+        assert!(bounded(Vec::<usize>::new(), 64, 1 << 20, |n| *n).is_empty());
+    }
+
+    #[test]
+    fn large_items_make_smaller_batches_and_a_huge_one_goes_alone() {
+        let max = 1 << 20;
+        // Ten items of a quarter of the bound and a bit, a huge one among them.
+        let mut items: Vec<(usize, usize)> = (0..10).map(|i| (i, max / 4 + 2)).collect();
+        items.insert(5, (99, 3 * max));
+        let cut = bounded(items, 64, max, |(_, n)| *n);
+        assert_eq!(lens(&cut), [3, 2, 1, 3, 2]);
+        assert_eq!(cut[2], [(99, 3 * max)]);
+        let order: Vec<usize> = cut.iter().flatten().map(|(i, _)| *i).collect();
+        assert_eq!(
+            order,
+            [0, 1, 2, 3, 4, 99, 5, 6, 7, 8, 9],
+            "every item once, in order"
+        );
+    }
 
     /// Items queued while a call is in flight go out together, each gets
     /// its own answer, and a failed call fails each of its items.

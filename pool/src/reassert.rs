@@ -29,29 +29,6 @@ const REASSERT_BATCH_BYTES: usize = 1 << 20;
 /// Batches in flight at once (pipelined on the node's connection).
 const REASSERT_CALLS_IN_FLIGHT: usize = 4;
 
-/// `jobs` cut into batches of at most [`REASSERT_BATCH`] jobs and, but for
-/// a job alone, at most [`REASSERT_BATCH_BYTES`] of payload.
-fn batches(jobs: Vec<(String, LocalJob)>) -> Vec<Vec<(String, LocalJob)>> {
-    let mut batches = Vec::with_capacity(jobs.len().div_ceil(REASSERT_BATCH));
-    let mut batch: Vec<(String, LocalJob)> = Vec::new();
-    let mut bytes = 0;
-    for (key, job) in jobs {
-        let size = key.len() + job.raw_body.len();
-        if !batch.is_empty()
-            && (batch.len() == REASSERT_BATCH || bytes + size > REASSERT_BATCH_BYTES)
-        {
-            batches.push(std::mem::take(&mut batch));
-            bytes = 0;
-        }
-        bytes += size;
-        batch.push((key, job));
-    }
-    if !batch.is_empty() {
-        batches.push(batch);
-    }
-    batches
-}
-
 impl NodeInner {
     /// Re-asserts `jobs` in batches of [`REASSERT_BATCH`] (fewer when
     /// their payloads are large), several calls in flight (each script decides for each key alone). Returns the
@@ -64,7 +41,10 @@ impl NodeInner {
         jobs: Vec<(String, LocalJob)>,
         state: Reassert,
     ) -> (Vec<(String, Reasserted)>, Option<Error>) {
-        let batches = batches(jobs);
+        let batches =
+            crate::batch::bounded(jobs, REASSERT_BATCH, REASSERT_BATCH_BYTES, |(key, job)| {
+                key.len() + job.raw_body.len()
+            });
         let answers: Vec<Result<Vec<(String, Reasserted)>>> = futures::stream::iter(batches)
             .map(|batch| self.reassert_batch(worker, batch, state))
             .buffer_unordered(REASSERT_CALLS_IN_FLIGHT)
@@ -169,48 +149,5 @@ impl NodeInner {
     /// most), then a sweep step or two and the new owner's start.
     pub(crate) fn orphan_exposure(&self) -> Duration {
         self.options.orphan_grace + self.options.worker_ttl * 4 + self.options.sweep_interval * 2
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use bytes::Bytes;
-
-    use super::*;
-
-    fn job(key: &str, body: usize) -> (String, LocalJob) {
-        let raw_body = Bytes::from(vec![b'x'; body]);
-        let job = LocalJob {
-            token: 1,
-            created_at_ms: 0,
-            payload: raw_body.clone(),
-            raw_body,
-        };
-        (key.to_string(), job)
-    }
-
-    fn sizes(batches: &[Vec<(String, LocalJob)>]) -> Vec<usize> {
-        batches.iter().map(Vec::len).collect()
-    }
-
-    #[test]
-    fn small_jobs_go_by_the_batch_count() {
-        let jobs = (0..150).map(|i| job(&format!("k{i}"), 100)).collect();
-        assert_eq!(sizes(&batches(jobs)), [64, 64, 22]);
-        assert!(batches(Vec::new()).is_empty());
-    }
-
-    #[test]
-    fn large_payloads_make_smaller_batches_and_a_huge_one_goes_alone() {
-        let quarter = REASSERT_BATCH_BYTES / 4;
-        let mut jobs: Vec<_> = (0..10).map(|i| job(&format!("k{i}"), quarter)).collect();
-        jobs.insert(5, job("huge", 3 * REASSERT_BATCH_BYTES));
-        let cut = batches(jobs);
-        // Keys count too: four quarters and their keys pass the bound.
-        assert_eq!(sizes(&cut), [3, 2, 1, 3, 2]);
-        assert_eq!(cut[2][0].0, "huge");
-        let keys: Vec<&str> = cut.iter().flatten().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys.len(), 11, "every job once, in order: {keys:?}");
-        assert_eq!(keys[5], "huge");
     }
 }

@@ -44,9 +44,11 @@ const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
 /// The stops' effects do not depend on their order (each removes what is
 /// at or below its token and only raises the counter).
 const STOPS_BATCH: usize = 64;
-/// Batches of stops in flight at once (pipelined on the client's
-/// connection).
+/// Batches of stops (or of hand-offs given back, as many per call) in
+/// flight at once (pipelined on the client's connection).
 const STOP_CALLS_IN_FLIGHT: usize = 4;
+/// Payload bytes given back in one call at most (a larger job alone).
+const GIVE_BACK_BYTES: usize = 1 << 20;
 /// How often, at most, a node reads the server's identity besides after
 /// reconnects; a third of the TTL when that is shorter (see
 /// [`identity_every`]).
@@ -379,30 +381,36 @@ impl NodeInner {
     /// may have lost a hand-off whose start entry the new owner had not
     /// started yet, or an orphan the sweep had not requeued yet, and the job
     /// would run nowhere (see `handoffs.rs`).
-    async fn handoffs_stand(&self, worker: &WorkerInner) -> Result<()> {
-        let remembered = worker
+    pub(crate) async fn handoffs_stand(&self, worker: &WorkerInner) -> Result<()> {
+        let remembered: Vec<crate::handoffs::HandedOff> = worker
             .handed_off
             .remembered()
             .into_iter()
             // One that came back here is re-asserted with the worker's jobs.
-            .filter(|handed| !worker.jobs.contains_key(&handed.key));
-        futures::stream::iter(remembered.map(Ok))
-            .try_for_each_concurrent(crate::membership::HANDOFFS_IN_FLIGHT, |handed| async move {
-                let status = self
-                    .store
-                    .handoff_stands(
-                        &handed.key,
-                        handed.token,
-                        crate::codec::stored(handed.created_at_ms, &handed.body),
-                    )
-                    .await?;
-                if status == crate::store::HandoffStands::Restored {
-                    tracing::info!(key = handed.key, token = handed.token, worker = %worker.id, "a job passed on that Redis lost (hand-off or orphan): it is an orphan again");
-                    // Redis holds the only copy again, until the sweep
-                    // requeues it: kept as long as any orphan.
-                    worker
-                        .handed_off
-                        .record_orphan(handed, self.orphan_exposure());
+            .filter(|handed| !worker.jobs.contains_key(&handed.key))
+            .collect();
+        let batches = crate::batch::bounded(remembered, STOPS_BATCH, GIVE_BACK_BYTES, |handed| {
+            handed.key.len() + handed.body.len()
+        });
+        futures::stream::iter(batches.into_iter().map(Ok))
+            .try_for_each_concurrent(STOP_CALLS_IN_FLIGHT, |batch| async move {
+                let jobs = batch
+                    .iter()
+                    .map(|handed| {
+                        let stored = crate::codec::stored(handed.created_at_ms, &handed.body);
+                        (handed.key.as_str(), handed.token, stored)
+                    })
+                    .collect();
+                let statuses = self.store.handoff_stands_batch(jobs).await?;
+                for (handed, status) in batch.into_iter().zip(statuses) {
+                    if status == crate::store::HandoffStands::Restored {
+                        tracing::info!(key = handed.key, token = handed.token, worker = %worker.id, "a job passed on that Redis lost (hand-off or orphan): it is an orphan again");
+                        // Redis holds the only copy again, until the sweep
+                        // requeues it: kept as long as any orphan.
+                        worker
+                            .handed_off
+                            .record_orphan(handed, self.orphan_exposure());
+                    }
                 }
                 Ok(())
             })

@@ -531,20 +531,42 @@ impl PoolStore {
         token: u64,
         stored: Bytes,
     ) -> Result<HandoffStands> {
+        let mut statuses = self
+            .handoff_stands_batch(vec![(key, token, stored)])
+            .await?;
+        Ok(statuses.remove(0))
+    }
+
+    /// [`handoff_stands`](Self::handoff_stands) for many jobs
+    /// `(key, token, stored payload)` in one call: one status each, in
+    /// order.
+    pub(crate) async fn handoff_stands_batch(
+        &self,
+        jobs: Vec<(&str, u64, Bytes)>,
+    ) -> Result<Vec<HandoffStands>> {
+        let count = jobs.len();
         let mut args = self.maps.base_args();
-        args.extend([
-            Value::from(key),
-            Value::from(token.to_string()),
-            Value::Bytes(stored),
-        ]);
+        args.reserve(3 * count);
+        for (key, token, stored) in jobs {
+            args.extend([
+                Value::from(key),
+                Value::from(token.to_string()),
+                Value::Bytes(stored),
+            ]);
+        }
         let mut keys = self.maps.base_keys();
         keys.push(keys::orphan_marks(&self.pool));
-        let status: String = self
+        let statuses: Vec<Value> = self
             .scripts
             .handoff_stands
             .run(&self.client, keys, args, self.timeout)
             .await?;
-        HandoffStands::parse(&status)
+        call::statuses(
+            "handoff_stands reply",
+            count,
+            &statuses,
+            HandoffStands::parse,
+        )
     }
 
     /// Which of `jobs`, `(key, token)` a worker remembers passing on, ended

@@ -129,3 +129,39 @@ async fn a_node_makes_hundreds_of_stops_stand_in_a_few_calls() {
     }
     node.close().await.unwrap();
 }
+
+/// A recovery gives back the jobs a worker remembers passing on in batches
+/// too: until a job whose hand-off Redis lost is given back, the old
+/// owner's memory is its only copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_gives_back_hundreds_of_hand_offs_in_a_few_calls() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("give-back-batches");
+    let (node, worker, _handler) = pool(&server, &name).await;
+    const JOBS: usize = 300;
+    let keys: Vec<String> = (0..JOBS).map(|i| format!("h{i}")).collect();
+    // Passed on lately (the hand-offs Redis then lost: it knows none of
+    // the keys).
+    for key in &keys {
+        worker.inner.handed_off.record(crate::handoffs::HandedOff {
+            key: key.clone(),
+            token: 1_000,
+            created_at_ms: 1,
+            body: bytes::Bytes::from_static(b"payload"),
+        });
+    }
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let before = function_calls(&client).await;
+    node.inner.handoffs_stand(&worker.inner).await.unwrap();
+    let calls = function_calls(&client).await - before;
+    assert!(
+        calls <= 15,
+        "{calls} function calls to give back {JOBS} jobs"
+    );
+    let payloads = crate::keys::payloads(&node.inner.store.pool);
+    for key in &keys {
+        let given_back: bool = client.hexists(&payloads, key.as_str()).await.unwrap();
+        assert!(given_back, "{key} given back");
+    }
+    node.close().await.unwrap();
+}

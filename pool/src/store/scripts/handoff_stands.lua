@@ -25,19 +25,27 @@
 -- does for its run's): a stop of an older run, made to stand later, then
 -- sees a newer run and leaves its payload (`stop_stands.lua`).
 -- KEYS: base, 9 orphan marks hash
--- ARGV: base, 4 job key, 5 the token the hand-off issued, 6 the stored
---       payload ("<created_ms> <body>")
--- Returns 'restored' | 'kept' (owned, pending, or this payload or a newer one
---       is there) |
+-- ARGV: base, then three per job: job key, the token the hand-off issued,
+--       the stored payload ("<created_ms> <body>") (a recovery gives back
+--       many jobs in a few calls)
+-- Returns one status per job: 'restored' | 'kept' (owned, pending, or this
+--       payload or a newer one is there) |
 --       'current' (Redis holds the hand-off or something newer)
-local key = ARGV[4]
-local current = tonumber(redis.call('HGET', FENCING, key) or '')
-if current and current >= tonumber(ARGV[5]) then return 'current' end
-redis.call('HSET', FENCING, key, ARGV[5])
-if mget(JOBS, key) or mget(PENDING, key) then return 'kept' end
-local stored = redis.call('HGET', PAYLOADS, key)
-if stored and payload_created_ms(stored) >= payload_created_ms(ARGV[6]) then return 'kept' end
-redis.call('HSET', PAYLOADS, key, ARGV[6])
-redis.call('HSET', KEYS[9], key,
-  string.format('%d - ', now_ms()) .. (redis.call('HGET', FENCING, key) or '0'))
-return 'restored'
+local function stand(key, token, payload)
+  local current = tonumber(redis.call('HGET', FENCING, key) or '')
+  if current and current >= tonumber(token) then return 'current' end
+  redis.call('HSET', FENCING, key, token)
+  if mget(JOBS, key) or mget(PENDING, key) then return 'kept' end
+  local stored = redis.call('HGET', PAYLOADS, key)
+  if stored and payload_created_ms(stored) >= payload_created_ms(payload) then return 'kept' end
+  redis.call('HSET', PAYLOADS, key, payload)
+  redis.call('HSET', KEYS[9], key,
+    string.format('%d - ', now_ms()) .. (redis.call('HGET', FENCING, key) or '0'))
+  return 'restored'
+end
+
+local statuses = {}
+for i = 4, #ARGV - 2, 3 do
+  statuses[#statuses + 1] = stand(ARGV[i], ARGV[i + 1], ARGV[i + 2])
+end
+return statuses

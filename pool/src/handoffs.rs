@@ -34,6 +34,13 @@
 //! [`ENDS_REMEMBERED`] it makes it stand after a loss, in case Redis goes
 //! back to a state that shows the run going on under a worker gone since.
 //!
+//! A job Redis shows still waiting to start (a payload, no record) is
+//! remembered on, from round to round, however long its start takes: a
+//! new owner slow to claim it, a guard expired and the job requeued again.
+//! Only a fixed time, and a loss after it took jobs Redis alone held (chaos
+//! soak seed 1416: jobs requeued and refused for 30 s on an overloaded
+//! worker, then a `FLUSHALL`).
+//!
 //! A worker that leaves passes all of it (and its own recent stops) on to
 //! the workers that stay, which remember it the same way from then on
 //! ([`Handoffs::take_over`], `custody.rs`).
@@ -273,6 +280,33 @@ impl Handoffs {
         }
     }
 
+    /// Keeps remembering, for [`KEEP`] from now at least, each of `jobs`
+    /// (`(key, token)` as [`unsettled`](Self::unsettled) gave it) that Redis
+    /// showed still waiting to start: it holds the only copy until a worker
+    /// starts it, however long that takes.
+    pub(crate) fn keep_waiting(&self, jobs: &[(String, u64)]) {
+        if jobs.is_empty() {
+            return;
+        }
+        let waiting: std::collections::HashSet<(&str, u64)> = jobs
+            .iter()
+            .map(|(key, token)| (key.as_str(), *token))
+            .collect();
+        let until = Instant::now() + KEEP;
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Inner { recent, newest, .. } = &mut *inner;
+        for r in recent.iter_mut() {
+            if r.ended_at.is_none() && waiting.contains(&(r.handed.key.as_str(), r.handed.token)) {
+                r.until = r.until.max(until);
+                if let Some(newest) = newest.get_mut(&r.handed.key)
+                    && newest.1 == r.handed.token
+                {
+                    newest.0 = newest.0.max(until);
+                }
+            }
+        }
+    }
+
     /// `(key, counter)` of each job whose end Redis showed in the last
     /// [`ENDS_REMEMBERED`]: every run of the key up to the counter is over.
     pub(crate) fn ended(&self) -> Vec<(String, u64)> {
@@ -369,6 +403,35 @@ mod tests {
         assert_eq!(handoffs.ended_counter("a"), Some(7));
         assert_eq!(handoffs.ended_counter("b"), None, "not ended");
         assert_eq!(handoffs.ended_counter("c"), None, "an older run ended");
+    }
+
+    /// A job Redis shows still waiting to start is remembered past its
+    /// time, however long the start takes; one that started elsewhere (or
+    /// is not named) goes when its time is up.
+    #[test]
+    fn a_job_still_waiting_to_start_is_remembered_on() {
+        let handoffs = Handoffs::default();
+        let handed = |key: &str, token| HandedOff {
+            key: key.into(),
+            token,
+            created_at_ms: 0,
+            body: Bytes::from_static(b"x"),
+        };
+        let short = Duration::from_millis(20);
+        handoffs.take_over(handed("waits", 5), short, None);
+        handoffs.take_over(handed("started", 6), short, None);
+        // Another run of the key is not the one Redis named.
+        handoffs.take_over(handed("waits", 4), short, None);
+        handoffs.keep_waiting(&[("waits".to_string(), 5)]);
+        std::thread::sleep(short * 3);
+        let left: Vec<(String, u64)> = handoffs
+            .remembered()
+            .into_iter()
+            .map(|h| (h.key, h.token))
+            .collect();
+        assert_eq!(left, [("waits".to_string(), 5)]);
+        assert!(handoffs.supersede("waits", 3), "still refuses older starts");
+        handoffs.keep_waiting(&[]);
     }
 
     #[test]

@@ -442,14 +442,19 @@ impl NodeInner {
     async fn settle_handoffs(&self, worker: &WorkerInner) -> Result<()> {
         let unsettled = worker.handed_off.unsettled();
         for jobs in unsettled.chunks(crate::handoffs::SETTLE_BATCH) {
-            let ended: Vec<(String, u64, u64)> = self
-                .store
-                .handoffs_ended(jobs)
-                .await?
+            let answer = self.store.handoffs_ended(jobs).await?;
+            let ended: Vec<(String, u64, u64)> = answer
+                .ended
                 .into_iter()
                 .map(|(at, counter)| (jobs[at].0.clone(), jobs[at].1, counter))
                 .collect();
             worker.handed_off.settle(&ended);
+            let waiting: Vec<(String, u64)> = answer
+                .waiting
+                .into_iter()
+                .map(|at| jobs[at].clone())
+                .collect();
+            worker.handed_off.keep_waiting(&waiting);
         }
         Ok(())
     }

@@ -123,15 +123,26 @@ async fn a_hand_off_ended_only_once_its_key_is_gone_at_or_past_its_token() {
     s.handoff_stands("e3", 7, codec::stored(0, &body("e3")))
         .await
         .unwrap();
+    // Started by its new owner (a record): neither ended nor waiting.
+    let stored = codec::stored(0, &body("e4"));
+    s.reassert("e4", "w1", 9, stored, Reassert::Running, TTL)
+        .await
+        .unwrap();
     let asked = [
         ("e1".to_string(), pending),
         ("e2".to_string(), stopped),
         ("e2".to_string(), counter + 1),
         ("e3".to_string(), 7),
         ("unknown".to_string(), 1), // no counter: Redis forgot the key
+        ("e4".to_string(), 9),
     ];
-    assert_eq!(s.handoffs_ended(&asked).await.unwrap(), [(1, counter)]);
-    assert!(s.handoffs_ended(&[]).await.unwrap().is_empty());
+    let answer = s.handoffs_ended(&asked).await.unwrap();
+    assert_eq!(answer.ended, [(1, counter)]);
+    // Redis alone holds these, started nowhere yet: the worker keeps
+    // remembering them.
+    assert_eq!(answer.waiting, [0, 3]);
+    let answer = s.handoffs_ended(&[]).await.unwrap();
+    assert!(answer.ended.is_empty() && answer.waiting.is_empty());
 }
 
 /// After an empty restart, the payload a hand-off of an older run gives

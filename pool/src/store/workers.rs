@@ -195,6 +195,16 @@ call::status!(
     }
 );
 
+/// What `handoffs_ended.lua` found of the jobs a worker remembers passing
+/// on, by their positions in the question.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct HandoffsSettled {
+    /// Ended since: each position, and the key's fencing counter then.
+    pub(crate) ended: Vec<(usize, u64)>,
+    /// Waiting to start (a payload, no record): Redis alone holds them.
+    pub(crate) waiting: Vec<usize>,
+}
+
 /// What a renewal of keep-alives found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Renewal {
@@ -571,43 +581,52 @@ impl PoolStore {
 
     /// Which of `jobs`, `(key, token)` a worker remembers passing on, ended
     /// since (see `handoffs_ended.lua`): each one's position in `jobs` and
-    /// the key's fencing counter, up to which every run is over.
-    pub(crate) async fn handoffs_ended(&self, jobs: &[(String, u64)]) -> Result<Vec<(usize, u64)>> {
+    /// the key's fencing counter, up to which every run is over; and which
+    /// still wait to start anywhere.
+    pub(crate) async fn handoffs_ended(&self, jobs: &[(String, u64)]) -> Result<HandoffsSettled> {
         const WHAT: &str = "handoffs_ended reply";
         let mut args = self.maps.base_args();
         for (key, token) in jobs {
             args.extend([Value::from(key.as_str()), Value::from(token.to_string())]);
         }
-        let reply: Value = self
+        let reply: Vec<Value> = self
             .scripts
             .handoffs_ended
             .run(&self.client, self.maps.base_keys(), args, self.timeout)
             .await?;
-        let pairs = match reply {
-            Value::Array(values) => values,
-            Value::Null => Vec::new(),
-            other => {
-                return Err(crate::error::Error::Malformed {
-                    what: WHAT,
-                    reason: format!("expected an array, got {other:?}"),
-                });
-            }
+        let list = |at: usize| match reply.get(at) {
+            Some(Value::Array(values)) => Ok(values.as_slice()),
+            Some(Value::Null) => Ok(&[][..]),
+            other => Err(crate::error::Error::Malformed {
+                what: WHAT,
+                reason: format!("expected two arrays, got {other:?} at {at}"),
+            }),
         };
-        (0..pairs.len() / 2)
-            .map(|i| {
-                let pair = super::call::u64_at(&pairs, 2 * i, WHAT)?;
-                let counter = super::call::u64_at(&pairs, 2 * i + 1, WHAT)?;
-                let at = usize::try_from(pair)
-                    .ok()
-                    .and_then(|p| p.checked_sub(1))
-                    .filter(|p| *p < jobs.len())
-                    .ok_or_else(|| crate::error::Error::Malformed {
-                        what: WHAT,
-                        reason: format!("no pair {pair} among {}", jobs.len()),
-                    })?;
-                Ok((at, counter))
-            })
-            .collect()
+        let position = |values: &[Value], at: usize| {
+            let pair = super::call::u64_at(values, at, WHAT)?;
+            usize::try_from(pair)
+                .ok()
+                .and_then(|p| p.checked_sub(1))
+                .filter(|p| *p < jobs.len())
+                .ok_or_else(|| crate::error::Error::Malformed {
+                    what: WHAT,
+                    reason: format!("no pair {pair} among {}", jobs.len()),
+                })
+        };
+        let (ended, waiting) = (list(0)?, list(1)?);
+        Ok(HandoffsSettled {
+            ended: (0..ended.len() / 2)
+                .map(|i| {
+                    Ok((
+                        position(ended, 2 * i)?,
+                        super::call::u64_at(ended, 2 * i + 1, WHAT)?,
+                    ))
+                })
+                .collect::<Result<_>>()?,
+            waiting: (0..waiting.len())
+                .map(|i| position(waiting, i))
+                .collect::<Result<_>>()?,
+        })
     }
 
     /// Makes a stop of the run of `key` with fencing token `stopped` stand

@@ -11,21 +11,30 @@
 -- stand after a loss as it does its own stops (`stop_stands.lua` with the
 -- counter): Redis may go back to a state that shows such a run going on
 -- under a worker that left since.
+-- It also names the jobs still waiting to start: a payload and no record
+-- (an orphan, or a start entry not claimed yet). Redis alone holds those,
+-- however long the start takes (a slow or overloaded new owner, a start
+-- refused and requeued again), so the worker keeps remembering them, not
+-- only for the fixed time a start usually takes.
 -- Reads only.
 -- KEYS: base
 -- ARGV: base, then (job key, token) pairs from 4
--- Returns {pair number (1-based), counter} for each ended job, flattened
-local ended = {}
+-- Returns {{pair number (1-based), counter} for each ended job, flattened;
+--          {pair number} for each job waiting to start}
+local ended, waiting = {}, {}
 local pair = 0
 for i = 4, #ARGV - 1, 2 do
   pair = pair + 1
   local key = ARGV[i]
   local current = tonumber(redis.call('HGET', FENCING, key) or '')
-  if current and current >= tonumber(ARGV[i + 1])
-    and redis.call('HEXISTS', PAYLOADS, key) == 0
-    and not mget(JOBS, key) and not mget(PENDING, key) then
+  local stored = redis.call('HEXISTS', PAYLOADS, key) == 1
+  local recorded = mget(JOBS, key)
+  if current and current >= tonumber(ARGV[i + 1]) and not stored
+    and not recorded and not mget(PENDING, key) then
     ended[#ended + 1] = pair
     ended[#ended + 1] = string.format('%d', current)
+  elseif stored and not recorded then
+    waiting[#waiting + 1] = pair
   end
 end
-return ended
+return {ended, waiting}

@@ -236,20 +236,9 @@ async fn a_cleanup_under_way_moves_nothing_while_the_pool_recovers() {
     f.admitted("q", "w1").await;
     let queued = f.entry_ids("w1").await[0].clone();
     claim(f, "w1", "n-me", 1000).await;
-    // The node has seen the keep-alive map's revision; Redis goes back to
-    // before it (a rollback no node has noticed yet).
-    let revision_key = s.maps.keepalive_revision_key();
-    let seen: u64 = s.client.get(&revision_key).await.unwrap();
-    s.maps
-        .keepalive
-        .wait_for(Duration::from_secs(10), |m| m.revision_high_water() >= seen)
-        .await
-        .expect("the replica saw the revision");
-    let _: () = s
-        .client
-        .set(&revision_key, seen - 1, None, None, false)
-        .await
-        .unwrap();
+    // Redis goes back to before what the node has seen (a rollback no
+    // node has noticed yet).
+    f.go_back_before_seen().await;
     assert_eq!(
         f.handoff("r", "w1", "w2", Some("n-me")).await,
         Handoff::Recovering,

@@ -42,20 +42,9 @@ async fn a_job_held_past_the_lease_is_not_handed_on_from_an_older_state() {
     f.register("w1").await;
     f.register("w2").await;
     run_on_w1(s, &["a", "b"]).await;
-    // The node has seen the keep-alive map's revision; Redis goes back to
-    // before it (a rollback the node has not noticed yet).
-    let revision_key = s.maps.keepalive_revision_key();
-    let seen: u64 = s.client.get(&revision_key).await.unwrap();
-    s.maps
-        .keepalive
-        .wait_for(Duration::from_secs(10), |m| m.revision_high_water() >= seen)
-        .await
-        .expect("the replica saw the revision");
-    let _: () = s
-        .client
-        .set(&revision_key, seen - 1, None, None, false)
-        .await
-        .unwrap();
+    // Redis goes back to before what the node has seen (a rollback the
+    // node has not noticed yet).
+    f.go_back_before_seen().await;
 
     assert_eq!(
         hand(f, "a", "w1", "w2", Mover::OwnerPastLease).await,

@@ -150,6 +150,25 @@ impl Fixture {
         self.store.move_entry(entry).await.unwrap()
     }
 
+    /// Redis goes back to a state older than the node has seen: the node's
+    /// replica has seen the keep-alive map's revision, which is then set
+    /// one lower (a rollback no node has noticed yet).
+    async fn go_back_before_seen(&self) {
+        let s = &self.store;
+        let revision_key = s.maps.keepalive_revision_key();
+        let seen: u64 = s.client.get(&revision_key).await.unwrap();
+        s.maps
+            .keepalive
+            .wait_for(Duration::from_secs(10), |m| m.revision_high_water() >= seen)
+            .await
+            .expect("the replica saw the revision");
+        let _: () = s
+            .client
+            .set(&revision_key, seen - 1, None, None, false)
+            .await
+            .unwrap();
+    }
+
     /// Redis loses the pool's epoch: the next script opens the recovery
     /// window.
     async fn lose_epoch(&self) {

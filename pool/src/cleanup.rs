@@ -147,9 +147,12 @@ impl NodeInner {
     /// keep-alive older than a TTL on server time; a claim older than a TTL,
     /// whose cleaner died, is taken over) and, when the claim is ours,
     /// requeues its jobs and inbox and removes it. Returns the claim's
-    /// status and how long the worker was silent.
+    /// status and how long the worker was silent: `ClaimedByOther` when
+    /// the claim was lost on the way (the worker came back, or another node
+    /// took it over), `Recovering` when the cleanup stopped for a recovery
+    /// (see [`Claim::Paused`]).
     pub(crate) async fn clean_if_dead(&self, worker: &str) -> Result<DeadWorkerClaim> {
-        let claim = self
+        let mut claim = self
             .store
             .claim_cleanup(worker, &self.id, self.options.worker_ttl)
             .await?;
@@ -163,7 +166,11 @@ impl NodeInner {
                 self.metrics.dead_workers.increment(1);
                 self.history.count(crate::history::PoolEvent::DeadWorker);
                 self.refresh_ring();
-                self.clean_worker(worker).await?;
+                match self.clean_worker(worker).await? {
+                    Claim::Held => {}
+                    Claim::Lost => claim.status = ClaimStatus::ClaimedByOther,
+                    Claim::Paused => claim.status = ClaimStatus::Recovering,
+                }
             }
             ClaimStatus::Alive => {
                 tracing::debug!(
@@ -184,9 +191,10 @@ impl NodeInner {
         Ok(claim)
     }
 
-    /// Requeues a dead worker's jobs and inbox, then removes it.
+    /// Requeues a dead worker's jobs and inbox, then removes it; `Held`
+    /// once it is removed, or why the cleanup stopped before.
     #[tracing::instrument(name = "cleanup", skip(self), fields(pool = %self.pool, node = %self.id))]
-    pub(crate) async fn clean_worker(&self, worker: &str) -> Result<()> {
+    pub(crate) async fn clean_worker(&self, worker: &str) -> Result<Claim> {
         // Every step checks, in its script, that the claim is still this
         // node's: the worker may come back and clear a claim older than a
         // TTL (`keepalive.lua`), or another cleaner take it over.
@@ -199,7 +207,7 @@ impl NodeInner {
             Claim::Held => self.remove_worker_entry(worker, cleaner).await,
             stopped => {
                 stopped.log(worker);
-                Ok(())
+                Ok(stopped)
             }
         }
     }
@@ -581,7 +589,7 @@ impl NodeInner {
         &self,
         worker: &str,
         cleaner: Option<&str>,
-    ) -> Result<()> {
+    ) -> Result<Claim> {
         for _ in 0..5 {
             let inbox = self.inbox(worker)?;
             let status = self
@@ -591,18 +599,18 @@ impl NodeInner {
             match status {
                 Removed::Ok => {
                     self.inboxes.remove(worker);
-                    return Ok(());
+                    return Ok(Claim::Held);
                 }
                 Removed::NotClaimed => {
                     Claim::Lost.log(worker);
-                    return Ok(());
+                    return Ok(Claim::Lost);
                 }
                 Removed::InboxNotEmpty => {}
             }
             let claim = self.requeue_worker_inbox(worker, cleaner).await?;
             if claim != Claim::Held {
                 claim.log(worker);
-                return Ok(());
+                return Ok(claim);
             }
         }
         Err(Error::Timeout(Duration::ZERO))

@@ -30,7 +30,10 @@ async fn a_cleaner_remembers_the_jobs_it_moved() {
         .set(wa.id(), &format!("{} {now_ms}", b.inner.id))
         .await
         .unwrap();
-    b.inner.clean_worker(wa.id()).await.unwrap();
+    assert_eq!(
+        b.inner.clean_worker(wa.id()).await.unwrap(),
+        crate::cleanup::Claim::Held
+    );
 
     wait_until(Duration::from_secs(10), "the job runs on b", || async {
         wb.job_token(&key).is_some() || keeper.job_token(&key).is_some()

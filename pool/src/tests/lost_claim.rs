@@ -121,7 +121,7 @@ async fn a_cleaner_whose_claim_is_gone_stops_at_its_first_refused_step() {
         .unwrap();
 
     let called = calls_of(&client, async {
-        b.inner.clean_worker(wa.id()).await.unwrap();
+        assert_eq!(b.inner.clean_worker(wa.id()).await.unwrap(), Claim::Lost);
     })
     .await;
     // Nothing of `wa` moved: it still owns every job and stays registered.
@@ -150,7 +150,7 @@ async fn a_cleanup_stops_at_its_first_step_refused_for_a_recovery() {
         .unwrap();
 
     let called = calls_of(&client, async {
-        b.inner.clean_worker(wa.id()).await.unwrap();
+        assert_eq!(b.inner.clean_worker(wa.id()).await.unwrap(), Claim::Paused);
     })
     .await;
     stopped_at_first_refusal(&client, &a, wa.id(), &keys, &called).await;

@@ -46,11 +46,14 @@ pub enum WorkerRemoval {
         silent: Duration,
     },
     /// Another node is cleaning the worker up already (its jobs are
-    /// moving); nothing was done here.
+    /// moving); nothing was done here. Also when this call's claim was
+    /// lost on the way (the worker came back, or another node took the
+    /// claim over): what is left of the worker is theirs.
     InProgress,
     /// The pool is recovering from a Redis data loss or rollback (the
-    /// recovery window, about one worker TTL): nothing was done; call again
-    /// after it, or let the nodes' own cleanup take the worker then.
+    /// recovery window, about one worker TTL): nothing was done, or the
+    /// cleanup stopped where the recovery began; call again after it, or
+    /// let the nodes' own cleanup take the worker then.
     Recovering,
 }
 

@@ -281,25 +281,30 @@ impl Handoffs {
     }
 
     /// Keeps remembering, for [`KEEP`] from now at least, each of `jobs`
-    /// (`(key, token)` as [`unsettled`](Self::unsettled) gave it) that Redis
-    /// showed still waiting to start: it holds the only copy until a worker
-    /// starts it, however long that takes.
-    pub(crate) fn keep_waiting(&self, jobs: &[(String, u64)]) {
+    /// (`(key, token)` as [`unsettled`](Self::unsettled) gave it, and the
+    /// creation time of the payload Redis holds) that Redis showed still
+    /// waiting to start: it holds the only copy until a worker starts it,
+    /// however long that takes. Only where that payload is of the admission
+    /// remembered: a newer one means the remembered run ended.
+    pub(crate) fn keep_waiting(&self, jobs: &[(String, u64, u64)]) {
         if jobs.is_empty() {
             return;
         }
-        let waiting: std::collections::HashSet<(&str, u64)> = jobs
+        let waiting: std::collections::HashSet<(&str, u64, u64)> = jobs
             .iter()
-            .map(|(key, token)| (key.as_str(), *token))
+            .map(|(key, token, created_ms)| (key.as_str(), *token, *created_ms))
             .collect();
         let until = Instant::now() + KEEP;
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Inner { recent, newest, .. } = &mut *inner;
         for r in recent.iter_mut() {
-            if r.ended_at.is_none() && waiting.contains(&(r.handed.key.as_str(), r.handed.token)) {
+            let handed = &r.handed;
+            if r.ended_at.is_none()
+                && waiting.contains(&(handed.key.as_str(), handed.token, handed.created_at_ms))
+            {
                 r.until = r.until.max(until);
-                if let Some(newest) = newest.get_mut(&r.handed.key)
-                    && newest.1 == r.handed.token
+                if let Some(newest) = newest.get_mut(&handed.key)
+                    && newest.1 == handed.token
                 {
                     newest.0 = newest.0.max(until);
                 }
@@ -422,7 +427,9 @@ mod tests {
         handoffs.take_over(handed("started", 6), short, None);
         // Another run of the key is not the one Redis named.
         handoffs.take_over(handed("waits", 4), short, None);
-        handoffs.keep_waiting(&[("waits".to_string(), 5)]);
+        // Redis holds a newer admission's payload: the run remembered ended.
+        handoffs.take_over(handed("newer", 7), short, None);
+        handoffs.keep_waiting(&[("waits".to_string(), 5, 0), ("newer".to_string(), 7, 1)]);
         std::thread::sleep(short * 3);
         let left: Vec<(String, u64)> = handoffs
             .remembered()

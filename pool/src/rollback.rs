@@ -449,10 +449,10 @@ impl NodeInner {
                 .map(|(at, counter)| (jobs[at].0.clone(), jobs[at].1, counter))
                 .collect();
             worker.handed_off.settle(&ended);
-            let waiting: Vec<(String, u64)> = answer
+            let waiting: Vec<(String, u64, u64)> = answer
                 .waiting
                 .into_iter()
-                .map(|at| jobs[at].clone())
+                .map(|(at, created_ms)| (jobs[at].0.clone(), jobs[at].1, created_ms))
                 .collect();
             worker.handed_off.keep_waiting(&waiting);
         }

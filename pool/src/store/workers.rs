@@ -201,8 +201,9 @@ call::status!(
 pub(crate) struct HandoffsSettled {
     /// Ended since: each position, and the key's fencing counter then.
     pub(crate) ended: Vec<(usize, u64)>,
-    /// Waiting to start (a payload, no record): Redis alone holds them.
-    pub(crate) waiting: Vec<usize>,
+    /// Waiting to start (a payload, no record): each position, and the
+    /// creation time of the payload Redis holds (the only copy).
+    pub(crate) waiting: Vec<(usize, u64)>,
 }
 
 /// What a renewal of keep-alives found.
@@ -623,8 +624,13 @@ impl PoolStore {
                     ))
                 })
                 .collect::<Result<_>>()?,
-            waiting: (0..waiting.len())
-                .map(|i| position(waiting, i))
+            waiting: (0..waiting.len() / 2)
+                .map(|i| {
+                    Ok((
+                        position(waiting, 2 * i)?,
+                        super::call::u64_at(waiting, 2 * i + 1, WHAT)?,
+                    ))
+                })
                 .collect::<Result<_>>()?,
         })
     }

@@ -12,22 +12,25 @@
 -- counter): Redis may go back to a state that shows such a run going on
 -- under a worker that left since.
 -- It also names the jobs still waiting to start: a payload and no record
--- (an orphan, or a start entry not claimed yet). Redis alone holds those,
--- however long the start takes (a slow or overloaded new owner, a start
--- refused and requeued again), so the worker keeps remembering them, not
--- only for the fixed time a start usually takes.
+-- (an orphan, or a start entry not claimed yet), with the payload's
+-- creation time. Redis alone holds those, however long the start takes (a
+-- slow or overloaded new owner, a start refused and requeued again), so
+-- the worker keeps remembering one whose payload is of the admission it
+-- remembers, not only for the fixed time a start usually takes. (A newer
+-- admission's payload means the remembered run ended: not kept for it.)
 -- Reads only.
 -- KEYS: base
 -- ARGV: base, then (job key, token) pairs from 4
 -- Returns {{pair number (1-based), counter} for each ended job, flattened;
---          {pair number} for each job waiting to start}
+--          {pair number, payload created_ms} for each job waiting to start,
+--          flattened}
 local ended, waiting = {}, {}
 local pair = 0
 for i = 4, #ARGV - 1, 2 do
   pair = pair + 1
   local key = ARGV[i]
   local current = tonumber(redis.call('HGET', FENCING, key) or '')
-  local stored = redis.call('HEXISTS', PAYLOADS, key) == 1
+  local stored = redis.call('HGET', PAYLOADS, key)
   local recorded = mget(JOBS, key)
   if current and current >= tonumber(ARGV[i + 1]) and not stored
     and not recorded and not mget(PENDING, key) then
@@ -35,6 +38,7 @@ for i = 4, #ARGV - 1, 2 do
     ended[#ended + 1] = string.format('%d', current)
   elseif stored and not recorded then
     waiting[#waiting + 1] = pair
+    waiting[#waiting + 1] = string.format('%d', payload_created_ms(stored))
   end
 end
 return {ended, waiting}

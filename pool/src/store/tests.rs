@@ -691,6 +691,9 @@ async fn a_renewal_publishes_one_message_per_map_whatever_the_worker_count() {
 #[path = "rollback_tests.rs"]
 mod rollback_tests;
 
+#[path = "give_back_tests.rs"]
+mod give_back_tests;
+
 #[path = "drain_tests.rs"]
 mod drain_tests;
 

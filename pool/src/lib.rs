@@ -32,6 +32,7 @@ mod routing;
 mod start;
 mod store;
 mod sweeper;
+mod tasks;
 #[cfg(test)]
 mod tests;
 mod tombstones;

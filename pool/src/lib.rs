@@ -27,6 +27,7 @@ mod pool_view;
 mod reassert;
 mod rebalance;
 mod recorder;
+mod rewind;
 mod rollback;
 mod routing;
 mod start;

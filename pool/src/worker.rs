@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::handler::{Handler, Job, guarded};
 use crate::lanes::{Delivery, InboxEvent, LANE_QUEUE, SeenEntries, lane_of};
 use crate::node::{Node, NodeInner};
+use crate::rewind::RewindState;
 use crate::store::{Moved, Requeue};
 
 /// A request is forwarded at most this many times when views of the ring
@@ -85,7 +86,7 @@ pub(crate) struct WorkerInner {
     /// Inbox entries in flight or just handled (see [`WorkerInner::rewind`]).
     seen: SeenEntries,
     /// Pacing of inbox rewinds after failed events.
-    rewind: RewindState,
+    pub(crate) rewind: RewindState,
     /// Set while the node's lease is lost: no job may start, and one that
     /// started meanwhile is stopped at once.
     pub(crate) lease_lost: std::sync::atomic::AtomicBool,
@@ -245,38 +246,6 @@ impl Node {
         let until =
             tokio::time::Instant::now() + options.worker_shutdown_ttl + options.redis_timeout;
         self.inner.retire_worker(&inner, true, until).await
-    }
-}
-
-/// Pacing of inbox rewinds: at most one scheduled at a time, with a delay
-/// that doubles while events keep failing.
-#[derive(Debug, Default)]
-struct RewindState {
-    scheduled: std::sync::atomic::AtomicBool,
-    failures: std::sync::atomic::AtomicU32,
-}
-
-impl RewindState {
-    const FIRST: Duration = Duration::from_millis(100);
-    const MAX: Duration = Duration::from_secs(5);
-
-    /// The delay before the next rewind, or `None` if one is scheduled.
-    fn schedule(&self) -> Option<Duration> {
-        use std::sync::atomic::Ordering::AcqRel;
-        if self.scheduled.swap(true, AcqRel) {
-            return None;
-        }
-        let n = self.failures.fetch_add(1, AcqRel).min(6);
-        Some((Self::FIRST * 2u32.pow(n)).min(Self::MAX))
-    }
-
-    fn started(&self) {
-        self.scheduled
-            .store(false, std::sync::atomic::Ordering::Release);
-    }
-
-    fn succeeded(&self) {
-        self.failures.store(0, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -474,56 +443,6 @@ impl WorkerInner {
                 }
             }
         }
-    }
-
-    /// Events that failed since the last one that succeeded, and whether a
-    /// rewind is waiting to run.
-    #[cfg(test)]
-    pub(crate) fn rewind_state(&self) -> (u32, bool) {
-        use std::sync::atomic::Ordering::Acquire;
-        (
-            self.rewind.failures.load(Acquire),
-            self.rewind.scheduled.load(Acquire),
-        )
-    }
-
-    /// Reads the inbox again after the shortest delay (the lease is back).
-    pub(crate) fn rewind_soon(self: &Arc<Self>, node: &NodeInner) {
-        self.rewind.succeeded();
-        self.clone().rewind(node);
-    }
-
-    /// Reads the inbox again from its oldest entry, after a delay that grows
-    /// while events keep failing (100 ms doubling up to 5 s). Entries still
-    /// there are the ones not handled yet; those queued or just finished
-    /// are skipped by `seen`. Without a lease nothing is re-read: resuming
-    /// after the lease is back rewinds every worker.
-    pub(crate) fn rewind(self: Arc<Self>, node: &NodeInner) {
-        let Some(delay) = self.rewind.schedule() else {
-            return; // one is already on its way
-        };
-        node.tasks.spawn(async move {
-            tokio::select! {
-                _ = self.cancel.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
-            }
-            self.rewind.started();
-            let Some(node) = self.node() else { return };
-            if self.lease_lost.load(std::sync::atomic::Ordering::Acquire) {
-                return;
-            }
-            let result = match node.inbox(&self.id) {
-                Ok(inbox) => node
-                    .reader
-                    .add_stream(&inbox, Some(StartPosition::Oldest))
-                    .await
-                    .map_err(Error::from),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = result {
-                tracing::warn!(worker = %self.id, error = %e, "re-reading the inbox failed");
-            }
-        });
     }
 
     async fn drop_entry(&self, node: &NodeInner, id: &str) -> Result<()> {

@@ -130,6 +130,7 @@ async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
             cleaner: Some(cleaner),
         },
         worker_ttl: TTL,
+        pending_ttl: TTL,
     };
     // Another node holds the claim (it took it over, or w1 came back and
     // cleared this cleaner's, and a new one was made).
@@ -268,6 +269,7 @@ async fn a_cleanup_under_way_moves_nothing_while_the_pool_recovers() {
             cleaner: Some("n-me"),
         },
         worker_ttl: TTL,
+        pending_ttl: TTL,
     };
     assert_eq!(s.move_entry(entry).await.unwrap(), Moved::Recovering);
     assert_eq!(f.entry_ids("w1").await, std::slice::from_ref(&queued));
@@ -285,4 +287,72 @@ async fn a_cleanup_under_way_moves_nothing_while_the_pool_recovers() {
         f.handoff("t", "w1", "w2", None).await,
         Handoff::Ok { .. }
     ));
+}
+
+/// A start entry a cleaner moves gets a new token and, with it, a fresh
+/// deadline for its pending guard: the new owner gets the whole pending
+/// time to claim it. With the old deadline kept (chaos soak seed 1419: a
+/// dead worker's entry moved after a recovery and an outage, its guard
+/// due 70 ms later), the stale-pending sweep removed the guard before the
+/// new owner claimed the start; the claim was refused, and the job waited
+/// out an orphan's grace with Redis its only holder.
+#[tokio::test]
+async fn a_start_a_cleaner_moves_gets_a_fresh_pending_deadline() {
+    let f = &fixture().await;
+    let s = &f.store;
+    for w in ["w1", "w2"] {
+        f.register(w).await;
+    }
+    let token = f.admitted("q", "w1").await;
+    let entries: Vec<(String, HashMap<String, Bytes>)> = s
+        .client
+        .xrange(f.inbox("w1"), "-", "+", None)
+        .await
+        .unwrap();
+    let (queued, fields) = entries.into_iter().next().unwrap();
+    let pending_hash = s.maps.pending_map().keys_info().hash.clone();
+    let guard: String = s.client.hget(&pending_hash, "q").await.unwrap();
+    // The guard is almost due.
+    let (head, rest) = guard.split_once(' ').unwrap();
+    assert_eq!(head, token.to_string());
+    let (_, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+    let due = format!("{token} 1000 {tail}");
+    let _: () = s
+        .client
+        .hset(&pending_hash, ("q", due.as_str()))
+        .await
+        .unwrap();
+    claim(f, "w1", "n-me", 1000).await;
+    let (from_inbox, to_inbox) = (f.inbox("w1"), f.inbox("w2"));
+    let entry = EntryMove {
+        from: "w1",
+        from_inbox: &from_inbox,
+        to: "w2",
+        to_inbox: &to_inbox,
+        id: &queued,
+        name: "start",
+        payload: fields["p"].clone(),
+        requeue: Requeue {
+            key: Some("q"),
+            cleaner: Some("n-me"),
+        },
+        worker_ttl: TTL,
+        pending_ttl: TTL,
+    };
+    assert_eq!(s.move_entry(entry).await.unwrap(), Moved::Ok);
+    let moved: String = s.client.hget(&pending_hash, "q").await.unwrap();
+    let mut parts = moved.splitn(3, ' ');
+    let new_token: u64 = parts.next().unwrap().parse().unwrap();
+    let deadline: u64 = parts.next().unwrap().parse().unwrap();
+    assert!(new_token > token, "{moved}: a new token");
+    let now = crate::store::call::server_time_ms(&s.client).await.unwrap();
+    assert!(
+        deadline + 1_000 >= now + TTL.as_millis() as u64,
+        "{moved}: the deadline is not fresh (now {now})"
+    );
+    assert_eq!(
+        parts.next().unwrap_or(""),
+        tail,
+        "the rest of the guard is kept"
+    );
 }

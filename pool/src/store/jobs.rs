@@ -214,6 +214,9 @@ pub(crate) struct EntryMove<'a> {
     pub(crate) requeue: Requeue<'a>,
     /// The worker TTL: a target silent for longer takes no entry.
     pub(crate) worker_ttl: Duration,
+    /// How long a start a cleaner moves may wait for its new owner's claim
+    /// (its pending guard's fresh deadline).
+    pub(crate) pending_ttl: Duration,
 }
 
 impl PoolStore {
@@ -409,6 +412,7 @@ impl PoolStore {
             } else {
                 String::new()
             }),
+            Value::from(entry.pending_ttl.as_millis().to_string()),
         ]);
         let status: String = self
             .scripts

@@ -146,6 +146,7 @@ impl Fixture {
             payload: body("j1"),
             requeue: Requeue::default(),
             worker_ttl: TTL,
+            pending_ttl: TTL,
         };
         self.store.move_entry(entry).await.unwrap()
     }

@@ -7,11 +7,16 @@
 --       forwarding), 10 the cleaner's node id when a cleanup moves a dead
 --       worker's entry ('' otherwise): its claim must still be its own
 --       on 11 the source worker id, 12 worker ttl ms (the recovery window),
---       13 the revisions the cleaner has seen (`went_back`; '' otherwise)
+--       13 the revisions the cleaner has seen (`went_back`; '' otherwise),
+--       14 pending ttl ms (a moved start's fresh guard deadline)
 -- A start entry moved by a cleaner gets a new fencing token (entry and
 -- pending guard alike): the dead or silent worker may have started it just
 -- before it went quiet (a start is recorded after the handler's `start`),
--- and the run elsewhere must be fenced off from that one.
+-- and the run elsewhere must be fenced off from that one. Its guard gets a
+-- fresh deadline too: the new owner has the whole pending time to claim
+-- it (a cleanup that came late, after a recovery or an outage, left a
+-- deadline due at once, and the stale-pending sweep took the guard before
+-- the claim, which was then refused).
 -- Returns 'ok' | 'no_target' (the target does not read its inbox: see
 -- `worker_current`) | 'gone' | 'claim_lost' (a cleanup's claim on the source worker
 -- is not the cleaner's any more) | 'recovering' (a cleaner's move while the
@@ -42,7 +47,11 @@ if ARGV[5] == 'start' and key and key ~= '' then
   if old and guard and string.sub(guard, 1, #old + 1) == old .. ' ' then
     local token = string.format('%d', next_token(key))
     payload = token .. string.sub(payload, #old + 1)
-    mset(PENDING, key, token .. string.sub(guard, #old + 1))
+    -- "<token> <deadline_ms>[ <node>/<request>]": the rest is kept.
+    local due, rest = string.match(string.sub(guard, #old + 2), '^(%d+)(.*)$')
+    local deadline = now_ms() + tonumber(ARGV[14])
+    if due and tonumber(due) > deadline then deadline = tonumber(due) end
+    mset(PENDING, key, string.format('%s %d', token, deadline) .. (rest or ''))
   end
 end
 stream_add(KEYS[10], ARGV[5], payload, tonumber(ARGV[8]))

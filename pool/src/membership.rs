@@ -91,8 +91,12 @@ impl NodeInner {
         payload: Bytes,
         requeue: Requeue<'_>,
     ) -> Result<Moved> {
-        self.store
-            .move_entry(EntryMove {
+        let cleaner = requeue.cleaner.is_some();
+        // Bytes: a shared handle, not a copy of the entry.
+        let payload_copy = payload.clone();
+        let (moved, token) = self
+            .store
+            .move_entry_token(EntryMove {
                 from,
                 from_inbox: self.inbox(from)?.key(),
                 to,
@@ -104,7 +108,24 @@ impl NodeInner {
                 worker_ttl: self.options.worker_ttl,
                 pending_ttl: self.options.dispatch_timeout + self.options.ack_grace,
             })
-            .await
+            .await?;
+        if let (true, Some(token)) = (cleaner, token) {
+            // A dead worker's start this node's cleanup moved: remembered
+            // as a moved job is (see `remember_cleaned`).
+            match crate::codec::StartEntry::parse(&payload_copy) {
+                Ok(start) => self.remember_moved(
+                    &start.body.key,
+                    token,
+                    start.created_at_ms,
+                    start.raw_body,
+                    to,
+                ),
+                Err(e) => {
+                    tracing::warn!(id, error = %e, "a moved start entry is malformed; not remembered")
+                }
+            }
+        }
+        Ok(moved)
     }
 
     /// Hands job `key`, owned by `from`, to `to`.
@@ -152,6 +173,33 @@ impl NodeInner {
     /// (it may have passed on what it remembers already). A node without
     /// workers does not clean up.
     fn remember_cleaned(&self, key: &str, token: u64, stored: &[u8], owner: &str) {
+        let Some((created_at_ms, body)) = crate::codec::split_stored(stored) else {
+            tracing::warn!(
+                key,
+                "a moved job's stored payload is malformed; not remembered"
+            );
+            return;
+        };
+        self.remember_moved(
+            key,
+            token,
+            created_at_ms,
+            bytes::Bytes::copy_from_slice(body),
+            owner,
+        );
+    }
+
+    /// Remembers job `key` (created at `created_at_ms`, `body`), moved by
+    /// this node's cleanup under `token` to `owner` (see
+    /// [`remember_cleaned`](Self::remember_cleaned)).
+    fn remember_moved(
+        &self,
+        key: &str,
+        token: u64,
+        created_at_ms: u64,
+        body: bytes::Bytes,
+        owner: &str,
+    ) {
         let staying = || {
             self.workers
                 .iter()
@@ -164,18 +212,11 @@ impl NodeInner {
         let Some(keeper) = keeper else {
             return;
         };
-        let Some((created_at_ms, body)) = crate::codec::split_stored(stored) else {
-            tracing::warn!(
-                key,
-                "a moved job's stored payload is malformed; not remembered"
-            );
-            return;
-        };
         keeper.handed_off.record(crate::handoffs::HandedOff {
             key: key.to_string(),
             token,
             created_at_ms,
-            body: bytes::Bytes::copy_from_slice(body),
+            body,
         });
     }
 

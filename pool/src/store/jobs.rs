@@ -388,8 +388,18 @@ impl PoolStore {
         Ok(flags.iter().map(|f| f.as_i64() == Some(1)).collect())
     }
 
-    /// Moves one inbox entry to another worker's inbox.
+    /// Moves one inbox entry to another worker's inbox (the status alone).
+    #[cfg(test)]
     pub(crate) async fn move_entry(&self, entry: EntryMove<'_>) -> Result<Moved> {
+        Ok(self.move_entry_token(entry).await?.0)
+    }
+
+    /// Moves one inbox entry to another worker's inbox; with the new token
+    /// of a start a cleaner moved.
+    pub(crate) async fn move_entry_token(
+        &self,
+        entry: EntryMove<'_>,
+    ) -> Result<(Moved, Option<u64>)> {
         let mut keys = self.maps.base_keys();
         keys.push(entry.from_inbox.to_string());
         keys.push(entry.to_inbox.to_string());
@@ -414,12 +424,21 @@ impl PoolStore {
             }),
             Value::from(entry.pending_ttl.as_millis().to_string()),
         ]);
-        let status: String = self
+        let reply: String = self
             .scripts
             .move_entry
             .run(&self.client, keys, args, self.timeout)
             .await?;
-        Moved::parse(&status)
+        match reply.split_once(' ') {
+            Some(("ok", token)) => {
+                let token = token.parse().map_err(|_| crate::error::Error::Malformed {
+                    what: "move_entry reply",
+                    reason: format!("not a token: {token:?}"),
+                })?;
+                Ok((Moved::Ok, Some(token)))
+            }
+            _ => Ok((Moved::parse(&reply)?, None)),
+        }
     }
 
     /// Drops entry `id` of `worker`'s inbox (nobody can take it, or it

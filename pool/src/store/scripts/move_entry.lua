@@ -17,7 +17,9 @@
 -- it (a cleanup that came late, after a recovery or an outage, left a
 -- deadline due at once, and the stale-pending sweep took the guard before
 -- the claim, which was then refused).
--- Returns 'ok' | 'no_target' (the target does not read its inbox: see
+-- Returns 'ok' ('ok <token>' for a start a cleaner moved, with its new token:
+-- the cleaner remembers the job until its new owner starts it) |
+-- 'no_target' (the target does not read its inbox: see
 -- `worker_current`) | 'gone' | 'claim_lost' (a cleanup's claim on the source worker
 -- is not the cleaner's any more) | 'recovering' (a cleaner's move while the
 -- pool recovers, or on a state older than the cleaner has seen: a start it
@@ -41,11 +43,13 @@ if redis.call('XDEL', KEYS[9], ARGV[4]) == 0 then
 end
 local payload = ARGV[6]
 local key = ARGV[9]
+local moved_token
 if ARGV[5] == 'start' and key and key ~= '' then
   local old = string.match(payload, '^(%d+) ')
   local guard = mget(PENDING, key)
   if old and guard and string.sub(guard, 1, #old + 1) == old .. ' ' then
     local token = string.format('%d', next_token(key))
+    moved_token = token
     payload = token .. string.sub(payload, #old + 1)
     -- "<token> <deadline_ms>[ <node>/<request>]": the rest is kept.
     local due, rest = string.match(string.sub(guard, #old + 2), '^(%d+)(.*)$')
@@ -55,4 +59,5 @@ if ARGV[5] == 'start' and key and key ~= '' then
   end
 end
 stream_add(KEYS[10], ARGV[5], payload, tonumber(ARGV[8]))
+if moved_token then return 'ok ' .. moved_token end
 return 'ok'

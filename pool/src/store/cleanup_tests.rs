@@ -293,7 +293,7 @@ async fn a_cleanup_under_way_moves_nothing_while_the_pool_recovers() {
 /// deadline for its pending guard: the new owner gets the whole pending
 /// time to claim it. With the old deadline kept (chaos soak seed 1419: a
 /// dead worker's entry moved after a recovery and an outage, its guard
-/// due 70 ms later), the stale-pending sweep removed the guard before the
+/// due within 60 ms of the cleanup's start), the stale-pending sweep removed the guard before the
 /// new owner claimed the start; the claim was refused, and the job waited
 /// out an orphan's grace with Redis its only holder.
 #[tokio::test]

@@ -497,6 +497,8 @@ impl NodeInner {
             .unwrap_or_default();
         let mut payload = fields.get("p").cloned().unwrap_or_default();
         let mut start_token = None;
+        // A start's creation time and body, to remember it once moved.
+        let mut start_body = None;
         let key = if name == EV_START {
             // One more hop marks the start as moved: its new stream id looks
             // fresh, but the entry may be a copy Redis brought back by going
@@ -505,6 +507,7 @@ impl NodeInner {
             StartEntry::parse(&payload).map(|e| {
                 payload = e.forwarded();
                 start_token = Some(e.token);
+                start_body = Some((e.created_at_ms, e.raw_body));
                 e.body.key
             })
         } else if name == EV_KEEP {
@@ -560,14 +563,23 @@ impl NodeInner {
                 )
                 .await?
             {
-                Moved::NoTarget => {
+                (Moved::NoTarget, _) => {
                     refusals.refused(target);
                     self.refresh_ring();
                     Err(Error::NoActiveWorker(self.pool.clone()))
                 }
-                Moved::Ok | Moved::Gone => Ok(Claim::Held),
-                Moved::ClaimLost => Ok(Claim::Lost),
-                Moved::Recovering => Ok(Claim::Paused),
+                (Moved::Ok, Some(token)) => {
+                    // A dead worker's start moved under a new token: Redis
+                    // alone holds it until its new owner starts it, and the
+                    // dead worker cannot give it back after a loss.
+                    if let (Some(_), Some((created_at_ms, body))) = (cleaner, &start_body) {
+                        self.remember_moved(&key, token, *created_at_ms, body.clone(), &target);
+                    }
+                    Ok(Claim::Held)
+                }
+                (Moved::Ok | Moved::Gone, _) => Ok(Claim::Held),
+                (Moved::ClaimLost, _) => Ok(Claim::Lost),
+                (Moved::Recovering, _) => Ok(Claim::Paused),
             }
         };
         attempt

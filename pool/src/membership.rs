@@ -81,7 +81,7 @@ impl NodeInner {
 
     /// Moves one inbox entry from `from`'s inbox to `to`'s.
     /// `requeue`: what the move requeues (`Requeue::default()` when
-    /// forwarding).
+    /// forwarding). With the new token of a start a cleaner moved.
     pub(crate) async fn move_entry(
         &self,
         from: &str,
@@ -90,12 +90,8 @@ impl NodeInner {
         name: &str,
         payload: Bytes,
         requeue: Requeue<'_>,
-    ) -> Result<Moved> {
-        let cleaner = requeue.cleaner.is_some();
-        // Bytes: a shared handle, not a copy of the entry.
-        let payload_copy = payload.clone();
-        let (moved, token) = self
-            .store
+    ) -> Result<(Moved, Option<u64>)> {
+        self.store
             .move_entry_token(EntryMove {
                 from,
                 from_inbox: self.inbox(from)?.key(),
@@ -108,24 +104,7 @@ impl NodeInner {
                 worker_ttl: self.options.worker_ttl,
                 pending_ttl: self.options.dispatch_timeout + self.options.ack_grace,
             })
-            .await?;
-        if let (true, Some(token)) = (cleaner, token) {
-            // A dead worker's start this node's cleanup moved: remembered
-            // as a moved job is (see `remember_cleaned`).
-            match crate::codec::StartEntry::parse(&payload_copy) {
-                Ok(start) => self.remember_moved(
-                    &start.body.key,
-                    token,
-                    start.created_at_ms,
-                    start.raw_body,
-                    to,
-                ),
-                Err(e) => {
-                    tracing::warn!(id, error = %e, "a moved start entry is malformed; not remembered")
-                }
-            }
-        }
-        Ok(moved)
+            .await
     }
 
     /// Hands job `key`, owned by `from`, to `to`.
@@ -190,9 +169,10 @@ impl NodeInner {
     }
 
     /// Remembers job `key` (created at `created_at_ms`, `body`), moved by
-    /// this node's cleanup under `token` to `owner` (see
-    /// [`remember_cleaned`](Self::remember_cleaned)).
-    fn remember_moved(
+    /// this node's cleanup under `token` to `owner`: a job (see
+    /// [`remember_cleaned`](Self::remember_cleaned)), or a start entry left
+    /// in the dead worker's inbox.
+    pub(crate) fn remember_moved(
         &self,
         key: &str,
         token: u64,

@@ -146,6 +146,7 @@ impl WorkerInner {
                     Requeue::default(),
                 )
                 .await?
+                .0
             {
                 // A forward names no cleaner: no claim to lose.
                 Moved::Ok | Moved::Gone | Moved::ClaimLost | Moved::Recovering => return Ok(()),

@@ -592,7 +592,8 @@ impl WorkerInner {
                     fwd,
                     Requeue::default(),
                 )
-                .await?;
+                .await?
+                .0;
             if moved != Moved::NoTarget {
                 return Ok(());
             }

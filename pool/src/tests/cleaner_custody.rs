@@ -17,6 +17,15 @@ async fn a_cleaner_remembers_the_jobs_it_moved() {
     let (client, a, b, wa, wb, _) = two_nodes(&server, "cleaner-custody").await;
     // `b` has a second worker: the one that does not take the job keeps it.
     let keeper = Worker::new(&b, Counting::default()).await.unwrap();
+    // `a`'s ring must hold `keeper` before a key is picked: one placed on
+    // `wa` by a ring without it may move on to it once `a` sees it.
+    wait_until(
+        Duration::from_secs(5),
+        "a sees b's second worker",
+        || async { a.pool_workers().iter().any(|w| w.id == keeper.id()) },
+    )
+    .await
+    .unwrap();
     let key = key_placed_on(&a, &wa).await;
     a.dispatch_job(&key, &b"p"[..]).await.unwrap();
     let (_, ran) = wa.inner.jobs.remove(&key).expect("the job runs on wa");
@@ -70,7 +79,7 @@ async fn a_cleaner_remembers_the_jobs_it_moved() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cleaner_remembers_the_start_entries_it_moved() {
     let server = RedisServer::start().unwrap();
-    let (client, a, b, _wa, wb, _) = two_nodes(&server, "cleaner-custody-entries").await;
+    let (client, a, b, wa, wb, _) = two_nodes(&server, "cleaner-custody-entries").await;
     let keeper = Worker::new(&b, Counting::default()).await.unwrap();
     // A worker no process hosts any more, with a start queued in its inbox
     // (admitted as a dispatch to it is: guard, payload, entry).
@@ -123,28 +132,30 @@ async fn a_cleaner_remembers_the_start_entries_it_moved() {
         crate::cleanup::Claim::Held
     );
 
-    wait_until(
-        Duration::from_secs(10),
-        "the moved start runs on b",
-        || async { wb.job_token(key).is_some() || keeper.job_token(key).is_some() },
-    )
+    // The entry goes to the key's ring owner: any of the three workers.
+    let workers = [&wa, &wb, &keeper];
+    wait_until(Duration::from_secs(10), "the moved start runs", || async {
+        workers.iter().any(|w| w.job_token(key).is_some())
+    })
     .await
     .unwrap();
-    let (owner, other) = if wb.job_token(key).is_some() {
-        (&wb, &keeper)
-    } else {
-        (&keeper, &wb)
-    };
+    let owner = workers.iter().find(|w| w.job_token(key).is_some()).unwrap();
     let moved = owner.job_token(key).unwrap();
     assert!(moved > token, "the move gave the start a new token");
-    let remembered = other.inner.handed_off.remembered();
+    // A worker of the cleaning node other than the owner remembers it.
+    let remembered: Vec<_> = [&wb, &keeper]
+        .iter()
+        .filter(|w| w.id() != owner.id())
+        .flat_map(|w| w.inner.handed_off.remembered())
+        .collect();
     assert!(
         remembered.iter().any(|h| h.key == key
             && h.token == moved
             && h.created_at_ms == created_ms
             && h.body == body),
-        "the moved start (token {moved}) is not remembered by the worker that \
-         does not run it: {remembered:?}"
+        "the moved start (token {moved}, run by {}) is not remembered by a worker \
+         of the cleaning node that does not run it: {remembered:?}",
+        owner.id()
     );
     drop(keeper);
     a.close().await.unwrap();

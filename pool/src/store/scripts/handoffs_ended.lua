@@ -29,16 +29,20 @@ local pair = 0
 for i = 4, #ARGV - 1, 2 do
   pair = pair + 1
   local key = ARGV[i]
-  local current = tonumber(redis.call('HGET', FENCING, key) or '')
-  local stored = redis.call('HGET', PAYLOADS, key)
-  local recorded = mget(JOBS, key)
-  if current and current >= tonumber(ARGV[i + 1]) and not stored
-    and not recorded and not mget(PENDING, key) then
-    ended[#ended + 1] = pair
-    ended[#ended + 1] = string.format('%d', current)
-  elseif stored and not recorded then
-    waiting[#waiting + 1] = pair
-    waiting[#waiting + 1] = string.format('%d', payload_created_ms(stored))
+  -- A job someone runs is neither: its payload is not read (it may be
+  -- large, and most remembered jobs run).
+  if not mget(JOBS, key) then
+    local stored = redis.call('HGET', PAYLOADS, key)
+    if stored then
+      waiting[#waiting + 1] = pair
+      waiting[#waiting + 1] = string.format('%d', payload_created_ms(stored))
+    else
+      local current = tonumber(redis.call('HGET', FENCING, key) or '')
+      if current and current >= tonumber(ARGV[i + 1]) and not mget(PENDING, key) then
+        ended[#ended + 1] = pair
+        ended[#ended + 1] = string.format('%d', current)
+      end
+    end
   end
 end
 return {ended, waiting}

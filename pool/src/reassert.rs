@@ -31,7 +31,8 @@ const REASSERT_CALLS_IN_FLIGHT: usize = 4;
 
 impl NodeInner {
     /// Re-asserts `jobs` in batches of [`REASSERT_BATCH`] (fewer when
-    /// their payloads are large), several calls in flight (each script decides for each key alone). Returns the
+    /// their payloads are large), several calls in flight (each script
+    /// decides for each key alone). Returns the
     /// outcome of every job whose batch Redis answered, and the first
     /// error: one batch failing does not hide what the others found, and
     /// its jobs stay as they were, for the next attempt.

@@ -519,6 +519,13 @@ impl NodeInner {
             if let Some(owner) = self.ring.load().owner(key) {
                 return Ok(owner.to_string());
             }
+            // The ring is built from the membership replicas; rebuilt here
+            // too, a dispatch never waits on a ring that missed a change
+            // the replicas already hold.
+            self.refresh_ring();
+            if let Some(owner) = self.ring.load().owner(key) {
+                return Ok(owner.to_string());
+            }
             if tokio::time::timeout_at(deadline, version.changed())
                 .await
                 .is_err()

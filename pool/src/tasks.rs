@@ -112,9 +112,16 @@ impl NodeInner {
     }
 
     /// Keeps the ring current as workers join, leave or get cleaned.
-    async fn ring_loop(self: Arc<Self>) {
+    ///
+    /// Subscribes first, then builds the ring from the replicas: a change
+    /// the replicas took after the node's first ring and before these
+    /// subscriptions has no event here, and a ring left without it places
+    /// no key on a worker that joined meanwhile (the producer example's
+    /// dispatch waited 30 s for an owner while `pool_workers()` showed two).
+    pub(crate) async fn ring_loop(self: Arc<Self>) {
         let mut workers = self.store.maps.workers.subscribe();
         let mut cleanup = self.store.maps.cleanup.subscribe();
+        self.refresh_ring();
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,

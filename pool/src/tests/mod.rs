@@ -607,6 +607,7 @@ mod recovery_resume;
 mod recovery_window;
 mod refused_writes;
 mod resume;
+mod ring_view;
 mod slow_starts;
 mod stale_starts;
 mod stop_answers;

@@ -172,8 +172,27 @@ impl NodeInner {
     }
 
     pub(crate) async fn hand_off_local(&self, worker: &Arc<WorkerInner>, key: &str) {
+        // A re-assertion after Redis lost its data goes first: until it is
+        // done this process holds the only copy of the worker's jobs, and
+        // it waits for every hand-off holding the `ops` lock. Hand-offs
+        // queued behind each other for their keys' locks, each through a
+        // handler stop, held it for 650 ms (chaos soak seed 1422: the
+        // process was killed before it re-asserted, and 29 jobs were
+        // lost); the renewal that waits for the re-assertion can let the
+        // lease lapse meanwhile. A hand-off not begun gives way, its job
+        // keeps running and is re-asserted, and a pass at the next tick
+        // moves it.
+        let reassertion = worker.reassertion_token();
         let _ops = worker.ops.read().await;
-        let _key = worker.lock_key(key).await;
+        let key_lock = tokio::select! {
+            biased;
+            () = reassertion.cancelled() => None,
+            guard = worker.lock_key(key) => Some(guard),
+        };
+        let Some(_key) = key_lock.filter(|_| !reassertion.is_cancelled()) else {
+            self.rebalance_due.store(true, Ordering::SeqCst);
+            return;
+        };
         // The ring may have changed since the caller looked: after Redis
         // lost its data it is empty until the workers register again. Stop
         // only a job that still belongs elsewhere.

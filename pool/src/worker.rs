@@ -274,6 +274,17 @@ impl WorkerInner {
             .clone()
     }
 
+    /// Cancelled while a re-assertion waits for the worker's `ops` lock
+    /// (see [`lock_for_reassertion`](Self::lock_for_reassertion)): what
+    /// would hold that lock long and can wait gives way.
+    pub(crate) fn reassertion_token(&self) -> CancellationToken {
+        self.start_interrupt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
+            .clone()
+    }
+
     /// The worker's `ops` lock, exclusively, for a re-assertion after Redis
     /// lost its data or went back in time. Every handler start runs under
     /// that lock, shared, and until the re-assertion is done this process
@@ -321,12 +332,7 @@ impl WorkerInner {
     /// ([`lock_for_reassertion`](Self::lock_for_reassertion)).
     pub(crate) async fn start_handler(&self, job: Job) -> HandlerStart {
         let lapse = self.lapse_token();
-        let interrupt = self
-            .start_interrupt
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .1
-            .clone();
+        let interrupt = self.reassertion_token();
         let key = job.key.clone();
         tokio::select! {
             // A lapse seen first wins: the start is not polled again.

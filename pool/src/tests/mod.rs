@@ -601,6 +601,7 @@ mod node_restart;
 mod outage_return;
 mod pending_admission;
 mod reassert_batches;
+mod reassert_during_handoffs;
 mod reassert_during_starts;
 mod reconcile_lease;
 mod recovery_resume;

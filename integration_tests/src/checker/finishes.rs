@@ -7,12 +7,16 @@
 //! tombstones) and by Redis. When Redis lost data after the finish while
 //! that worker's process was killed, or out of reach (cut off, paused) from
 //! the loss on, both memories are gone or mute: such a finish undone is
-//! counted (`finishes_lost_with_their_holder`), not flagged.
+//! counted (`finishes_lost_with_their_holder`), not flagged. A `cut-one`
+//! fault cuts one of the process's connections, which the driver does not
+//! name; it puts the process out of reach when that was the connection
+//! its commands go on, which the process shows by losing its lease during
+//! the fault (its renewals failed).
 
 use std::collections::HashMap;
 
 use super::{FaultSpan, Interval, Report, Violation};
-use crate::ledger::{Line, Record};
+use crate::ledger::{FaultKind, Line, Record};
 
 pub(super) fn check_finishes_hold(
     ledgers: &[Vec<Line>],
@@ -46,11 +50,22 @@ pub(super) fn check_finishes_hold(
     // and logs it a moment after recording it, so a dispatch sent in
     // between may be admitted as new (the job has left the pool).
     let mut reported: HashMap<(&str, u64), u64> = HashMap::new();
+    // When each process lost its lease (see `lost_with_their_holder`).
+    let mut lease_losses: HashMap<u32, Vec<u64>> = HashMap::new();
     for line in ledgers.iter().flatten() {
-        if let Record::Ended { key, token, .. } = &line.record {
-            reported.insert((key.as_str(), *token), time(line));
+        match &line.record {
+            Record::Ended { key, token, .. } => {
+                reported.insert((key.as_str(), *token), time(line));
+            }
+            Record::LeaseLost => lease_losses.entry(line.pid).or_default().push(time(line)),
+            _ => {}
         }
     }
+    let holder = Holder {
+        faults,
+        lease_losses: &lease_losses,
+        notice,
+    };
     for line in ledgers.iter().flatten() {
         let Record::Finished { key, token } = &line.record else {
             continue;
@@ -85,7 +100,7 @@ pub(super) fn check_finishes_hold(
             if !after {
                 continue;
             }
-            if lost_with_their_holder(line.pid, at, iv.start, faults, notice) {
+            if holder.lost_with(line.pid, at, iv.start) {
                 report.finishes_lost_with_their_holder += 1;
                 continue;
             }
@@ -98,28 +113,48 @@ pub(super) fn check_finishes_hold(
     }
 }
 
-/// Whether, between the finish at `at` and the run at `before`, Redis
-/// lost data while process `pid` (which recorded the finish) was killed or
-/// out of reach, or became so within `notice` of the loss (before its next
-/// renewal could find the loss and make the finish stand again).
-fn lost_with_their_holder(
-    pid: u32,
-    at: u64,
-    before: u64,
-    faults: &[FaultSpan],
+/// What tells whether a finish's holder was out of reach.
+struct Holder<'a> {
+    faults: &'a [FaultSpan],
+    lease_losses: &'a HashMap<u32, Vec<u64>>,
     notice: u64,
-) -> bool {
-    faults
-        .iter()
-        .filter(|f| f.kind.loses_data() && at < f.from && f.from < before)
-        .any(|f| {
-            let lost_by = f.to.unwrap_or(f.from);
-            faults.iter().any(|u| {
-                u.target == Some(pid)
-                    && u.kind.puts_process_out_of_reach()
-                    && u.from <= lost_by + notice
-                    && u.to.is_none_or(|end| end >= f.from)
-                    && u.from < before
+}
+
+impl Holder<'_> {
+    /// Whether, between the finish at `at` and the run at `before`, Redis
+    /// lost data while process `pid` (which recorded the finish) was killed
+    /// or out of reach, or became so within `notice` of the loss (before
+    /// its next renewal could find the loss and make the finish stand
+    /// again).
+    fn lost_with(&self, pid: u32, at: u64, before: u64) -> bool {
+        self.faults
+            .iter()
+            .filter(|f| f.kind.loses_data() && at < f.from && f.from < before)
+            .any(|f| {
+                let lost_by = f.to.unwrap_or(f.from);
+                self.faults.iter().any(|u| {
+                    u.target == Some(pid)
+                        && self.out_of_reach(u)
+                        && u.from <= lost_by + self.notice
+                        && u.to.is_none_or(|end| end >= f.from)
+                        && u.from < before
+                })
             })
-        })
+    }
+
+    /// Whether fault `u` put its process out of reach: by its kind, or a
+    /// `cut-one` during which the process lost its lease (the connection
+    /// cut was the one its commands go on).
+    fn out_of_reach(&self, u: &FaultSpan) -> bool {
+        if u.kind.puts_process_out_of_reach() {
+            return true;
+        }
+        let Some(pid) = u.target else { return false };
+        u.kind == FaultKind::CutOne
+            && self.lease_losses.get(&pid).is_some_and(|losses| {
+                losses
+                    .iter()
+                    .any(|t| *t >= u.from && u.to.is_none_or(|end| *t <= end))
+            })
+    }
 }

@@ -228,6 +228,39 @@ fn a_finish_undone_while_its_holder_was_cut_off_is_counted() {
     assert_eq!(kinds(&r), vec!["finish_undone"]);
 }
 
+/// A `cut-one` as Redis goes back to before a finish (chaos soak seed
+/// 1424): when the connection cut is the one the holder's commands go on,
+/// its renewals fail and it loses its lease during the fault, its memory
+/// of the end cannot reach Redis, and a cleanup moves the job: counted.
+/// Without a lease loss (another of its connections was cut) the finish
+/// must hold.
+#[test]
+fn a_finish_undone_while_its_holder_could_not_write_is_counted() {
+    let w = vec![
+        start(10, 5, "k", "a", 1),
+        ended(10, 50, "k", "a", 1, "finished"),
+        finished(10, 51, "k", 1),
+    ];
+    let w2 = vec![start(20, 1_100, "k", "b", 2)];
+    let d = vec![admit(1, "k")];
+    let f = vec![
+        untargeted(200, FaultKind::Rollback, false),
+        untargeted(210, FaultKind::Rollback, true),
+        fault(224, FaultKind::CutOne, 10, false),
+        fault(1_430, FaultKind::CutOne, 10, true),
+    ];
+    let mut lapsed = w.clone();
+    lapsed.push(line(10, 566, Record::LeaseLost));
+    let r = check(
+        &[lapsed, w2.clone(), d.clone(), f.clone()],
+        &CheckOptions::default(),
+    );
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.finishes_lost_with_their_holder, 1);
+    let r = check(&[w, w2, d, f], &CheckOptions::default());
+    assert_eq!(kinds(&r), vec!["finish_undone"]);
+}
+
 /// A finish recorded between the two rollbacks of a rollback-twice and
 /// lost by the second, its worker's link slowed past its lease right
 /// after (chaos soak seed 1405): the checker knows the second loss's

@@ -50,7 +50,7 @@ pub(super) fn check_finishes_hold(
     // and logs it a moment after recording it, so a dispatch sent in
     // between may be admitted as new (the job has left the pool).
     let mut reported: HashMap<(&str, u64), u64> = HashMap::new();
-    // When each process lost its lease (see `lost_with_their_holder`).
+    // When each process lost its lease (see `Holder::out_of_reach`).
     let mut lease_losses: HashMap<u32, Vec<u64>> = HashMap::new();
     for line in ledgers.iter().flatten() {
         match &line.record {

@@ -228,6 +228,30 @@ fn a_finish_undone_while_its_holder_was_cut_off_is_counted() {
     assert_eq!(kinds(&r), vec!["finish_undone"]);
 }
 
+/// A run that finished at once, before the `Ok` of its admission came
+/// back, whose end Redis lost before it was recorded (chaos soak seed
+/// 1425: ended 14 ms after its start, answered 28 ms after that, a
+/// `FLUSHALL` 173 ms later): the key is not expected to run at the end. A
+/// run that finished before the dispatch was sent is no such run: the
+/// admission's own run is missing.
+#[test]
+fn an_admission_whose_run_finished_before_its_answer_is_not_expected_to_run() {
+    let w = vec![
+        start(10, 10, "k", "a", 1),
+        ended(10, 24, "k", "a", 1, "finished"),
+    ];
+    let d = vec![dispatch_sent(0, "k"), admit(52, "k")];
+    let f = vec![
+        untargeted(225, FaultKind::Flush, false),
+        untargeted(226, FaultKind::Flush, true),
+    ];
+    let r = check(&[w.clone(), d, f.clone()], &at_end(5_000));
+    assert!(r.ok(), "{:?}", r.violations);
+    let d = vec![dispatch_sent(30, "k"), admit(52, "k")];
+    let r = check(&[w, d, f], &at_end(5_000));
+    assert_eq!(kinds(&r), vec!["not_running"], "{:?}", r.violations);
+}
+
 /// A `cut-one` as Redis goes back to before a finish (chaos soak seed
 /// 1424): when the connection cut is the one the holder's commands go on,
 /// its renewals fail and it loses its lease during the fault, its memory

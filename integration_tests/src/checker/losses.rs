@@ -115,16 +115,8 @@ pub(super) fn check_admissions(
                 // dispatch was sent and finished since, and none began
                 // after that finish. Its pair has ended.
                 let sent = last_sent.get(key.as_str()).copied().unwrap_or(0);
-                let finished_already = last_finish.get(key.as_str()).is_some_and(|f| {
-                    *f >= sent
-                        && intervals
-                            .iter()
-                            .any(|iv| iv.key == *key && iv.start >= sent && iv.start <= *f)
-                        && !intervals
-                            .iter()
-                            .any(|iv| iv.key == *key && iv.start > *f && iv.start < *t)
-                });
-                if finished_already {
+                let finish = last_finish.get(key.as_str()).copied();
+                if finished_before_its_answer(key, sent, finish, *t, intervals) {
                     last_admit.remove(key.as_str());
                     continue;
                 }
@@ -183,6 +175,28 @@ enum Expect {
 }
 
 /// The `(failover, exposure, notice)` windows of
+/// Whether the admission of `key` whose `Ok` came back at `answered`
+/// (its dispatch sent at `sent`) had already finished on its own, the last
+/// finish of the key at `finish`: a run began after the dispatch was sent
+/// and finished since, and none began after that finish.
+fn finished_before_its_answer(
+    key: &str,
+    sent: u64,
+    finish: Option<u64>,
+    answered: u64,
+    intervals: &[Interval],
+) -> bool {
+    finish.is_some_and(|f| {
+        f >= sent
+            && intervals
+                .iter()
+                .any(|iv| iv.key == key && iv.start >= sent && iv.start <= f)
+            && !intervals
+                .iter()
+                .any(|iv| iv.key == key && iv.start > f && iv.start < answered)
+    })
+}
+
 /// [`lost_with_killed_holder`], in ns.
 fn killed_holder_windows(options: &CheckOptions) -> (u64, u64, u64) {
     (
@@ -317,6 +331,20 @@ pub(super) fn check_running_at(
             // answer is older than the finish, whatever order the two
             // processes wrote them in.
             Record::Exists { key } if finished.get(key.as_str()) > sent.get(key.as_str()) => {
+                (key, Expect::Unknown)
+            }
+            // An admission whose run finished on its own before its `Ok`
+            // came back (a run that finished at once): its finish may have
+            // been recorded, or lost with Redis's data before it could be.
+            Record::Admit { key, .. }
+                if finished_before_its_answer(
+                    key,
+                    sent.get(key.as_str()).copied().unwrap_or(0),
+                    finished.get(key.as_str()).copied(),
+                    *t,
+                    intervals,
+                ) =>
+            {
                 (key, Expect::Unknown)
             }
             Record::Admit { key, .. } | Record::Exists { key } => (key, Expect::Running),

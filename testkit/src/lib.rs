@@ -5,7 +5,8 @@
 //!   port and data directory, roll it back to a saved snapshot (lost
 //!   writes, as after a replica promotion), make it refuse writes or drop
 //!   every client's connection while it keeps running, and kills it on
-//!   drop.
+//!   drop; with [`ServerOptions::clock_shift`] its wall clock can be
+//!   stepped while it runs ([`RedisServer::shift_clock`]).
 //! * [`Sentinels`] starts a primary, a replica and three Sentinels, and
 //!   kills the primary so that Sentinel promotes the replica.
 //! * [`FaultProxy`] sits between a client and Redis and can cut, heal or
@@ -23,6 +24,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod clock_shift;
 mod proxy;
 mod refusal;
 mod rollback;

@@ -26,6 +26,10 @@ pub struct ServerOptions {
     /// certificate made by `openssl` for `127.0.0.1`/`localhost` (see
     /// [`RedisServer::tls_url`]). Default: `false`.
     pub tls: bool,
+    /// Run the server with a wall clock that
+    /// [`RedisServer::shift_clock`] can step forward or back while it runs
+    /// (see [`crate::clock_shift`]). Default: `false`.
+    pub clock_shift: bool,
 }
 
 impl ServerOptions {
@@ -50,6 +54,12 @@ impl ServerOptions {
     /// Turns the TLS port on or off.
     pub fn tls(mut self, on: bool) -> Self {
         self.tls = on;
+        self
+    }
+
+    /// Turns the steppable wall clock on or off.
+    pub fn clock_shift(mut self, on: bool) -> Self {
+        self.clock_shift = on;
         self
     }
 }
@@ -163,6 +173,26 @@ impl RedisServer {
         self.dir.path()
     }
 
+    /// Steps the server's wall clock by `by_ms` milliseconds (forward when
+    /// positive) from where it is now, at once, as an NTP step or a resumed
+    /// virtual machine would: `TIME`, scripts and key expiry see the new
+    /// time; the monotonic clock does not move. The offset stays across
+    /// restarts.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when the server was not started with
+    /// [`ServerOptions::clock_shift`] or the offset file cannot be written.
+    pub fn shift_clock(&self, by_ms: i64) -> Result<(), Error> {
+        if !self.options.clock_shift {
+            return Err(Error::Startup(
+                "shift_clock needs a server started with ServerOptions::clock_shift".into(),
+            ));
+        }
+        let file = crate::clock_shift::offset_file(self.dir.path())?;
+        let now = crate::clock_shift::read_offset(&file)?;
+        crate::clock_shift::write_offset(&file, now.saturating_add(by_ms.saturating_mul(1000)))
+    }
+
     /// The OS process id of the running server, if it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -274,6 +304,12 @@ impl RedisServer {
         }
         for (name, value) in &self.options.extra_args {
             cmd.arg(format!("--{name}")).arg(value);
+        }
+        if self.options.clock_shift {
+            cmd.env("LD_PRELOAD", crate::clock_shift::library()?).env(
+                "FLOTILLA_CLOCK_SHIFT_FILE",
+                crate::clock_shift::offset_file(self.dir.path())?,
+            );
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())

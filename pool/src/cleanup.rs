@@ -1,8 +1,8 @@
 //! Cleanup of dead workers (orphaned jobs and stale pending dispatches
 //! are swept by the pool's sweeper, see `sweeper.rs`).
 //!
-//! Any node may find a worker dead: its keep-alive (server time) is older
-//! than the TTL by the server's clock. The node claims the cleanup with
+//! Any node may find a worker dead (`liveness.rs`): its keep-alive (server
+//! time) older than the TTL. The node claims the cleanup with
 //! `set_if_not_exists` on the cleanup map (a claim older than a TTL may be
 //! taken over), requeues the worker's jobs and the unprocessed events of
 //! its inbox to their new owners — retrying with exponential backoff, never
@@ -10,11 +10,9 @@
 //! script, so concurrent cleaners requeue each job once (I3). The dead
 //! worker's jobs are listed from Redis (`owned_page.lua`, an `HSCAN` of
 //! the jobs hash filtered by owner), never from a node's replica, which
-//! can be stale after a restart. The check itself reads only the small
-//! membership maps, so an idle node does no per-job work.
+//! can be stale after a restart.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -29,7 +27,6 @@ use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
 use crate::routing::Ring;
 use crate::store::call::from_redis;
-use crate::store::records::WorkerEntry;
 use crate::store::{
     ClaimStatus, DeadWorkerClaim, Dropped, Handoff, Moved, Mover, Removed, Requeue, SCAN_START,
 };
@@ -42,107 +39,7 @@ const INBOX_PAGE: u64 = 200;
 /// bound, so pages are larger than the sweeper's).
 const OWNED_PAGE: usize = 1000;
 
-/// Dead workers one node cleans at once.
-const CLEANUPS_IN_FLIGHT: usize = 8;
-
 impl NodeInner {
-    pub(crate) async fn cleanup_loop(self: Arc<Self>) {
-        let mut interval = tokio::time::interval(self.options.cleanup_interval);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = self.cancel.cancelled() => return,
-                _ = interval.tick() => {}
-            }
-            if let Err(e) = self.check_dead_workers().await {
-                tracing::warn!(node = %self.id, error = %e, "dead-worker check failed");
-            }
-        }
-    }
-
-    /// One pass over the membership maps: dead workers, stale nodes.
-    pub(crate) async fn check_dead_workers(&self) -> Result<()> {
-        // Server time first: the call waits out a Redis restart, and the
-        // reconnect it needed must count before anyone is judged dead (the
-        // keep-alives Redis restored from an older state look stale).
-        let now = self.store.server_time_ms().await?;
-        if self.recently_connected().await {
-            return Ok(());
-        }
-        self.clean_dead_workers(now).await;
-        Ok(())
-    }
-
-    async fn clean_dead_workers(&self, now: u64) {
-        let ttl = self.options.worker_ttl.as_millis() as u64;
-        let keepalive = self.store.maps.keepalive.snapshot();
-        let silent: Vec<String> = self
-            .store
-            .maps
-            .workers
-            .snapshot()
-            .iter()
-            .filter(|(worker, raw)| {
-                let created = WorkerEntry::parse(raw)
-                    .and_then(|w| w.created_at_ms)
-                    .unwrap_or(0);
-                let last = keepalive
-                    .get(*worker)
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(created);
-                !self.workers.contains_key(*worker) && now.saturating_sub(last) > ttl
-            })
-            .map(|(worker, _)| worker.clone())
-            .collect();
-        // The workers of a dead process die together: cleaned one after the
-        // other, the last would wait for all the others' hand-offs.
-        let candidates = silent.len();
-        let failed: Vec<(String, Error)> = futures::stream::iter(silent)
-            .map(|worker| async move {
-                // A reconnect since the pass began (Redis restarted, perhaps
-                // from an older state): judge nobody dead for a TTL.
-                if self.recently_connected().await {
-                    return None;
-                }
-                // The replica only picks candidates: the script decides on
-                // the keep-alive in Redis, so a stale replica judges nobody
-                // dead.
-                match self.clean_if_dead(&worker).await {
-                    Ok(_) => None,
-                    Err(e) => Some((worker, e)),
-                }
-            })
-            .buffer_unordered(CLEANUPS_IN_FLIGHT)
-            .filter_map(std::future::ready)
-            .collect()
-            .await;
-        // One line per pass, not per worker: while Redis refuses writes
-        // every candidate fails the same way at every pass.
-        if let Some((worker, error)) = failed.first() {
-            tracing::warn!(
-                failed = failed.len(),
-                candidates,
-                worker,
-                %error,
-                "dead-worker cleanups failed or incomplete; will retry (worker, error: the first)"
-            );
-        }
-        // Nodes silent for two TTLs: drop their entry and reply stream.
-        for (node, raw) in self.store.maps.nodes.snapshot().iter() {
-            let last: u64 = raw.parse().unwrap_or(0);
-            if *node != self.id
-                && now.saturating_sub(last) > 2 * ttl
-                && let Ok(true) = self.store.maps.nodes.test_and_delete(node, raw).await
-            {
-                if let Ok(key) = self.reply_key(node) {
-                    let _: std::result::Result<i64, _> = self.store.client.del(key).await;
-                }
-                let _ = self.store.forget_node(node).await;
-                tracing::info!(node, "stale node removed");
-            }
-        }
-    }
-
     /// Takes the cleanup claim on `worker` if Redis says it is dead (its
     /// keep-alive older than a TTL on server time; a claim older than a TTL,
     /// whose cleaner died, is taken over) and, when the claim is ours,
@@ -152,9 +49,10 @@ impl NodeInner {
     /// took it over), `Recovering` when the cleanup stopped for a recovery
     /// (see [`Claim::Paused`]).
     pub(crate) async fn clean_if_dead(&self, worker: &str) -> Result<DeadWorkerClaim> {
+        let floor_ms = self.server_time_floor().await?;
         let mut claim = self
             .store
-            .claim_cleanup(worker, &self.id, self.options.worker_ttl)
+            .claim_cleanup(worker, &self.id, self.options.worker_ttl, floor_ms)
             .await?;
         let silent_ms = claim.silent_ms;
         match claim.status {

@@ -188,6 +188,7 @@ impl NodeInner {
             .store
             .keepalive(&self.id, self.options.worker_ttl, heard_ms, workers)
             .await?;
+        self.server_clock.record(renewal.server_ms, Instant::now());
         // Stored, not maxed: after a failover to a server whose clock is
         // behind, the next renewal compares with that server's time.
         self.renewal_heard_ms

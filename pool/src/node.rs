@@ -81,6 +81,10 @@ pub(crate) struct NodeInner {
     /// When the node last (re)connected to Redis: it judges nobody dead for
     /// one TTL after that.
     pub(crate) connected_at: Mutex<Instant>,
+    /// Server time bounded on this process's clock: cleanup judges
+    /// liveness by it too, so a step of the server's clock judges nobody
+    /// dead.
+    pub(crate) server_clock: crate::server_clock::ServerClockFloor,
     /// The Redis server holding the pool's keys and the pool's epoch, as
     /// last read (`None`: not read yet).
     pub(crate) server_seen: Mutex<Option<crate::store::ServerIdentity>>,
@@ -221,6 +225,10 @@ impl Node {
         // The first renewal's reference: until a renewal is heard, the
         // join's own server time (0, no reference, if it cannot be read).
         let joined_server_ms = store.server_time_ms().await.unwrap_or(0);
+        let server_clock = crate::server_clock::ServerClockFloor::new(options.worker_ttl * 2);
+        if joined_server_ms > 0 {
+            server_clock.record(joined_server_ms, Instant::now());
+        }
         let (ring_version, _) = watch::channel(0);
         let (recorder, recorder_queue) = crate::batch::Batcher::new();
         let (admitter, admission_queue) = crate::batch::Batcher::new();
@@ -252,6 +260,7 @@ impl Node {
             cancel: CancellationToken::new(),
             closed: AtomicBool::new(false),
             connected_at: Mutex::new(Instant::now()),
+            server_clock,
             server_seen: Mutex::new(server_seen),
             identity_refused: AtomicBool::new(false),
             reconnects: watch::Sender::new(0),

@@ -17,7 +17,11 @@
 //!   last successful acquire or refresh request was sent* plus the TTL, by
 //!   the process's monotonic clock. Redis started the TTL later than that, so
 //!   the guard gives up no later than Redis does. Wall clocks are never
-//!   compared.
+//!   compared. Redis itself expires the record on its host's wall clock,
+//!   though: a forward step of that clock (an NTP step, a resumed virtual
+//!   machine) ends the TTL early, and another process may acquire while
+//!   the guard still counts itself the holder. The fencing token is what
+//!   refuses the earlier holder then.
 //!
 //! # When Redis is unreachable
 //! `try_acquire`, `acquire` and `refresh` fail with [`Error::Unavailable`]

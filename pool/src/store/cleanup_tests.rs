@@ -14,7 +14,10 @@ async fn no_cleanup_is_claimed_while_the_pool_recovers() {
     // The older state Redis went back to may show the dead worker owning a
     // run stopped since, whose stop is not made to stand yet.
     s.begin_recovery(TTL).await.unwrap();
-    let claim = s.claim_cleanup("w1", "n-test", TTL).await.unwrap();
+    let claim = s
+        .claim_cleanup("w1", "n-test", TTL, u64::MAX)
+        .await
+        .unwrap();
     assert_eq!(claim.status, ClaimStatus::Recovering);
     assert!(claim.silent_ms > TTL.as_millis() as u64, "{claim:?}");
     assert_eq!(s.maps.cleanup.get("w1"), None, "no claim taken");
@@ -177,7 +180,7 @@ async fn no_cleanup_is_claimed_on_the_state_a_rollback_went_back_to() {
     let snapshot = f.server.save_snapshot().unwrap();
     // The first cleanup, which the rollback loses.
     assert_eq!(
-        s.claim_cleanup("dead", "n-first", TTL)
+        s.claim_cleanup("dead", "n-first", TTL, u64::MAX)
             .await
             .unwrap()
             .status,
@@ -186,7 +189,11 @@ async fn no_cleanup_is_claimed_on_the_state_a_rollback_went_back_to() {
     f.server.roll_back(&snapshot).unwrap();
     current_run_id(&f.store).await;
 
-    let claim = f.store.claim_cleanup("dead", "n-test", TTL).await.unwrap();
+    let claim = f
+        .store
+        .claim_cleanup("dead", "n-test", TTL, u64::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         claim.status,
         ClaimStatus::Recovering,
@@ -205,7 +212,7 @@ async fn no_cleanup_is_claimed_on_the_state_a_rollback_went_back_to() {
     f.store.note_server(server);
     assert_eq!(
         f.store
-            .claim_cleanup("dead", "n-other", TTL)
+            .claim_cleanup("dead", "n-other", TTL, u64::MAX)
             .await
             .unwrap()
             .status,

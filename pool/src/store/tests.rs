@@ -468,7 +468,10 @@ async fn worker_scripts_answer_each_status() {
     assert!(payload, "the payload stays");
 
     let claim = |worker: &'static str| async move {
-        s.claim_cleanup(worker, "n-test", TTL).await.unwrap().status
+        s.claim_cleanup(worker, "n-test", TTL, u64::MAX)
+            .await
+            .unwrap()
+            .status
     };
     assert_eq!(claim("w-gone").await, ClaimStatus::Gone);
     assert_eq!(claim("w1").await, ClaimStatus::Alive);

@@ -395,6 +395,7 @@ impl PoolStore {
         worker: &str,
         node: &str,
         worker_ttl: Duration,
+        floor_ms: u64,
     ) -> Result<DeadWorkerClaim> {
         const WHAT: &str = "claim_cleanup reply";
         let cleanup = self.maps.cleanup.keys_info();
@@ -412,6 +413,7 @@ impl PoolStore {
             Value::from(node),
             Value::from(worker_ttl.as_millis().to_string()),
             Value::from(self.revision_floor()),
+            Value::from(floor_ms.to_string()),
         ]);
         let reply: Value = self
             .scripts

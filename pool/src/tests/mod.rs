@@ -583,6 +583,7 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
 
 mod batches;
 mod cleaner_custody;
+mod clock_step;
 mod close_custody;
 mod data_loss;
 mod departed_worker;

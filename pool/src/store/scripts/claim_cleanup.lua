@@ -7,7 +7,11 @@
 -- KEYS: base, 9 keepalive hash, 10 cleanup hash, 11 cleanup revision,
 --       12 keep-alive revision (`went_back`)
 -- ARGV: base, 4 cleanup channel, 5 worker id, 6 node id, 7 ttl ms,
---       8 the revisions the caller has seen (`went_back`)
+--       8 the revisions the caller has seen (`went_back`), 9 the least
+--       server time (ms) it can be now by the caller's own clock
+-- Silence is judged by the smaller of `TIME` and that floor: a step of
+-- the server's wall clock makes every keep-alive look a step old at once,
+-- but not on the caller's monotonic clock (`server_clock.rs`).
 -- No claim while the pool recovers from a data loss or a rollback: the
 -- older state may show the worker owning a run stopped since, whose stop
 -- the node that asked for it or carried it out makes stand again during
@@ -23,7 +27,8 @@ local worker, node, ttl = ARGV[5], ARGV[6], tonumber(ARGV[7])
 local registration = mget(WORKERS, worker)
 if not registration then return {'gone', 0} end
 local now = now_ms()
-local silent = now - last_renewal(worker, registration, KEYS[9])
+local judged = math.min(now, tonumber(ARGV[9]) or now)
+local silent = judged - last_renewal(worker, registration, KEYS[9])
 if silent <= ttl then return {'alive', silent} end
 if went_back(ARGV[8], ttl, KEYS[12]) or recovering(ttl) then
   return {'recovering', silent}
@@ -35,7 +40,7 @@ if not current then
   return {'claimed', silent}
 end
 local since = claim_since(current)
-if now - since > ttl then
+if judged - since > ttl then
   rmap_set(KEYS[10], KEYS[11], ARGV[4], worker, claim)
   return {'taken_over', silent}
 end

@@ -162,11 +162,41 @@ impl Sentinels {
             .map(|p| format!("redis://127.0.0.1:{p}"))
     }
 
-    /// Kills the current primary with `SIGKILL` and returns its port.
+    /// Steps the wall clock of every server and Sentinel by `by_ms`
+    /// milliseconds, as a step of their host's clock would (see
+    /// [`RedisServer::shift_clock`](crate::RedisServer::shift_clock)). A
+    /// step over 2 s puts the Sentinels in TILT mode for 30 s, during
+    /// which they fail nothing over ([`kill_primary`](Self::kill_primary)
+    /// waits that out).
     ///
     /// # Errors
-    /// [`Error::Startup`] when no primary is known.
+    /// [`Error::Startup`] when not started with
+    /// [`ServerOptions::clock_shift`](crate::ServerOptions::clock_shift).
+    pub fn shift_clock(&self, by_ms: i64) -> Result<(), Error> {
+        for server in &self.servers {
+            server.shift_clock(by_ms)?;
+        }
+        let file = crate::clock_shift::offset_file(self.dir.path())?;
+        let now = crate::clock_shift::read_offset(&file)?;
+        crate::clock_shift::write_offset(&file, now.saturating_add(by_ms.saturating_mul(1000)))
+    }
+
+    /// Kills the current primary with `SIGKILL` and returns its port,
+    /// first waiting until no Sentinel is in TILT mode (see
+    /// [`in_tilt`](Self::in_tilt)). A primary killed during a TILT is
+    /// never failed over: the Sentinels find it down only once the TILT
+    /// ends, and by then the replica's link has been down for longer than
+    /// they accept of a replica to promote (ten `down_after` periods past
+    /// the time they have known the primary down), which a chaos soak's
+    /// failover ran into after its host's clock jumped 33 s.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when no primary is known, [`Error::Timeout`]
+    /// when a TILT lasts over 35 s.
     pub fn kill_primary(&mut self) -> Result<u16, Error> {
+        self.wait(TILT_PERIOD, "the Sentinels out of TILT mode", |me| {
+            !me.in_tilt()
+        })?;
         let port = self
             .primary_port()
             .ok_or_else(|| Error::Startup("the sentinels agree on no primary".into()))?;
@@ -183,7 +213,8 @@ impl Sentinels {
     /// server answers as a primary; returns its port.
     ///
     /// # Errors
-    /// [`Error::Timeout`] past `deadline`.
+    /// [`Error::Timeout`] past `deadline`; the message says when a
+    /// Sentinel is in TILT mode.
     pub fn wait_for_failover(&self, old: u16, deadline: Duration) -> Result<u16, Error> {
         let mut found = None;
         self.wait(deadline, "a replica promoted by the sentinels", |me| {
@@ -346,6 +377,12 @@ impl Sentinels {
             if binary.file_name().is_some_and(|n| n == "redis-server") {
                 cmd.arg("--sentinel");
             }
+            if o.server.clock_shift {
+                cmd.env("LD_PRELOAD", crate::clock_shift::library()?).env(
+                    "FLOTILLA_CLOCK_SHIFT_FILE",
+                    crate::clock_shift::offset_file(self.dir.path())?,
+                );
+            }
             let mut child = cmd
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -385,10 +422,24 @@ impl Sentinels {
                 return Ok(());
             }
             if Instant::now() > end {
-                return Err(Error::Timeout(deadline, what.to_string()));
+                let why = if self.in_tilt() {
+                    format!("{what} (a Sentinel is in TILT mode: its host's clock stepped)")
+                } else {
+                    what.to_string()
+                };
+                return Err(Error::Timeout(deadline, why));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether a Sentinel is in TILT mode (`INFO sentinel`): it saw its
+    /// host's wall clock step (an NTP step, a resumed virtual machine) and
+    /// acts on nothing for 30 s.
+    pub fn in_tilt(&self) -> bool {
+        self.sentinels
+            .iter()
+            .any(|s| info_field(s.port, "sentinel", "sentinel_tilt").as_deref() == Some("1"))
     }
 }
 
@@ -466,6 +517,10 @@ fn field_after(reply: &str, name: &str) -> Option<String> {
 }
 
 /// One field of `INFO section` of the server on `port`.
+/// How long a Sentinel stays in TILT mode after its clock stepped, and a
+/// margin.
+const TILT_PERIOD: Duration = Duration::from_secs(35);
+
 fn info_field(port: u16, section: &str, field: &str) -> Option<String> {
     let info = raw_command(port, &["INFO", section]);
     info.lines().find_map(|l| {

@@ -132,6 +132,9 @@ impl NodeInner {
     /// pending guards.
     async fn sweep_step(&self, cursors: &mut Cursors) -> crate::error::Result<()> {
         let options = &self.options;
+        // Graces and deadlines run on this node's clock too (see
+        // `server_clock.rs`).
+        let floor_ms = self.server_time_floor().await?;
         let page = self
             .store
             .sweep_orphans(
@@ -140,6 +143,7 @@ impl NodeInner {
                 options.sweep_batch,
                 options.orphan_grace,
                 options.worker_ttl,
+                floor_ms,
             )
             .await?;
         cursors.payloads = page.cursor;
@@ -157,7 +161,11 @@ impl NodeInner {
             .await;
         let stale = self
             .store
-            .sweep_pending(&cursors.pending, options.sweep_batch)
+            .sweep_pending(
+                &cursors.pending,
+                options.sweep_batch,
+                self.server_time_floor().await?,
+            )
             .await?;
         cursors.pending = stale.cursor;
         for key in stale.keys {
@@ -169,6 +177,13 @@ impl NodeInner {
     /// Requeues orphan `key` (seen with `record`, `"-"`: none) at its owner
     /// on this node's ring, if Redis still holds it so.
     async fn requeue_orphan(&self, key: &str, record: &str) {
+        let floor_ms = match self.server_time_floor().await {
+            Ok(floor) => floor,
+            Err(e) => {
+                tracing::warn!(key, error = %e, "orphan requeue failed");
+                return;
+            }
+        };
         let ring = self.ring.load_full();
         let Some(target) = ring.owner(key) else {
             return; // no worker: it waits for the next one
@@ -191,6 +206,7 @@ impl NodeInner {
                 options.dispatch_timeout + options.ack_grace,
                 options.worker_ttl,
                 options.orphan_grace,
+                floor_ms,
             )
             .await;
         match result {

@@ -86,6 +86,7 @@ impl PoolStore {
         count: usize,
         grace: Duration,
         worker_ttl: Duration,
+        floor_ms: u64,
     ) -> Result<OrphanPage> {
         const WHAT: &str = "sweep_orphans reply";
         let mut keys = self.maps.base_keys();
@@ -99,6 +100,7 @@ impl PoolStore {
             Value::from(grace.as_millis().to_string()),
             Value::from(worker_ttl.as_millis().to_string()),
             Value::from(self.revision_floor()),
+            Value::from(floor_ms.to_string()),
         ]);
         let reply: Value = self
             .scripts
@@ -135,6 +137,7 @@ impl PoolStore {
         pending_ttl: Duration,
         worker_ttl: Duration,
         grace: Duration,
+        floor_ms: u64,
     ) -> Result<OrphanRequeue> {
         const WHAT: &str = "requeue_orphan reply";
         let mut keys = self.maps.base_keys();
@@ -151,6 +154,7 @@ impl PoolStore {
             Value::from(keys::INBOX_MAXLEN.to_string()),
             Value::from(worker_ttl.as_millis().to_string()),
             Value::from(grace.as_millis().to_string()),
+            Value::from(floor_ms.to_string()),
         ]);
         let reply: Value = self
             .scripts
@@ -171,10 +175,20 @@ impl PoolStore {
     }
 
     /// One step of the stale-pending sweep: removes the guards past their
-    /// deadline (server time) among about `count` from `cursor`.
-    pub(crate) async fn sweep_pending(&self, cursor: &str, count: usize) -> Result<KeyPage> {
+    /// deadline (server time, held back to `floor_ms`) among about `count`
+    /// from `cursor`.
+    pub(crate) async fn sweep_pending(
+        &self,
+        cursor: &str,
+        count: usize,
+        floor_ms: u64,
+    ) -> Result<KeyPage> {
         let mut args = self.maps.base_args();
-        args.extend([Value::from(cursor), Value::from(count.to_string())]);
+        args.extend([
+            Value::from(cursor),
+            Value::from(count.to_string()),
+            Value::from(floor_ms.to_string()),
+        ]);
         let reply: Value = self
             .scripts
             .sweep_pending

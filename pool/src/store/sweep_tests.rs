@@ -15,7 +15,7 @@ async fn full_pass(f: &Fixture, grace: Duration) -> Vec<(String, String)> {
     loop {
         let page = f
             .store
-            .sweep_orphans(&cursor, &marks, 2, grace, TTL)
+            .sweep_orphans(&cursor, &marks, 2, grace, TTL, u64::MAX)
             .await
             .unwrap();
         due.extend(page.due);
@@ -38,7 +38,7 @@ async fn an_orphan_is_due_only_after_its_grace_and_requeued_once() {
     let inbox = f.inbox("w1");
     let early = f
         .store
-        .requeue_orphan("o1", "-", "w1", &inbox, TTL, TTL, grace)
+        .requeue_orphan("o1", "-", "w1", &inbox, TTL, TTL, grace, u64::MAX)
         .await
         .unwrap();
     assert_eq!(early, OrphanRequeue::Changed, "requeued before the grace");
@@ -48,26 +48,26 @@ async fn an_orphan_is_due_only_after_its_grace_and_requeued_once() {
     // Not the state the sweep saw: nothing done.
     let other = f
         .store
-        .requeue_orphan("o1", "w9 5", "w1", &inbox, TTL, TTL, grace)
+        .requeue_orphan("o1", "w9 5", "w1", &inbox, TTL, TTL, grace, u64::MAX)
         .await
         .unwrap();
     assert_eq!(other, OrphanRequeue::Changed);
     let none = f
         .store
-        .requeue_orphan("o1", "-", "nobody", &inbox, TTL, TTL, grace)
+        .requeue_orphan("o1", "-", "nobody", &inbox, TTL, TTL, grace, u64::MAX)
         .await
         .unwrap();
     assert_eq!(none, OrphanRequeue::NoTarget);
     let done = f
         .store
-        .requeue_orphan("o1", "-", "w1", &inbox, TTL, TTL, grace)
+        .requeue_orphan("o1", "-", "w1", &inbox, TTL, TTL, grace, u64::MAX)
         .await
         .unwrap();
     assert!(matches!(done, OrphanRequeue::Ok { token } if token > running));
     // Requeued: a pending guard now, so neither due nor requeued again.
     let again = f
         .store
-        .requeue_orphan("o1", "-", "w1", &inbox, TTL, TTL, grace)
+        .requeue_orphan("o1", "-", "w1", &inbox, TTL, TTL, grace, u64::MAX)
         .await
         .unwrap();
     assert_eq!(again, OrphanRequeue::Changed);
@@ -106,7 +106,7 @@ async fn a_record_of_an_unregistered_worker_is_an_orphan_and_a_new_token_restart
     let inbox = f.inbox("w1");
     let done = f
         .store
-        .requeue_orphan("o1", "gone 3", "w1", &inbox, TTL, TTL, grace)
+        .requeue_orphan("o1", "gone 3", "w1", &inbox, TTL, TTL, grace, u64::MAX)
         .await
         .unwrap();
     assert!(matches!(done, OrphanRequeue::Ok { .. }));
@@ -133,7 +133,7 @@ async fn the_pending_sweep_removes_only_guards_past_their_deadline() {
     let mut removed = Vec::new();
     let mut cursor = SCAN_START.to_string();
     loop {
-        let page = f.store.sweep_pending(&cursor, 1).await.unwrap();
+        let page = f.store.sweep_pending(&cursor, 1, u64::MAX).await.unwrap();
         removed.extend(page.keys);
         cursor = page.cursor;
         if cursor == SCAN_START {
@@ -234,7 +234,7 @@ async fn an_orphan_a_recovery_leaves_is_due_one_grace_later_wherever_the_pass_is
     let start = page_without(&f, &["o1", "h1"]).await;
     let step = || async {
         let mut due = s
-            .sweep_orphans(&start, SCAN_START, 2, grace, window)
+            .sweep_orphans(&start, SCAN_START, 2, grace, window, u64::MAX)
             .await
             .unwrap()
             .due;
@@ -276,4 +276,68 @@ async fn page_without(f: &Fixture, keys: &[&str]) -> String {
         assert_ne!(next, SCAN_START, "every page holds one of {keys:?}");
         cursor = next;
     }
+}
+
+/// Graces and deadlines are judged by the smaller of `TIME` and the
+/// caller's floor (`server_clock.rs`): past them by server time alone, as
+/// after a forward step of the server's clock, nothing is swept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweeps_wait_for_the_callers_floor_too() {
+    let f = fixture().await;
+    f.register("w1").await;
+    f.orphan("o1", "w1").await;
+    let now = crate::store::call::server_time_ms(&f.store.client)
+        .await
+        .unwrap();
+    // Marked at `now` by the first pass; a grace of 0 is over at once by
+    // server time, but not by a floor a second behind the mark.
+    let grace = Duration::ZERO;
+    assert!(full_pass(&f, grace).await.is_empty());
+    let behind = now - 1_000;
+    let page = f
+        .store
+        .sweep_orphans(SCAN_START, SCAN_START, 100, grace, TTL, behind)
+        .await
+        .unwrap();
+    assert!(
+        page.due.is_empty(),
+        "due by server time alone: {:?}",
+        page.due
+    );
+    let inbox = f.inbox("w1");
+    let early = f
+        .store
+        .requeue_orphan("o1", "-", "w1", &inbox, TTL, TTL, grace, behind)
+        .await
+        .unwrap();
+    assert_eq!(
+        early,
+        OrphanRequeue::Changed,
+        "requeued by server time alone"
+    );
+    assert_eq!(
+        full_pass(&f, grace).await,
+        vec![("o1".to_string(), "-".to_string())]
+    );
+
+    // A guard 5 s past its deadline by server time, not by the floor.
+    let deadline = now - 5_000;
+    f.store
+        .maps
+        .pending_map()
+        .set("stepped", &format!("4 {deadline} -/0"))
+        .await
+        .unwrap();
+    let kept = f
+        .store
+        .sweep_pending(SCAN_START, 1000, deadline - 1)
+        .await
+        .unwrap();
+    assert!(kept.keys.is_empty(), "swept by server time alone");
+    let swept = f
+        .store
+        .sweep_pending(SCAN_START, 1000, u64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(swept.keys, vec!["stepped".to_string()]);
 }

@@ -92,7 +92,7 @@ async fn a_job_goes_to_no_worker_silent_for_over_a_ttl() {
     let inbox = f.inbox("w-dead");
     let due = loop {
         let page = s
-            .sweep_orphans(SCAN_START, SCAN_START, 100, grace, TTL)
+            .sweep_orphans(SCAN_START, SCAN_START, 100, grace, TTL, u64::MAX)
             .await
             .unwrap();
         if page.due.iter().any(|(k, _)| k == "o") {
@@ -102,14 +102,14 @@ async fn a_job_goes_to_no_worker_silent_for_over_a_ttl() {
     };
     assert!(due.contains(&("o".to_string(), "-".to_string())), "{due:?}");
     assert_eq!(
-        s.requeue_orphan("o", "-", "w-dead", &inbox, TTL, TTL, grace)
+        s.requeue_orphan("o", "-", "w-dead", &inbox, TTL, TTL, grace, u64::MAX)
             .await
             .unwrap(),
         OrphanRequeue::NoTarget
     );
     let inbox = f.inbox("w1");
     assert!(matches!(
-        s.requeue_orphan("o", "-", "w1", &inbox, TTL, TTL, grace)
+        s.requeue_orphan("o", "-", "w1", &inbox, TTL, TTL, grace, u64::MAX)
             .await
             .unwrap(),
         OrphanRequeue::Ok { .. }

@@ -8,7 +8,9 @@
 --       12 keepalive hash
 -- ARGV: base, 4 job key, 5 record the sweep saw ('-': none), 6 target
 --       worker, 7 pending ttl ms, 8 inbox maxlen, 9 worker ttl ms (the
---       recovery window after a data loss), 10 grace ms
+--       recovery window after a data loss), 10 grace ms, 11 the least
+--       server time (ms) it can be now by the caller's clock (the grace is
+--       judged by the smaller of that and `TIME`, see `sweep_orphans.lua`)
 -- Returns {'ok', token} | {'changed'} (not the orphan the sweep saw, or not
 --       due: nothing done) | {'recovering'} | {'no_target'} | {'no_payload'}
 local key, state, target = ARGV[4], ARGV[5], ARGV[6]
@@ -26,7 +28,8 @@ local mark = redis.call('HGET', MARKS, key)
 local since, what = nil, nil
 if mark then since, what = string.match(mark, '^(%d+) (.*)$') end
 if what ~= state .. ' ' .. (redis.call('HGET', FENCING, key) or '0')
-    or now_ms() - tonumber(since) < tonumber(ARGV[10]) then
+    or math.min(now_ms(), tonumber(ARGV[11]) or now_ms()) - tonumber(since)
+      < tonumber(ARGV[10]) then
   return {'changed'}
 end
 if recovering(tonumber(ARGV[9])) then return {'recovering'} end

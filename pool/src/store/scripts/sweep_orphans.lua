@@ -18,12 +18,16 @@
 -- KEYS: base, 9 orphan marks hash, 10 keep-alive revision (`went_back`)
 -- ARGV: base, 4 payloads cursor, 5 marks cursor, 6 page size (HSCAN COUNT),
 --       7 grace ms, 8 worker ttl ms (the recovery window after a data
---       loss), 9 the revisions the caller has seen (`went_back`)
+--       loss), 9 the revisions the caller has seen (`went_back`), 10 the
+--       least server time (ms) it can be now by the caller's own clock:
+--       the grace is judged by the smaller of that and `TIME`, so a step
+--       of the server's clock does not end it early (`server_clock.rs`)
 -- Returns {payloads cursor, marks cursor, key 1, record 1 ('-': none), ...}
 -- for the due orphans (none while the pool recovers from a data loss).
 local MARKS = KEYS[9]
 local count, grace, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local now = now_ms()
+local judged = math.min(now, tonumber(ARGV[10]) or now)
 local paused = went_back(ARGV[9], ttl, KEYS[10]) or recovering(ttl)
 
 -- Keys only where the server has HSCAN NOVALUES (Redis 7.4); the values
@@ -87,7 +91,7 @@ local function check(key, record, mark)
     if what ~= seen then
       redis.call('HSET', MARKS, key, string.format('%d ', now) .. seen)
       marked = true
-    elseif (not paused) and now - tonumber(since) >= grace then
+    elseif (not paused) and judged - tonumber(since) >= grace then
       reply[#reply + 1] = key
       reply[#reply + 1] = state
     end

@@ -3,9 +3,12 @@
 -- deadline (server time) has passed is removed, in one replicated batch.
 -- The job then shows up as an orphan and is requeued after the grace.
 -- KEYS: base
--- ARGV: base, 4 cursor, 5 page size (HSCAN COUNT)
+-- ARGV: base, 4 cursor, 5 page size (HSCAN COUNT), 6 the least server time
+--       (ms) it can be now by the caller's own clock: deadlines are judged
+--       by the smaller of that and `TIME`, so a step of the server's clock
+--       does not end a dispatch's guard early (`server_clock.rs`)
 -- Returns {cursor, removed keys...}
-local now = now_ms()
+local now = math.min(now_ms(), tonumber(ARGV[6]) or now_ms())
 local page = redis.call('HSCAN', PENDING[1], ARGV[4], 'COUNT', tonumber(ARGV[5]))
 local batch = rmap_batch(PENDING[1], PENDING[2], PENDING[3])
 local reply = {page[1]}

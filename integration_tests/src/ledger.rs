@@ -290,11 +290,17 @@ pub enum FaultKind {
     /// the earlier run's requests keep arriving on the reply stream both
     /// runs share, and must not answer the new run's requests.
     RestartDispatcher,
+    /// The Redis host's wall clock steps (an NTP step, a resumed virtual
+    /// machine): forward 1–30 s two times in three, else back 0.2–1 TTL.
+    /// `TIME`, scripts and key expiry follow at once, the monotonic clocks
+    /// do not: every keep-alive looks a step older (or younger) than it is
+    /// until its worker's next renewal.
+    ClockStep,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 31] = [
+    pub const ALL: [FaultKind; 32] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -326,6 +332,7 @@ impl FaultKind {
         FaultKind::ReadOnly,
         FaultKind::DropClients,
         FaultKind::RestartDispatcher,
+        FaultKind::ClockStep,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -352,7 +359,7 @@ impl FaultKind {
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
     /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
     /// `stop-leave`, `cut-flush-join`, `rollback-twice`, `loss-kill`, `oom`,
-    /// `read-only`, `drop-clients`, `restart-dispatcher`).
+    /// `read-only`, `drop-clients`, `restart-dispatcher`, `clock-step`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -386,6 +393,7 @@ impl FaultKind {
             FaultKind::ReadOnly => "read-only",
             FaultKind::DropClients => "drop-clients",
             FaultKind::RestartDispatcher => "restart-dispatcher",
+            FaultKind::ClockStep => "clock-step",
         }
     }
 
@@ -467,6 +475,7 @@ impl FaultKind {
             FaultKind::ReadOnly => "redis a read-only replica (writes refused)",
             FaultKind::DropClients => "redis drops every client connection",
             FaultKind::RestartDispatcher => "a dispatcher restarts under its node id",
+            FaultKind::ClockStep => "redis's wall clock steps (+1-30 s or -0.2-1 TTL)",
         }
     }
 }

@@ -38,8 +38,8 @@ struct Args {
     /// failover, freeze-redis, slow, cut-rollback, cut-empty, pause-rollback,
     /// flap, cut-one, deaf, cut-remove, join-kill, pause-remove,
     /// cut-dispatcher, flush, stop-leave, cut-flush-join, rollback-twice,
-    /// loss-kill, oom, read-only, drop-clients (default: all that apply;
-    /// failover only with --sentinel).
+    /// loss-kill, oom, read-only, drop-clients, restart-dispatcher,
+    /// clock-step (default: all that apply; failover only with --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,
     /// Worker TTL of every node (ms); with `--recheck`, the TTL the run

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use flotilla_testkit::{ProxyMode, RedisServer};
 use nix::sys::signal::Signal;
+use rand::Rng;
 use rand::seq::SliceRandom;
 use tokio::time::Instant;
 
@@ -197,5 +198,21 @@ impl Run {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+
+    /// [`FaultKind::ClockStep`]: the server's wall clock steps forward
+    /// 1–30 s (two times in three) or back 0.2–1 TTL, at once.
+    pub(super) async fn step_server_clock(&mut self) -> Result<(), ChaosError> {
+        let ttl = self.options.ttl.as_millis() as i64;
+        let by_ms = if self.rng.random_range(0..3) < 2 {
+            self.rng.random_range(1_000..=30_000)
+        } else {
+            -self.rng.random_range(ttl / 5..=ttl)
+        };
+        self.record(FaultKind::ClockStep, None, false);
+        self.on_server(move |s| s.shift_clock(by_ms)).await?;
+        self.record(FaultKind::ClockStep, None, true);
+        tracing::info!(by_ms, "redis clock stepped");
+        Ok(())
     }
 }

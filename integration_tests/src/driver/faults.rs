@@ -592,6 +592,10 @@ impl Run {
                 self.record(kind, Some(pid), false);
                 self.await_removal(pid).await?;
             }
+            FaultKind::ClockStep => {
+                self.step_server_clock().await?;
+                since = Instant::now();
+            }
         }
         *self.faults.entry(kind).or_default() += 1;
         let limit = if self.options.overlap {

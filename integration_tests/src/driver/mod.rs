@@ -200,7 +200,10 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     if holds_ledgers(&dir)? {
         return Err(ChaosError::LedgerDirInUse(dir));
     }
-    let server = RedisServer::start_with(ServerOptions::default().aof(true))?;
+    // A wall clock the `clock-step` fault can step.
+    let clock_shift = options.faults.contains(&FaultKind::ClockStep);
+    let server =
+        RedisServer::start_with(ServerOptions::default().aof(true).clock_shift(clock_shift))?;
     let sentinels = if options.sentinel {
         Some(tokio::task::block_in_place(Sentinels::start)?)
     } else {

@@ -225,7 +225,12 @@ impl Node {
         // The first renewal's reference: until a renewal is heard, the
         // join's own server time (0, no reference, if it cannot be read).
         let joined_server_ms = store.server_time_ms().await.unwrap_or(0);
-        let server_clock = crate::server_clock::ServerClockFloor::new(options.worker_ttl * 2);
+        // Steps of the server's clock below a twentieth of a TTL pass: the
+        // lease's stop leaves a sixth of a TTL before anyone may claim.
+        let server_clock = crate::server_clock::ServerClockFloor::new(
+            options.worker_ttl * 2,
+            options.worker_ttl / 20,
+        );
         if joined_server_ms > 0 {
             server_clock.record(joined_server_ms, Instant::now());
         }

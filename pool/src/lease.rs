@@ -54,9 +54,12 @@ impl NodeInner {
                     // move them. This reply was heard, so a renewal counts
                     // again: sent at once, not a period later (after an
                     // outage longer than a TTL every node is refused once).
+                    // Also once after a forward step of the server's
+                    // clock: the last reply heard then looks a step old.
                     tracing::warn!(
                         node = %self.id,
-                        "keep-alive refused: no reply from Redis was heard for over a TTL"
+                        "keep-alive refused: no reply from Redis was heard for over a TTL \
+                         (or the server's clock stepped forward); renewing again at once"
                     );
                     next = Instant::now();
                 }

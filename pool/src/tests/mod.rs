@@ -371,6 +371,26 @@ async fn stop_of_a_pending_job_stops_it_once_started() {
     node.close().await.unwrap();
 }
 
+/// Two nodes of pool `name` joined with `options`, a worker on each, both
+/// with `handler`.
+async fn two_nodes_sharing<H: Handler + Clone>(
+    client: &fred::prelude::Client,
+    name: &str,
+    options: NodeOptions,
+    handler: &H,
+) -> (Node, Node, Worker, Worker) {
+    let a = Node::join(client, name, options.clone()).await.unwrap();
+    let b = Node::join(client, name, options).await.unwrap();
+    let wa = Worker::new(&a, handler.clone()).await.unwrap();
+    let wb = Worker::new(&b, handler.clone()).await.unwrap();
+    wait_until(Duration::from_secs(5), "both workers seen", || async {
+        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
+    })
+    .await
+    .unwrap();
+    (a, b, wa, wb)
+}
+
 /// Runs per key: how many handlers run it now, the most at once, and how
 /// many starts there were.
 #[derive(Clone, Default)]
@@ -419,16 +439,8 @@ async fn one_start_in_two_hands_is_started_once() {
     let options = NodeOptions::default()
         .mirror_jobs(true)
         .worker_ttl(Duration::from_secs(10));
-    let a = Node::join(&client, &name, options.clone()).await.unwrap();
-    let b = Node::join(&client, &name, options).await.unwrap();
     let handler = Overlap::default();
-    let wa = Worker::new(&a, handler.clone()).await.unwrap();
-    let wb = Worker::new(&b, handler.clone()).await.unwrap();
-    wait_until(Duration::from_secs(5), "both workers seen", || async {
-        a.pool_workers().len() == 2 && b.pool_workers().len() == 2
-    })
-    .await
-    .unwrap();
+    let (a, b, wa, wb) = two_nodes_sharing(&client, &name, options, &handler).await;
     let keys: Vec<String> = (0..20).map(|i| format!("twice-{i}")).collect();
     // Hold the entries in the inboxes until both nodes had their doubt.
     wa.inner.lease_lost.store(true, Ordering::Release);

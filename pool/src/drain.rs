@@ -128,7 +128,12 @@ impl Node {
 
     /// Removes worker `worker_id` now if Redis says it is dead: its last
     /// keep-alive is older than this node's `worker_ttl` by Redis server
-    /// time (pass the TTL the pool's workers run with). Runs the cleanup
+    /// time (pass the TTL the pool's workers run with), held back, as every
+    /// cleanup, to this node's own bound of server time, so that a step of
+    /// the server's clock makes nobody look silent. A node that joined
+    /// after such a step knows only the server's time since (a `poolctl`
+    /// command joins just before it calls this): after a step, call it from
+    /// a node that has been up for two TTLs, or wait two TTLs. Runs the cleanup
     /// every node runs on its own after that TTL: claims it, requeues the
     /// worker's jobs and unprocessed inbox events to live workers (each job
     /// once, with a new fencing token), removes its registration,

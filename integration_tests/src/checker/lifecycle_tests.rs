@@ -352,3 +352,30 @@ fn an_admission_answered_after_its_run_finished_is_not_doubled_by_the_next() {
     assert!(!kinds(&r).contains(&"double"), "{:?}", r.violations);
     assert!(kinds(&run(false)).contains(&"double"));
 }
+
+/// A run that failed keeps its key in its process until the backoff runs
+/// out and the pool restarts it. Redis restarted empty, and that process
+/// killed within the notice window after (seed 1432: 10 ms), took both
+/// copies: two faults, counted. A kill long after the loss is not: the
+/// process had time to re-assert the key.
+#[test]
+fn a_failed_run_lost_with_redis_and_its_killed_process_is_counted() {
+    let run = |kill_at: u64| {
+        let w = vec![
+            start(10, 5, "k", "a", 1),
+            ended(10, 50, "k", "a", 1, "failed"),
+        ];
+        let f = vec![
+            untargeted(1_000, FaultKind::RestartEmpty, false),
+            untargeted(1_020, FaultKind::RestartEmpty, true),
+            fault(kill_at, FaultKind::Kill, 10, false),
+        ];
+        let d = vec![admit(1, "k")];
+        check(&[w, d, f], &at_end(10_000))
+    };
+    let r = run(1_030);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.lost_with_killed_holder, vec!["k".to_string()]);
+    let r = run(4_000);
+    assert_eq!(kinds(&r), vec!["not_running"], "{:?}", r.violations);
+}

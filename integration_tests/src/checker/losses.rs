@@ -102,10 +102,15 @@ pub(super) fn check_admissions(
     let mut last_admit: HashMap<&str, u64> = HashMap::new();
     // key → when its last pair ended (a stop request, a finish).
     let mut pair_ended: HashMap<&str, u64> = HashMap::new();
+    // key → when its last run failed (restarted by the pool after a backoff).
+    let mut last_failed: HashMap<&str, u64> = HashMap::new();
     for (t, r) in driver {
         match r {
             Record::DispatchSent { key } => {
                 last_sent.insert(key, *t);
+            }
+            Record::Ended { key, outcome, .. } if outcome == "failed" => {
+                last_failed.insert(key, *t);
             }
             Record::Admit { key, .. } => {
                 report.admissions += 1;
@@ -134,7 +139,14 @@ pub(super) fn check_admissions(
                         .unwrap_or(answered);
                     if forgotten_between(key, prev, *t)
                         || lost_out_of_reach(key, prev, *t)
-                        || lost_with_killed_holder(key, prev, *t, intervals, faults, windows)
+                        || lost_with_killed_holder(
+                            key,
+                            (prev, *t),
+                            last_failed.get(key.as_str()).copied(),
+                            intervals,
+                            faults,
+                            windows,
+                        )
                     {
                         report.readmitted_after_loss += 1;
                     } else {
@@ -215,12 +227,14 @@ fn killed_holder_windows(options: &CheckOptions) -> (u64, u64, u64) {
 /// back to the orphan sweep, which restarts it one grace later). Or the
 /// other way round: the run went on through the loss, and its process was
 /// killed within `notice` after it (before its next renewal could find the
-/// loss and re-assert the key). Two faults at once (the process, and
-/// Redis's data) take every copy.
+/// loss and re-assert the key). The same when the run failed before the
+/// loss (`failed_at`: the key's last failure) and its process, holding the
+/// restart until its backoff ran out, was killed within `notice` after it.
+/// Two faults at once (the process, and Redis's data) take every copy.
 fn lost_with_killed_holder(
     key: &str,
-    after: u64,
-    before: u64,
+    (after, before): (u64, u64),
+    failed_at: Option<u64>,
     intervals: &[Interval],
     faults: &[FaultSpan],
     (failover, exposure, notice): (u64, u64, u64),
@@ -250,6 +264,21 @@ fn lost_with_killed_holder(
                     })
                 });
             };
+            let killed_soon_after = |pid: u32| {
+                let lost_by = f.to.unwrap_or(f.from);
+                faults.iter().any(|k| {
+                    k.kind == FaultKind::Kill
+                        && k.target == Some(pid)
+                        && f.from <= k.from
+                        && k.from <= lost_by + notice
+                })
+            };
+            // Failed before the loss, its restart waiting out a backoff in
+            // its process (seed 1432: Redis restarted empty, the process
+            // killed 10 ms later).
+            if failed_at == Some(ended) && killed_soon_after(last.pid) {
+                return true;
+            }
             let within = |from: u64, to: u64, bound: u64| {
                 from <= to && to - from <= bound + stalled(faults, from, to)
             };
@@ -403,7 +432,14 @@ pub(super) fn check_running_at(
                 });
                 if restarting {
                     report.restarting_at_end += 1;
-                } else if lost_with_killed_holder(key, since, end, intervals, faults, windows) {
+                } else if lost_with_killed_holder(
+                    key,
+                    (since, end),
+                    failed.get(key).copied(),
+                    intervals,
+                    faults,
+                    windows,
+                ) {
                     report.lost_with_killed_holder.push(key.to_string());
                 } else {
                     report.violations.push(Violation::NotRunning {

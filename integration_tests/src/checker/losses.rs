@@ -250,33 +250,26 @@ fn lost_with_killed_holder(
             else {
                 return false;
             };
+            // Its process killed after the loss, within `notice` of it and
+            // not before `since`, before it could re-assert the key.
+            let lost_by = f.to.unwrap_or(f.from);
+            let killed_before_notice = |since: u64| {
+                faults.iter().any(|k| {
+                    k.kind == FaultKind::Kill
+                        && k.target == Some(last.pid)
+                        && f.from.max(since) <= k.from
+                        && k.from <= lost_by + notice
+                })
+            };
             // Still running at the loss: its process re-asserts it, unless
             // killed before it could.
             let Some(ended) = last.end.filter(|e| *e <= f.from) else {
-                let lost_by = f.to.unwrap_or(f.from);
-                return last.end.is_some_and(|ended| {
-                    faults.iter().any(|k| {
-                        k.kind == FaultKind::Kill
-                            && k.target == Some(last.pid)
-                            && f.from <= k.from
-                            && ended <= k.from
-                            && k.from <= lost_by + notice
-                    })
-                });
-            };
-            let killed_soon_after = |pid: u32| {
-                let lost_by = f.to.unwrap_or(f.from);
-                faults.iter().any(|k| {
-                    k.kind == FaultKind::Kill
-                        && k.target == Some(pid)
-                        && f.from <= k.from
-                        && k.from <= lost_by + notice
-                })
+                return last.end.is_some_and(killed_before_notice);
             };
             // Failed before the loss, its restart waiting out a backoff in
             // its process (seed 1432: Redis restarted empty, the process
             // killed 10 ms later).
-            if failed_at == Some(ended) && killed_soon_after(last.pid) {
+            if failed_at == Some(ended) && killed_before_notice(ended) {
                 return true;
             }
             let within = |from: u64, to: u64, bound: u64| {

@@ -99,6 +99,9 @@ pub(crate) struct NodeInner {
     /// Bumped when a reconnect finds a new server run id (a restart or a
     /// failover, which may have lost writes): the rollback task recovers.
     pub(crate) server_restarts: watch::Sender<u64>,
+    /// Recoveries from Redis going back in time this node began (the
+    /// rollback task's count, read by tests).
+    pub(crate) recoveries_begun: AtomicU64,
     /// When the last successful keep-alive renewal was sent (the start of
     /// the node's lease), on this process's monotonic clock; the lease
     /// watchdog waits on its changes.
@@ -271,6 +274,7 @@ impl Node {
             reconnects: watch::Sender::new(0),
             identity_wanted: tokio::sync::Notify::new(),
             server_restarts: watch::Sender::new(0),
+            recoveries_begun: AtomicU64::new(0),
             last_renewal: tokio::sync::watch::Sender::new(Instant::now()),
             renewal_heard_ms: AtomicU64::new(joined_server_ms),
             lease_suspended: AtomicBool::new(false),

@@ -61,18 +61,28 @@ impl NodeInner {
     pub(crate) async fn rollback_loop(self: Arc<Self>) {
         let mut watched = self.store.maps.regressions();
         watched.push(self.server_restarts.subscribe());
+        let mut again = false;
         loop {
-            let changed =
-                futures::future::select_all(watched.iter_mut().map(|rx| Box::pin(rx.changed())));
-            tokio::select! {
-                _ = self.cancel.cancelled() => return,
-                (result, _, _) = changed => if result.is_err() { return },
+            if !again {
+                let changed = futures::future::select_all(
+                    watched.iter_mut().map(|rx| Box::pin(rx.changed())),
+                );
+                tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    (result, _, _) = changed => if result.is_err() { return },
+                }
             }
+            // The server this recovery is for, read first: news of this
+            // very rollback that reaches the other watchers meanwhile is
+            // then known for what it is (see `news_of_another_rollback`).
+            let recovered_from = self.current_server().await;
             for rx in &mut watched {
                 rx.borrow_and_update();
             }
             tracing::warn!(node = %self.id, "Redis went back in time: recovering");
             self.metrics.rollbacks.increment(1);
+            self.recoveries_begun
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             loop {
                 match self.recover_from_rollback().await {
                     Ok(()) => {
@@ -89,7 +99,53 @@ impl NodeInner {
                     }
                 }
             }
+            again = self
+                .news_of_another_rollback(&mut watched, recovered_from)
+                .await;
         }
+    }
+
+    /// The identity of the server holding the pool's keys, checked now
+    /// (a change found opens the recovery window, see
+    /// [`Self::check_identity_once`]); `None` when it cannot be read.
+    async fn current_server(&self) -> Option<crate::store::ServerIdentity> {
+        self.check_identity_once().await.ok()?;
+        self.server_seen.lock().await.clone()
+    }
+
+    /// After a recovery: whether what `watched` told meanwhile needs
+    /// another. A map's replica resyncs when its subscription reconnects,
+    /// and finds Redis behind it: that is most often the very rollback the
+    /// identity check found and this recovery dealt with (it read Redis
+    /// itself, not the replicas). Recovering again would interrupt every
+    /// start under way a second time and hold the pool's recovery window
+    /// open as long again (soak seed 1432: a second recovery 1.7 s after
+    /// the first, moving jobs of live workers). So the news counts only
+    /// when the server is not the one recovered from: it restarted or lost
+    /// the pool's data since, or its identity cannot be read. Marked seen
+    /// before the identity is read: what comes after is news for the next
+    /// round.
+    async fn news_of_another_rollback(
+        &self,
+        watched: &mut [tokio::sync::watch::Receiver<u64>],
+        recovered_from: Option<crate::store::ServerIdentity>,
+    ) -> bool {
+        let mut news = false;
+        for rx in watched.iter_mut() {
+            news |= rx.has_changed().unwrap_or(false);
+            rx.borrow_and_update();
+        }
+        if !news {
+            return false;
+        }
+        let Some(recovered_from) = recovered_from else {
+            return true;
+        };
+        let same = self.current_server().await.as_ref() == Some(&recovered_from);
+        if same {
+            tracing::info!(node = %self.id, "a replica found Redis behind it: the rollback just recovered from, not another");
+        }
+        !same
     }
 
     /// Checks the server's identity after each reconnect (several

@@ -611,6 +611,7 @@ mod lost_claim;
 mod many_workers;
 mod misplaced_start;
 mod node_restart;
+mod one_recovery;
 mod outage_return;
 mod pending_admission;
 mod reassert_batches;

@@ -219,15 +219,18 @@ impl NodeInner {
         self.register_worker(id).await?;
         // A close that begins meanwhile takes the lock, then cancels the
         // worker, and removes its registration last.
+        let locking = Instant::now();
         let Some(_guard) = worker.lock_for_reassertion().await else {
             return Ok(());
         };
+        let lock_wait = locking.elapsed();
         self.reassert_all(&worker).await?;
         // Until here the worker was the only holder of its jobs: the time
         // a crash would have lost them.
         tracing::info!(
             worker = id,
             running = worker.jobs.len(),
+            ?lock_wait,
             took = ?began.elapsed(),
             "worker registered again and its jobs re-asserted"
         );

@@ -272,6 +272,7 @@ impl NodeInner {
         tokio::pin!(reconcile);
         let mut renew = tokio::time::interval(ttl / 3);
         renew.tick().await; // the first tick is now: marked above
+        let began = std::time::Instant::now();
         let result = loop {
             tokio::select! {
                 result = &mut reconcile => break result,
@@ -285,6 +286,7 @@ impl NodeInner {
         // On an error the mark stays (it lapses within a TTL) and the whole
         // recovery runs again.
         result?;
+        tracing::info!(node = %self.id, took = ?began.elapsed(), "recovered: every worker reconciled with Redis");
         if let Err(e) = self.store.recovery_mark(&self.id, ttl, false).await {
             tracing::warn!(node = %self.id, error = %e, "clearing the recovery mark failed (it lapses within a TTL)");
         }
@@ -342,10 +344,20 @@ impl NodeInner {
             return self.reregister(&worker.id).await;
         }
         // A close takes the lock, then cancels the worker.
+        let began = std::time::Instant::now();
         let Some(_guard) = worker.lock_for_reassertion().await else {
             return Ok(());
         };
+        let lock_wait = began.elapsed();
         self.reassert_all(worker).await?;
+        // Until here the worker was the only holder of what Redis lost.
+        tracing::info!(
+            worker = %worker.id,
+            running = worker.jobs.len(),
+            ?lock_wait,
+            took = ?began.elapsed(),
+            "jobs re-asserted after Redis went back in time"
+        );
         // Starts claimed in Redis that the worker has not run yet: the lease
         // lapsed right after the claim, or its reply was lost. The entry
         // stays in the inbox and the worker's next read claims it again

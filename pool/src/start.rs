@@ -191,7 +191,13 @@ impl WorkerInner {
         let mut fresh = entry.hops == 0 && node.start_is_fresh(&event.id);
         if !fresh {
             node.metrics.start_claims.increment(1);
-            let claim = node.store.claim_start(&start).await?;
+            let claim = node
+                .store
+                .claim_start(&start, node.options.worker_ttl)
+                .await?;
+            if claim == Claimed::Recovering {
+                return Err(recovering());
+            }
             if claim != Claimed::Ok {
                 self.claim_refused(node, &entry, claim, "start not claimed")
                     .await;
@@ -384,7 +390,7 @@ impl WorkerInner {
             let claimed = tokio::select! {
                 biased;
                 _ = lapse.cancelled() => None,
-                claimed = node.store.claim_start(start) => Some(claimed),
+                claimed = node.store.claim_start(start, node.options.worker_ttl) => Some(claimed),
             };
             let Some(claimed) = claimed else {
                 // The start goes no further (its future is dropped here);
@@ -401,7 +407,13 @@ impl WorkerInner {
             // found then).
         };
         let _ = self.stop_handler(&key).await;
-        self.claim_refused(node, entry, claimed?, "slow start not claimed; cancelled")
+        let claimed = claimed?;
+        if claimed == Claimed::Recovering {
+            // Undone; the entry stays and is claimed again after the
+            // recovery (the caller's error has it read again).
+            return Err(recovering());
+        }
+        self.claim_refused(node, entry, claimed, "slow start not claimed; cancelled")
             .await;
         Ok(None)
     }
@@ -481,6 +493,16 @@ fn held_here() -> Error {
     Error::Unavailable(fred::error::Error::new(
         fred::error::ErrorKind::Timeout,
         "its run is held suspended here",
+    ))
+}
+
+/// What a start entry Redis would not let be claimed while the pool
+/// recovers from a loss of its data fails with: the entry stays in the
+/// inbox, read again (and claimed) once every running copy has re-asserted.
+fn recovering() -> Error {
+    Error::Unavailable(fred::error::Error::new(
+        fred::error::ErrorKind::Timeout,
+        "the pool recovers from a loss of Redis data: claimed once every running copy has re-asserted",
     ))
 }
 

@@ -37,6 +37,10 @@ call::status!(
         Unregistered = "unregistered",
         /// The entry is no longer in this worker's inbox.
         Gone = "gone",
+        /// Redis lost its data or went back in time and the pool recovers:
+        /// the entry stays, to be claimed once every running copy of the
+        /// key has re-asserted.
+        Recovering = "recovering",
     }
 );
 
@@ -98,13 +102,23 @@ impl StartToRecord {
 
 impl PoolStore {
     /// Claims `start` before its handler runs.
-    pub(crate) async fn claim_start(&self, start: &StartToRecord) -> Result<Claimed> {
+    pub(crate) async fn claim_start(
+        &self,
+        start: &StartToRecord,
+        worker_ttl: Duration,
+    ) -> Result<Claimed> {
         let mut keys = start.keys(self);
         keys.push(self.maps.cleanup.keys_info().hash.clone());
+        keys.push(self.maps.keepalive_revision_key());
+        let mut args = start.args(self);
+        args.extend([
+            Value::from(worker_ttl.as_millis().to_string()),
+            Value::from(self.revision_floor()),
+        ]);
         let status: String = self
             .scripts
             .claim_start
-            .run(&self.client, keys, start.args(self), self.timeout)
+            .run(&self.client, keys, args, self.timeout)
             .await?;
         Claimed::parse(&status)
     }

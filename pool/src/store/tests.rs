@@ -216,7 +216,7 @@ async fn admit_unmark_and_schedule_forget_answer_each_status() {
     );
     let id = f.entry_ids("w1").await.pop().unwrap();
     assert_eq!(
-        s.claim_start(&f.start("a1", token, "w1", &id))
+        s.claim_start(&f.start("a1", token, "w1", &id), TTL)
             .await
             .unwrap(),
         Claimed::Ok
@@ -342,7 +342,7 @@ async fn start_scripts_answer_each_status() {
     let ids = f.entry_ids("w1").await;
     let start = |i: usize| f.start(keys[i], tokens[i], "w1", &ids[i]);
 
-    let claim = |start: StartToRecord| async move { s.claim_start(&start).await.unwrap() };
+    let claim = |start: StartToRecord| async move { s.claim_start(&start, TTL).await.unwrap() };
     let stranger = StartToRecord {
         worker: "w-gone".into(),
         ..start(0)
@@ -392,6 +392,8 @@ async fn start_scripts_answer_each_status() {
     // A record older than the start, found while the pool recovers: Redis
     // went back in time and lost the hand-off that led here.
     assert_eq!(claim(start(4)).await, Claimed::Ok);
+    let waiting = f.admitted("k9", "w1").await;
+    let waiting_id = f.entry_ids("w1").await.pop().unwrap();
     f.lose_epoch().await;
     let newer = StartToRecord {
         token: tokens[4] + 1,
@@ -402,6 +404,21 @@ async fn start_scripts_answer_each_status() {
         [StartKept::Recovering]
     );
     assert_eq!(started(5).await, StartKept::Recovering);
+
+    // The same for a guard older than the start: the state Redis went back
+    // to held an older admission of the key, not started then.
+    let waiting_start = f.start("k9", waiting, "w1", &waiting_id);
+    let over_guard = StartToRecord {
+        token: waiting + 1,
+        ..waiting_start.clone()
+    };
+    assert_eq!(
+        s.record_starts(&[over_guard], TTL).await.unwrap(),
+        [StartKept::Recovering]
+    );
+    // And that older admission's entry is not claimed while the pool
+    // recovers: its key may run elsewhere with a start Redis lost.
+    assert_eq!(claim(waiting_start).await, Claimed::Recovering);
 }
 
 #[tokio::test]
@@ -512,7 +529,7 @@ async fn lifecycle_scripts_answer_each_status() {
         let token = f.admitted(key, "w1").await;
         let id = f.entry_ids("w1").await.pop().unwrap();
         assert_eq!(
-            s.claim_start(&f.start(key, token, "w1", &id))
+            s.claim_start(&f.start(key, token, "w1", &id), TTL)
                 .await
                 .unwrap(),
             Claimed::Ok

@@ -594,6 +594,7 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
 }
 
 mod batches;
+mod claim_in_recovery;
 mod cleaner_custody;
 mod clock_step;
 mod close_custody;

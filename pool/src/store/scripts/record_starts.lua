@@ -64,6 +64,14 @@ local function settle(key, token, worker, mine, p, own_guard)
     -- hand-off or restart that led here. Keep the run; the worker's
     -- re-assertion settles it (the newer token wins).
     return 'recovering'
+  elseif p and (not running) and recovering(ttl)
+      and (tonumber(string.match(p, '^(%d+) ') or '') or 0) < tonumber(token) then
+    -- The same for a guard older than this start: the state Redis went
+    -- back to held an older admission of the key, not started then. Its
+    -- entry is not claimed while the pool recovers (`claim_start.lua`);
+    -- the re-assertion of this run takes the guard. Answering
+    -- 'superseded' stopped this run, and the older one started after.
+    return 'recovering'
   elseif not is_registered(worker) then
     return 'unregistered'
   elseif running or not own_guard then

@@ -165,3 +165,70 @@ async fn a_worker_gives_back_hundreds_of_hand_offs_in_a_few_calls() {
     }
     node.close().await.unwrap();
 }
+
+/// Stops that take a while, counting how many are under way at once.
+#[derive(Clone, Default)]
+struct SlowStops {
+    counts: Counting,
+    stopping: Arc<AtomicUsize>,
+    most_at_once: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Handler for SlowStops {
+    async fn start(&self, job: Job) -> Result<(), HandlerError> {
+        self.counts.start(job).await
+    }
+    async fn stop(&self, key: &str) -> Result<(), HandlerError> {
+        let now = self.stopping.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_at_once.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.stopping.fetch_sub(1, Ordering::SeqCst);
+        self.counts.stop(key).await
+    }
+    async fn message(&self, key: &str, payload: bytes::Bytes) -> Result<(), HandlerError> {
+        self.counts.message(key, payload).await
+    }
+}
+
+/// The jobs a re-assertion finds running elsewhere stop all at once. One
+/// after the other, a dozen handler stops of 50–100 ms held the worker's
+/// lock for 630 ms after a rollback (chaos soak seed 1432); Redis then
+/// restarted empty, the worker's re-assertion of its 150 other jobs waited
+/// for that lock, and a kill 350 ms after the restart took them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_that_run_elsewhere_stop_at_once() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("reassert-stops");
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(10));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let handler = SlowStops::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    const JOBS: usize = 8;
+    let keys: Vec<String> = (0..JOBS).map(|i| format!("k{i}")).collect();
+    for key in &keys {
+        node.dispatch_job(key, &b"p"[..]).await.unwrap();
+    }
+    // Redis shows each key on another worker with a newer token (a
+    // rollback to a state where they had moved on, say).
+    let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
+    for key in &keys {
+        let token = worker.job_token(key).unwrap();
+        let _: i64 = client
+            .hset(&jobs_hash, (key.as_str(), format!("w-other {}", token + 1)))
+            .await
+            .unwrap();
+    }
+    node.inner.reassert_all(&worker.inner).await.unwrap();
+    assert!(worker.job_keys().is_empty(), "every job stopped here");
+    assert_eq!(handler.counts.stops.load(Ordering::SeqCst), JOBS);
+    assert_eq!(
+        handler.most_at_once.load(Ordering::SeqCst),
+        JOBS,
+        "the stops ran one after the other"
+    );
+    node.close().await.unwrap();
+}

@@ -72,10 +72,19 @@ impl NodeInner {
                     (result, _, _) = changed => if result.is_err() { return },
                 }
             }
-            // The server this recovery is for, read first: news of this
+            // The server this recovery is for, known first: news of this
             // very rollback that reaches the other watchers meanwhile is
             // then known for what it is (see `news_of_another_rollback`).
-            let recovered_from = self.current_server().await;
+            // An identity check that found a new server just noted it (the
+            // last watcher); other news has it read now.
+            let noted = watched
+                .last()
+                .is_some_and(|rx| rx.has_changed().unwrap_or(false));
+            let recovered_from = if noted {
+                self.server_seen.lock().await.clone()
+            } else {
+                self.current_server().await
+            };
             for rx in &mut watched {
                 rx.borrow_and_update();
             }

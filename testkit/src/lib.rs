@@ -25,6 +25,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod clock_shift;
+mod ports;
 mod proxy;
 mod refusal;
 mod rollback;

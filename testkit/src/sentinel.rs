@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::Error;
-use crate::server::{RedisServer, ServerOptions, free_port, redis_server_binary};
+use crate::server::{RedisServer, ServerOptions, redis_server_binary};
 
 /// The service name the Sentinels monitor.
 pub const SERVICE_NAME: &str = "flotilla";
@@ -63,6 +63,8 @@ pub struct Sentinels {
 struct SentinelProcess {
     port: u16,
     child: Child,
+    // Held for the Sentinel's life, as a server's.
+    _lease: crate::ports::PortLease,
 }
 
 impl Sentinels {
@@ -356,7 +358,8 @@ impl Sentinels {
     ) -> Result<SentinelProcess, Error> {
         let mut last_error = String::new();
         for _ in 0..5 {
-            let port = free_port()?;
+            let lease = crate::ports::lease_port()?;
+            let port = lease.port();
             let conf = self.dir.path().join(format!("sentinel-{index}.conf"));
             let o = &self.options;
             let text = format!(
@@ -395,8 +398,21 @@ impl Sentinels {
                     last_error = format!("sentinel on port {port} exited with {status}");
                     break;
                 }
-                if crate::server::ping(port) {
-                    return Ok(SentinelProcess { port, child });
+                match crate::server::answering_pid(port) {
+                    Some(pid) if pid == child.id() => {
+                        return Ok(SentinelProcess {
+                            port,
+                            child,
+                            _lease: lease,
+                        });
+                    }
+                    Some(pid) => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        last_error = format!("port {port} is held by another server (pid {pid})");
+                        break;
+                    }
+                    None => {}
                 }
                 if started.elapsed() > Duration::from_secs(10) {
                     let _ = child.kill();

@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::Error;
+use crate::ports::{PortLease, lease_port};
 
 /// How long a fresh server may take to answer `PING`.
 const STARTUP_DEADLINE: Duration = Duration::from_secs(15);
@@ -66,8 +67,9 @@ impl ServerOptions {
 
 /// A private `redis-server` process, killed when dropped.
 ///
-/// The server listens on `127.0.0.1` only, on a port chosen free at start, and
-/// keeps its data directory in a temp dir that lives as long as this value,
+/// The server listens on `127.0.0.1` only, on a port reserved for it until it
+/// is dropped (no other testkit server, in any process, takes it while this
+/// one is down for a restart), and keeps its data directory in a temp dir that lives as long as this value,
 /// so [`RedisServer::restart`] brings back the same server (same port, same
 /// data when AOF is on).
 #[derive(Debug)]
@@ -75,6 +77,8 @@ pub struct RedisServer {
     options: ServerOptions,
     port: u16,
     tls_port: Option<u16>,
+    // The ports stay this server's while it is down between restarts.
+    port_leases: Vec<PortLease>,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -100,9 +104,13 @@ impl RedisServer {
             .prefix("flotilla-redis-")
             .tempdir()
             .map_err(|e| Error::Startup(format!("cannot create a temp dir: {e}")))?;
+        let mut port_leases = Vec::new();
         let tls_port = if options.tls {
             crate::tls::make_certificate(dir.path())?;
-            Some(free_port()?)
+            let lease = lease_port()?;
+            let port = lease.port();
+            port_leases.push(lease);
+            Some(port)
         } else {
             None
         };
@@ -110,15 +118,22 @@ impl RedisServer {
             options,
             port: 0,
             tls_port,
+            port_leases,
             dir,
             child: None,
         };
         let mut last_error = String::new();
-        // A port picked free can be taken before the server binds it: retry.
+        // A port can still be taken by a program that is not a testkit
+        // server before this one binds it: retry with another.
         for _ in 0..5 {
             server.port = match server.options.port {
                 Some(p) => p,
-                None => free_port()?,
+                None => {
+                    let lease = lease_port()?;
+                    let port = lease.port();
+                    server.port_leases.push(lease);
+                    port
+                }
             };
             match server.spawn(&binary) {
                 Ok(()) => {
@@ -328,9 +343,21 @@ impl RedisServer {
                     log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
                 )));
             }
-            if ping(self.port) {
-                self.child = Some(child);
-                return Ok(());
+            match answering_pid(self.port) {
+                Some(pid) if pid == child.id() => {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+                Some(pid) => {
+                    // Ours could not bind: never talk to another server.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(Error::Startup(format!(
+                        "port {} is held by another redis-server (pid {pid})",
+                        self.port
+                    )));
+                }
+                None => {}
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
@@ -369,7 +396,10 @@ pub fn redis_server_binary() -> Result<PathBuf, Error> {
     Err(Error::RedisServerMissing)
 }
 
-/// A free TCP port on the loopback interface.
+/// A free TCP port on the loopback interface, from the kernel's ephemeral
+/// range and not held: for a listener the caller binds at once. A server
+/// that restarts on its port should be a [`RedisServer`], whose ports stay
+/// reserved.
 ///
 /// # Errors
 /// [`Error::Startup`] when no port can be bound.
@@ -382,19 +412,33 @@ pub fn free_port() -> Result<u16, Error> {
         .map_err(|e| Error::Startup(format!("cannot read the bound port: {e}")))
 }
 
-/// Sends a raw `PING` and checks for `+PONG`.
-pub(crate) fn ping(port: u16) -> bool {
+/// The process id of the server answering on `port` (`INFO server`), or
+/// `None` when nothing answers yet. A server is ready once the answer is
+/// its own process's: another one's means its port was taken.
+pub(crate) fn answering_pid(port: u16) -> Option<u32> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    if stream.write_all(b"PING\r\n").is_err() {
-        return false;
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    stream
+        .write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+        .ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The field is in the first kilobyte; read until its line is complete.
+    while reply.len() < 64 * 1024 {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reply.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some(rest) = text.split("process_id:").nth(1)
+            && let Some((pid, _)) = rest.split_once("\r\n")
+        {
+            return pid.trim().parse().ok();
+        }
     }
-    let mut buf = [0u8; 64];
-    match stream.read(&mut buf) {
-        Ok(n) => buf[..n].starts_with(b"+PONG"),
-        Err(_) => false,
-    }
+    None
 }

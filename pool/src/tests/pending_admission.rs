@@ -114,6 +114,10 @@ async fn a_second_dispatch_answers_exists_once_the_first_started() {
 /// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admission_lost_in_a_rollback_is_not_reported_existing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
     let name = flotilla_testkit::unique_name("pending-rollback");
     let (client, node, dispatcher, handler) = pool_with_a_held_start(&server, &name).await;

@@ -82,7 +82,7 @@ pub(crate) struct WorkerInner {
     pub(crate) ops: RwLock<()>,
     /// Per-stripe locks: a key's operations hold its stripe's lock, so a
     /// key is never started and handed off at the same time.
-    key_locks: Vec<Mutex<()>>,
+    pub(crate) key_locks: Vec<Mutex<()>>,
     /// Inbox entries in flight or just handled (see [`WorkerInner::rewind`]).
     seen: SeenEntries,
     /// Pacing of inbox rewinds after failed events.

@@ -6,6 +6,7 @@
 //! owner). A job that starts away from its ring owner brings another pass.
 
 use super::*;
+use crate::lanes::lane_of;
 
 /// Starts of one key that wait at a gate until the test opens it; other
 /// keys start at once.
@@ -46,11 +47,18 @@ async fn a_job_started_while_its_owner_joined_the_ring_moves_to_it() {
     let on_wb: Vec<String> = (0..200)
         .map(|i| format!("k{i}"))
         .filter(|k| a.placement(k).as_deref() == Some(wb.id()))
-        .take(2)
         .collect();
     // `moved`: started at once, moved by the pass the ring change brings;
-    // `gated`: its start is under way during that pass.
-    let (moved, gated) = (on_wb[0].clone(), on_wb[1].clone());
+    // `gated`: its start is under way during that pass. In different
+    // lanes: a start holds its lane's key lock, which a hand-off of a key
+    // in that lane waits for.
+    let lanes = wa.inner.key_locks.len();
+    let moved = on_wb[0].clone();
+    let gated = on_wb
+        .iter()
+        .find(|k| lane_of(k, lanes) != lane_of(&moved, lanes))
+        .expect("a key in another lane")
+        .clone();
     *handler.gated.lock().unwrap() = gated.clone();
     // Out of the ring: both keys go to wa.
     assert!(b.drain_worker(wb.id()).await.unwrap());

@@ -67,8 +67,13 @@ pub enum Error {
 }
 
 /// Builds and connects a fred client for `url` with the settings Flotilla's
-/// tests use: exponential reconnect (10 ms … 1 s, forever), 5 s command
+/// tests use: exponential reconnect (10 ms … 100 ms, forever), 5 s command
 /// timeout, 2 s connect timeout.
+///
+/// The pauses stay short because tests run pools with worker TTLs of a
+/// second or less and restart Redis under them: a pause grown to a second
+/// would keep a node off a restarted server past its lease (see
+/// `flotilla_pool::reconnect_policy`, a quarter of the TTL at most).
 ///
 /// # Errors
 /// [`Error::Redis`] when the URL is bad or the server does not answer.
@@ -95,7 +100,7 @@ pub fn builder(url: &str) -> Result<Builder, Error> {
     }
     let mut builder = Builder::from_config(config);
     builder
-        .set_policy(ReconnectPolicy::new_exponential(0, 10, 1_000, 2))
+        .set_policy(ReconnectPolicy::new_exponential(0, 10, 100, 2))
         .with_connection_config(|c| {
             c.connection_timeout = Duration::from_secs(2);
             c.internal_command_timeout = Duration::from_secs(2);

@@ -67,11 +67,11 @@ impl ServerOptions {
 
 /// A private `redis-server` process, killed when dropped.
 ///
-/// The server listens on `127.0.0.1` only, on a port reserved for it until it
-/// is dropped (no other testkit server, in any process, takes it while this
-/// one is down for a restart), and keeps its data directory in a temp dir that lives as long as this value,
-/// so [`RedisServer::restart`] brings back the same server (same port, same
-/// data when AOF is on).
+/// The server listens on `127.0.0.1` only, on a port reserved for it until
+/// it is dropped (no other testkit server, in any process, takes it while
+/// this one is down for a restart), and keeps its data directory in a temp
+/// dir that lives as long as this value, so [`RedisServer::restart`] brings
+/// back the same server (same port, same data when AOF is on).
 #[derive(Debug)]
 pub struct RedisServer {
     options: ServerOptions,
@@ -147,6 +147,8 @@ impl RedisServer {
                     if server.options.port.is_some() {
                         break;
                     }
+                    // The port this try leased is given back.
+                    server.port_leases.pop();
                 }
             }
         }

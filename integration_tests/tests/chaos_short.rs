@@ -24,13 +24,20 @@ fn options(seconds: u64, faults: Vec<FaultKind>) -> ChaosOptions {
         .faults(faults)
         .worker_binary(env!("CARGO_BIN_EXE_flotilla-test-worker").into());
     // Keep the ledgers of a run for `chaos --recheck` (e.g. to study a
-    // failure): FLOTILLA_CHAOS_LEDGERS=/some/dir.
+    // failure): FLOTILLA_CHAOS_LEDGERS=/some/dir. One directory per test
+    // and process: tests of one binary run at once, several with the same
+    // duration, and a directory holding another run's ledgers is refused.
+    // The test runs on a thread named after it.
     match std::env::var_os("FLOTILLA_CHAOS_LEDGERS") {
-        Some(dir) => options.ledger_dir(std::path::PathBuf::from(dir).join(format!(
-            "{}-{}",
-            std::process::id(),
-            seconds
-        ))),
+        Some(dir) => {
+            let test = std::thread::current()
+                .name()
+                .unwrap_or("test")
+                .replace("::", "-");
+            options.ledger_dir(
+                std::path::PathBuf::from(dir).join(format!("{}-{test}", std::process::id())),
+            )
+        }
         None => options,
     }
 }

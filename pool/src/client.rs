@@ -26,7 +26,7 @@ const LONGEST_BLOCK: Duration = Duration::from_secs(5);
 /// for callers that need to adjust it (a private CA, a credential
 /// provider) before building, connecting and passing the client to
 /// [`Node::join`](crate::Node::join): reconnect forever with [`reconnect_policy`] (exponential,
-/// 10 ms up to the smaller of 1 s and a quarter of the worker TTL); connection,
+/// 10 ms up to the smaller of 1 s and a tenth of the worker TTL); connection,
 /// internal-command and command timeouts of `options.redis_timeout`;
 /// connections that stay silent past the longest blocking read plus
 /// `redis_timeout` are closed and reopened; TCP keep-alive.
@@ -61,9 +61,9 @@ pub fn client_builder(url: &str, options: &NodeOptions) -> Result<Builder> {
 
 /// The reconnect policy of [`Node::connect`](crate::Node::connect)'s client, for a client built by
 /// hand and passed to [`Node::join`](crate::Node::join): reconnect forever, pauses from 10 ms
-/// doubling up to the smaller of 1 s and a quarter of
+/// doubling up to the smaller of 1 s and a tenth of
 /// [`worker_ttl`](NodeOptions::worker_ttl) (at least 10 ms), with up to a third of that
-/// longest pause (at most 100 ms) of random jitter.
+/// longest pause (at most 100 ms) of random jitter within it.
 ///
 /// Why the TTL bounds it: after an outage every worker's last renewal is
 /// older than the TTL on server time. The first node back opens a recovery
@@ -73,6 +73,12 @@ pub fn client_builder(url: &str, options: &NodeOptions) -> Result<Builder> {
 /// for an instant longer than its pause: its jobs would move needlessly,
 /// and the ends of runs it alone keeps (a finish or stop a rollback just
 /// lost) could not be made to stand again.
+///
+/// Why a tenth: after Redis lost its data, a worker is the only holder of
+/// its jobs until it has re-asserted them, and the pool counts on that
+/// within a renewal period (a third of the TTL) of Redis answering again.
+/// Pauses of a quarter of the TTL spent most of that period reconnecting;
+/// a tenth leaves most of it to the re-assertion.
 ///
 /// ```
 /// use std::time::Duration;
@@ -87,7 +93,7 @@ pub fn client_builder(url: &str, options: &NodeOptions) -> Result<Builder> {
 /// ```
 pub fn reconnect_policy(options: &NodeOptions) -> ReconnectPolicy {
     let longest =
-        (options.worker_ttl / 4).clamp(Duration::from_millis(10), LONGEST_RECONNECT_PAUSE);
+        (options.worker_ttl / 10).clamp(Duration::from_millis(10), LONGEST_RECONNECT_PAUSE);
     let longest_ms = u32::try_from(longest.as_millis()).unwrap_or(u32::MAX);
     let mut policy = ReconnectPolicy::new_exponential(0, 10, longest_ms, 2);
     policy.set_jitter((longest_ms / 3).min(100));
@@ -250,13 +256,14 @@ pub(crate) async fn check_client(client: &Client, options: &NodeOptions) -> Resu
         ),
         Some(policy) => {
             let longest = Duration::from_millis(u64::from(longest_pause_ms(&policy)));
-            if longest > options.worker_ttl / 4 && longest > Duration::from_millis(10) {
+            if longest > options.worker_ttl / 10 && longest > Duration::from_millis(10) {
                 tracing::warn!(
                     longest_pause_ms = longest.as_millis() as u64,
                     worker_ttl_ms = options.worker_ttl.as_millis() as u64,
-                    "the Redis client's reconnect pauses grow past a quarter of the worker TTL: \
-                     after an outage this node may come back after the recovery window, and its \
-                     workers' jobs move as if they had died; set \
+                    "the Redis client's reconnect pauses grow past a tenth of the worker TTL: \
+                     after an outage this node may come back too late to re-assert its jobs in \
+                     time, or after the recovery window, and its workers' jobs move as if they \
+                     had died; set \
                      flotilla_pool::reconnect_policy(&options) (Builder::set_policy) or use \
                      Node::connect"
                 );

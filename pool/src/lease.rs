@@ -282,7 +282,7 @@ impl NodeInner {
                     tracing::info!(key, worker = %worker.id, "suspended job left to the orphan sweep");
                     worker.suspended.lock().await.remove(&key);
                 }
-                Reasserted::Lost | Reasserted::Pending => {
+                Reasserted::Lost | Reasserted::Pending | Reasserted::Unclaimed => {
                     worker.suspended.lock().await.remove(&key);
                 }
             }
@@ -457,7 +457,7 @@ impl NodeInner {
                 tracing::info!(key, worker = %worker.id, "suspended job Redis did not hold left to the orphan sweep");
                 Ok(Restart::Left)
             }
-            Reasserted::Lost | Reasserted::Pending => Ok(Restart::Moved),
+            Reasserted::Lost | Reasserted::Pending | Reasserted::Unclaimed => Ok(Restart::Moved),
         }
     }
 

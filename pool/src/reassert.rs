@@ -120,11 +120,17 @@ impl NodeInner {
 
     /// What the worker keeps of a job it re-asserted, by the outcome.
     fn after_reassert(&self, worker: &WorkerInner, key: &str, job: &LocalJob, outcome: Reasserted) {
-        if outcome == Reasserted::Pending {
-            tracing::info!(key, worker = %worker.id, token = job.token, "re-asserted job gives way to a newer admission not started yet; kept until it starts");
+        if matches!(outcome, Reasserted::Pending | Reasserted::Unclaimed) {
+            if outcome == Reasserted::Pending {
+                tracing::info!(key, worker = %worker.id, token = job.token, "re-asserted job gives way to a newer admission not started yet; kept until it starts");
+            } else {
+                tracing::info!(key, worker = %worker.id, token = job.token, "re-asserted job gives way to a newer token nobody runs or starts yet; kept until it starts");
+            }
             // Given way to a newer admission or hand-off that has not
-            // started: until it does, Redis holds the only copy, and a
-            // second loss (a restart, a rollback) would take it. Kept as
+            // started (or to an orphan another worker gave back, whose
+            // process may die before the sweep requeues it): until it
+            // does, Redis holds the only copy, and a second loss (a
+            // restart, a rollback) would take it. Kept as
             // a hand-off is (`handoffs.rs`), under the next token: any
             // token issued since this run's (that admission's, a stop's
             // tombstone) is at least that, so the payload is given back

@@ -46,6 +46,11 @@ call::status!(
         /// pending guard), holds it: it is not the worker's, and Redis
         /// alone holds the job until that start.
         Pending = "pending",
+        /// A newer token was issued and Redis shows neither its run nor
+        /// its pending start, only the payload: an orphan (another worker
+        /// gave it back after a loss took its start). It is not the
+        /// worker's, and Redis may hold the only copy.
+        Unclaimed = "unclaimed",
         /// Payload restored, ownership not taken (the orphan sweep
         /// requeues it).
         Orphaned = "orphaned",

@@ -499,3 +499,62 @@ async fn jobs_given_way_to_lost_admissions_run_again(loss: Loss) {
     each_runs_again(&ledger, &keys).await;
     node.close().await.unwrap();
 }
+
+/// A worker holding jobs suspended while Redis lost their records finds,
+/// when it re-asserts them, that another worker passed each on since and
+/// gave it back to Redis after the loss: a newer token issued, the payload
+/// an orphan, no record and no guard (a cleanup moved the jobs while the
+/// worker was cut off, the loss took the move, and the new owner gave
+/// them back when it found its start gone). Only that other worker
+/// remembers them then; when its process dies and Redis loses the orphans
+/// too, the jobs must not run nowhere: the re-asserting worker remembers
+/// what it gave way to and gives the payloads back (chaos soak seed 1436:
+/// a cut worker's job moved, an empty restart, the new owner's "orphan
+/// again", a second empty restart, that owner killed 290 ms later; the key
+/// ran nowhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_given_way_to_orphans_a_rollback_lost_run_again() {
+    jobs_given_way_to_lost_orphans_run_again(Loss::Rollback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_given_way_to_orphans_an_empty_restart_lost_run_again() {
+    jobs_given_way_to_lost_orphans_run_again(Loss::Empty).await;
+}
+
+async fn jobs_given_way_to_lost_orphans_run_again(loss: Loss) {
+    let mut server = loss.server();
+    let (client, node, worker, ledger, keys, held) =
+        jobs_held_through_a_loss(&server, "v", NodeOptions::default()).await;
+    let mark = loss.mark(&server);
+    // What the other worker's give-back leaves of each key: a newer token
+    // issued, the payload alone.
+    let store = &node.inner.store;
+    let fencing = crate::keys::fencing(&store.pool);
+    let payloads = crate::keys::payloads(&store.pool);
+    for (k, job) in &held {
+        let newer = job.token + 1_000;
+        let stored = crate::codec::stored(job.created_at_ms, &job.raw_body);
+        let _: () = client
+            .hset(fencing.as_str(), (k.as_str(), newer.to_string()))
+            .await
+            .unwrap();
+        let _: () = client
+            .hset(payloads.as_str(), (k.as_str(), stored.to_vec()))
+            .await
+            .unwrap();
+    }
+    for (k, job) in &held {
+        let outcome = node
+            .inner
+            .reassert(&worker.inner, k, job, crate::lease::Reassert::Suspended)
+            .await
+            .unwrap();
+        assert_eq!(outcome, crate::store::Reasserted::Unclaimed, "{k}");
+        worker.inner.suspended.lock().await.remove(k);
+    }
+    // The second loss takes the orphans before the sweep requeued them.
+    loss.lose(&mut server, mark);
+    each_runs_again(&ledger, &keys).await;
+    node.close().await.unwrap();
+}

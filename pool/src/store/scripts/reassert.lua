@@ -25,11 +25,13 @@
 -- stale: Redis went back in time and lost the start the worker holds (a
 -- hand-off to it, a restart here). The newer token wins, as fencing says.
 -- A guard with the worker's own token is the admission of that very start.
--- Returns one status per job, in order: 'ok' | 'lost' | 'pending' (lost
--- to a newer admission or hand-off of the key that has not started yet:
--- the caller remembers what it gave way to, as for a hand-off, in case
--- Redis loses that too) | 'orphaned' (payload restored, ownership not
--- taken)
+-- Returns one status per job, in order: 'ok' | 'lost' (a record of a
+-- newer run, or a newer run that ended) | 'pending' (lost to a newer admission or hand-off of the key
+-- that has not started yet: the caller remembers what it gave way to, as
+-- for a hand-off, in case Redis loses that too) | 'unclaimed' (a newer
+-- token and a payload, but no record or guard: an orphan, remembered the
+-- same way, as Redis may hold its only copy) | 'orphaned' (payload
+-- restored, ownership not taken)
 local worker, ttl_arg = ARGV[4], ARGV[5]
 -- The payload is this run's unless Redis holds one of this admission or
 -- a newer one: a payload of an *older* admission (the state Redis went
@@ -72,7 +74,14 @@ local function reassert_one(key, token_arg, stored_arg, state_arg)
     mdel(PENDING, key)
   end
   local current = tonumber(redis.call('HGET', FENCING, key) or '0')
-  if current > mine then return 'lost' end
+  -- A newer token was issued, and Redis shows neither its run nor its
+  -- start. With a payload, that is an orphan (given back by a new owner
+  -- that found its move lost): Redis may hold its only copy. Without one,
+  -- the newer run ended (only an end takes the payload away).
+  if current > mine then
+    if redis.call('HEXISTS', PAYLOADS, key) == 1 then return 'unclaimed' end
+    return 'lost'
+  end
   -- This run's token was issued: the counter never stays below it (a
   -- hand-off of an older run, given back after the loss, then sees it is
   -- not the latest).

@@ -18,6 +18,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use backon::Retryable;
 use bytes::Bytes;
 use clap::Parser;
 use flotilla_integration_tests::clock::ServerClock;
@@ -347,7 +348,13 @@ async fn run(
         }
     };
     let clock = ServerClock::new();
-    clock.sample(&client, true).await?;
+    // The harness may start this process while a Redis it just restarted
+    // loads its data (`add` right after a restart): that answers LOADING
+    // for a moment, which is no reason to fail the start.
+    (|| clock.sample(&client, true))
+        .retry(while_loading())
+        .when(|e| loading(&e.to_string()))
+        .await?;
     let cancel = CancellationToken::new();
     tokio::spawn(
         clock
@@ -359,7 +366,12 @@ async fn run(
     let _ = finished_ledger.set(ledger.clone());
     let node = match connected {
         Some(node) => node,
-        None => Node::join(&client, &args.pool, options).await?,
+        None => {
+            (|| Node::join(&client, &args.pool, options.clone()))
+                .retry(while_loading())
+                .when(|e| loading(&e.to_string()))
+                .await?
+        }
     };
     let mut workers = Vec::new();
     let mut id_senders = Vec::new();
@@ -424,4 +436,18 @@ async fn watch_ring(node: Node, ledger: LedgerWriter, cancel: CancellationToken)
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
     }
+}
+
+/// Retries of a start-up call while Redis is loading its data: up to 10 s.
+fn while_loading() -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(10))
+        .with_max_delay(Duration::from_millis(200))
+        .without_max_times()
+        .with_total_delay(Some(Duration::from_secs(10)))
+}
+
+/// Whether an error is Redis's answer while it loads its data.
+fn loading(error: &str) -> bool {
+    error.contains("LOADING")
 }

@@ -330,6 +330,9 @@ async fn run(
     };
     // Behind Sentinel the node connects by URL (and follows failovers);
     // otherwise through the test client, which trusts a private TLS server.
+    // The harness may start this process while a Redis it just restarted
+    // loads its data (`add` right after a restart): it answers LOADING for
+    // a moment, which is no reason to fail the start.
     let connected = if args.redis.contains("-sentinel://") {
         Some(connect_through_sentinel(&args, &options).await?)
     } else {
@@ -342,15 +345,19 @@ async fn run(
         None => {
             let mut builder = flotilla_testkit::builder(&args.redis)?;
             builder.set_policy(flotilla_pool::reconnect_policy(&options));
-            let client = builder.build()?;
-            flotilla_pool::fred::prelude::ClientLike::init(&client).await?;
-            client
+            let connect = || async {
+                let client = builder.build()?;
+                flotilla_pool::fred::prelude::ClientLike::init(&client).await?;
+                Ok::<_, flotilla_pool::fred::error::Error>(client)
+            };
+            connect
+                .retry(while_loading())
+                .when(|e| loading(&e.to_string()))
+                .await?
         }
     };
     let clock = ServerClock::new();
-    // The harness may start this process while a Redis it just restarted
-    // loads its data (`add` right after a restart): that answers LOADING
-    // for a moment, which is no reason to fail the start.
+    // As for connecting: a server loading its data answers LOADING.
     (|| clock.sample(&client, true))
         .retry(while_loading())
         .when(|e| loading(&e.to_string()))

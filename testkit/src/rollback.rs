@@ -118,6 +118,24 @@ mod tests {
     use super::*;
     use crate::ServerOptions;
 
+    /// A server restarted from a snapshot answers `INFO` while it loads
+    /// it, and refuses other commands (`-LOADING`) until it is done: it is
+    /// ready only then (a chaos run's `SAVE` right after a rollback failed
+    /// with `LOADING` when readiness was only its pid in `INFO`).
+    #[test]
+    fn a_server_rolled_back_to_a_large_snapshot_is_ready_once_loaded() {
+        let mut server = RedisServer::start()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        let port = server.port();
+        // Enough keys for loading them to take a while.
+        let fill = b"*3\r\n$4\r\nEVAL\r\n$90\r\nfor i = 1, 1500000 do redis.call('SET', 'k' .. i, 'v') end return redis.status_reply('OK')\r\n$1\r\n0\r\n";
+        command(port, fill, b"+OK").unwrap();
+        let snapshot = server.save_snapshot().unwrap();
+        server.roll_back(&snapshot).unwrap();
+        command(port, b"*1\r\n$4\r\nSAVE\r\n", b"+OK").unwrap();
+        command(port, b"*1\r\n$6\r\nDBSIZE\r\n", b":1500000").unwrap();
+    }
+
     #[test]
     fn a_rollback_brings_back_the_snapshot_and_loses_later_writes() {
         for aof in [false, true] {

@@ -346,9 +346,14 @@ impl RedisServer {
                 )));
             }
             match answering_pid(self.port) {
+                // Ours, and done loading its data: a server restarted from
+                // a snapshot answers INFO while it loads, and refuses most
+                // commands (`-LOADING`) until it is done.
                 Some(pid) if pid == child.id() => {
-                    self.child = Some(child);
-                    return Ok(());
+                    if answers_ping(self.port) {
+                        self.child = Some(child);
+                        return Ok(());
+                    }
                 }
                 Some(pid) => {
                     // Ours could not bind: never talk to another server.
@@ -412,6 +417,11 @@ pub fn free_port() -> Result<u16, Error> {
         .local_addr()
         .map(|a| a.port())
         .map_err(|e| Error::Startup(format!("cannot read the bound port: {e}")))
+}
+
+/// Whether the server on `port` answers `PING` with `PONG` (not `LOADING`).
+fn answers_ping(port: u16) -> bool {
+    crate::rollback::command(port, b"*1\r\n$4\r\nPING\r\n", b"+PONG").is_ok()
 }
 
 /// The process id of the server answering on `port` (`INFO server`), or

@@ -349,12 +349,11 @@ impl RedisServer {
                 // Ours, and done loading its data: a server restarted from
                 // a snapshot answers INFO while it loads, and refuses most
                 // commands (`-LOADING`) until it is done.
-                Some(pid) if pid == child.id() => {
-                    if answers_ping(self.port) {
-                        self.child = Some(child);
-                        return Ok(());
-                    }
+                Some(pid) if pid == child.id() && answers_ping(self.port) => {
+                    self.child = Some(child);
+                    return Ok(());
                 }
+                Some(pid) if pid == child.id() => {} // still loading
                 Some(pid) => {
                     // Ours could not bind: never talk to another server.
                     let _ = child.kill();

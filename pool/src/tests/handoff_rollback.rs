@@ -459,42 +459,71 @@ async fn jobs_given_way_to_admissions_an_empty_restart_lost_run_again() {
 }
 
 async fn jobs_given_way_to_lost_admissions_run_again(loss: Loss) {
+    jobs_given_way_then_lost_run_again(loss, GivenWay::Admission).await;
+}
+
+/// What a worker re-asserting its suspended jobs gives way to.
+#[derive(Clone, Copy)]
+enum GivenWay {
+    /// A newer admission not started yet: its token, its pending guard.
+    Admission,
+    /// An orphan another worker gave back: a newer token, the payload.
+    Orphan,
+}
+
+/// The worker's lease lapses and a first loss takes its jobs' records;
+/// Redis then shows something newer of each key (`given_way`), to which
+/// the worker's re-assertion gives way; a second loss takes that too
+/// before anything started, and each job must run again.
+async fn jobs_given_way_then_lost_run_again(loss: Loss, given_way: GivenWay) {
     let mut server = loss.server();
-    // Mirroring: the test writes the pending map by its key. The worker's
-    // lease lapses, and the first loss takes the jobs' records.
+    // Mirroring: the test writes the pending map by its key.
+    let (prefix, options) = match given_way {
+        GivenWay::Admission => ("g", NodeOptions::default().mirror_jobs(true)),
+        GivenWay::Orphan => ("v", NodeOptions::default()),
+    };
     let (client, node, worker, ledger, keys, held) =
-        jobs_held_through_a_loss(&server, "g", NodeOptions::default().mirror_jobs(true)).await;
+        jobs_held_through_a_loss(&server, prefix, options).await;
     let mark = loss.mark(&server);
-    // A newer admission of each key, not started yet: its token issued,
-    // its pending guard standing (the start entry waits at an owner).
     let store = &node.inner.store;
-    let pending_hash = store.maps.pending_map().keys_info().hash.clone();
     let fencing = crate::keys::fencing(&store.pool);
     let now_ms = store.server_time_ms().await.unwrap();
     for (k, job) in &held {
         let newer = job.token + 1_000;
-        let guard = format!("{newer} {} n-elsewhere/1", now_ms + 60_000);
-        let _: () = client
-            .hset(pending_hash.as_str(), (k.as_str(), guard))
-            .await
-            .unwrap();
         let _: () = client
             .hset(fencing.as_str(), (k.as_str(), newer.to_string()))
             .await
             .unwrap();
+        let (hash, value) = match given_way {
+            // The start entry waits at an owner.
+            GivenWay::Admission => (
+                store.maps.pending_map().keys_info().hash.clone(),
+                format!("{newer} {} n-elsewhere/1", now_ms + 60_000).into_bytes(),
+            ),
+            GivenWay::Orphan => (
+                crate::keys::payloads(&store.pool),
+                crate::codec::stored(job.created_at_ms, &job.raw_body).to_vec(),
+            ),
+        };
+        let _: () = client
+            .hset(hash.as_str(), (k.as_str(), value))
+            .await
+            .unwrap();
     }
-    // The worker comes back and re-asserts: each key is another
-    // admission's now.
+    let expected = match given_way {
+        GivenWay::Admission => crate::store::Reasserted::Pending,
+        GivenWay::Orphan => crate::store::Reasserted::Unclaimed,
+    };
     for (k, job) in &held {
         let outcome = node
             .inner
             .reassert(&worker.inner, k, job, crate::lease::Reassert::Suspended)
             .await
             .unwrap();
-        assert_eq!(outcome, crate::store::Reasserted::Pending, "{k}");
+        assert_eq!(outcome, expected, "{k}");
         worker.inner.suspended.lock().await.remove(k);
     }
-    // The second loss takes those admissions before they started.
+    // The second loss takes what the worker gave way to before it started.
     loss.lose(&mut server, mark);
     each_runs_again(&ledger, &keys).await;
     node.close().await.unwrap();
@@ -523,38 +552,5 @@ async fn jobs_given_way_to_orphans_an_empty_restart_lost_run_again() {
 }
 
 async fn jobs_given_way_to_lost_orphans_run_again(loss: Loss) {
-    let mut server = loss.server();
-    let (client, node, worker, ledger, keys, held) =
-        jobs_held_through_a_loss(&server, "v", NodeOptions::default()).await;
-    let mark = loss.mark(&server);
-    // What the other worker's give-back leaves of each key: a newer token
-    // issued, the payload alone.
-    let store = &node.inner.store;
-    let fencing = crate::keys::fencing(&store.pool);
-    let payloads = crate::keys::payloads(&store.pool);
-    for (k, job) in &held {
-        let newer = job.token + 1_000;
-        let stored = crate::codec::stored(job.created_at_ms, &job.raw_body);
-        let _: () = client
-            .hset(fencing.as_str(), (k.as_str(), newer.to_string()))
-            .await
-            .unwrap();
-        let _: () = client
-            .hset(payloads.as_str(), (k.as_str(), stored.to_vec()))
-            .await
-            .unwrap();
-    }
-    for (k, job) in &held {
-        let outcome = node
-            .inner
-            .reassert(&worker.inner, k, job, crate::lease::Reassert::Suspended)
-            .await
-            .unwrap();
-        assert_eq!(outcome, crate::store::Reasserted::Unclaimed, "{k}");
-        worker.inner.suspended.lock().await.remove(k);
-    }
-    // The second loss takes the orphans before the sweep requeued them.
-    loss.lose(&mut server, mark);
-    each_runs_again(&ledger, &keys).await;
-    node.close().await.unwrap();
+    jobs_given_way_then_lost_run_again(loss, GivenWay::Orphan).await;
 }

@@ -26,12 +26,12 @@
 -- hand-off to it, a restart here). The newer token wins, as fencing says.
 -- A guard with the worker's own token is the admission of that very start.
 -- Returns one status per job, in order: 'ok' | 'lost' (a record of a
--- newer run, or a newer run that ended) | 'pending' (lost to a newer admission or hand-off of the key
--- that has not started yet: the caller remembers what it gave way to, as
--- for a hand-off, in case Redis loses that too) | 'unclaimed' (a newer
--- token and a payload, but no record or guard: an orphan, remembered the
--- same way, as Redis may hold its only copy) | 'orphaned' (payload
--- restored, ownership not taken)
+-- newer run, or a newer run that ended) | 'pending' (lost to a newer
+-- admission or hand-off of the key that has not started yet: the caller
+-- remembers what it gave way to, as for a hand-off, in case Redis loses
+-- that too) | 'unclaimed' (a newer token and a payload, but no record or
+-- guard: an orphan, remembered the same way, as Redis may hold its only
+-- copy) | 'orphaned' (payload restored, ownership not taken)
 local worker, ttl_arg = ARGV[4], ARGV[5]
 -- The payload is this run's unless Redis holds one of this admission or
 -- a newer one: a payload of an *older* admission (the state Redis went

@@ -277,20 +277,13 @@ impl NodeInner {
         if mark == crate::store::RecoveryMark::Late {
             tracing::warn!(node = %self.id, "recovering more than 10 TTLs after the window opened: not holding it open any longer");
         }
-        let reconcile = self.reconcile_everything();
-        tokio::pin!(reconcile);
-        let mut renew = tokio::time::interval(ttl / 3);
-        renew.tick().await; // the first tick is now: marked above
         let began = std::time::Instant::now();
-        let result = loop {
-            tokio::select! {
-                result = &mut reconcile => break result,
-                _ = renew.tick() => {
-                    if let Err(e) = self.store.recovery_mark(&self.id, ttl, true).await {
-                        tracing::warn!(node = %self.id, error = %e, "renewing the recovery mark failed");
-                    }
-                }
-            }
+        // The mark is renewed beside the reconcile, not in turns with it: a
+        // renewal waiting for its answer over a cut link held the reconcile
+        // still, and with it the re-assertions under way (soak seed 1439).
+        let result = tokio::select! {
+            result = self.reconcile_everything() => result,
+            never = self.renew_recovery_mark(ttl) => match never {},
         };
         // On an error the mark stays (it lapses within a TTL) and the whole
         // recovery runs again.
@@ -300,6 +293,20 @@ impl NodeInner {
             tracing::warn!(node = %self.id, error = %e, "clearing the recovery mark failed (it lapses within a TTL)");
         }
         Ok(())
+    }
+
+    /// Renews this node's recovery mark every third of `ttl`, until the
+    /// caller drops the future (the mark was set right before).
+    async fn renew_recovery_mark(&self, ttl: Duration) -> std::convert::Infallible {
+        let mut renew = tokio::time::interval(ttl / 3);
+        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        renew.tick().await; // the first tick is now: marked by the caller
+        loop {
+            renew.tick().await;
+            if let Err(e) = self.store.recovery_mark(&self.id, ttl, true).await {
+                tracing::warn!(node = %self.id, error = %e, "renewing the recovery mark failed");
+            }
+        }
     }
 
     /// The stops this node asked for, then every local worker: registered,

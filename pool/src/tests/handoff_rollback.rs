@@ -450,16 +450,12 @@ async fn orphans_a_reassert_left_survive_a_second_loss(loss: Loss) {
 /// the cut healed, then an empty restart; the key ran nowhere for 17 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_given_way_to_admissions_a_rollback_lost_run_again() {
-    jobs_given_way_to_lost_admissions_run_again(Loss::Rollback).await;
+    jobs_given_way_then_lost_run_again(Loss::Rollback, GivenWay::Admission).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_given_way_to_admissions_an_empty_restart_lost_run_again() {
-    jobs_given_way_to_lost_admissions_run_again(Loss::Empty).await;
-}
-
-async fn jobs_given_way_to_lost_admissions_run_again(loss: Loss) {
-    jobs_given_way_then_lost_run_again(loss, GivenWay::Admission).await;
+    jobs_given_way_then_lost_run_again(Loss::Empty, GivenWay::Admission).await;
 }
 
 /// What a worker re-asserting its suspended jobs gives way to.
@@ -543,14 +539,10 @@ async fn jobs_given_way_then_lost_run_again(loss: Loss, given_way: GivenWay) {
 /// ran nowhere).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_given_way_to_orphans_a_rollback_lost_run_again() {
-    jobs_given_way_to_lost_orphans_run_again(Loss::Rollback).await;
+    jobs_given_way_then_lost_run_again(Loss::Rollback, GivenWay::Orphan).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_given_way_to_orphans_an_empty_restart_lost_run_again() {
-    jobs_given_way_to_lost_orphans_run_again(Loss::Empty).await;
-}
-
-async fn jobs_given_way_to_lost_orphans_run_again(loss: Loss) {
-    jobs_given_way_then_lost_run_again(loss, GivenWay::Orphan).await;
+    jobs_given_way_then_lost_run_again(Loss::Empty, GivenWay::Orphan).await;
 }

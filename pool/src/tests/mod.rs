@@ -620,6 +620,7 @@ mod reassert_during_handoffs;
 mod reassert_during_starts;
 mod reconcile_lease;
 mod recovery_resume;
+mod recovery_stops;
 mod recovery_window;
 mod refused_writes;
 mod resume;

@@ -407,7 +407,7 @@ impl NodeInner {
                 Ok(Restart::Moved) => {
                     tracing::info!(key, "job moved during lease loss; forgetting it");
                 }
-                Ok(Restart::Claimed | Restart::Recovering) => {
+                Ok(Restart::Claimed | Restart::Recovering | Restart::Unsettled) => {
                     // The cleaner that claimed this worker (it was
                     // silent past its TTL) may be moving the job, or
                     // a run elsewhere may not have re-asserted it yet.
@@ -452,7 +452,13 @@ impl NodeInner {
             return Ok(restart); // a claimed one among them: Redis names us
         }
         match self.reassert(worker, key, job, Reassert::Suspended).await? {
-            Reasserted::Ok => self.restart_owned(worker, key, job.clone()).await,
+            // Redis named this run a moment ago: when the restart then
+            // finds it moved, Redis may have gone back in time between
+            // the two calls (soak seed 1439); the next renewal settles it.
+            Reasserted::Ok => match self.restart_owned(worker, key, job.clone()).await? {
+                Restart::Moved => Ok(Restart::Unsettled),
+                restart => Ok(restart),
+            },
             Reasserted::Orphaned => {
                 tracing::info!(key, worker = %worker.id, "suspended job Redis did not hold left to the orphan sweep");
                 Ok(Restart::Left)
@@ -556,6 +562,11 @@ pub(crate) enum Restart {
     /// that has not re-asserted yet: not running; kept suspended and asked
     /// again at each renewal until the window is over.
     Recovering,
+    /// Re-asserted, then found no longer recorded as this worker's: moved
+    /// in between, or Redis went back in time between the two calls. Not
+    /// running; kept suspended and asked again at the next renewal (a
+    /// move then shows as a newer run, and the job is forgotten).
+    Unsettled,
 }
 
 impl NodeInner {
@@ -590,6 +601,9 @@ fn note_held_back(worker: &WorkerInner, key: &str, restart: &Result<Restart>) {
         Ok(Restart::Recovering) => {
             Some("the pool recovering (until every running copy has re-asserted)")
         }
+        Ok(Restart::Unsettled) => Some(
+            "Redis changing between its re-assertion and its restart (until a renewal settles it)",
+        ),
         _ => None,
     };
     if let Some(held_by) = held_by {
@@ -601,7 +615,7 @@ fn note_held_back(worker: &WorkerInner, key: &str, restart: &Result<Restart>) {
         return;
     }
     let outcome = match restart {
-        Ok(Restart::Claimed | Restart::Recovering) => return,
+        Ok(Restart::Claimed | Restart::Recovering | Restart::Unsettled) => return,
         _ if !held_back.remove(key) => return,
         Ok(Restart::Started) => "resumed here",
         Ok(Restart::Moved) => "moved",

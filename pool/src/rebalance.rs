@@ -256,11 +256,12 @@ impl NodeInner {
     /// elsewhere that has not re-asserted yet (after an empty restart Redis
     /// knows nothing of it).
     pub(crate) async fn run_here_again(&self, worker: &Arc<WorkerInner>, key: &str, job: LocalJob) {
-        // Whether Redis answered the re-assertion: until it has, a restart
-        // that finds no record of this worker's does not show a move (Redis
-        // may have lost the job, which only this worker knows).
-        let reasserted = match self.reassert(worker, key, &job, Reassert::Suspended).await {
-            Ok(Reasserted::Ok) => true,
+        // A restart that then finds no record of this worker's does not
+        // show a move: Redis may have lost the job, which only this worker
+        // knows, before it answered the re-assertion or since (it went
+        // back in time between the two calls).
+        match self.reassert(worker, key, &job, Reassert::Suspended).await {
+            Ok(Reasserted::Ok) => {}
             Ok(Reasserted::Orphaned) => {
                 tracing::info!(
                     key,
@@ -280,12 +281,10 @@ impl NodeInner {
             Err(e) => {
                 // The restart below checks ownership itself.
                 tracing::warn!(key, error = %e, "re-asserting a job that could not be moved failed");
-                false
             }
-        };
+        }
         match self.restart_owned(worker, key, job.clone()).await {
             Ok(Restart::Started | Restart::Left) => {}
-            Ok(Restart::Moved) if reasserted => {}
             Ok(Restart::Moved) => self.hold_unsettled(worker, key, job).await,
             Ok(Restart::Suspended(token)) => {
                 // The lease is lost: held suspended, resumed (or forgotten
@@ -293,7 +292,7 @@ impl NodeInner {
                 let held = LocalJob { token, ..job };
                 worker.suspended.lock().await.insert(key.to_string(), held);
             }
-            Ok(Restart::Claimed | Restart::Recovering) => {
+            Ok(Restart::Claimed | Restart::Recovering | Restart::Unsettled) => {
                 // A cleaner claimed the worker, or the pool recovers:
                 // held the same way, resumed by the renewals.
                 worker.suspended.lock().await.insert(key.to_string(), job);
@@ -324,7 +323,7 @@ impl NodeInner {
     /// restarts the job if Redis names this worker, else re-asserts it, as
     /// after a lease loss), where forgetting it would lose a job that only
     /// this worker knows.
-    async fn hold_unsettled(&self, worker: &Arc<WorkerInner>, key: &str, job: LocalJob) {
+    pub(crate) async fn hold_unsettled(&self, worker: &WorkerInner, key: &str, job: LocalJob) {
         tracing::info!(
             key,
             worker = %worker.id,

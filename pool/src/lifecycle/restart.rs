@@ -265,7 +265,10 @@ impl WorkerInner {
             Reasserted::Ok => {
                 let token = node.store.restart_job(key, &self.id, job.token).await?;
                 if token.is_none() {
-                    tracing::info!(key, "restart dropped: another run of the key came first");
+                    // Redis named this run a moment ago: the job moved
+                    // since, or Redis went back in time between the two
+                    // calls (soak seed 1439). Held for a renewal to settle.
+                    node.hold_unsettled(self, key, job.clone()).await;
                 }
                 Ok(token)
             }

@@ -623,6 +623,7 @@ mod recovery_resume;
 mod recovery_stops;
 mod recovery_window;
 mod refused_writes;
+mod restart_between;
 mod resume;
 mod ring_view;
 mod slow_starts;

@@ -220,7 +220,7 @@ async fn a_held_job_the_cleaner_moves_is_forgotten_not_run() {
 }
 
 /// A fault proxy in front of `server`, and a client through it.
-async fn behind_a_proxy(
+pub(super) async fn behind_a_proxy(
     server: &RedisServer,
 ) -> (flotilla_testkit::FaultProxy, fred::prelude::Client) {
     let proxy = flotilla_testkit::FaultProxy::start(server.addr())
@@ -318,8 +318,8 @@ async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
 /// A handler that keeps each run's outcome handle, so the test can fail a
 /// run.
 #[derive(Clone, Default)]
-struct Failing {
-    starts: Arc<AtomicUsize>,
+pub(super) struct Failing {
+    pub(super) starts: Arc<AtomicUsize>,
     outcome: Arc<std::sync::Mutex<Option<crate::JobOutcome>>>,
 }
 
@@ -339,7 +339,7 @@ impl Handler for Failing {
 /// backoff: the test makes the restart itself, when it wants) whose job
 /// "k" ran and failed: the failure is recorded in Redis and the job waits
 /// for its restart. Returns the failed run's token.
-async fn failed_job_due(
+pub(super) async fn failed_job_due(
     client: &fred::prelude::Client,
     prefix: &str,
     options: NodeOptions,

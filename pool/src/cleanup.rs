@@ -276,7 +276,18 @@ impl NodeInner {
         let refusals = Refusals::default();
         let attempt = || async {
             let ring = self.ring.load_full();
-            let Some(target) = refusals.target(&ring, key, from) else {
+            let target = match refusals.target(&ring, key, from) {
+                Some(target) => Some(target),
+                // A cleanup waits for the ring to fill again; a close or a
+                // rebalance of the last worker releases at once.
+                None if matches!(mover, Mover::Cleaner(_))
+                    && self.target_within_a_ttl(key, from).await =>
+                {
+                    refusals.target(&self.ring.load_full(), key, from)
+                }
+                None => None,
+            };
+            let Some(target) = target else {
                 return Ok::<_, Error>(None);
             };
             let status = self.handoff(key, from, &target, mover).await?;
@@ -313,6 +324,35 @@ impl NodeInner {
                 None
             }
         }
+    }
+
+    /// Whether the ring shows a worker other than `from` to take `key`,
+    /// waiting up to a worker TTL for one. Right after Redis refused writes
+    /// or was out of reach for over a TTL every worker looks dead at once,
+    /// and cleaners claim them all: the ring is empty until their renewals
+    /// clear those claims, within a third of a TTL. A dead worker's jobs
+    /// released then wait for the orphan sweep, a grace later, with Redis
+    /// their only holder (soak seed 1439: 18 jobs released 100 ms after
+    /// Redis took writes again, lost to an empty restart 1.4 s later).
+    async fn target_within_a_ttl(&self, key: &str, from: &str) -> bool {
+        let ttl = self.options.worker_ttl;
+        let found = || async {
+            self.refresh_ring();
+            match self.ring.load().owner_excluding(key, from) {
+                Some(_) => Ok(()),
+                None => Err(Error::NoActiveWorker(self.pool.clone())),
+            }
+        };
+        found
+            .retry(
+                ExponentialBuilder::default()
+                    .with_min_delay(Duration::from_millis(10))
+                    .with_max_delay(ttl / 10)
+                    .with_total_delay(Some(ttl))
+                    .without_max_times(),
+            )
+            .await
+            .is_ok()
     }
 
     /// Drops `from`'s ownership of `key`, keeping the payload.
@@ -431,7 +471,12 @@ impl NodeInner {
         {
             return Ok(claim);
         }
-        if self.ring.load().owner_excluding(&key, worker).is_none() {
+        let target = if cleaner.is_some() {
+            self.target_within_a_ttl(&key, worker).await
+        } else {
+            self.ring.load().owner_excluding(&key, worker).is_some()
+        };
+        if !target {
             // No other worker: a start entry's pending guard and payload
             // stay, so the job is requeued as an orphan once a worker joins;
             // a stop or notify for a job nobody runs has nowhere to go.

@@ -376,17 +376,23 @@ impl WorkerInner {
     /// Runs the handler's `stop` for `key`, bounded by the node's
     /// `stop_timeout` (an overrun counts as stopped and is reported).
     ///
-    /// The stop runs as a task of its own: it ends within its budget even
-    /// while the caller's task waits for something else (a recovery whose
-    /// mark renewal waited on a cut link left a stop it had begun unpolled
-    /// for 1.35 s, soak seed 1439), or is dropped.
+    /// The stop runs as a task of its own (the node's, which its close
+    /// awaits): it ends within its budget even while the caller's task
+    /// waits for something else (a recovery whose mark renewal waited on a
+    /// cut link left a stop it had begun unpolled for 1.35 s, soak seed
+    /// 1439), or is dropped.
     pub(crate) async fn stop_handler(&self, key: &str) -> std::result::Result<(), String> {
-        let overruns = self.node().map(|n| n.metrics.stop_overruns.clone());
+        let node = self.node();
+        let overruns = node.as_ref().map(|n| n.metrics.stop_overruns.clone());
         let overruns = overruns.unwrap_or_else(metrics::Counter::noop);
         let (handler, budget, key) = (self.handler.clone(), self.stop_timeout, key.to_string());
-        let stop = tokio::spawn(async move {
+        let stop = async move {
             crate::handler::stop_within(budget, &key, &overruns, handler.stop(&key)).await
-        });
+        };
+        let stop = match node {
+            Some(node) => node.tasks.spawn(stop),
+            None => tokio::spawn(stop),
+        };
         stop.await
             .unwrap_or_else(|e| Err(format!("handler stop task ended: {e}")))
     }

@@ -318,6 +318,18 @@ impl NodeInner {
                 let _ = self.release_job(key, from).await;
                 None
             }
+            Ok(Some(Handoff::NoPayload)) if matches!(mover, Mover::Cleaner(_)) => {
+                // A start recorded while the pool recovered, its payload
+                // lost with Redis's data, and its worker dead before it
+                // re-asserted the job: `handoff.lua` released the record.
+                tracing::warn!(
+                    key,
+                    from,
+                    "job lost: its dead worker held the only copy of its payload (Redis lost \
+                     it); its record is released so that the key can be dispatched again"
+                );
+                Some(Handoff::NoPayload)
+            }
             Ok(status) => status,
             Err(e) => {
                 tracing::warn!(key, from, error = %e, "requeue failed; the next sweep retries");

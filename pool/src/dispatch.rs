@@ -24,6 +24,10 @@ const PENDING_POLL_MIN: Duration = Duration::from_millis(2);
 /// The longest pause between two looks at a pending admission.
 const PENDING_POLL_MAX: Duration = Duration::from_millis(50);
 
+/// The pause before a dispatch admits again while the pool recovers from
+/// a loss of Redis's data (the recovery lasts at least a worker TTL).
+const RECOVERING_POLL: Duration = Duration::from_millis(100);
+
 /// Where a stop or notify request went.
 enum Routed {
     /// Queued in the owner's inbox.
@@ -424,6 +428,15 @@ impl NodeInner {
                 Admitted::Ok { token } => {
                     tracing::debug!(key, owner = %owner, "job admitted");
                     let reply = self.await_reply(request, rx, deadline).await?;
+                    if reply.status == "recovering" {
+                        // Redis lost this admission before the start was
+                        // recorded: the run goes on, but until its worker
+                        // re-asserts it that worker holds the job's only
+                        // copy. Admit again once the pool has recovered
+                        // (`JobExists` then names that run, re-asserted).
+                        self.pause_while_recovering(key, deadline).await?;
+                        continue;
+                    }
                     return match reply.status.as_str() {
                         "ok" => Ok(()),
                         "failed" => {
@@ -478,11 +491,7 @@ impl NodeInner {
                     // Redis lost the pool's data: workers are re-asserting
                     // their jobs. Admit nothing until they are done.
                     self.waiters.remove(&request);
-                    tracing::debug!(key, "pool recovering from data loss; waiting");
-                    if Instant::now() + Duration::from_millis(100) >= deadline {
-                        return Err(Error::Timeout(self.options.dispatch_timeout));
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    self.pause_while_recovering(key, deadline).await?;
                 }
                 Admitted::NoWorker => {
                     // Our view of the ring is behind: the owner left or is
@@ -498,6 +507,17 @@ impl NodeInner {
                 }
             }
         }
+    }
+
+    /// A pause before a dispatch admits again while the pool recovers from
+    /// a loss of Redis's data; `Timeout` when the deadline comes first.
+    async fn pause_while_recovering(&self, key: &str, deadline: Instant) -> Result<()> {
+        tracing::debug!(key, "pool recovering from data loss; waiting");
+        if Instant::now() + RECOVERING_POLL >= deadline {
+            return Err(Error::Timeout(self.options.dispatch_timeout));
+        }
+        tokio::time::sleep(RECOVERING_POLL).await;
+        Ok(())
     }
 
     /// Removes the idempotency marker of a refused start (best effort: a

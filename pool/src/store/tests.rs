@@ -646,3 +646,6 @@ mod target_tests;
 
 #[path = "past_lease_tests.rs"]
 mod past_lease_tests;
+
+#[path = "lost_admission_tests.rs"]
+mod lost_admission_tests;

@@ -120,6 +120,13 @@ local function not_new(key, request, recorded)
     return 'recovering'
   end
   if recorded then
+    -- A record without its payload, once the pool has recovered, is a
+    -- start recorded during a recovery whose worker never re-asserted it
+    -- (its process died first): not a job that runs. The caller waits;
+    -- the cleanup of that worker releases the record.
+    if redis.call('HEXISTS', PAYLOADS, key) == 0 then
+      return 'pending'
+    end
     return 'exists'
   end
   -- Admitted, requeued or handed off but not started yet (a guard), or an

@@ -15,7 +15,9 @@
 --       worker cannot give it back after a loss) | {'not_owner'} | {'no_target'} (the target is gone,
 --       being cleaned up or drained, silent for over a TTL, or has not
 --       renewed since the last data loss: see `worker_current`)
---       | {'no_payload'}
+--       | {'no_payload'} (nothing to hand on: the record stays with its
+--       worker, which holds the body, except for a cleaner, which releases
+--       it)
 --       | {'claim_lost'} (a cleanup's claim on the expected owner is not
 --       the cleaner's any more: nothing of that worker is its to move)
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
@@ -55,6 +57,13 @@ end
 -- that holds the job's body.
 local token, stored = enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]))
 if not token then
+  if ARGV[10] ~= '' and expected ~= '-' then
+    -- A cleaner's: the dead worker held the body, and the pool has
+    -- recovered (above), so it never re-asserted it. The job is gone; its
+    -- record goes too, or it would answer every later dispatch of the key
+    -- (a worker that comes back re-asserts the run over no record).
+    mdel(JOBS, key)
+  end
   return {'no_payload'}
 end
 if expected ~= '-' then mdel(JOBS, key) end

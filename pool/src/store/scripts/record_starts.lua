@@ -19,7 +19,8 @@
 -- the caller keeps the run, which it re-asserts) | 'unregistered' (being
 -- cleaned up: the caller stops its run, the entry stays for the cleaner).
 -- Answers go out as one 'replies' entry per reply stream, one
--- "<request> <status>" line per start.
+-- "<request> <status>" line per start; the dispatcher of an 'ok' start
+-- whose admission and payload Redis lost is answered 'recovering'.
 local ttl = tonumber(ARGV[4])
 -- Redis went back in time: starts it lost are re-asserted, not dropped.
 -- Looked at (INFO server and two revisions, a few µs) only for a start
@@ -52,9 +53,16 @@ local function settle(key, token, worker, mine, p, own_guard)
     return 'ok' -- a retry after a lost reply
   elseif (not running) and (not p) and recovering(ttl) then
     -- The guard vanished with Redis's data; nothing is admitted while the
-    -- pool recovers, so the run here is the only one.
+    -- pool recovers, so the run here is the only one. Unless its payload
+    -- survived, that run's worker holds the job's only copy until it
+    -- re-asserts it: the dispatcher is told 'recovering' (it admits again
+    -- once the pool has recovered), not promised a job this process's
+    -- death would lose.
     if is_registered(worker) then
       rmap_batch_set(jobs, key, mine)
+      if redis.call('HEXISTS', PAYLOADS, key) == 0 then
+        return 'ok', 'recovering'
+      end
       return 'ok'
     end
     return 'recovering'
@@ -92,7 +100,7 @@ for i = 6, #ARGV, 7 do
   local mine = worker .. ' ' .. token
   local p = mget(PENDING, key)
   local own_guard = p and string.sub(p, 1, #token + 1) == token .. ' '
-  local status
+  local status, answer
   -- The plain case (no record, this start's own guard, a registered
   -- worker) is settled by one HSETNX of the record; anything else reads
   -- the record and takes the cases of `settle`.
@@ -100,14 +108,14 @@ for i = 6, #ARGV, 7 do
     rmap_batch_del(pending, key)
     status = 'ok'
   else
-    status = settle(key, token, worker, mine, p, own_guard)
+    status, answer = settle(key, token, worker, mine, p, own_guard)
   end
   if status == 'ok' or status == 'superseded' then
     removed[inbox] = removed[inbox] or {}
     table.insert(removed[inbox], id)
     if request ~= '0' then
       answers[reply] = answers[reply] or {}
-      table.insert(answers[reply], request .. ' ' .. status)
+      table.insert(answers[reply], request .. ' ' .. (answer or status))
     end
   end
   statuses[#statuses + 1] = status

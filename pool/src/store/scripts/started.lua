@@ -12,7 +12,8 @@
 -- 'recovering' when the claim vanished with the rest of Redis's data (the
 -- worker keeps the run and re-asserts it once registered again); else
 -- 'lost' (the claim was taken: the caller stops its run, and the
--- dispatcher is told 'superseded'). The entry is removed either way.
+-- dispatcher is told 'superseded'). The entry is removed either way. The
+-- dispatcher of a 'recovering' start is told 'recovering'.
 local status = 'ok'
 if mget(JOBS, ARGV[4]) ~= ARGV[6] .. ' ' .. ARGV[5] then
   if went_back(ARGV[11], tonumber(ARGV[10]), KEYS[11]) or recovering(tonumber(ARGV[10])) then
@@ -24,7 +25,15 @@ end
 stream_remove(KEYS[9], ARGV[7])
 if ARGV[8] ~= '0' then
   local answer = ARGV[9]
-  if status == 'lost' then answer = 'superseded' end
+  if status == 'lost' then
+    answer = 'superseded'
+  elseif status == 'recovering' then
+    -- The claim went with Redis's data, and the payload may have: the
+    -- dispatcher admits again once the pool has recovered (and finds this
+    -- run re-asserted), rather than be promised a job only this worker
+    -- holds.
+    answer = 'recovering'
+  end
   stream_add(KEYS[10], 'reply', ARGV[8] .. ' ' .. answer, 1000)
 end
 return status

@@ -1,0 +1,144 @@
+//! A start that reaches Redis after Redis lost its admission (a rollback or
+//! an empty restart between the two: the client resends the start record
+//! on its reconnect). The run is kept — nothing is admitted while the pool
+//! recovers, so it is the only one — but its dispatcher is not told `ok`
+//! unless Redis still holds the job's payload: until the run's worker
+//! re-asserts it, that worker's memory is the job's only copy, and a
+//! dispatch answered `Ok` then was lost with the worker's process (chaos
+//! soak seed 1440: `job-2805`, a rollback 1 ms after its start, `Ok` 118 ms
+//! later, the worker killed 150 ms after that; the record, without a
+//! payload, then stayed with the dead worker and answered every later
+//! dispatch of the key with `JobExists`).
+
+use super::*;
+
+/// The reply stream of node "n-test", and its lines so far.
+struct Replies(String);
+
+impl Replies {
+    fn of(f: &Fixture) -> Self {
+        let options = StreamOptions::default().hash_tag(&*f.store.pool);
+        let stream = Stream::new(&f.store.client, &keys::node_replies("n-test"), options).unwrap();
+        Self(stream.key().to_string())
+    }
+
+    async fn lines(&self, f: &Fixture) -> Vec<String> {
+        let entries: Vec<(String, HashMap<String, String>)> = f
+            .store
+            .client
+            .xrange(&self.0, "-", "+", None)
+            .await
+            .unwrap();
+        entries
+            .into_iter()
+            .flat_map(|(_, fields)| fields["p"].lines().map(str::to_string).collect::<Vec<_>>())
+            .collect()
+    }
+}
+
+/// Redis loses `key`'s admission (its guard, and its payload unless
+/// `keep_payload`) and the pool's epoch: the next script opens the
+/// recovery window.
+async fn lose_admission(f: &Fixture, key: &str, keep_payload: bool) {
+    let s = &f.store;
+    s.maps.pending_map().delete(key).await.unwrap();
+    if !keep_payload {
+        let _: i64 = s.client.hdel(keys::payloads(&s.pool), key).await.unwrap();
+    }
+    f.lose_epoch().await;
+}
+
+#[tokio::test]
+async fn a_start_recorded_over_a_lost_admission_is_not_answered_ok_without_its_payload() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let replies = Replies::of(f);
+    let lost = f.admitted("lost", "w1").await;
+    let kept = f.admitted("kept", "w1").await;
+    let ids = f.entry_ids("w1").await;
+    lose_admission(f, "lost", false).await;
+    lose_admission(f, "kept", true).await;
+    let answered = |start: StartToRecord, request| StartToRecord {
+        reply: Some((replies.0.clone(), request)),
+        ..start
+    };
+    let batch = [
+        answered(f.start("lost", lost, "w1", &ids[0]), 31),
+        answered(f.start("kept", kept, "w1", &ids[1]), 32),
+    ];
+    assert_eq!(
+        s.record_starts(&batch, TTL).await.unwrap(),
+        [StartKept::Ok, StartKept::Ok],
+        "both runs are kept: nothing else is admitted while the pool recovers"
+    );
+    let (_, record, _) = s.job_records("lost").await.unwrap();
+    assert_eq!(record, Some(format!("w1 {lost}")));
+    assert_eq!(
+        replies.lines(f).await,
+        ["31 recovering", "32 ok"],
+        "a run whose payload Redis lost is not promised to its dispatcher"
+    );
+}
+
+#[tokio::test]
+async fn a_claimed_start_whose_claim_went_with_redis_s_data_is_not_answered_ok() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let replies = Replies::of(f);
+    let token = f.admitted("k", "w1").await;
+    let id = f.entry_ids("w1").await.pop().unwrap();
+    let start = StartToRecord {
+        reply: Some((replies.0.clone(), 41)),
+        ..f.start("k", token, "w1", &id)
+    };
+    assert_eq!(s.claim_start(&start, TTL).await.unwrap(), Claimed::Ok);
+    // Redis loses the claim (the record) and the payload.
+    s.maps.jobs_map().delete("k").await.unwrap();
+    lose_admission(f, "k", false).await;
+    assert_eq!(
+        s.started(&start, Answer::Ok, TTL).await.unwrap(),
+        StartKept::Recovering
+    );
+    assert_eq!(replies.lines(f).await, ["41 recovering"]);
+}
+
+/// Once the pool has recovered, a record without a payload is a run whose
+/// worker never re-asserted it: not a job that runs. A dispatch waits on
+/// it (`pending`) rather than answer `JobExists`, and a cleanup of its
+/// dead worker releases it (nobody holds the job's body to hand on), so a
+/// later dispatch is admitted.
+#[tokio::test]
+async fn a_record_left_without_its_payload_is_neither_exists_nor_kept_by_a_cleanup() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let token = f.admitted("k", "w1").await;
+    s.maps.pending_map().delete("k").await.unwrap();
+    s.maps
+        .jobs_map()
+        .set("k", &format!("w1 {token}"))
+        .await
+        .unwrap();
+    let _: i64 = s.client.hdel(keys::payloads(&s.pool), "k").await.unwrap();
+    assert_eq!(
+        f.admit(&f.limits(), f.admission("k", "w2", 2)).await,
+        Admitted::Pending
+    );
+    // w1's owner moves it (a close): the record stays, as w1 holds the body.
+    assert_eq!(f.handoff("k", "w1", "w2", None).await, Handoff::NoPayload);
+    assert!(s.job_records("k").await.unwrap().1.is_some());
+    // A cleaner of a dead w1: nobody holds the body; the record goes.
+    s.maps.cleanup.set("w1", "n-test 1000").await.unwrap();
+    assert_eq!(
+        f.handoff("k", "w1", "w2", Some("n-test")).await,
+        Handoff::NoPayload
+    );
+    assert_eq!(s.job_records("k").await.unwrap().1, None, "released");
+    assert!(matches!(
+        f.admit(&f.limits(), f.admission("k", "w2", 3)).await,
+        Admitted::Ok { .. }
+    ));
+}

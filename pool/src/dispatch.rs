@@ -96,7 +96,9 @@ impl Node {
     /// a loss of its Redis data or Redis going back in time (admission
     /// resumes at least one worker TTL after the loss is noticed, and only
     /// once every node that noticed it has had its workers re-assert their
-    /// jobs); [`Error::Closed`];
+    /// jobs; a dispatch whose admission Redis lost before its start was
+    /// recorded is admitted again then, and answers `JobExists` when its run
+    /// was re-asserted); [`Error::Closed`];
     /// [`Error::ShuttingDown`]; [`Error::InvalidName`];
     /// [`Error::PayloadTooLarge`]; [`Error::Unavailable`] / [`Error::Redis`].
     ///

@@ -28,7 +28,8 @@ use crate::node::NodeInner;
 use crate::routing::Ring;
 use crate::store::call::from_redis;
 use crate::store::{
-    ClaimStatus, DeadWorkerClaim, Dropped, Handoff, Moved, Mover, Removed, Requeue, SCAN_START,
+    ClaimStatus, DeadWorkerClaim, Dropped, Handoff, Moved, Mover, Released, Removed, Requeue,
+    SCAN_START,
 };
 
 /// Most inbox entries read per page when moving a dead worker's inbox.
@@ -314,9 +315,19 @@ impl NodeInner {
             }
             Ok(None) => {
                 // Nobody to take it: release ownership so that the orphan
-                // sweep requeues it once a worker joins.
-                let _ = self.release_job(key, from).await;
-                None
+                // sweep requeues it once a worker joins. A cleanup does so
+                // only while its claim holds: the worker may have renewed
+                // while the cleanup waited for its ring, and resumed the
+                // job (soak seed 1439: a stop answered from the orphan it
+                // left, while the resumed run went on).
+                let cleaner = match mover {
+                    Mover::Cleaner(node) => Some(node),
+                    _ => None,
+                };
+                match self.release_job(key, from, cleaner).await {
+                    Ok(Released::ClaimLost) => Some(Handoff::ClaimLost),
+                    _ => None,
+                }
             }
             Ok(Some(Handoff::NoPayload)) if matches!(mover, Mover::Cleaner(_)) => {
                 // A start recorded while the pool recovered, its payload
@@ -368,9 +379,13 @@ impl NodeInner {
     }
 
     /// Drops `from`'s ownership of `key`, keeping the payload.
-    pub(crate) async fn release_job(&self, key: &str, from: &str) -> Result<()> {
-        self.store.release_owner(key, from).await?;
-        Ok(())
+    pub(crate) async fn release_job(
+        &self,
+        key: &str,
+        from: &str,
+        cleaner: Option<&str>,
+    ) -> Result<Released> {
+        self.store.release_owner(key, from, cleaner).await
     }
 
     /// Moves every entry left in `worker`'s inbox to the new owner of its

@@ -326,7 +326,7 @@ impl NodeInner {
                                 // orphan, which the sweep requeues after the
                                 // window unless that run took it back.
                                 Some(Handoff::Recovering) if mover == Mover::OwnerPastLease => {
-                                    if let Err(e) = self.release_job(&key, &worker.id).await {
+                                    if let Err(e) = self.release_job(&key, &worker.id, None).await {
                                         tracing::warn!(key, error = %e, "closing: releasing a job held past the lease failed");
                                         return self.left_unplaced(worker, &key, &job).await;
                                     }

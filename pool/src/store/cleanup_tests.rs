@@ -363,3 +363,39 @@ async fn a_start_a_cleaner_moves_gets_a_fresh_pending_deadline() {
         "the rest of the guard is kept"
     );
 }
+
+/// A cleanup that found no worker to take a dead worker's job releases it
+/// to the orphan sweep only while its claim on the worker holds. A worker
+/// that renewed while the cleanup waited for its ring cleared the claim and
+/// resumed the job under a new record; releasing that record left the run
+/// unknown to Redis, and a stop was answered from the orphan while the run
+/// went on (soak seed 1439: `I2 stop undone`, job-0878, 3.5 s).
+#[tokio::test]
+async fn a_cleanup_releases_a_job_only_while_its_claim_holds() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let stored = codec::stored(0, &body("r"));
+    s.reassert("r", "w1", 7, stored, Reassert::Running, TTL)
+        .await
+        .unwrap();
+    // The claim was cleared by w1's renewal (or taken by another cleaner).
+    assert_eq!(
+        s.release_owner("r", "w1", Some("n-test")).await.unwrap(),
+        Released::ClaimLost
+    );
+    claim(f, "w1", "n-other", 1000).await;
+    assert_eq!(
+        s.release_owner("r", "w1", Some("n-test")).await.unwrap(),
+        Released::ClaimLost
+    );
+    assert!(s.job_records("r").await.unwrap().1.is_some(), "kept");
+    // Its own claim: released, the payload left to the orphan sweep.
+    claim(f, "w1", "n-test", 1000).await;
+    assert_eq!(
+        s.release_owner("r", "w1", Some("n-test")).await.unwrap(),
+        Released::Released
+    );
+    assert_eq!(s.job_records("r").await.unwrap().1, None);
+    assert!(s.payload("r").await.unwrap().is_some());
+}

@@ -50,7 +50,7 @@ pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{
     ClaimStatus, DeadWorkerClaim, DrainMark, HandoffStands, Reassert, ReassertJob, Reasserted,
-    RecoveryMark, Removed, Renewal, Resumed, StopStands,
+    RecoveryMark, Released, Removed, Renewal, Resumed, StopStands,
 };
 
 use crate::error::Result;

@@ -185,6 +185,10 @@ call::status!(
         Kept = "kept",
         /// The record changed since it was read: left alone.
         Changed = "changed",
+        /// The cleaner's claim on the worker is gone (the worker renewed,
+        /// or another cleaner took over): left alone
+        /// (`release_owner.lua` only).
+        ClaimLost = "claim_lost",
     }
 );
 
@@ -528,14 +532,26 @@ impl PoolStore {
     }
 
     /// Drops `worker`'s ownership of job `key`, keeping its payload for the
-    /// orphan sweep, if Redis still records `worker` as its owner.
-    pub(crate) async fn release_owner(&self, key: &str, worker: &str) -> Result<Released> {
+    /// orphan sweep, if Redis still records `worker` as its owner and, for
+    /// a cleanup on node `cleaner`, its claim on `worker` is still its own.
+    pub(crate) async fn release_owner(
+        &self,
+        key: &str,
+        worker: &str,
+        cleaner: Option<&str>,
+    ) -> Result<Released> {
+        let mut keys = self.maps.base_keys();
+        keys.push(self.maps.cleanup.keys_info().hash.clone());
         let mut args = self.maps.base_args();
-        args.extend([Value::from(key), Value::from(worker)]);
+        args.extend([
+            Value::from(key),
+            Value::from(worker),
+            Value::from(cleaner.unwrap_or("")),
+        ]);
         let status: String = self
             .scripts
             .release_owner
-            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .run(&self.client, keys, args, self.timeout)
             .await?;
         Released::parse(&status)
     }

@@ -102,7 +102,7 @@ impl NodeInner {
                 payload,
                 requeue,
                 worker_ttl: self.options.worker_ttl,
-                pending_ttl: self.options.dispatch_timeout + self.options.ack_grace,
+                pending_ttl: self.options.pending_ttl(),
             })
             .await
     }

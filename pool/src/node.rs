@@ -243,7 +243,7 @@ impl Node {
         let limits = crate::store::AdmitLimits {
             node: id.clone(),
             max_queued: options.max_queued_jobs,
-            pending_ttl: options.dispatch_timeout + options.ack_grace,
+            pending_ttl: options.pending_ttl(),
             worker_ttl: options.worker_ttl,
         };
         let inner = Arc::new(NodeInner {

@@ -178,6 +178,12 @@ impl Default for NodeOptions {
 }
 
 impl NodeOptions {
+    /// How long a pending guard holds a key for its dispatch: the dispatch
+    /// timeout and the grace for the start's answer.
+    pub(crate) fn pending_ttl(&self) -> Duration {
+        self.dispatch_timeout + self.ack_grace
+    }
+
     /// Makes the node client-only (dispatch only).
     pub fn client_only(mut self, on: bool) -> Self {
         self.client_only = on;

@@ -193,7 +193,7 @@ impl WorkerInner {
             node.metrics.start_claims.increment(1);
             let claim = node
                 .store
-                .claim_start(&start, node.options.worker_ttl)
+                .claim_start(&start, node.options.worker_ttl, node.options.pending_ttl())
                 .await?;
             if claim == Claimed::Recovering {
                 return Err(recovering());
@@ -390,7 +390,7 @@ impl WorkerInner {
             let claimed = tokio::select! {
                 biased;
                 _ = lapse.cancelled() => None,
-                claimed = node.store.claim_start(start, node.options.worker_ttl) => Some(claimed),
+                claimed = node.store.claim_start(start, node.options.worker_ttl, node.options.pending_ttl()) => Some(claimed),
             };
             let Some(claimed) = claimed else {
                 // The start goes no further (its future is dropped here);
@@ -419,7 +419,9 @@ impl WorkerInner {
     }
 
     /// A claim Redis refused: logged (`what`), and an entry that Redis no
-    /// longer shows with this worker is given back (`keep_unclaimed`).
+    /// longer shows with this worker is given back (`keep_unclaimed`). An
+    /// entry issued again ([`Claimed::Reissued`]) is read again from the
+    /// inbox under its new token.
     async fn claim_refused(
         &self,
         node: &NodeInner,
@@ -427,6 +429,15 @@ impl WorkerInner {
         claim: Claimed,
         what: &'static str,
     ) {
+        if claim == Claimed::Reissued {
+            tracing::info!(
+                worker = %self.id,
+                key = entry.body.key,
+                token = entry.token,
+                "start issued before the pool's last recovery: issued again with a newer token"
+            );
+            return;
+        }
         tracing::info!(
             worker = %self.id,
             key = entry.body.key,

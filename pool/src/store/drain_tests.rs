@@ -50,7 +50,7 @@ async fn drain_script_answers_each_status_and_a_drained_worker_is_never_a_target
         .0;
     let id = f.entry_ids("w2").await.pop().unwrap();
     assert_eq!(
-        s.claim_start(&f.start("d2", t, "w2", &id), TTL)
+        s.claim_start(&f.start("d2", t, "w2", &id), TTL, TTL)
             .await
             .unwrap(),
         Claimed::Ok

@@ -93,7 +93,7 @@ async fn a_claimed_start_whose_claim_went_with_redis_s_data_is_not_answered_ok()
         reply: Some((replies.0.clone(), 41)),
         ..f.start("k", token, "w1", &id)
     };
-    assert_eq!(s.claim_start(&start, TTL).await.unwrap(), Claimed::Ok);
+    assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
     // Redis loses the claim (the record) and the payload.
     s.maps.jobs_map().delete("k").await.unwrap();
     lose_admission(f, "k", false).await;

@@ -502,7 +502,7 @@ async fn a_stop_made_while_the_pool_recovers_waits_and_outranks_runs_issued_befo
         let older = f.admitted(key, "w1").await;
         let id = f.entry_ids("w1").await.pop().unwrap();
         let start = f.start(key, older, "w1", &id);
-        assert_eq!(s.claim_start(&start, TTL).await.unwrap(), Claimed::Ok);
+        assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
         let stored = s.payload(key).await.unwrap().expect("admitted");
         runs.push((key, older, id, stored));
     }

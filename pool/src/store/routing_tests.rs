@@ -23,7 +23,7 @@ async fn routing_scripts_answer_each_status() {
             None => panic!("no guard"),
         };
         let start = f.start("j1", token, "w1", &ids[0]);
-        assert_eq!(s.claim_start(&start, TTL).await.unwrap(), Claimed::Ok);
+        assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
         token
     };
     assert_eq!(
@@ -95,7 +95,7 @@ async fn routing_scripts_answer_each_status() {
     );
     let entry = f.entry_ids("w2").await.pop().unwrap();
     let start = f.start("j1", t2, "w2", &entry);
-    assert_eq!(s.claim_start(&start, TTL).await.unwrap(), Claimed::Ok);
+    assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
     // A stop sent for an older run of the key leaves the newer one.
     let stale = stop_run("j1", Some(t2 - 1), None).await;
     assert_eq!(stale, Stopped::Retry, "stop for an older run");

@@ -41,6 +41,11 @@ call::status!(
         /// the entry stays, to be claimed once every running copy of the
         /// key has re-asserted.
         Recovering = "recovering",
+        /// The entry was issued before the pool's last recovery began: it
+        /// was replaced by one with a newer token in the same inbox, which
+        /// the worker reads and claims in turn (a copy of the key with a
+        /// token Redis lost may still run on a worker out of reach).
+        Reissued = "reissued",
     }
 );
 
@@ -101,11 +106,13 @@ impl StartToRecord {
 }
 
 impl PoolStore {
-    /// Claims `start` before its handler runs.
+    /// Claims `start` before its handler runs. `pending_ttl` is the guard
+    /// lifetime of an entry issued again ([`Claimed::Reissued`]).
     pub(crate) async fn claim_start(
         &self,
         start: &StartToRecord,
         worker_ttl: Duration,
+        pending_ttl: Duration,
     ) -> Result<Claimed> {
         let mut keys = start.keys(self);
         keys.push(self.maps.cleanup.keys_info().hash.clone());
@@ -114,6 +121,7 @@ impl PoolStore {
         args.extend([
             Value::from(worker_ttl.as_millis().to_string()),
             Value::from(self.revision_floor()),
+            Value::from(pending_ttl.as_millis().to_string()),
         ]);
         let status: String = self
             .scripts

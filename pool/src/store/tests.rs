@@ -216,7 +216,7 @@ async fn admit_unmark_and_schedule_forget_answer_each_status() {
     );
     let id = f.entry_ids("w1").await.pop().unwrap();
     assert_eq!(
-        s.claim_start(&f.start("a1", token, "w1", &id), TTL)
+        s.claim_start(&f.start("a1", token, "w1", &id), TTL, TTL)
             .await
             .unwrap(),
         Claimed::Ok
@@ -342,7 +342,8 @@ async fn start_scripts_answer_each_status() {
     let ids = f.entry_ids("w1").await;
     let start = |i: usize| f.start(keys[i], tokens[i], "w1", &ids[i]);
 
-    let claim = |start: StartToRecord| async move { s.claim_start(&start, TTL).await.unwrap() };
+    let claim =
+        |start: StartToRecord| async move { s.claim_start(&start, TTL, TTL).await.unwrap() };
     let stranger = StartToRecord {
         worker: "w-gone".into(),
         ..start(0)
@@ -529,7 +530,7 @@ async fn lifecycle_scripts_answer_each_status() {
         let token = f.admitted(key, "w1").await;
         let id = f.entry_ids("w1").await.pop().unwrap();
         assert_eq!(
-            s.claim_start(&f.start(key, token, "w1", &id), TTL)
+            s.claim_start(&f.start(key, token, "w1", &id), TTL, TTL)
                 .await
                 .unwrap(),
             Claimed::Ok
@@ -649,3 +650,6 @@ mod past_lease_tests;
 
 #[path = "lost_admission_tests.rs"]
 mod lost_admission_tests;
+
+#[path = "stale_start_tests.rs"]
+mod stale_start_tests;

@@ -220,10 +220,11 @@ end
 -- counters, but server time has moved past every token issued since).
 -- Returns the token and its decimal text (formatted once for every record
 -- that carries it). `token_after` only reads: the caller that goes on to
--- use the token records it with `keep_token`.
-local function token_after(key)
+-- use the token records it with `keep_token`. `floor` (optional) is a
+-- least value: a token outranking every one issued before it.
+local function token_after(key, floor)
   local last = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
-  local token = math.max(last + 1, now_us())
+  local token = math.max(last + 1, now_us(), floor or 0)
   return token, string.format('%d', token)
 end
 
@@ -231,8 +232,8 @@ local function keep_token(key, text)
   redis.call('HSET', FENCING, key, text)
 end
 
-local function next_token(key)
-  local token, text = token_after(key)
+local function next_token(key, floor)
+  local token, text = token_after(key, floor)
   keep_token(key, text)
   return token, text
 end

@@ -8,19 +8,24 @@
 --       11 cleanup hash, 12 keep-alive revision (`went_back`)
 -- ARGV: base, 4 job key, 5 token, 6 worker id, 7 inbox entry id,
 --       8 reply request id (0: none), 9 worker ttl ms (the recovery
---       window), 10 the revisions the node has seen (`went_back`)
+--       window), 10 the revisions the node has seen (`went_back`),
+--       11 pending ttl ms (the guard deadline of an entry issued again)
 -- Returns 'ok' | 'superseded' (entry removed, dispatcher answered) |
 -- 'unregistered' (the worker is gone or being cleaned up: the entry stays
 -- for the cleaner to move) | 'gone' (the entry is no longer in this
 -- worker's inbox: a cleaner moved it, and the copy it appended elsewhere,
 -- which may already be starting there, is the live one) | 'recovering'
 -- (Redis lost data or went back in time and the pool recovers: the entry
--- stays, to be claimed once every running copy has re-asserted).
+-- stays, to be claimed once every running copy has re-asserted) |
+-- 'reissued' (the entry was issued before the pool's last recovery began:
+-- it is replaced by one with a newer token, appended to the same inbox,
+-- which the worker claims in turn).
 local key, token, worker = ARGV[4], ARGV[5], ARGV[6]
 if redis.call('HEXISTS', WORKERS[1], worker) == 0 or redis.call('HEXISTS', KEYS[11], worker) == 1 then
   return 'unregistered'
 end
-if #redis.call('XRANGE', KEYS[9], ARGV[7], ARGV[7]) == 0 then
+local entry = redis.call('XRANGE', KEYS[9], ARGV[7], ARGV[7])[1]
+if not entry then
   return 'gone'
 end
 local mine = worker .. ' ' .. token
@@ -47,6 +52,37 @@ end
 local ttl = tonumber(ARGV[9])
 if went_back(ARGV[10], ttl, KEYS[12]) or recovering(ttl) then
   return 'recovering'
+end
+-- An entry issued before the pool's last recovery began may be one Redis
+-- brought back by going back in time, of a key that still runs on a worker
+-- with a newer token Redis lost, out of reach (paused, cut off) through the
+-- whole window. Claimed under its old token, this run would rank below that
+-- copy, and fencing would favour the stale one (chaos soak seed 1439:
+-- job-0908). It is issued again instead, with a token newer than any issued
+-- before the recovery (tokens follow server time), and a fresh guard
+-- deadline; the worker claims the new entry as any other. One hop more: a
+-- moved entry is claimed before its start, never started as fresh.
+local epoch = control_field(C_EPOCH)
+local recovered_us = (epoch and tonumber(string.match(epoch, '^(%d+) ') or '0') or 0) * 1000
+if tonumber(token) < recovered_us then
+  local fields, body = entry[2]
+  local topic
+  for i = 1, #fields, 2 do
+    if fields[i] == 'p' then body = fields[i + 1] elseif fields[i] == 't' then topic = fields[i + 1] end
+  end
+  -- "<token> <created_ms> <hops> <request> <node>\n<body>"
+  local created, hops, rest = string.match(body or '', '^%d+ (%d+) (%d+) (.*)$')
+  if created then
+    local _, text = next_token(key, recovered_us)
+    local deadline = now_ms() + tonumber(ARGV[11])
+    local due, guard_rest = string.match(string.sub(p, #token + 2), '^(%d+)(.*)$')
+    if due and tonumber(due) > deadline then deadline = tonumber(due) end
+    mset(PENDING, key, string.format('%s %d', text, deadline) .. (guard_rest or ''))
+    stream_remove(KEYS[9], ARGV[7])
+    stream_add(KEYS[9], 'start', string.format('%s %s %d ', text, created,
+      math.min(tonumber(hops) + 1, 255)) .. rest, 0, topic)
+    return 'reissued'
+  end
 end
 mdel(PENDING, key)
 mset(JOBS, key, mine)

@@ -142,3 +142,43 @@ async fn a_record_left_without_its_payload_is_neither_exists_nor_kept_by_a_clean
         Admitted::Ok { .. }
     ));
 }
+
+/// A start that reaches Redis after a rollback lost its admission, when a
+/// stop of a newer run of the key was made to stand again since
+/// (`stop_stands.lua` raises the key's counter past the stopped token).
+/// The recovery branch above kept the run and wrote its record; the
+/// worker, whose lease had lapsed meanwhile, then resumed the job over the
+/// stop. Chaos soak seed 1439 (`0be2f16`, job-0337): a fresh start 42 ms
+/// before its process was cut off, the run handed back elsewhere and
+/// stopped on request there, Redis rolled back to the cut's start; the
+/// stop stood again at 55.770, the client resent the start record after
+/// the cut healed, and the job resumed at 56.988. A newer token issued
+/// since the start supersedes it, as in a re-assertion.
+#[tokio::test]
+async fn a_start_resent_after_a_newer_stop_stood_again_is_superseded() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let replies = Replies::of(f);
+    let token = f.admitted("k", "w1").await;
+    let id = f.entry_ids("w1").await.pop().unwrap();
+    lose_admission(f, "k", true).await;
+    // The stop of a newer run of the key (on another worker), made to
+    // stand again by its node's recovery.
+    assert_eq!(
+        s.stop_stands("k", token + 1_000).await.unwrap(),
+        StopStands::Removed
+    );
+    let start = StartToRecord {
+        reply: Some((replies.0.clone(), 51)),
+        ..f.start("k", token, "w1", &id)
+    };
+    assert_eq!(
+        s.record_starts(&[start], TTL).await.unwrap(),
+        [StartKept::Superseded],
+        "a start older than a stop that stands"
+    );
+    let (_, record, guard) = s.job_records("k").await.unwrap();
+    assert_eq!((record, guard), (None, None), "nothing of the run recorded");
+    assert_eq!(replies.lines(f).await, ["51 superseded"]);
+}

@@ -51,6 +51,14 @@ local function settle(key, token, worker, mine, p, own_guard)
   if running or not own_guard then look_back() end
   if running == mine then
     return 'ok' -- a retry after a lost reply
+  elseif (not running) and (not p) and recovering(ttl)
+      and (tonumber(redis.call('HGET', FENCING, key) or '0') or 0) > tonumber(token) then
+    -- No record or guard, but a newer token was issued since this start: a
+    -- stop of a newer run made to stand again after the rollback, or a
+    -- newer run given back as an orphan. The run here is superseded, as a
+    -- re-assertion of it would be (chaos soak seed 1439: a start resent on
+    -- a reconnect was recorded over a stop that stood, and resumed).
+    return 'superseded'
   elseif (not running) and (not p) and recovering(ttl) then
     -- The guard vanished with Redis's data; nothing is admitted while the
     -- pool recovers, so the run here is the only one. Unless its payload

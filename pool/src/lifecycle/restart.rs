@@ -17,7 +17,7 @@ use crate::codec::{self, JobBody};
 use crate::handler::Job;
 use crate::lease::Reassert;
 use crate::node::NodeInner;
-use crate::store::{EndArgs, EndRecorded, Reasserted};
+use crate::store::{EndArgs, EndRecorded, Reasserted, Restarted};
 use crate::worker::{HandlerStart, LocalJob, WorkerInner};
 
 /// How long to wait before trying a report or restart again after Redis
@@ -258,19 +258,36 @@ impl WorkerInner {
         key: &str,
         job: &LocalJob,
     ) -> crate::error::Result<Option<u64>> {
-        if let Some(token) = node.store.restart_job(key, &self.id, job.token).await? {
-            return Ok(Some(token));
+        let ttl = node.options.worker_ttl;
+        match node
+            .store
+            .restart_job(key, &self.id, job.token, ttl)
+            .await?
+        {
+            Restarted::Token(token) => return Ok(Some(token)),
+            Restarted::Recovering => {
+                // The record may be one a rollback brought back, of a run
+                // moved and stopped since: held for a renewal to settle
+                // once the pool has recovered (soak seed 1439, job-1107).
+                node.hold_unsettled(self, key, job.clone()).await;
+                return Ok(None);
+            }
+            Restarted::Elsewhere => {}
         }
         match node.reassert(self, key, job, Reassert::Suspended).await? {
             Reasserted::Ok => {
-                let token = node.store.restart_job(key, &self.id, job.token).await?;
-                if token.is_none() {
+                let restarted = node
+                    .store
+                    .restart_job(key, &self.id, job.token, ttl)
+                    .await?;
+                let Restarted::Token(token) = restarted else {
                     // Redis named this run a moment ago: the job moved
                     // since, or Redis went back in time between the two
                     // calls (soak seed 1439). Held for a renewal to settle.
                     node.hold_unsettled(self, key, job.clone()).await;
-                }
-                Ok(token)
+                    return Ok(None);
+                };
+                Ok(Some(token))
             }
             Reasserted::Orphaned => {
                 tracing::info!(key, worker = %self.id, "failed job Redis did not hold left to the orphan sweep");

@@ -13,6 +13,19 @@ use crate::keys;
 /// Longest error text kept in a failure record.
 const MAX_ERROR_LEN: usize = 512;
 
+/// What `job_restart.lua` did with a failed run's restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Restarted {
+    /// The next run, with this token.
+    Token(u64),
+    /// Redis names another run of the key (or none): nothing changed.
+    Elsewhere,
+    /// The pool recovers from a data loss or a rollback (or Redis is
+    /// behind what the caller has seen): nothing changed; the record may be
+    /// one the lost writes had replaced.
+    Recovering,
+}
+
 /// What `job_ended.lua` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum EndRecorded {
@@ -142,26 +155,36 @@ impl PoolStore {
         })
     }
 
-    /// Gives the failed run `token` of `key` on `worker` its next run: the
-    /// new token, or `None` when Redis names another run.
+    /// Gives the failed run `token` of `key` on `worker` its next run
+    /// (`worker_ttl`: the recovery window a script that finds the pool's
+    /// epoch gone opens).
     pub(crate) async fn restart_job(
         &self,
         key: &str,
         worker: &str,
         token: u64,
-    ) -> Result<Option<u64>> {
+        worker_ttl: Duration,
+    ) -> Result<Restarted> {
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
             Value::from(worker),
             Value::from(token.to_string()),
+            Value::from(worker_ttl.as_millis().to_string()),
+            Value::from(self.revision_floor()),
         ]);
-        let new_token: u64 = self
+        let mut keys = self.failures_keys();
+        keys.push(self.maps.keepalive_revision_key());
+        let reply: i64 = self
             .scripts
             .job_restart
-            .run(&self.client, self.failures_keys(), args, self.timeout)
+            .run(&self.client, keys, args, self.timeout)
             .await?;
-        Ok((new_token != 0).then_some(new_token))
+        Ok(match reply {
+            -1 => Restarted::Recovering,
+            0 => Restarted::Elsewhere,
+            token => Restarted::Token(token as u64),
+        })
     }
 
     /// The failure record, owner record and pending guard of `key`, read in

@@ -44,7 +44,7 @@ pub(crate) use custody::Entrusted;
 pub(crate) use jobs::{
     Dropped, EntryMove, Handoff, Moved, Mover, Receiver, Requeue, Routed, StopDone,
 };
-pub(crate) use lifecycle::{EndArgs, EndRecorded};
+pub(crate) use lifecycle::{EndArgs, EndRecorded, Restarted};
 pub(crate) use maps::PoolMaps;
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};

@@ -546,3 +546,32 @@ async fn a_stop_made_while_the_pool_recovers_waits_and_outranks_runs_issued_befo
         assert_eq!(s.payload(key).await.unwrap(), None);
     }
 }
+
+/// A failed run's restart that reaches Redis while the pool recovers from
+/// a rollback: the record naming the failed run may be one the lost writes
+/// had replaced (the job moved and was stopped on request elsewhere), and a
+/// new token issued over it outranks that stop when it is made to stand
+/// again. Chaos soak seed 1439 (`2343aea`, job-1107): the restart, due while
+/// its process was cut off, went out on the reconnect to a Redis rolled
+/// back to the cut's start; the stop of the job's next run (on the worker
+/// a cleanup had moved it to) then found a newer record and did not stand,
+/// and the job resumed. The restart waits for the recovery instead, held
+/// like a suspended job until a renewal settles it.
+#[tokio::test]
+async fn a_restart_waits_while_the_pool_recovers() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let token = f.admitted("k", "w1").await;
+    let id = f.entry_ids("w1").await.pop().unwrap();
+    let start = f.start("k", token, "w1", &id);
+    assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
+    f.lose_epoch().await;
+    assert_eq!(
+        s.restart_job("k", "w1", token, TTL).await.unwrap(),
+        Restarted::Recovering,
+        "a restart over a record Redis went back to"
+    );
+    let (_, record, _) = s.job_records("k").await.unwrap();
+    assert_eq!(record, Some(format!("w1 {token}")), "nothing written");
+}

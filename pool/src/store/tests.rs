@@ -571,11 +571,13 @@ async fn lifecycle_scripts_answer_each_status() {
         }
     );
     assert_eq!(
-        s.restart_job("flaky", "w1", t1 - 1).await.unwrap(),
-        None,
+        s.restart_job("flaky", "w1", t1 - 1, TTL).await.unwrap(),
+        Restarted::Elsewhere,
         "stale run"
     );
-    let t2 = s.restart_job("flaky", "w1", t1).await.unwrap().unwrap();
+    let Restarted::Token(t2) = s.restart_job("flaky", "w1", t1, TTL).await.unwrap() else {
+        panic!("not restarted");
+    };
     assert!(t2 > t1);
     // The same restart again, as a client resends a call whose reply a
     // dropped connection lost (Redis restarting): the run it started, not
@@ -583,13 +585,13 @@ async fn lifecycle_scripts_answer_each_status() {
     // job, its rollback recovery then released the record as a run not
     // running here, and the key ran nowhere).
     assert_eq!(
-        s.restart_job("flaky", "w1", t1).await.unwrap(),
-        Some(t2),
+        s.restart_job("flaky", "w1", t1, TTL).await.unwrap(),
+        Restarted::Token(t2),
         "a restart retried after its reply was lost"
     );
     assert_eq!(
-        s.restart_job("flaky", "w2", t1).await.unwrap(),
-        None,
+        s.restart_job("flaky", "w2", t1, TTL).await.unwrap(),
+        Restarted::Elsewhere,
         "another worker's"
     );
     assert_eq!(
@@ -601,7 +603,9 @@ async fn lifecycle_scripts_answer_each_status() {
             delay: Duration::from_millis(200)
         }
     );
-    let t3 = s.restart_job("flaky", "w1", t2).await.unwrap().unwrap();
+    let Restarted::Token(t3) = s.restart_job("flaky", "w1", t2, TTL).await.unwrap() else {
+        panic!("not restarted");
+    };
     assert_eq!(
         s.record_job_end("flaky", "w1", t3, failed(&[100, 200]), false, TTL)
             .await

@@ -334,13 +334,37 @@ impl Map {
 
     /// Waits until the local replica has applied revision `rev`.
     ///
+    /// When a resync finds Redis behind the replica (it lost data), every
+    /// waiter wakes: a lost write's revision would never come. A waiter
+    /// then asks Redis for its revision, and waits again when Redis has
+    /// reached `rev` (the write is there, or was overtaken by later ones:
+    /// the resync read Redis before it, and the replica follows on), so a
+    /// write that Redis kept is never reported before the replica shows
+    /// it. It returns when Redis is below `rev` (the write was lost).
+    ///
     /// # Errors
-    /// [`Error::Closed`] when the map closes first.
+    /// [`Error::Closed`] when the map closes first; [`Error::Redis`] when
+    /// Redis cannot be asked after a regression.
     pub async fn wait_revision(&self, rev: u64) -> Result<(), Error> {
-        match self.inner.shared.wait_for_revision(rev) {
-            Some(rx) => rx.await.map_err(|_| Error::Closed),
-            None if self.inner.shared.is_closed() => Err(Error::Closed),
-            None => Ok(()),
+        let shared = &self.inner.shared;
+        loop {
+            match shared.wait_for_revision(rev) {
+                Some(rx) => rx.await.map_err(|_| Error::Closed)?,
+                None if shared.is_closed() => return Err(Error::Closed),
+                None => return Ok(()),
+            }
+            if shared.load().rev >= rev {
+                return Ok(());
+            }
+            // Woken by a regression, with the replica still below `rev`.
+            let in_redis: Option<u64> = self
+                .inner
+                .client
+                .get(self.inner.keys.revision.as_str())
+                .await?;
+            if in_redis.unwrap_or(0) < rev {
+                return Ok(());
+            }
         }
     }
 
@@ -612,3 +636,7 @@ impl Drop for Inner {
         self.cancel.cancel();
     }
 }
+
+#[cfg(test)]
+#[path = "map_wait_tests.rs"]
+mod wait_tests;

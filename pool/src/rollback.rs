@@ -319,20 +319,23 @@ impl NodeInner {
         // and is gone now (`handoff_stands.lua` refuses once the counter is
         // above the hand-off's token, which these raise).
         self.requested_stops_stand().await?;
-        // Then the stops and ends of runs the workers neither run nor hold
-        // any more: each worker alone knows its own, and its re-assertion
-        // below may wait for its starts under way and take many calls, a
-        // crash meanwhile would take them with it. (Those of a key it runs
-        // or holds again wait for that run's re-assertion, below.)
-        let mut stood = Vec::with_capacity(workers.len());
-        for worker in &workers {
-            stood.push(self.ended_stops_stand(worker).await?);
-        }
-        // Every worker at once (each under its own lock): until its
-        // reconcile has re-asserted them, a worker is the only holder of
-        // its jobs, and a node with many workers would otherwise leave the
-        // last one's jobs exposed for the sum of the others' reconciles.
-        let reconciled = futures::future::join_all(workers.iter().map(|w| self.reconcile(w))).await;
+        // Then, side by side, every worker's reconcile and the stops and
+        // ends of runs the workers neither run nor hold any more. Each is
+        // known to this node alone until it is done, and a crash meanwhile
+        // takes it along: neither waits for the other. A busy worker
+        // remembers thousands of stops (two minutes of them), and made to
+        // stand first they held its re-assertion back past a third of a
+        // TTL on a loaded node (chaos soak seed 1439: 104 ms, then a kill
+        // lost every job it ran); the re-assertion in turn may wait for
+        // starts under way. (Stops of a key a worker runs or holds again
+        // wait for that run's re-assertion, below.) Every worker's
+        // reconcile at once (each under its own lock): a node with many
+        // workers would otherwise leave the last one's jobs exposed for
+        // the sum of the others' reconciles.
+        let ended = futures::future::join_all(workers.iter().map(|w| self.ended_stops_stand(w)));
+        let reconciled = futures::future::join_all(workers.iter().map(|w| self.reconcile(w)));
+        let (stood, reconciled) = futures::future::join(ended, reconciled).await;
+        let stood = stood.into_iter().collect::<Result<Vec<_>>>()?;
         reconciled.into_iter().collect::<Result<Vec<()>>>()?;
         // Then the workers' own stops, before any hand-off is given back.
         for (worker, stood) in workers.iter().zip(&stood) {

@@ -619,6 +619,7 @@ mod pending_admission;
 mod reassert_batches;
 mod reassert_during_handoffs;
 mod reassert_during_starts;
+mod reassert_first;
 mod reconcile_lease;
 mod recovery_resume;
 mod recovery_stops;

@@ -32,6 +32,7 @@ mod rewind;
 mod rollback;
 mod routing;
 mod server_clock;
+mod standing_stops;
 mod start;
 mod store;
 mod sweeper;

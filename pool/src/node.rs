@@ -99,6 +99,10 @@ pub(crate) struct NodeInner {
     /// Bumped when a reconnect finds a new server run id (a restart or a
     /// failover, which may have lost writes): the rollback task recovers.
     pub(crate) server_restarts: watch::Sender<u64>,
+    /// When the identity check last opened (or found open) the recovery
+    /// window for a new server, on this process's monotonic clock: the
+    /// recovery that follows at once need not open it again.
+    pub(crate) window_opened_at: std::sync::Mutex<Option<std::time::Instant>>,
     /// Recoveries from Redis going back in time this node began (the
     /// rollback task's count, read by tests).
     pub(crate) recoveries_begun: AtomicU64,
@@ -274,6 +278,7 @@ impl Node {
             reconnects: watch::Sender::new(0),
             identity_wanted: tokio::sync::Notify::new(),
             server_restarts: watch::Sender::new(0),
+            window_opened_at: std::sync::Mutex::new(None),
             recoveries_begun: AtomicU64::new(0),
             last_renewal: tokio::sync::watch::Sender::new(Instant::now()),
             renewal_heard_ms: AtomicU64::new(joined_server_ms),

@@ -30,23 +30,11 @@ use futures::TryStreamExt;
 use crate::codec::{EV_START, StartEntry};
 use crate::error::Result;
 use crate::node::NodeInner;
+use crate::standing_stops::{STOP_CALLS_IN_FLIGHT, STOPS_BATCH};
 use crate::worker::WorkerInner;
 
 /// Pause between attempts when Redis is not answering yet.
 const RETRY: Duration = Duration::from_millis(200);
-/// How far back stops are made to stand again after a rollback (a rollback
-/// loses seconds of writes, not minutes).
-const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
-/// Stops made to stand again in one call of `stop_stands.lua`: a node that
-/// stopped or ended hundreds of runs in the last minutes gets through them
-/// in a few calls (a call costs Redis as much as a few stops), while its
-/// recovery mark holds the window open and before its workers re-assert.
-/// The stops' effects do not depend on their order (each removes what is
-/// at or below its token and only raises the counter).
-const STOPS_BATCH: usize = 64;
-/// Batches of stops (or of hand-offs given back, as many per call) in
-/// flight at once (pipelined on the client's connection).
-const STOP_CALLS_IN_FLIGHT: usize = 4;
 /// Payload bytes given back in one call at most (a larger job alone).
 const GIVE_BACK_BYTES: usize = 1 << 20;
 /// How often, at most, a node reads the server's identity besides after
@@ -55,6 +43,10 @@ const GIVE_BACK_BYTES: usize = 1 << 20;
 const IDENTITY_EVERY: Duration = Duration::from_secs(2);
 /// Jobs-map keys read per page when a worker looks for records naming it.
 const OWNED_PAGE: usize = 1000;
+/// Records of jobs a worker no longer runs checked and released at once
+/// after a rollback (each a read and a script, pipelined on the client's
+/// connection).
+const RELEASES_IN_FLIGHT: usize = 16;
 
 impl NodeInner {
     /// Watches the pool's maps for Redis going back in time and recovers.
@@ -250,11 +242,16 @@ impl NodeInner {
             // Not taken as seen when that fails (Redis refuses writes): the
             // next check finds the change again, and the caller, a renewal,
             // asks the identity task to retry.
+            let asked = std::time::Instant::now();
             if let Err(e) = self.store.begin_recovery(self.options.worker_ttl).await {
                 tracing::warn!(node = %self.id, error = %e, "opening the recovery window failed; checking again");
                 *seen = previous;
                 return Err(e);
             }
+            *self
+                .window_opened_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(asked);
         }
         // From now on the scripts compare Redis with this server: the
         // restart is this node's to recover from.
@@ -271,19 +268,23 @@ impl NodeInner {
     async fn recover_from_rollback(&self) -> Result<()> {
         self.freshness.invalidate("redis went back in time");
         let ttl = self.options.worker_ttl;
-        // One round trip for both: on a loaded node each took 50-90 ms
-        // after a restart (chaos soak seed 1439), while the workers'
-        // re-assertions waited. Sent in this order on the client's
-        // connection; were the mark to arrive first, the window this
-        // opens still lasts a TTL, and the mark's first renewal, a third
-        // of one later, holds it from then on.
-        let (opened, mark) = tokio::try_join!(
-            self.store.begin_recovery(ttl),
-            self.store.recovery_mark(&self.id, ttl, true)
-        )?;
-        tracing::info!(node = %self.id, window = opened.as_str(), "recovery window after a rollback");
-        if mark == crate::store::RecoveryMark::Late {
-            tracing::warn!(node = %self.id, "recovering more than 10 TTLs after the window opened: not holding it open any longer");
+        // The identity check that found a new server opened the window
+        // right before this (or found it open): a window lasts a TTL from
+        // its opening, so one opened less than a third of a TTL ago is
+        // open long enough for the mark, set beside the reconcile below,
+        // to hold it. Opening it again first cost a round trip, 10-60 ms
+        // on a loaded node after a restart, while the workers'
+        // re-assertions waited (chaos soak seed 1439). Any other news
+        // (a replica found Redis behind it, a retry) opens it here.
+        let opened_lately = self
+            .window_opened_at
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .is_some_and(|at| at.elapsed() < ttl / 3);
+        if !opened_lately {
+            let opened = self.store.begin_recovery(ttl).await?;
+            tracing::info!(node = %self.id, window = opened.as_str(), "recovery window after a rollback");
         }
         let began = std::time::Instant::now();
         // The mark is renewed beside the reconcile, not in turns with it: a
@@ -303,17 +304,24 @@ impl NodeInner {
         Ok(())
     }
 
-    /// Renews this node's recovery mark every third of `ttl`, until the
-    /// caller drops the future (the mark was set right before).
+    /// Sets this node's recovery mark now and renews it every third of
+    /// `ttl`, until the caller drops the future.
     async fn renew_recovery_mark(&self, ttl: Duration) -> std::convert::Infallible {
         let mut renew = tokio::time::interval(ttl / 3);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        renew.tick().await; // the first tick is now: marked by the caller
+        let mut first = true;
         loop {
-            renew.tick().await;
-            if let Err(e) = self.store.recovery_mark(&self.id, ttl, true).await {
-                tracing::warn!(node = %self.id, error = %e, "renewing the recovery mark failed");
+            renew.tick().await; // the first tick is now
+            match self.store.recovery_mark(&self.id, ttl, true).await {
+                Ok(crate::store::RecoveryMark::Late) if first => {
+                    tracing::warn!(node = %self.id, "recovering more than 10 TTLs after the window opened: not holding it open any longer");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(node = %self.id, error = %e, "setting or renewing the recovery mark failed")
+                }
             }
+            first = false;
         }
     }
 
@@ -400,40 +408,58 @@ impl NodeInner {
                 .store
                 .owned_page(&worker.id, &cursor, OWNED_PAGE)
                 .await?;
-            for key in page.keys {
-                // Looked at now, not before the pages were read: a lease
-                // loss meanwhile moves the jobs from the running set to the
-                // suspended one, under the suspended set's lock (see
-                // `suspend_all`), and a suspended job is still this
-                // worker's to resume.
-                if worker.runs_or_holds(&key).await {
-                    continue;
-                }
-                // Read again: the page is a moment old, and the key may
-                // have been re-asserted by the worker that runs it since
-                // (release_stale.lua only checks the record is unchanged
-                // from this read).
-                let Some(record) = self.store.job_record(&key).await? else {
-                    continue;
-                };
-                let Some((owner, token)) = crate::store::records::job_owner(&record) else {
-                    continue;
-                };
-                if owner != worker.id {
-                    continue;
-                }
-                if claimable.contains(&(key.clone(), token)) {
-                    tracing::info!(key, token, worker = %worker.id, "record of a start claimed before the rollback and still in the inbox: kept");
-                    continue;
-                }
-                let status = self.store.release_stale(&key, &record).await?;
-                tracing::info!(key, worker = %worker.id, status = status.as_str(), "record of a job not running here after a rollback");
-            }
+            // Many keys at once: one after the other, each a read and a
+            // script, 69 of them held the worker's lock for 600 ms on a
+            // loaded node, and with it the re-assertion a rollback that
+            // came meanwhile needed (chaos soak seed 1440: a kill then
+            // took the 440 jobs Redis had just lost).
+            futures::stream::iter(page.keys.into_iter().map(Ok))
+                .try_for_each_concurrent(RELEASES_IN_FLIGHT, |key| {
+                    self.release_if_stale(worker, &claimable, key)
+                })
+                .await?;
             if page.cursor == crate::store::SCAN_START {
                 return Ok(());
             }
             cursor = page.cursor;
         }
+    }
+
+    /// Releases the record of `key`, read on a page of the records naming
+    /// `worker`, when it still names `worker` and the worker neither runs
+    /// nor holds the job (see [`reconcile`](Self::reconcile)).
+    async fn release_if_stale(
+        &self,
+        worker: &WorkerInner,
+        claimable: &HashSet<(String, u64)>,
+        key: String,
+    ) -> Result<()> {
+        // Looked at now, not before the pages were read: a lease loss
+        // meanwhile moves the jobs from the running set to the suspended
+        // one, under the suspended set's lock (see `suspend_all`), and a
+        // suspended job is still this worker's to resume.
+        if worker.runs_or_holds(&key).await {
+            return Ok(());
+        }
+        // Read again: the page is a moment old, and the key may have been
+        // re-asserted by the worker that runs it since (release_stale.lua
+        // only checks the record is unchanged from this read).
+        let Some(record) = self.store.job_record(&key).await? else {
+            return Ok(());
+        };
+        let Some((owner, token)) = crate::store::records::job_owner(&record) else {
+            return Ok(());
+        };
+        if owner != worker.id {
+            return Ok(());
+        }
+        if claimable.contains(&(key.clone(), token)) {
+            tracing::info!(key, token, worker = %worker.id, "record of a start claimed before the rollback and still in the inbox: kept");
+            return Ok(());
+        }
+        let status = self.store.release_stale(&key, &record).await?;
+        tracing::info!(key, worker = %worker.id, status = status.as_str(), "record of a job not running here after a rollback");
+        Ok(())
     }
 
     /// The `(key, token)` of the start entries in `worker`'s inbox that it
@@ -552,92 +578,6 @@ impl NodeInner {
             worker.handed_off.keep_waiting(&waiting);
         }
         Ok(())
-    }
-
-    /// Makes the stops this node's `stop_job` calls were answered for lately
-    /// stand again: the worker that carried one out may have died within the
-    /// writes Redis lost, and nothing else remembers that stop. A stop
-    /// answered `JobNotFound` counts too: a worker cut off from Redis may
-    /// hold a suspended copy that only the stop's tombstone kept out.
-    pub(crate) async fn requested_stops_stand(&self) -> Result<()> {
-        let stops = self.stops_requested.recent(STOPS_REMEMBERED);
-        self.make_stand(stops.into_iter(), |key, token| {
-            tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again");
-        })
-        .await
-    }
-
-    /// Makes the stops `worker` carried out lately stand again: Redis may
-    /// have lost them, and the older state may show a stopped run under
-    /// another (perhaps dead) worker, which a cleanup would start again.
-    /// So are the ends of runs it handed off that Redis showed it (see
-    /// `handoffs.rs`): the worker that stopped one and the node that asked
-    /// may both be gone.
-    /// `stood`: those [`ended_stops_stand`](Self::ended_stops_stand) made
-    /// stand already in this recovery.
-    async fn stops_stand(
-        &self,
-        worker: &WorkerInner,
-        stood: &HashSet<(String, u64)>,
-    ) -> Result<()> {
-        let stops = worker
-            .stopped
-            .recent(STOPS_REMEMBERED)
-            .into_iter()
-            .chain(worker.handed_off.ended())
-            .filter(|stop| !stood.contains(stop))
-            // A newer run of the key goes on here.
-            .filter(|(key, token)| worker.jobs.get(key).is_none_or(|j| j.token <= *token));
-        self.make_stand(stops, |key, token| {
-            tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
-        })
-        .await
-    }
-
-    /// The part of [`stops_stand`](Self::stops_stand) that need not wait
-    /// for `worker`'s re-assertion: stops and ends of keys it neither runs
-    /// nor holds suspended; returns them.
-    async fn ended_stops_stand(&self, worker: &WorkerInner) -> Result<HashSet<(String, u64)>> {
-        let mut stops = Vec::new();
-        for (key, token) in worker
-            .stopped
-            .recent(STOPS_REMEMBERED)
-            .into_iter()
-            .chain(worker.handed_off.ended())
-        {
-            if !worker.runs_or_holds(&key).await {
-                stops.push((key, token));
-            }
-        }
-        self.make_stand(stops.iter().cloned(), |key, token| {
-            tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
-        })
-        .await?;
-        Ok(stops.into_iter().collect())
-    }
-
-    /// Runs `stop_stands.lua` for `stops`, [`STOPS_BATCH`] per call and
-    /// [`STOP_CALLS_IN_FLIGHT`] calls at a time; `removed` hears of each
-    /// that took something away.
-    async fn make_stand(
-        &self,
-        stops: impl Iterator<Item = (String, u64)>,
-        removed: impl Fn(&str, u64) + Sync,
-    ) -> Result<()> {
-        let stops: Vec<(String, u64)> = stops.collect();
-        let removed = &removed;
-        futures::stream::iter(stops.chunks(STOPS_BATCH).map(Ok))
-            .try_for_each_concurrent(STOP_CALLS_IN_FLIGHT, |batch| async move {
-                let batch: Vec<(&str, u64)> = batch.iter().map(|(k, t)| (k.as_str(), *t)).collect();
-                let statuses = self.store.stop_stands_batch(&batch).await?;
-                for ((key, token), status) in batch.into_iter().zip(statuses) {
-                    if status == crate::store::StopStands::Removed {
-                        removed(key, token);
-                    }
-                }
-                Ok(())
-            })
-            .await
     }
 }
 

@@ -13,11 +13,12 @@ use crate::worker::WorkerInner;
 
 /// How far back stops are made to stand again after a rollback (a rollback
 /// loses seconds of writes, not minutes).
-pub(crate) const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
+const STOPS_REMEMBERED: Duration = Duration::from_secs(120);
 /// Stops made to stand again in one call of `stop_stands.lua`: a node that
 /// stopped or ended hundreds of runs in the last minutes gets through them
 /// in a few calls (a call costs Redis as much as a few stops), while its
-/// recovery mark holds the window open and before its workers re-assert.
+/// recovery mark holds the window open and beside its workers'
+/// re-assertions.
 /// The stops' effects do not depend on their order (each removes what is
 /// at or below its token and only raises the counter).
 pub(crate) const STOPS_BATCH: usize = 64;

@@ -39,7 +39,7 @@ async fn a_waiter_released_by_a_regression_waits_for_a_write_redis_kept() {
         let map = map.clone();
         tokio::spawn(async move { map.wait_revision(written).await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await; // let the waiter register
+    registered(&map).await;
     assert!(!waiter.is_finished(), "the replica is behind the write");
 
     // The regression: a snapshot read before the write, stored now.
@@ -87,7 +87,7 @@ async fn a_waiter_for_a_write_redis_lost_returns_after_the_regression() {
         let map = map.clone();
         tokio::spawn(async move { map.wait_revision(lost).await })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await; // let the waiter register
+    registered(&map).await;
     assert!(!waiter.is_finished());
 
     let _: i64 = client.del(map.inner.keys.revision.as_str()).await.unwrap();
@@ -98,4 +98,13 @@ async fn a_waiter_for_a_write_redis_lost_returns_after_the_regression() {
         .unwrap()
         .unwrap();
     map.close().await;
+}
+
+/// Waits until a waiter is registered on `map`.
+async fn registered(map: &Map) {
+    flotilla_testkit::wait_until(DEADLINE, "the waiter registered", || async {
+        map.inner.shared.waiting() > 0
+    })
+    .await
+    .unwrap();
 }

@@ -228,6 +228,12 @@ impl Shared {
         Some(rx)
     }
 
+    /// Waiters registered and not woken yet (tests wait for one to be).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        lock(&self.waiters).values().map(Vec::len).sum()
+    }
+
     pub(crate) fn subscribe(&self, sender: EventSender) {
         lock(&self.subscribers).push(sender);
     }

@@ -71,6 +71,12 @@ struct Cli {
     /// Where the peer is installed with npm (default: <target dir>/bench-peer/bullmq).
     #[arg(long)]
     peer_dir: Option<PathBuf>,
+    /// With `--peer`: pairs of throughput runs, Flotilla then the peer, each
+    /// on a fresh pool and queue; the ratio is also given as the median of
+    /// the pairs' (the first pair is the dispatch section's run and the
+    /// peer's full run).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Worker TTL of the failover and rebalance pools, in milliseconds.
     #[arg(long, default_value_t = 2_000)]
     ttl_ms: u64,
@@ -184,6 +190,8 @@ pub struct Opts {
     pub fleet_modes: Vec<FleetMode>,
     /// `--fleet-idle-nodes`.
     pub fleet_idle_nodes: usize,
+    /// `--rounds`.
+    pub rounds: usize,
 }
 
 impl Opts {
@@ -276,6 +284,7 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
         fleet_jobs: cli.fleet_jobs.max(1),
         fleet_modes: cli.fleet_modes.clone(),
         fleet_idle_nodes: cli.fleet_idle_nodes,
+        rounds: cli.rounds.max(1),
     };
     let ctx = Ctx {
         url,

@@ -106,18 +106,11 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     // the two brackets the run.
     ctx.progress("dispatch", "Redis CPU floor before the run");
     let floor_before = super::floor::redis_cpu_floor(ctx, jobs, ctx.opts.concurrency).await?;
-    let before = CommandStats::read(&ctx.client).await?;
-    let redis_cpu_before = redis_cpu_seconds(&ctx.client).await?;
-    let cpu_before = process_cpu_seconds();
     let sent = Arc::new(probe::stamps(jobs));
     // Marks the timed window on stderr, for a profiler's time filter.
     ctx.progress("dispatch", "throughput run: timed window starts");
-    let t0 = Instant::now();
-    concurrent(&node, "tp", jobs, ctx.opts.concurrency, Some(sent.clone())).await?;
-    let elapsed = t0.elapsed();
-    let cpu_after = process_cpu_seconds();
-    let redis_cpu = redis_cpu_seconds(&ctx.client).await? - redis_cpu_before;
-    let delta = CommandStats::read(&ctx.client).await?.since(&before);
+    let run = timed(ctx, &node, "tp", Some(sent.clone())).await?;
+    let (elapsed, redis_cpu, delta) = (run.elapsed, run.redis_cpu, &run.commands);
     let mut loaded = probe::histogram()?;
     for entry in sent.iter() {
         if let Some(at) = probe.started_at(entry.key()) {
@@ -194,23 +187,97 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
             12.0 / 5.3
         )),
     );
-    if let (Some(b), Some(a)) = (cpu_before, cpu_after) {
+    if let Some(client_cpu) = run.client_cpu {
         report.push(
             Figure::new(
                 "dispatch",
                 "client_cpu_per_job",
                 "client process CPU per dispatch",
             )
-            .value((a - b) * 1e6 / jobs as f64, "µs")
+            .value(client_cpu * 1e6 / jobs as f64, "µs")
             .detail(format!(
                 "this process (dispatcher and its 4 workers): {:.0}% of one core",
-                100.0 * (a - b) / elapsed.as_secs_f64()
+                100.0 * client_cpu / elapsed.as_secs_f64()
             )),
         );
     }
     drop(workers);
     node.shutdown().await?;
     Ok(())
+}
+
+/// What one timed throughput run measured.
+pub(crate) struct Timed {
+    /// Jobs dispatched (each started before its dispatch returned).
+    pub(crate) jobs: usize,
+    /// From the first dispatch to the last `Ok`.
+    pub(crate) elapsed: Duration,
+    /// Redis CPU over the run (`INFO cpu`, user + sys), in seconds.
+    pub(crate) redis_cpu: f64,
+    /// This process's CPU over the run, in seconds (`None`: unreadable).
+    pub(crate) client_cpu: Option<f64>,
+    /// Commands Redis ran meanwhile (`INFO commandstats` delta).
+    pub(crate) commands: CommandStats,
+}
+
+impl Timed {
+    /// Jobs per second.
+    pub(crate) fn jobs_per_s(&self) -> f64 {
+        self.jobs as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// Redis CPU per job, in µs.
+    pub(crate) fn redis_us_per_job(&self) -> f64 {
+        self.redis_cpu * 1e6 / self.jobs as f64
+    }
+}
+
+/// Dispatches `--jobs` jobs named `{prefix}-{i}` on `node` with
+/// `--concurrency` in flight and measures the run.
+async fn timed(
+    ctx: &Ctx,
+    node: &Node,
+    prefix: &str,
+    sent: Option<Arc<probe::Stamps>>,
+) -> Result<Timed, BoxError> {
+    let jobs = ctx.opts.jobs;
+    let before = CommandStats::read(&ctx.client).await?;
+    let redis_cpu_before = redis_cpu_seconds(&ctx.client).await?;
+    let cpu_before = process_cpu_seconds();
+    let t0 = Instant::now();
+    concurrent(node, prefix, jobs, ctx.opts.concurrency, sent).await?;
+    let elapsed = t0.elapsed();
+    let cpu_after = process_cpu_seconds();
+    let redis_cpu = redis_cpu_seconds(&ctx.client).await? - redis_cpu_before;
+    let commands = CommandStats::read(&ctx.client).await?.since(&before);
+    Ok(Timed {
+        jobs,
+        elapsed,
+        redis_cpu,
+        client_cpu: cpu_before.zip(cpu_after).map(|(b, a)| a - b),
+        commands,
+    })
+}
+
+/// One throughput run as the section's, on a fresh pool of its own (4
+/// workers, warmed up): the Flotilla half of a `--rounds` pair.
+pub(crate) async fn throughput_round(ctx: &Ctx, round: usize) -> Result<Timed, BoxError> {
+    let pool = flotilla_testkit::unique_name("bench-round");
+    let node = Node::join(&ctx.client, &pool, NodeOptions::default()).await?;
+    let probe = Probe::default();
+    let mut workers = Vec::new();
+    for _ in 0..WORKERS {
+        workers.push(Worker::new(&node, probe.clone()).await?);
+    }
+    concurrent(&node, "warm", WARMUP, ctx.opts.concurrency, None).await?;
+    ctx.progress(
+        "peer",
+        &format!("round {round}: flotilla, {} jobs", ctx.opts.jobs),
+    );
+    let run = timed(ctx, &node, "tp", None).await?;
+    drop(workers);
+    node.shutdown().await?;
+    Ok(run)
 }
 
 /// Dispatches `count` jobs named `{prefix}-{i}` with `in_flight` tasks;

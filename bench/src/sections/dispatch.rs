@@ -274,7 +274,10 @@ pub(crate) async fn throughput_round(ctx: &Ctx, round: usize) -> Result<Timed, B
         "peer",
         &format!("round {round}: flotilla, {} jobs", ctx.opts.jobs),
     );
-    let run = timed(ctx, &node, "tp", None).await?;
+    // Stamped as the section's run is, so that both halves of every pair
+    // carry the same bookkeeping.
+    let sent = Arc::new(probe::stamps(ctx.opts.jobs));
+    let run = timed(ctx, &node, "tp", Some(sent)).await?;
     drop(workers);
     node.shutdown().await?;
     Ok(run)

@@ -23,18 +23,7 @@ const PAYLOAD: &[u8] = b"{}";
 
 /// Runs the section.
 pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
-    let pool = flotilla_testkit::unique_name("bench-dispatch");
-    let node = Node::join(&ctx.client, &pool, NodeOptions::default()).await?;
-    let probe = Probe::default();
-    let mut workers = Vec::new();
-    for _ in 0..WORKERS {
-        workers.push(Worker::new(&node, probe.clone()).await?);
-    }
-    ctx.progress(
-        "dispatch",
-        &format!("pool {pool}: {WORKERS} workers, warm-up"),
-    );
-    concurrent(&node, "warm", WARMUP, ctx.opts.concurrency, None).await?;
+    let (node, probe, workers) = warm_pool(ctx, "bench-dispatch", "dispatch").await?;
 
     // Latency: one dispatch at a time on an idle pool.
     ctx.progress("dispatch", "latency (sequential)");
@@ -259,17 +248,30 @@ async fn timed(
     })
 }
 
-/// One throughput run as the section's, on a fresh pool of its own (4
-/// workers, warmed up): the Flotilla half of a `--rounds` pair.
-pub(crate) async fn throughput_round(ctx: &Ctx, round: usize) -> Result<Timed, BoxError> {
-    let pool = flotilla_testkit::unique_name("bench-round");
+/// A fresh pool named after `prefix`: a node with [`WORKERS`] workers
+/// recording their starts in the returned probe, warmed up with
+/// [`WARMUP`] dispatches.
+async fn warm_pool(
+    ctx: &Ctx,
+    prefix: &str,
+    section: &str,
+) -> Result<(Node, Probe, Vec<Worker>), BoxError> {
+    let pool = flotilla_testkit::unique_name(prefix);
     let node = Node::join(&ctx.client, &pool, NodeOptions::default()).await?;
     let probe = Probe::default();
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
         workers.push(Worker::new(&node, probe.clone()).await?);
     }
+    ctx.progress(section, &format!("pool {pool}: {WORKERS} workers, warm-up"));
     concurrent(&node, "warm", WARMUP, ctx.opts.concurrency, None).await?;
+    Ok((node, probe, workers))
+}
+
+/// One throughput run as the section's, on a fresh pool of its own (4
+/// workers, warmed up): the Flotilla half of a `--rounds` pair.
+pub(crate) async fn throughput_round(ctx: &Ctx, round: usize) -> Result<Timed, BoxError> {
+    let (node, _probe, workers) = warm_pool(ctx, "bench-round", "peer").await?;
     ctx.progress(
         "peer",
         &format!("round {round}: flotilla, {} jobs", ctx.opts.jobs),

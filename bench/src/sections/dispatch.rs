@@ -108,7 +108,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     }
     report.push(
         Figure::new("dispatch", "throughput", "dispatch throughput")
-            .value(jobs as f64 / elapsed.as_secs_f64(), "jobs/s")
+            .value(run.jobs_per_s(), "jobs/s")
             .target_text(">= 3x BullMQ (see peer)")
             .detail(format!(
                 "{jobs} jobs dispatched and started in {:.2} s; {WORKERS} workers, {} dispatchers, one process of {} runtime threads",
@@ -139,7 +139,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
     );
     report.push(
         Figure::new("dispatch", "redis_cpu_per_job", "Redis CPU per dispatch")
-            .value(redis_cpu * 1e6 / jobs as f64, "µs")
+            .value(run.redis_us_per_job(), "µs")
             .detail(format!(
                 "INFO cpu over the throughput run: Redis busy {:.0}% of one core",
                 100.0 * redis_cpu / elapsed.as_secs_f64()
@@ -149,7 +149,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
         "dispatch",
         "throughput run: timed window ended; Redis CPU floor after the run",
     );
-    let per_dispatch = redis_cpu * 1e6 / jobs as f64;
+    let per_dispatch = run.redis_us_per_job();
     let floor_after = super::floor::redis_cpu_floor(ctx, jobs, ctx.opts.concurrency).await?;
     let floor = (floor_before + floor_after) / 2.0;
     report.push(

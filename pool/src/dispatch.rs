@@ -98,7 +98,8 @@ impl Node {
     /// once every node that noticed it has had its workers re-assert their
     /// jobs; a dispatch whose admission Redis lost before its start was
     /// recorded is admitted again then, and answers `JobExists` when its run
-    /// was re-asserted); [`Error::Closed`];
+    /// was re-asserted, `Ok` when that run has ended meanwhile);
+    /// [`Error::Closed`];
     /// [`Error::ShuttingDown`]; [`Error::InvalidName`];
     /// [`Error::PayloadTooLarge`]; [`Error::Unavailable`] / [`Error::Redis`].
     ///
@@ -406,6 +407,9 @@ impl NodeInner {
             restart: options.restart_policy,
         });
         let mut pending_polls = 0u32;
+        // The run an earlier admission of this dispatch started, when its
+        // start was answered `recovering`.
+        let mut started: Option<u64> = None;
         loop {
             let owner = self.wait_for_owner(key, deadline).await?;
             let inbox = self.inbox(&owner)?.key().to_string();
@@ -418,6 +422,7 @@ impl NodeInner {
                 request,
                 window: window.clone(),
                 schedule: schedule.clone(),
+                started,
             };
             let admitted = match self.admitter.submit(admission).await {
                 Ok(admitted) => admitted,
@@ -435,7 +440,9 @@ impl NodeInner {
                         // recorded: the run goes on, but until its worker
                         // re-asserts it that worker holds the job's only
                         // copy. Admit again once the pool has recovered
-                        // (`JobExists` then names that run, re-asserted).
+                        // (`JobExists` then names that run, re-asserted),
+                        // unless that run has ended by then (`Ended`).
+                        started = started.max(Some(token));
                         self.pause_while_recovering(key, deadline).await?;
                         continue;
                     }
@@ -457,6 +464,12 @@ impl NodeInner {
                 Admitted::Exists => {
                     self.waiters.remove(&request);
                     return Err(Error::JobExists(key.to_string()));
+                }
+                Admitted::Ended => {
+                    // This dispatch's run started (its start was recorded)
+                    // and has ended since: the dispatch is done.
+                    self.waiters.remove(&request);
+                    return Ok(());
                 }
                 Admitted::Pending => {
                     // Another dispatch's admission, not started yet: it may

@@ -28,6 +28,11 @@ pub(crate) struct Admission {
     pub(crate) window: Option<(String, u64)>,
     /// A schedule's dispatch: leader token, job set and lock keys.
     pub(crate) schedule: Option<(u64, String, String)>,
+    /// The run an earlier admission of this same dispatch started, whose
+    /// start was answered `recovering` (Redis had lost the admission): the
+    /// key is not admitted again once a token above it shows that run
+    /// ended ([`Admitted::Ended`]).
+    pub(crate) started: Option<u64>,
 }
 
 /// The node's limits every admission is held to.
@@ -64,6 +69,9 @@ pub(crate) enum Admitted {
     Full(u64),
     /// The pool recovers from a loss (or rollback) of its Redis data.
     Recovering,
+    /// The run this dispatch started earlier ([`Admission::started`]) has
+    /// ended since: the job started, and is not started again.
+    Ended,
 }
 
 impl Admitted {
@@ -79,6 +87,7 @@ impl Admitted {
             Admitted::NoWorker => "no_worker",
             Admitted::Full(_) => "full",
             Admitted::Recovering => "recovering",
+            Admitted::Ended => "ended",
         }
     }
 
@@ -114,6 +123,7 @@ impl Admitted {
             ("no_worker", None) => Admitted::NoWorker,
             ("full", Some(len)) => Admitted::Full(len),
             ("recovering", None) => Admitted::Recovering,
+            ("ended", None) => Admitted::Ended,
             _ => return Err(call::unknown_status(WHAT, &text)),
         })
     }
@@ -157,7 +167,7 @@ impl PoolStore {
             // A plain dispatch (the common case) names no further keys and
             // passes empty options: no marker key, no per-admission
             // formatting.
-            let options = if a.window.is_none() && a.schedule.is_none() {
+            let options = if a.window.is_none() && a.schedule.is_none() && a.started.is_none() {
                 Value::from_static_str("")
             } else {
                 let (marker, window_ms) = match &a.window {
@@ -170,7 +180,10 @@ impl PoolStore {
                     }
                     None => (0, inbox, inbox),
                 };
-                Value::from(format!("{marker} {window_ms} {leader} {record} {lock}"))
+                let started = a.started.unwrap_or(0);
+                Value::from(format!(
+                    "{marker} {window_ms} {leader} {record} {lock} {started}"
+                ))
             };
             args.extend([
                 Value::from(a.key.as_str()),

@@ -182,3 +182,163 @@ async fn a_start_resent_after_a_newer_stop_stood_again_is_superseded() {
     assert_eq!((record, guard), (None, None), "nothing of the run recorded");
     assert_eq!(replies.lines(f).await, ["51 superseded"]);
 }
+
+/// Admits `admission` once the pool's recovery window has ended; the
+/// answer.
+async fn admitted_after_recovery(
+    f: &Fixture,
+    limits: &AdmitLimits,
+    admission: Admission,
+) -> Admitted {
+    let answer = std::sync::Mutex::new(Admitted::Recovering);
+    flotilla_testkit::wait_until(Duration::from_secs(10), "the window ends", || async {
+        let admitted = f.admit(limits, admission.clone()).await;
+        *answer.lock().unwrap() = admitted;
+        admitted != Admitted::Recovering
+    })
+    .await
+    .unwrap();
+    answer.into_inner().unwrap()
+}
+
+/// A dispatch told `recovering` (its admission lost, its run kept) admits
+/// again once the pool has recovered, for the case its run's worker died
+/// before re-asserting it. When that run has ended meanwhile (finished,
+/// failed for good, stopped), the end left a token above it and the
+/// admission of the same dispatch answers `ended`: the job started, and
+/// starting it again would undo its end. Chaos soak seed 1446 (`b081e71`,
+/// job-1522): a rollback 40 ms after the start, the start recorded over it
+/// and answered `recovering`, the run's finish recorded 180 ms later; the
+/// dispatch admitted the key again after the recovery and the finished job
+/// ran again.
+#[tokio::test]
+async fn a_dispatch_told_recovering_is_not_admitted_again_once_its_run_ended() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let ttl = Duration::from_millis(300);
+    f.register("w1").await;
+    let replies = Replies::of(f);
+    let token = f.admitted("k", "w1").await;
+    let id = f.entry_ids("w1").await.pop().unwrap();
+    lose_admission(f, "k", false).await;
+    let start = StartToRecord {
+        reply: Some((replies.0.clone(), 61)),
+        ..f.start("k", token, "w1", &id)
+    };
+    assert_eq!(
+        s.record_starts(&[start], ttl).await.unwrap(),
+        [StartKept::Ok]
+    );
+    assert_eq!(replies.lines(f).await, ["61 recovering"]);
+    // The run finishes while the pool recovers.
+    assert_eq!(
+        s.record_job_end("k", "w1", token, EndArgs::Finished, false, ttl)
+            .await
+            .unwrap(),
+        EndRecorded::Finished
+    );
+    let limits = AdmitLimits {
+        worker_ttl: ttl,
+        ..f.limits()
+    };
+    let again = Admission {
+        started: Some(token),
+        ..f.admission("k", "w1", 62)
+    };
+    assert_eq!(
+        admitted_after_recovery(f, &limits, again).await,
+        Admitted::Ended,
+        "the dispatch's own run ended: not started again"
+    );
+    let (payload, record, guard) = s.job_records("k").await.unwrap();
+    assert_eq!(
+        (payload, record, guard),
+        (None, None, None),
+        "nothing admitted"
+    );
+    // Another dispatch, which started no run, is admitted.
+    assert!(matches!(
+        f.admit(&limits, f.admission("k", "w1", 63)).await,
+        Admitted::Ok { .. }
+    ));
+}
+
+/// The other case of the test above: the run's worker died before it
+/// re-asserted the run, and a cleanup released the record it left without
+/// a payload. No token came after the run, so the dispatch that started
+/// it is admitted again: the job would be lost otherwise.
+#[tokio::test]
+async fn a_dispatch_told_recovering_is_admitted_again_when_its_run_was_lost() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let ttl = Duration::from_millis(300);
+    f.register("w1").await;
+    let replies = Replies::of(f);
+    let token = f.admitted("k", "w1").await;
+    let id = f.entry_ids("w1").await.pop().unwrap();
+    lose_admission(f, "k", false).await;
+    let start = StartToRecord {
+        reply: Some((replies.0.clone(), 71)),
+        ..f.start("k", token, "w1", &id)
+    };
+    assert_eq!(
+        s.record_starts(&[start], ttl).await.unwrap(),
+        [StartKept::Ok]
+    );
+    // w1 dies before it re-asserts the run; w2 registers again after the
+    // loss. Once the pool has recovered, a cleaner of w1 releases the
+    // record (nobody holds the body).
+    f.register("w2").await;
+    s.maps.cleanup.set("w1", "n-test 1000").await.unwrap();
+    flotilla_testkit::wait_until(
+        Duration::from_secs(10),
+        "the cleanup's hand-off",
+        || async { f.handoff("k", "w1", "w2", Some("n-test")).await != Handoff::Recovering },
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.job_records("k").await.unwrap().1, None, "released");
+    let limits = AdmitLimits {
+        worker_ttl: ttl,
+        ..f.limits()
+    };
+    let again = Admission {
+        started: Some(token),
+        ..f.admission("k", "w2", 72)
+    };
+    assert!(
+        matches!(
+            admitted_after_recovery(f, &limits, again).await,
+            Admitted::Ok { .. }
+        ),
+        "the lost run's dispatch admits the job again"
+    );
+}
+
+/// A run's end leaves a token above the run's own even when Redis's
+/// counter and clock are both below it (the clock stepped back since the
+/// run's token was issued, and a rollback took the counter back): a
+/// dispatch waiting on the run, and a copy of it cut off meanwhile, must
+/// find the end above the run.
+#[tokio::test]
+async fn a_run_s_end_leaves_a_token_above_the_run_s_own() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let token = f.admitted("k", "w1").await;
+    let ahead = token + 3_600_000_000;
+    s.maps.pending_map().delete("k").await.unwrap();
+    s.maps
+        .jobs_map()
+        .set("k", &format!("w1 {ahead}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.record_job_end("k", "w1", ahead, EndArgs::Finished, false, TTL)
+            .await
+            .unwrap(),
+        EndRecorded::Finished
+    );
+    let tombstone: u64 = s.client.hget(keys::fencing(&s.pool), "k").await.unwrap();
+    assert!(tombstone > ahead, "{tombstone} is not above {ahead}");
+}

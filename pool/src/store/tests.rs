@@ -82,6 +82,7 @@ impl Fixture {
             request,
             window: None,
             schedule: None,
+            started: None,
         }
     }
 
@@ -271,6 +272,7 @@ async fn admit_unmark_and_schedule_forget_answer_each_status() {
     let _: i64 = s.client.hset(&lock, ("token", "7")).await.unwrap();
     let scheduled = |key, request, leader| Admission {
         schedule: Some((leader, record.clone(), lock.clone())),
+        started: None,
         ..f.admission(key, "w1", request)
     };
     assert_eq!(

@@ -106,6 +106,7 @@ async fn a_batch_of_admissions_decides_each_in_order() {
         request,
         window: None,
         schedule: None,
+        started: None,
     };
     let batch = [
         admission("a1", worker.id(), 1),

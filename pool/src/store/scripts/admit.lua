@@ -12,14 +12,17 @@
 --       `went_back`), then 10 per admission 6: job key, body (msgpack
 --       job body), owner worker id, reply request id, the KEYS index of
 --       the owner's inbox, and options: empty for a plain dispatch, else
---       "<marker> <window ms> <leader token> <job set> <lock>" (the KEYS
---       indices of the key's idempotency marker, the schedule's job set and
---       its lock; window 0: none; leader token 0: not a schedule's dispatch)
+--       "<marker> <window ms> <leader token> <job set> <lock> <started>"
+--       (the KEYS indices of the key's idempotency marker, the schedule's
+--       job set and its lock; window 0: none; leader token 0: not a
+--       schedule's dispatch; started: the token of the run an earlier
+--       admission of this same dispatch started, 0: none, see below)
 -- Returns, per admission: the token (admitted, or a retry of that very
 --       admission) | 'pending' (admitted, requeued or handed off and not
 --       started yet, or an orphaned payload) | 'exists' (an owner record:
 --       started) | 'recovering'
---       | 'recent <ms left>'
+--       | 'recent <ms left>' | 'ended' (the dispatch's own run, started
+--       earlier, has ended since)
 --       | 'not_leader' | 'no_worker' (the owner is gone, being cleaned up
 --       or drained) | 'full <len>'. A token alone, not a table, because
 --       every table of a reply costs Redis several lookups to convert.
@@ -146,13 +149,13 @@ end
 -- (HSETNX): a guard without a payload, were one ever left, is kept, and
 -- the key is not admitted.
 local function admit(key, body, owner, request, inbox, options)
-  local window, leader, marker, record, lock = 0, '0', nil, nil, nil
+  local window, leader, marker, record, lock, started = 0, '0', nil, nil, nil, 0
   if options ~= '' then
-    local m, w, l, r, k = string.match(options, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+    local m, w, l, r, k, st = string.match(options, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')
     if not m then
       error('malformed admission options: ' .. options)
     end
-    window, leader = tonumber(w), l
+    window, leader, started = tonumber(w), l, tonumber(st)
     marker, record, lock = KEYS[tonumber(m)], KEYS[tonumber(r)], KEYS[tonumber(k)]
   end
   if recovering_now == nil then
@@ -169,6 +172,17 @@ local function admit(key, body, owner, request, inbox, options)
   -- an orphan's (a refusal below takes it back).
   if redis.call('HSETNX', PAYLOADS, key, stored_head .. body) == 0 then
     return not_new(key, request, false)
+  end
+  -- An earlier admission of this dispatch started a run, answered
+  -- 'recovering' (Redis had lost the admission) and admitted again once
+  -- the pool recovered, in case that run's worker died before it
+  -- re-asserted the run. A token above the run's means it ended since
+  -- (finished, failed for good, stopped: each leaves one) or was moved
+  -- on: the job started, and admitting it again would undo its end. A
+  -- lost run leaves none (its record is released, the counter kept).
+  if started > 0 and (tonumber(redis.call('HGET', FENCING, key) or '0') or 0) > started then
+    redis.call('HDEL', PAYLOADS, key)
+    return 'ended'
   end
   local refused = refusal(owner, inbox, window, leader, marker, lock)
   if refused then

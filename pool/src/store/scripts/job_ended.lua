@@ -32,8 +32,12 @@ end
 -- the key issued before the end (as a stop does): a run a cleanup moved it
 -- to on writes a rollback took back, cut off past the recovery window,
 -- cannot take the job back when it re-asserts.
+-- The tombstone is above this run's token even when the counter and the
+-- server clock are not (the clock stepped back since the run's token was
+-- issued, a rollback took the counter back).
+local above = (tonumber(ARGV[6]) or 0) + 1
 if ARGV[7] == 'finished' then
-  next_token(key)
+  next_token(key, above)
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
   redis.call('HDEL', KEYS[9], key)
@@ -53,7 +57,7 @@ for d in string.gmatch(ARGV[10], '%d+') do
   delays[#delays + 1] = tonumber(d)
 end
 if n > #delays then
-  next_token(key)
+  next_token(key, above)
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
   redis.call('HSET', KEYS[9], key,

@@ -58,7 +58,7 @@ elseif owner == ARGV[5] and held > 0 then
   -- cleanup's move while this worker was cut off) may still be held by
   -- a worker that has not re-asserted it; the stop ends that run too. The
   -- reply carries the tombstone, which the dispatcher makes stand again.
-  local _, text = next_token(key)
+  local _, text = next_token(key, math.max(recorded, held) + 1)
   stopped_token = tonumber(text)
   -- A run held past the worker's lease (suspended) may have been moved by a
   -- cleanup on writes a rollback lost, and the moved run may still be

@@ -469,6 +469,11 @@ impl NodeInner {
                     // This dispatch's run started (its start was recorded)
                     // and has ended since: the dispatch is done.
                     self.waiters.remove(&request);
+                    tracing::info!(
+                        key,
+                        token = started,
+                        "the run this dispatch started through a data loss has ended; not admitted again"
+                    );
                     return Ok(());
                 }
                 Admitted::Pending => {

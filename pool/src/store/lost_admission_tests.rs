@@ -201,6 +201,27 @@ async fn admitted_after_recovery(
     answer.into_inner().unwrap()
 }
 
+/// `key` admitted at w1 (registered here), its admission and payload lost,
+/// then its start recorded over the loss with a window of `ttl` and
+/// answered `recovering` to request `request`; the run's token.
+async fn started_through_a_loss(f: &Fixture, key: &str, request: u64, ttl: Duration) -> u64 {
+    f.register("w1").await;
+    let replies = Replies::of(f);
+    let token = f.admitted(key, "w1").await;
+    let id = f.entry_ids("w1").await.pop().unwrap();
+    lose_admission(f, key, false).await;
+    let start = StartToRecord {
+        reply: Some((replies.0.clone(), request)),
+        ..f.start(key, token, "w1", &id)
+    };
+    assert_eq!(
+        f.store.record_starts(&[start], ttl).await.unwrap(),
+        [StartKept::Ok]
+    );
+    assert_eq!(replies.lines(f).await, [format!("{request} recovering")]);
+    token
+}
+
 /// A dispatch told `recovering` (its admission lost, its run kept) admits
 /// again once the pool has recovered, for the case its run's worker died
 /// before re-asserting it. When that run has ended meanwhile (finished,
@@ -216,20 +237,7 @@ async fn a_dispatch_told_recovering_is_not_admitted_again_once_its_run_ended() {
     let f = &fixture().await;
     let s = &f.store;
     let ttl = Duration::from_millis(300);
-    f.register("w1").await;
-    let replies = Replies::of(f);
-    let token = f.admitted("k", "w1").await;
-    let id = f.entry_ids("w1").await.pop().unwrap();
-    lose_admission(f, "k", false).await;
-    let start = StartToRecord {
-        reply: Some((replies.0.clone(), 61)),
-        ..f.start("k", token, "w1", &id)
-    };
-    assert_eq!(
-        s.record_starts(&[start], ttl).await.unwrap(),
-        [StartKept::Ok]
-    );
-    assert_eq!(replies.lines(f).await, ["61 recovering"]);
+    let token = started_through_a_loss(f, "k", 61, ttl).await;
     // The run finishes while the pool recovers.
     assert_eq!(
         s.record_job_end("k", "w1", token, EndArgs::Finished, false, ttl)
@@ -272,19 +280,7 @@ async fn a_dispatch_told_recovering_is_admitted_again_when_its_run_was_lost() {
     let f = &fixture().await;
     let s = &f.store;
     let ttl = Duration::from_millis(300);
-    f.register("w1").await;
-    let replies = Replies::of(f);
-    let token = f.admitted("k", "w1").await;
-    let id = f.entry_ids("w1").await.pop().unwrap();
-    lose_admission(f, "k", false).await;
-    let start = StartToRecord {
-        reply: Some((replies.0.clone(), 71)),
-        ..f.start("k", token, "w1", &id)
-    };
-    assert_eq!(
-        s.record_starts(&[start], ttl).await.unwrap(),
-        [StartKept::Ok]
-    );
+    let token = started_through_a_loss(f, "k", 71, ttl).await;
     // w1 dies before it re-asserts the run; w2 registers again after the
     // loss. Once the pool has recovered, a cleaner of w1 releases the
     // record (nobody holds the body).

@@ -182,14 +182,7 @@ impl NodeInner {
         // lease lapse meanwhile. A hand-off not begun gives way, its job
         // keeps running and is re-asserted, and a pass at the next tick
         // moves it.
-        let reassertion = worker.reassertion_token();
-        let _ops = worker.ops.read().await;
-        let key_lock = tokio::select! {
-            biased;
-            () = reassertion.cancelled() => None,
-            guard = worker.lock_key(key) => Some(guard),
-        };
-        let Some(_key) = key_lock.filter(|_| !reassertion.is_cancelled()) else {
+        let Some((_ops, _key)) = worker.lock_key_or_give_way(key).await else {
             self.rebalance_due.store(true, Ordering::SeqCst);
             return;
         };

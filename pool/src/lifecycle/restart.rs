@@ -103,8 +103,11 @@ impl WorkerInner {
 
     async fn on_ended(self: &Arc<Self>, ended: Ended) {
         let Some(node) = self.node() else { return };
-        let _ops = self.ops.read().await;
-        let _key = self.lock_key(&ended.key).await;
+        // A re-assertion waiting for `ops` goes first: reported again.
+        let Some((_ops, _key)) = self.lock_key_or_give_way(&ended.key).await else {
+            self.clone().report_later(ended);
+            return;
+        };
         let running = self
             .jobs
             .get(&ended.key)
@@ -325,8 +328,11 @@ impl WorkerInner {
     /// Starts the next run of a failed job, if it still waits here.
     pub(crate) async fn restart(self: Arc<Self>, key: String, token: u64) {
         let Some(node) = self.node() else { return };
-        let _ops = self.ops.read().await;
-        let _key = self.lock_key(&key).await;
+        // A re-assertion waiting for `ops` goes first: tried again.
+        let Some((_ops, _key)) = self.lock_key_or_give_way(&key).await else {
+            self.clone().restart_after(key, token, RETRY_AFTER);
+            return;
+        };
         if self.lifecycle.restarting.get(&key).map(|t| *t) != Some(token) {
             return; // stopped (or restarted) meanwhile
         }

@@ -618,6 +618,7 @@ mod outage_return;
 mod pending_admission;
 mod reassert_batches;
 mod reassert_during_handoffs;
+mod reassert_during_restarts;
 mod reassert_during_starts;
 mod reassert_first;
 mod reconcile_lease;

@@ -320,7 +320,7 @@ async fn a_resume_answered_after_the_lease_lapsed_does_not_start_the_job() {
 #[derive(Clone, Default)]
 pub(super) struct Failing {
     pub(super) starts: Arc<AtomicUsize>,
-    outcome: Arc<std::sync::Mutex<Option<crate::JobOutcome>>>,
+    pub(super) outcome: Arc<std::sync::Mutex<Option<crate::JobOutcome>>>,
 }
 
 #[async_trait]

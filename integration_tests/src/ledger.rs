@@ -296,11 +296,19 @@ pub enum FaultKind {
     /// do not: every keep-alive looks a step older (or younger) than it is
     /// until its worker's next renewal.
     ClockStep,
+    /// Against a Sentinel deployment: `SIGSTOP` of the primary; Sentinel
+    /// promotes the replica while the old primary's clients keep their
+    /// connections to it, open and silent; a worker process may join
+    /// meanwhile (it finds the new primary); 0.5–2 TTLs after the
+    /// promotion the old primary wakes and answers as a primary, to the
+    /// clients still connected to it, until a Sentinel turns it into a
+    /// replica (its writes meanwhile are lost): two primaries at once.
+    FrozenFailover,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 32] = [
+    pub const ALL: [FaultKind; 33] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -333,6 +341,7 @@ impl FaultKind {
         FaultKind::DropClients,
         FaultKind::RestartDispatcher,
         FaultKind::ClockStep,
+        FaultKind::FrozenFailover,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -345,6 +354,7 @@ impl FaultKind {
                 | FaultKind::Flush
                 | FaultKind::Rollback
                 | FaultKind::Failover
+                | FaultKind::FrozenFailover
                 | FaultKind::CutRollback
                 | FaultKind::CutRestartEmpty
                 | FaultKind::CutFlushJoin
@@ -359,7 +369,8 @@ impl FaultKind {
     /// `pause-rollback`, `flap`, `cut-one`, `deaf`, `cut-remove`,
     /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
     /// `stop-leave`, `cut-flush-join`, `rollback-twice`, `loss-kill`, `oom`,
-    /// `read-only`, `drop-clients`, `restart-dispatcher`, `clock-step`).
+    /// `read-only`, `drop-clients`, `restart-dispatcher`, `clock-step`,
+    /// `frozen-failover`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -394,6 +405,7 @@ impl FaultKind {
             FaultKind::DropClients => "drop-clients",
             FaultKind::RestartDispatcher => "restart-dispatcher",
             FaultKind::ClockStep => "clock-step",
+            FaultKind::FrozenFailover => "frozen-failover",
         }
     }
 
@@ -432,8 +444,16 @@ impl FaultKind {
     pub fn stalls_redis(self) -> bool {
         matches!(
             self,
-            FaultKind::OutOfMemory | FaultKind::ReadOnly | FaultKind::FreezeRedis
+            FaultKind::OutOfMemory
+                | FaultKind::ReadOnly
+                | FaultKind::FreezeRedis
+                | FaultKind::FrozenFailover
         )
+    }
+
+    /// Whether the fault acts on a Sentinel deployment (`--sentinel`).
+    pub fn needs_sentinels(self) -> bool {
+        matches!(self, FaultKind::Failover | FaultKind::FrozenFailover)
     }
 
     /// Parses a [`FaultKind::cli_name`].
@@ -476,6 +496,7 @@ impl FaultKind {
             FaultKind::DropClients => "redis drops every client connection",
             FaultKind::RestartDispatcher => "a dispatcher restarts under its node id",
             FaultKind::ClockStep => "redis's wall clock steps (+1-30 s or -0.2-1 TTL)",
+            FaultKind::FrozenFailover => "sentinel failover (sigstop primary, it wakes)",
         }
     }
 }

@@ -236,9 +236,6 @@ impl Sentinels {
     /// As [`RedisServer::start_again`], and [`Error::Timeout`] when it does
     /// not become an in-sync replica within `deadline`.
     pub fn restart_as_replica(&mut self, port: u16, deadline: Duration) -> Result<(), Error> {
-        let primary = self
-            .primary_port()
-            .ok_or_else(|| Error::Startup("the sentinels agree on no primary".into()))?;
         let server = self
             .servers
             .iter_mut()
@@ -247,21 +244,60 @@ impl Sentinels {
         server.start_again()?;
         // Sentinel would convert it after a while; telling it at once keeps
         // the window where it answers as an empty primary short.
-        raw_command(port, &["REPLICAOF", "127.0.0.1", &primary.to_string()]);
-        let primary = primary.to_string();
-        let mut asked = Instant::now();
+        self.wait_for_replica(port, deadline, Duration::ZERO)
+    }
+
+    /// The OS process id of the server on `port`, when it is one of this
+    /// deployment's and runs: for a test that freezes the primary
+    /// (`SIGSTOP`) so that the Sentinels fail it over while its clients'
+    /// connections stay open.
+    pub fn server_pid(&self, port: u16) -> Option<u32> {
+        self.servers
+            .iter()
+            .find(|s| s.port() == port)
+            .and_then(RedisServer::pid)
+    }
+
+    /// Waits until the server on `port` is a replica of the current
+    /// primary, in sync, and every Sentinel counts a replica. A primary
+    /// that was frozen across a failover runs on as a primary when it
+    /// wakes, until a Sentinel converts it (several seconds later); past
+    /// `tell_after` the server is told itself (`REPLICAOF`), and again
+    /// every 5 s while it does not sync (a Sentinel's reconfiguration may
+    /// cross it).
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when no primary is known, [`Error::Timeout`]
+    /// when it is not an in-sync replica within `deadline`.
+    pub fn wait_for_replica(
+        &self,
+        port: u16,
+        deadline: Duration,
+        tell_after: Duration,
+    ) -> Result<(), Error> {
+        let primary = self
+            .primary_port()
+            .ok_or_else(|| Error::Startup("the sentinels agree on no primary".into()))?
+            .to_string();
+        let began = Instant::now();
+        let mut told: Option<Instant> = None;
         let waited = self.wait(
             deadline,
             "the old primary back as an in-sync replica",
             |me| {
                 let link = info_field(port, "replication", "master_link_status");
-                if link.as_deref() != Some("up") && asked.elapsed() > Duration::from_secs(5) {
-                    // Not syncing after 5 s: a reconfiguration by a Sentinel
-                    // may have crossed ours; ask again.
+                let synced = link.as_deref() == Some("up")
+                    && info_field(port, "replication", "master_port").as_deref()
+                        == Some(primary.as_str());
+                let tell = match told {
+                    None => began.elapsed() >= tell_after,
+                    Some(at) => at.elapsed() > Duration::from_secs(5),
+                };
+                if !synced && tell {
                     raw_command(port, &["REPLICAOF", "127.0.0.1", &primary]);
-                    asked = Instant::now();
+                    told = Some(Instant::now());
                 }
-                link.as_deref() == Some("up")
+                synced
                     && me.sentinels.iter().all(|s| {
                         let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
                         field_after(&master, "num-slaves").is_some_and(|n| n != "0")

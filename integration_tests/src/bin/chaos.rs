@@ -39,7 +39,8 @@ struct Args {
     /// flap, cut-one, deaf, cut-remove, join-kill, pause-remove,
     /// cut-dispatcher, flush, stop-leave, cut-flush-join, rollback-twice,
     /// loss-kill, oom, read-only, drop-clients, restart-dispatcher,
-    /// clock-step (default: all that apply; failover only with --sentinel).
+    /// clock-step, frozen-failover (default: all that apply; failover and
+    /// frozen-failover only with --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,
     /// Worker TTL of every node (ms); with `--recheck`, the TTL the run
@@ -70,8 +71,8 @@ struct Args {
     #[arg(long, default_value_t = ChaosOptions::default().keys)]
     keys: usize,
     /// Run against a Sentinel deployment (primary, replica, three
-    /// Sentinels); the faults are then kill, pause, add, remove and
-    /// failover (default: all five).
+    /// Sentinels); the faults are then kill, pause, add, remove, failover
+    /// and frozen-failover (default: all six).
     #[arg(long)]
     sentinel: bool,
     /// Shortest handler stop (ms).
@@ -168,13 +169,14 @@ async fn main() -> ExitCode {
         FaultKind::AddWorker,
         FaultKind::RemoveWorker,
         FaultKind::Failover,
+        FaultKind::FrozenFailover,
     ];
     if args.sentinel {
         options = options.sentinel(true).faults(with_sentinel.to_vec());
     }
     if !args.faults.is_empty() {
         let allowed = |k: &FaultKind| !args.sentinel || with_sentinel.contains(k);
-        let sentinel_only = |k: &FaultKind| *k == FaultKind::Failover && !args.sentinel;
+        let sentinel_only = |k: &FaultKind| k.needs_sentinels() && !args.sentinel;
         if let Some(bad) = args.faults.iter().find(|k| !allowed(k) || sentinel_only(k)) {
             eprintln!(
                 "chaos: fault {} does not apply {} --sentinel",

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use flotilla_testkit::{ProxyMode, RedisServer};
+use flotilla_testkit::{ProxyMode, RedisServer, Sentinels};
 use nix::sys::signal::Signal;
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -214,5 +214,83 @@ impl Run {
         self.record(FaultKind::ClockStep, None, true);
         tracing::info!(by_ms, "redis clock stepped");
         Ok(())
+    }
+
+    /// Runs `f` on the Sentinel deployment, on a blocking thread (it
+    /// polls the servers and Sentinels); `None` without one.
+    pub(super) async fn on_sentinels<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Sentinels) -> Result<T, flotilla_testkit::Error> + Send + 'static,
+    ) -> Result<Option<T>, ChaosError> {
+        let Some(ha) = self.sentinels.clone() else {
+            return Ok(None);
+        };
+        let result = tokio::task::spawn_blocking(move || {
+            let mut ha = ha
+                .lock()
+                .map_err(|_| flotilla_testkit::Error::Startup("sentinels lock poisoned".into()))?;
+            f(&mut ha)
+        })
+        .await
+        .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+        Ok(Some(result))
+    }
+
+    /// [`FaultKind::FrozenFailover`]: the primary frozen (`SIGSTOP`) until
+    /// the Sentinels have promoted the replica; one time in two a worker
+    /// process joins then (on the new primary); 0.5–2 TTLs after the
+    /// promotion the old primary wakes, and every client still connected
+    /// to it writes there until a Sentinel turns it into a replica (told
+    /// by the driver after 20 s if none has). The process added, if any.
+    pub(super) async fn frozen_failover(&mut self) -> Result<Option<u32>, ChaosError> {
+        let kind = FaultKind::FrozenFailover;
+        let Some((old, pid)) = self
+            .on_sentinels(|ha| {
+                let old = ha.primary_port().ok_or_else(|| {
+                    flotilla_testkit::Error::Startup("the sentinels agree on no primary".into())
+                })?;
+                let pid = ha.server_pid(old).ok_or_else(|| {
+                    flotilla_testkit::Error::Startup(format!("no running server on port {old}"))
+                })?;
+                Ok((old, pid))
+            })
+            .await?
+        else {
+            return Ok(None);
+        };
+        let signal = |signal: Signal| {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)
+                .map_err(|e| crate::process::ProcessError::Signal(signal, pid, e))
+        };
+        self.record(kind, None, false);
+        signal(Signal::SIGSTOP)?;
+        let promoted = self
+            .on_sentinels(move |ha| ha.wait_for_failover(old, Duration::from_secs(30)))
+            .await;
+        if let Err(e) = promoted {
+            let _ = signal(Signal::SIGCONT);
+            return Err(e);
+        }
+        let mut joined = None;
+        if self.rng.random_bool(0.5) {
+            let addr = self.server_addr()?;
+            match self.fleet.add(addr).await {
+                Ok(pid) => joined = Some(pid),
+                Err(e) => {
+                    let _ = signal(Signal::SIGCONT);
+                    return Err(e.into());
+                }
+            }
+        }
+        let ttl = self.options.ttl;
+        tokio::time::sleep(self.rng.random_range(ttl / 2..=ttl * 2)).await;
+        signal(Signal::SIGCONT)?;
+        tracing::info!(old, "the frozen primary wakes");
+        self.on_sentinels(move |ha| {
+            ha.wait_for_replica(old, Duration::from_secs(60), Duration::from_secs(20))
+        })
+        .await?;
+        self.record(kind, joined, true);
+        Ok(joined)
     }
 }

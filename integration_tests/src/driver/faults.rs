@@ -506,23 +506,20 @@ impl Run {
                 since = Instant::now();
             }
             FaultKind::Failover => {
-                let Some(ha) = self.sentinels.clone() else {
+                if self.sentinels.is_none() {
                     return Ok(());
-                };
+                }
                 self.record(kind, None, false);
                 since = Instant::now();
-                let old = tokio::task::spawn_blocking(move || {
-                    let mut ha = ha.lock().map_err(|_| {
-                        flotilla_testkit::Error::Startup("sentinels lock poisoned".into())
-                    })?;
-                    let old = ha.kill_primary()?;
-                    ha.wait_for_failover(old, Duration::from_secs(30))?;
-                    Ok::<u16, flotilla_testkit::Error>(old)
-                })
-                .await
-                .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+                let old = self
+                    .on_sentinels(|ha| {
+                        let old = ha.kill_primary()?;
+                        ha.wait_for_failover(old, Duration::from_secs(30))?;
+                        Ok(old)
+                    })
+                    .await?;
                 self.record(kind, None, true);
-                self.failed_primary = Some(old);
+                self.failed_primary = old;
             }
             FaultKind::AddWorker => {
                 let addr = self.server_addr()?;
@@ -596,6 +593,10 @@ impl Run {
                 self.step_server_clock().await?;
                 since = Instant::now();
             }
+            FaultKind::FrozenFailover => {
+                target = self.frozen_failover().await?;
+                since = Instant::now();
+            }
         }
         *self.faults.entry(kind).or_default() += 1;
         let limit = if self.options.overlap {
@@ -604,17 +605,10 @@ impl Run {
             since + self.options.recovery_limit
         };
         self.observe(since, limit, true, &mut recovered).await;
-        if let (Some(port), Some(ha)) = (self.failed_primary.take(), self.sentinels.clone()) {
+        if let Some(port) = self.failed_primary.take() {
             // The old primary returns as a replica, for the next failover.
-            tokio::task::spawn_blocking(move || {
-                ha.lock()
-                    .map_err(|_| {
-                        flotilla_testkit::Error::Startup("sentinels lock poisoned".into())
-                    })?
-                    .restart_as_replica(port, Duration::from_secs(30))
-            })
-            .await
-            .map_err(|e| flotilla_testkit::Error::Startup(e.to_string()))??;
+            self.on_sentinels(move |ha| ha.restart_as_replica(port, Duration::from_secs(30)))
+                .await?;
         }
         match recovered {
             Some(d) => {

@@ -110,7 +110,7 @@ impl Default for ChaosOptions {
             recovery_window: ttl * 4,
             faults: FaultKind::ALL
                 .into_iter()
-                .filter(|k| *k != FaultKind::Failover)
+                .filter(|k| !k.needs_sentinels())
                 .collect(),
             sentinel: false,
             worker_binary: None,

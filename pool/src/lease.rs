@@ -28,7 +28,9 @@ use crate::store::{Reasserted, Renewal, Resumed};
 use crate::worker::{HandlerStart, LocalJob, WorkerInner};
 
 impl NodeInner {
-    /// Renews the keep-alives every TTL/3; after a lease loss, the first
+    /// Renews the keep-alives every TTL/3, and at once when a claim found
+    /// a worker unregistered ([`NodeInner::renewal_wanted`]); after a
+    /// lease loss, the first
     /// renewal that succeeds has the resume task restart the suspended
     /// jobs. The lease itself is watched by [`NodeInner::lease_watchdog`],
     /// a task of its own, so a renewal, a re-registration or a resume stuck
@@ -41,6 +43,7 @@ impl NodeInner {
                 biased;
                 _ = self.cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(next) => {}
+                () = self.renewal_wanted.notified() => {}
             }
             next = Instant::now() + period;
             self.sample_gauges();

@@ -96,6 +96,12 @@ pub(crate) struct NodeInner {
     /// A renewal found a worker Redis forgot: the server identity task
     /// checks the pool's generation at once.
     pub(crate) identity_wanted: tokio::sync::Notify,
+    /// Redis answered that a worker of this node is not registered (a
+    /// claim found it gone): the renewal loop renews at once rather than
+    /// at its next period, so that a worker Redis forgot with its data is
+    /// registered again and re-asserts its jobs, of which this process
+    /// holds the only copy until then, a renewal period sooner.
+    pub(crate) renewal_wanted: tokio::sync::Notify,
     /// Bumped when a reconnect finds a new server run id (a restart or a
     /// failover, which may have lost writes): the rollback task recovers.
     pub(crate) server_restarts: watch::Sender<u64>,
@@ -277,6 +283,7 @@ impl Node {
             identity_refused: AtomicBool::new(false),
             reconnects: watch::Sender::new(0),
             identity_wanted: tokio::sync::Notify::new(),
+            renewal_wanted: tokio::sync::Notify::new(),
             server_restarts: watch::Sender::new(0),
             window_opened_at: std::sync::Mutex::new(None),
             recoveries_begun: AtomicU64::new(0),

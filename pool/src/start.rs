@@ -445,6 +445,11 @@ impl WorkerInner {
             claim = claim.as_str(),
             "{what}"
         );
+        if claim == Claimed::Unregistered {
+            // Redis forgot this worker (lost its data, or a cleaner is
+            // taking its jobs): the renewal settles which, now.
+            node.renewal_wanted.notify_one();
+        }
         if matches!(claim, Claimed::Unregistered | Claimed::Gone) {
             self.keep_unclaimed(node, entry).await;
         }

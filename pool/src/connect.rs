@@ -72,6 +72,7 @@ impl Node {
             .build()
             .map_err(|e| bad_url(url, e))?;
         let client = connect_client(client, options.redis_timeout).await?;
+        warn_if_primary_unguarded(&client, options.redis_timeout).await;
         match Node::join(&client, pool, options).await {
             Ok(node) => {
                 node.inner
@@ -90,5 +91,41 @@ impl Node {
     /// [`Node::join`], or the one [`Node::connect`] built).
     pub fn client(&self) -> &Client {
         &self.inner.store.client
+    }
+}
+
+/// Behind Sentinel, warns when the primary takes writes with no replica
+/// attached (`min-replicas-to-write 0`, Redis's default). A primary that
+/// stalls past `down-after-milliseconds` (a paused VM, a swapping host)
+/// and wakes after its failover answers, as a primary, the clients still
+/// connected to it, until a Sentinel demotes it seconds later: nodes on
+/// either side renew their leases, and a job runs on both (the chaos
+/// suite's `frozen-failover` fault; the pool README's "HA Redis" section
+/// has the figures). Nothing is said when `CONFIG GET` is refused.
+async fn warn_if_primary_unguarded(client: &Client, timeout: Duration) {
+    if !matches!(
+        client.client_config().server,
+        fred::types::config::ServerConfig::Sentinel { .. }
+    ) {
+        return;
+    }
+    let setting = tokio::time::timeout(
+        timeout,
+        client.config_get::<std::collections::HashMap<String, String>, _>("min-replicas-to-write"),
+    )
+    .await;
+    match setting {
+        Ok(Ok(values)) if values.get("min-replicas-to-write").map(String::as_str) == Some("0") => {
+            tracing::warn!(
+                "the Redis primary takes writes with no replica attached \
+                 (min-replicas-to-write 0): a primary that stalls through its failover and \
+                 wakes takes writes until a Sentinel demotes it, and a job may run twice \
+                 meanwhile; set min-replicas-to-write 1 and min-replicas-max-lag on every \
+                 server, with two replicas (see the pool README, HA Redis)"
+            );
+        }
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "min-replicas-to-write not readable"),
+        Err(_) => tracing::debug!("min-replicas-to-write not read in time"),
     }
 }

@@ -1,6 +1,7 @@
-//! A private high-availability deployment: a primary, a replica and three
-//! Sentinels on free loopback ports, with fast failure detection, so tests
-//! can kill the primary and watch Sentinel promote the replica.
+//! A private high-availability deployment: a primary, its replicas (one by
+//! default) and three Sentinels on free loopback ports, with fast failure
+//! detection, so tests can kill the primary and watch Sentinel promote a
+//! replica.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,9 +25,17 @@ pub struct SentinelOptions {
     pub down_after: Duration,
     /// `sentinel failover-timeout`. Default: 3 s.
     pub failover_timeout: Duration,
-    /// Options of the two Redis servers (the second is made a replica of
-    /// the first with `REPLICAOF`). Default: no persistence.
+    /// Options of the Redis servers (all but the first are made replicas
+    /// of the first with `REPLICAOF`). Default: no persistence.
     pub server: ServerOptions,
+    /// How many replicas the primary has. Default: 1.
+    pub replicas: usize,
+    /// `min-replicas-to-write` and `min-replicas-max-lag` (seconds) of
+    /// every server (`CONFIG SET`, again after a restart): a primary with
+    /// fewer replicas that acknowledged within the lag refuses writes, as
+    /// a primary that woke after its failover then does. Default: `None`
+    /// (Redis's default: no such check).
+    pub min_replicas: Option<(u32, u32)>,
 }
 
 impl Default for SentinelOptions {
@@ -35,11 +44,13 @@ impl Default for SentinelOptions {
             down_after: Duration::from_secs(1),
             failover_timeout: Duration::from_secs(3),
             server: ServerOptions::default(),
+            replicas: 1,
+            min_replicas: None,
         }
     }
 }
 
-/// A primary, a replica and three Sentinels (quorum 2), all killed on drop.
+/// A primary, its replicas and three Sentinels (quorum 2), all killed on drop.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), flotilla_testkit::Error> {
@@ -90,21 +101,29 @@ impl Sentinels {
             .tempdir()
             .map_err(|e| Error::Startup(format!("cannot create a temp dir: {e}")))?;
         let primary = RedisServer::start_with(options.server.clone())?;
-        let replica = RedisServer::start_with(options.server.clone())?;
-        raw_command(
-            replica.port(),
-            &["REPLICAOF", "127.0.0.1", &primary.port().to_string()],
-        );
+        let mut servers = vec![primary];
+        for _ in 0..options.replicas.max(1) {
+            let replica = RedisServer::start_with(options.server.clone())?;
+            raw_command(
+                replica.port(),
+                &["REPLICAOF", "127.0.0.1", &servers[0].port().to_string()],
+            );
+            servers.push(replica);
+        }
         let mut me = Sentinels {
             options,
-            servers: vec![primary, replica],
+            servers,
             sentinels: Vec::new(),
             stale: Vec::new(),
             dir,
         };
-        me.wait(READY_DEADLINE, "the replica in sync", |me| {
-            info_field(me.servers[1].port(), "replication", "master_link_status").as_deref()
-                == Some("up")
+        for server in &me.servers {
+            me.apply_min_replicas(server.port());
+        }
+        me.wait(READY_DEADLINE, "the replicas in sync", |me| {
+            me.servers[1..].iter().all(|r| {
+                info_field(r.port(), "replication", "master_link_status").as_deref() == Some("up")
+            })
         })?;
         let primary_port = me.servers[0].port();
         for i in 0..3 {
@@ -117,7 +136,7 @@ impl Sentinels {
             |me| {
                 me.sentinels.iter().all(|s| {
                     let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
-                    field_after(&master, "num-slaves") == Some("1".into())
+                    field_after(&master, "num-slaves") == Some((me.servers.len() - 1).to_string())
                         && field_after(&master, "num-other-sentinels") == Some("2".into())
                 })
             },
@@ -242,9 +261,27 @@ impl Sentinels {
             .find(|s| s.port() == port)
             .ok_or_else(|| Error::Startup(format!("no server of ours on port {port}")))?;
         server.start_again()?;
+        self.apply_min_replicas(port);
         // Sentinel would convert it after a while; telling it at once keeps
         // the window where it answers as an empty primary short.
         self.wait_for_replica(port, deadline, Duration::ZERO)
+    }
+
+    /// Sets [`SentinelOptions::min_replicas`] on the server on `port`.
+    fn apply_min_replicas(&self, port: u16) {
+        if let Some((count, lag)) = self.options.min_replicas {
+            raw_command(
+                port,
+                &[
+                    "CONFIG",
+                    "SET",
+                    "min-replicas-to-write",
+                    &count.to_string(),
+                    "min-replicas-max-lag",
+                    &lag.to_string(),
+                ],
+            );
+        }
     }
 
     /// The OS process id of the server on `port`, when it is one of this

@@ -113,6 +113,14 @@ struct Args {
     /// default (16).
     #[arg(long, default_value_t = 0)]
     worker_lanes: usize,
+    /// With --sentinel: how many replicas the primary has.
+    #[arg(long, default_value_t = 1)]
+    sentinel_replicas: usize,
+    /// With --sentinel: `min-replicas-to-write` of every server (with
+    /// `min-replicas-max-lag 1`), the setting the pool README recommends;
+    /// 0: Redis's default (off).
+    #[arg(long, default_value_t = 0)]
+    min_replicas_to_write: u32,
 }
 
 fn parse_fault(s: &str) -> Result<FaultKind, String> {
@@ -162,7 +170,8 @@ async fn main() -> ExitCode {
         .lifecycle(args.lifecycle)
         .fixed_node_ids(args.fixed_node_ids)
         .start_max_ms(args.start_max_ms)
-        .worker_lanes(args.worker_lanes);
+        .worker_lanes(args.worker_lanes)
+        .sentinel_replicas(args.sentinel_replicas, args.min_replicas_to_write);
     let with_sentinel = [
         FaultKind::Kill,
         FaultKind::Pause,

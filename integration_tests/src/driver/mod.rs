@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use flotilla_pool::fred::prelude::ClientLike;
 use flotilla_pool::{Node, NodeOptions};
-use flotilla_testkit::{FaultProxy, RedisServer, Sentinels, ServerOptions};
+use flotilla_testkit::{FaultProxy, RedisServer, SentinelOptions, Sentinels, ServerOptions};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
@@ -205,7 +205,15 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     let server =
         RedisServer::start_with(ServerOptions::default().aof(true).clock_shift(clock_shift))?;
     let sentinels = if options.sentinel {
-        Some(tokio::task::block_in_place(Sentinels::start)?)
+        let (replicas, min_to_write) = options.sentinel_replicas;
+        let sentinel_options = SentinelOptions {
+            replicas,
+            min_replicas: (min_to_write > 0).then_some((min_to_write, 1)),
+            ..SentinelOptions::default()
+        };
+        Some(tokio::task::block_in_place(|| {
+            Sentinels::start_with(sentinel_options)
+        })?)
     } else {
         None
     };

@@ -91,6 +91,10 @@ pub struct ChaosOptions {
     /// (`NodeOptions::worker_lanes`: how many keys a worker handles at
     /// once). Default: 0 (the library's default).
     pub worker_lanes: usize,
+    /// With [`sentinel`](Self::sentinel): the primary's replicas, and
+    /// `min-replicas-to-write` on every server (0: off; with a lag of 1 s).
+    /// Default: 1 replica, off.
+    pub sentinel_replicas: (usize, u32),
 }
 
 impl Default for ChaosOptions {
@@ -123,6 +127,7 @@ impl Default for ChaosOptions {
             fixed_node_ids: false,
             start_max_ms: 0,
             worker_lanes: 0,
+            sentinel_replicas: (1, 0),
         }
     }
 }
@@ -197,6 +202,12 @@ impl ChaosOptions {
         self.fixed_node_ids = on;
         self
     }
+    /// Sets [`sentinel_replicas`](Self::sentinel_replicas).
+    pub fn sentinel_replicas(mut self, replicas: usize, min_to_write: u32) -> Self {
+        self.sentinel_replicas = (replicas, min_to_write);
+        self
+    }
+
     /// Sets [`worker_lanes`](Self::worker_lanes).
     pub fn worker_lanes(mut self, lanes: usize) -> Self {
         self.worker_lanes = lanes;

@@ -126,3 +126,65 @@ async fn an_entry_from_before_a_rollback_is_issued_again_with_a_newer_token() {
     let start = f.start("fresh", fresh, "w1", &id);
     assert_eq!(s.claim_start(&start, ttl, ttl).await.unwrap(), Claimed::Ok);
 }
+
+/// An entry that waited in its worker's backlog past its guard's
+/// deadline: the stale-pending sweep removed the guard, making the job an
+/// orphan for the orphan sweep to requeue with a newer token. Until that
+/// requeue the entry is still the key's newest start, so its claim takes
+/// the job; refused, each requeue to a worker with a long backlog could
+/// lapse the same way (chaos soak seed 1449: three requeues of job-3755 in
+/// 33 s, each claimed after its guard was gone and answered `superseded`;
+/// the job ran nowhere until an empty restart took its only copy).
+#[tokio::test]
+async fn an_entry_whose_guard_lapsed_is_claimed_while_it_is_the_newest_start() {
+    let f = fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let token = f.admitted("k", "w1").await;
+    let id = f.entry_ids("w1").await.pop().unwrap();
+    // The stale-pending sweep: the guard goes, the payload stays.
+    s.maps.pending_map().delete("k").await.unwrap();
+    let start = f.start("k", token, "w1", &id);
+    assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
+    let (_, record, guard) = s.job_records("k").await.unwrap();
+    assert_eq!(
+        (record, guard),
+        (Some(format!("w1 {token}")), None),
+        "claimed under its token"
+    );
+}
+
+/// The other cases of the test above: once a newer token was issued for
+/// the key (the orphan sweep's requeue, a move, an end's tombstone), or
+/// its payload is gone, an entry without a guard is superseded as before.
+#[tokio::test]
+async fn an_entry_whose_guard_lapsed_is_superseded_by_a_newer_token_or_a_gone_payload() {
+    let f = fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    for (key, newer_token) in [("requeued", true), ("ended", false)] {
+        let token = f.admitted(key, "w1").await;
+        let id = f.entry_ids("w1").await.pop().unwrap();
+        s.maps.pending_map().delete(key).await.unwrap();
+        if newer_token {
+            let _: i64 = s
+                .client
+                .hset(keys::fencing(&s.pool), (key, (token + 1).to_string()))
+                .await
+                .unwrap();
+        } else {
+            let _: i64 = s.client.hdel(keys::payloads(&s.pool), key).await.unwrap();
+        }
+        let start = f.start(key, token, "w1", &id);
+        assert_eq!(
+            s.claim_start(&start, TTL, TTL).await.unwrap(),
+            Claimed::Superseded,
+            "{key}"
+        );
+        assert_eq!(
+            s.job_records(key).await.unwrap().1,
+            None,
+            "{key}: no record"
+        );
+    }
+}

@@ -35,7 +35,21 @@ if running == mine then
   return 'ok'
 end
 local p = mget(PENDING, key)
-if running or (not p) or string.sub(p, 1, #token + 1) ~= token .. ' ' then
+-- No guard at all: the stale-pending sweep removed it, the entry having
+-- waited in the worker's backlog past its deadline, and the job is an
+-- orphan until the orphan sweep requeues it with a newer token. Until
+-- then this entry is still the key's newest start (the key's counter is
+-- its token: no admission, move, requeue or end came since) and the job
+-- is still wanted (its payload is there): claimed as if guarded. Refused,
+-- each requeue could wait out its deadline in the same backlog (chaos
+-- soak seed 1449: three requeues in 33 s, the job running nowhere until
+-- an empty restart took its only copy).
+local function lapsed_but_newest()
+  return tonumber(redis.call('HGET', FENCING, key) or '') == tonumber(token)
+    and redis.call('HEXISTS', PAYLOADS, key) == 1
+end
+local guarded = p and string.sub(p, 1, #token + 1) == token .. ' '
+if running or not (guarded or (not p and lapsed_but_newest())) then
   stream_remove(KEYS[9], ARGV[7])
   if ARGV[8] ~= '0' then
     stream_add(KEYS[10], 'reply', ARGV[8] .. ' superseded', 1000)
@@ -75,7 +89,7 @@ if tonumber(token) < recovered_us then
   if created then
     local _, text = next_token(key, recovered_us)
     local deadline = now_ms() + tonumber(ARGV[11])
-    local due, guard_rest = string.match(string.sub(p, #token + 2), '^(%d+)(.*)$')
+    local due, guard_rest = string.match(string.sub(p or '', #token + 2), '^(%d+)(.*)$')
     if due and tonumber(due) > deadline then deadline = tonumber(due) end
     mset(PENDING, key, string.format('%s %d', text, deadline) .. (guard_rest or ''))
     stream_remove(KEYS[9], ARGV[7])

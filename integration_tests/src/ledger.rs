@@ -304,11 +304,19 @@ pub enum FaultKind {
     /// clients still connected to it, until a Sentinel turns it into a
     /// replica (its writes meanwhile are lost): two primaries at once.
     FrozenFailover,
+    /// Redis goes back far: a snapshot, 8–25 s of normal work in which the
+    /// fleet changes once (the busiest worker process killed, one removed,
+    /// or one added; recorded as that fault), then a rollback to the
+    /// snapshot (recorded as a [`FaultKind::Rollback`] too). The records
+    /// come back naming a dead worker again, or not knowing a live one,
+    /// and of every key moved, finished or dispatched in between the
+    /// older state.
+    RollbackFar,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 33] = [
+    pub const ALL: [FaultKind; 34] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -342,6 +350,7 @@ impl FaultKind {
         FaultKind::RestartDispatcher,
         FaultKind::ClockStep,
         FaultKind::FrozenFailover,
+        FaultKind::RollbackFar,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -360,6 +369,7 @@ impl FaultKind {
                 | FaultKind::CutFlushJoin
                 | FaultKind::PauseRollback
                 | FaultKind::RollbackTwice
+                | FaultKind::RollbackFar
         )
     }
 
@@ -370,7 +380,7 @@ impl FaultKind {
     /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
     /// `stop-leave`, `cut-flush-join`, `rollback-twice`, `loss-kill`, `oom`,
     /// `read-only`, `drop-clients`, `restart-dispatcher`, `clock-step`,
-    /// `frozen-failover`).
+    /// `frozen-failover`, `rollback-far`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -406,6 +416,7 @@ impl FaultKind {
             FaultKind::RestartDispatcher => "restart-dispatcher",
             FaultKind::ClockStep => "clock-step",
             FaultKind::FrozenFailover => "frozen-failover",
+            FaultKind::RollbackFar => "rollback-far",
         }
     }
 
@@ -497,6 +508,7 @@ impl FaultKind {
             FaultKind::RestartDispatcher => "a dispatcher restarts under its node id",
             FaultKind::ClockStep => "redis's wall clock steps (+1-30 s or -0.2-1 TTL)",
             FaultKind::FrozenFailover => "sentinel failover (sigstop primary, it wakes)",
+            FaultKind::RollbackFar => "rollback redis far (8-25 s, the fleet changed)",
         }
     }
 }

@@ -48,6 +48,7 @@ impl NodeInner {
             next = Instant::now() + period;
             self.sample_gauges();
             let sent = Instant::now();
+            let server = self.commands_server();
             let last_ok = *self.last_renewal.borrow();
             match tokio::time::timeout(period, self.renew()).await {
                 Ok(Ok(renewal)) if renewal.unheard => {
@@ -69,6 +70,12 @@ impl NodeInner {
                 Ok(Ok(Renewal {
                     server_ms, unknown, ..
                 })) => {
+                    // Behind Sentinel, a server the Sentinels no longer
+                    // name the primary (it stalled through its failover)
+                    // renews nothing that counts: see `primary_check`.
+                    if !self.renewal_counts(server.as_ref()).await {
+                        continue;
+                    }
                     if sent.saturating_duration_since(last_ok) >= self.options.lease_stop_after {
                         // The lease lapsed (a pause, a long stall): the
                         // watchdog may not have run yet when this renewal

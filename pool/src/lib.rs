@@ -25,6 +25,7 @@ mod metrics;
 mod node;
 mod options;
 mod pool_view;
+mod primary_check;
 mod reassert;
 mod rebalance;
 mod recorder;

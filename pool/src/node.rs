@@ -156,6 +156,9 @@ pub(crate) struct NodeInner {
     pub(crate) shutting_down_here: AtomicBool,
     /// Set when [`Node::connect`] built the client: closing quits it.
     pub(crate) owns_client: AtomicBool,
+    /// Behind Sentinel, on nodes with workers: asks the Sentinels after
+    /// each renewal whether its server is still the primary.
+    pub(crate) primary_check: Option<Arc<crate::primary_check::PrimaryCheck>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -176,7 +179,11 @@ impl Node {
     /// The client is shared (its commands are multiplexed). The node opens
     /// two more connections itself, whatever its worker count: one
     /// subscriber shared by its replicated maps, and one for the blocking
-    /// read of its reply stream and all its workers' inboxes.
+    /// read of its reply stream and all its workers' inboxes. Behind
+    /// Sentinel, a node with workers also keeps one connection to each
+    /// Sentinel, asked after each lease renewal whether the server it ran
+    /// on is still the primary (a renewal on a primary that stalled
+    /// through its failover does not count).
     ///
     /// # Errors
     /// [`Error::InvalidName`] for a bad pool name, [`Error::InvalidOptions`],
@@ -256,6 +263,16 @@ impl Node {
             pending_ttl: options.pending_ttl(),
             worker_ttl: options.worker_ttl,
         };
+        // A lease is only needed by a node with workers.
+        let primary_check = if options.client_only {
+            None
+        } else {
+            crate::primary_check::PrimaryCheck::for_client(
+                client,
+                options.redis_timeout.min(options.worker_ttl / 6),
+            )
+            .map(Arc::new)
+        };
         let inner = Arc::new(NodeInner {
             pool: pool.to_string(),
             id,
@@ -302,9 +319,18 @@ impl Node {
             metrics: crate::metrics::PoolMetrics::new(pool),
             shutting_down_here: AtomicBool::new(false),
             owns_client: AtomicBool::new(false),
+            primary_check,
         });
         inner.refresh_ring();
         inner.record_node_info().await;
+        if let Some(check) = inner.primary_check.clone() {
+            check.start();
+            let cancel = inner.cancel.clone();
+            inner.tasks.spawn(async move {
+                cancel.cancelled().await;
+                check.close().await;
+            });
+        }
         inner.spawn_tasks();
         crate::history::spawn_flusher(
             &inner.tasks,

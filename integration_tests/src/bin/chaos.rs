@@ -39,7 +39,7 @@ struct Args {
     /// flap, cut-one, deaf, cut-remove, join-kill, pause-remove,
     /// cut-dispatcher, flush, stop-leave, cut-flush-join, rollback-twice,
     /// loss-kill, oom, read-only, drop-clients, restart-dispatcher,
-    /// clock-step, frozen-failover (default: all that apply; failover and
+    /// clock-step, frozen-failover, rollback-far (default: all that apply; failover and
     /// frozen-failover only with --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,

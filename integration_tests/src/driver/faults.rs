@@ -121,7 +121,7 @@ impl Run {
         self.ledger.record(Record::Fault { kind, target, end });
     }
 
-    fn pick_up(&mut self) -> Option<u32> {
+    pub(super) fn pick_up(&mut self) -> Option<u32> {
         let up = self.fleet.up();
         if up.is_empty() {
             return None;
@@ -595,6 +595,10 @@ impl Run {
             }
             FaultKind::FrozenFailover => {
                 target = self.frozen_failover().await?;
+                since = Instant::now();
+            }
+            FaultKind::RollbackFar => {
+                target = self.rollback_far().await?;
                 since = Instant::now();
             }
         }

@@ -1,6 +1,7 @@
 //! Faults that strike while the pool recovers from a data loss: a second
 //! rollback that takes the recovery's own writes with it, and a worker
-//! killed before or just after it re-asserted what it runs.
+//! killed before or just after it re-asserted what it runs; and a rollback
+//! far back, past a change of the fleet.
 
 use std::time::Duration;
 
@@ -46,6 +47,51 @@ impl Run {
         self.record(FaultKind::Rollback, None, true);
         self.record(FaultKind::RollbackTwice, None, true);
         Ok(())
+    }
+
+    /// [`FaultKind::RollbackFar`]: returns the process killed, removed or
+    /// added in the window Redis loses.
+    pub(super) async fn rollback_far(&mut self) -> Result<Option<u32>, ChaosError> {
+        let snapshot = self.on_server(|s| s.save_snapshot()).await?;
+        let window = Duration::from_millis(self.rng.random_range(8_000..=25_000));
+        let began = tokio::time::Instant::now();
+        // The fleet changes a quarter to three quarters of the way in:
+        // long enough after the snapshot for the pool to have moved the
+        // jobs, long enough before the rollback for it to have settled.
+        let at = window.mul_f64(self.rng.random_range(0.25..=0.75));
+        tokio::time::sleep(at).await;
+        self.fleet.refresh();
+        let n = self.fleet.members.len();
+        let change = if n < self.options.worker_processes || n <= 2 {
+            0
+        } else {
+            self.rng.random_range(0..3)
+        };
+        let changed = match change {
+            0 => {
+                let addr = self.server_addr()?;
+                let pid = self.fleet.add(addr).await?;
+                self.record(FaultKind::AddWorker, Some(pid), false);
+                self.record(FaultKind::AddWorker, Some(pid), true);
+                Some(pid)
+            }
+            1 => self.kill_busiest().await?,
+            _ => match self.pick_up() {
+                Some(pid) => {
+                    self.record(FaultKind::RemoveWorker, Some(pid), false);
+                    self.await_removal(pid).await?;
+                    Some(pid)
+                }
+                None => None,
+            },
+        };
+        tokio::time::sleep_until(began + window).await;
+        self.record(FaultKind::RollbackFar, None, false);
+        self.record(FaultKind::Rollback, None, false);
+        self.on_server(move |s| s.roll_back(&snapshot)).await?;
+        self.record(FaultKind::Rollback, None, true);
+        self.record(FaultKind::RollbackFar, None, true);
+        Ok(changed)
     }
 
     /// [`FaultKind::LossKill`]: returns the process killed, if one was (a

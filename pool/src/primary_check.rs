@@ -1,0 +1,329 @@
+//! Behind Sentinel, a lease renewal counts only while the Sentinels still
+//! name the server it ran on as the primary.
+//!
+//! A primary that stalls past `down-after-milliseconds` (a paused VM, a
+//! swapping host, a `SIGSTOP`) is failed over. When it wakes it still takes
+//! itself for the primary and answers the clients still connected to it,
+//! until a Sentinel demotes it seconds later. A node on it would renew its
+//! lease there while the nodes on the promoted replica take its workers for
+//! dead, and a job would run on both sides (the chaos suite's
+//! `frozen-failover` with Redis's defaults: 12,968 violations in 6 minutes).
+//! `min-replicas-to-write` on the servers closes that door from Redis's
+//! side; this closes it from the node's, whatever the servers' settings.
+//!
+//! After each renewal the node asks every Sentinel which server is the
+//! primary (`SENTINEL GET-MASTER-ADDR-BY-NAME`, on one long-lived
+//! connection per Sentinel). When most of those that answer name another
+//! server than the one the renewal ran on, the renewal does not count: the
+//! lease runs out and the jobs stop, as when Redis does not answer, and the
+//! node reconnects through the Sentinels. A Sentinel names the promoted
+//! replica from the moment it has seen it take the role, before any client
+//! can be sent there, and the others learn it from its hello messages at
+//! once; so a woken primary's renewals stop counting before the promoted
+//! side can move a job. When no Sentinel answers in time, the renewal
+//! counts, as without Sentinel: the node cannot tell a lost Sentinel from
+//! a lost primary, and refusing would stop every job while Redis holds
+//! their leases (a node cut off from every Sentinel together with the old
+//! primary is the case `min-replicas-to-write` covers).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::prelude::{Builder, ReconnectPolicy, Server};
+use fred::types::config::ServerConfig;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use tokio::time::Instant;
+
+use crate::node::NodeInner;
+
+/// A connection to each Sentinel of the client's configuration, asked
+/// after each renewal.
+pub(crate) struct PrimaryCheck {
+    sentinels: Vec<Client>,
+    service: String,
+    timeout: Duration,
+    /// When the node last forced its client to reconnect on a verdict.
+    last_reconnect: std::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for PrimaryCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrimaryCheck")
+            .field("sentinels", &self.sentinels.len())
+            .field("service", &self.service)
+            .finish()
+    }
+}
+
+/// What the Sentinels said of the server a renewal ran on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Most of the Sentinels that answered name it the primary.
+    Primary,
+    /// No Sentinel answered in time (or the server is not known).
+    Unknown,
+    /// Most of the Sentinels that answered name another server.
+    Superseded {
+        /// The server most of them name.
+        named: String,
+    },
+}
+
+impl PrimaryCheck {
+    /// `None` unless `client` connects through Sentinels. Each Sentinel
+    /// gets a client with `client`'s credentials and TLS settings (fred
+    /// authenticates to the Sentinels as to the servers) and no database;
+    /// `timeout` bounds each question.
+    pub(crate) fn for_client(client: &Client, timeout: Duration) -> Option<PrimaryCheck> {
+        let config = client.client_config();
+        let ServerConfig::Sentinel {
+            hosts,
+            service_name,
+            ..
+        } = &config.server
+        else {
+            return None;
+        };
+        let mut sentinels = Vec::with_capacity(hosts.len());
+        for host in hosts {
+            let mut one = config.clone();
+            one.server = ServerConfig::Centralized {
+                server: host.clone(),
+            };
+            one.database = None;
+            let mut builder = Builder::from_config(one);
+            builder.set_connection_config(client.connection_config().clone());
+            let mut perf = client.perf_config();
+            perf.default_command_timeout = timeout;
+            builder.set_performance_config(perf);
+            builder.set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
+            match builder.build() {
+                Ok(sentinel) => sentinels.push(sentinel),
+                Err(e) => tracing::warn!(
+                    sentinel = %host,
+                    error = %e,
+                    "no client for a Sentinel: renewals are checked with the others"
+                ),
+            }
+        }
+        Some(PrimaryCheck {
+            sentinels,
+            service: service_name.clone(),
+            timeout,
+            last_reconnect: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Opens the connections (each retried in the background until the
+    /// check is closed).
+    pub(crate) fn start(&self) {
+        for sentinel in &self.sentinels {
+            // The connection task ends with `close` (`QUIT`).
+            drop(sentinel.connect());
+        }
+    }
+
+    /// Closes every connection.
+    pub(crate) async fn close(&self) {
+        futures::future::join_all(
+            self.sentinels
+                .iter()
+                .map(|s| tokio::time::timeout(Duration::from_secs(1), s.quit())),
+        )
+        .await;
+    }
+
+    /// Asks every Sentinel at once which server is the primary, and judges
+    /// `server` by the answers that came within the timeout.
+    pub(crate) async fn verdict(&self, server: &Server) -> Verdict {
+        let asked = self.sentinels.iter().map(|sentinel| async move {
+            let question = sentinel.custom::<Value, _>(
+                CustomCommand::new_static("SENTINEL", ClusterHash::FirstKey, false),
+                vec!["GET-MASTER-ADDR-BY-NAME", self.service.as_str()],
+            );
+            match tokio::time::timeout(self.timeout, question).await {
+                Ok(Ok(reply)) => primary_named(reply),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "a Sentinel did not say which server is the primary");
+                    None
+                }
+                Err(_) => None,
+            }
+        });
+        let answers = futures::future::join_all(asked).await;
+        judge(&address(server), answers.into_iter().flatten())
+    }
+
+    /// Whether the node should force its client to reconnect now: at most
+    /// once per `every`.
+    fn reconnect_due(&self, every: Duration) -> bool {
+        let mut last = self
+            .last_reconnect
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.is_some_and(|at| at.elapsed() < every) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
+    }
+}
+
+/// `host:port` as the Sentinels write it.
+fn address(server: &Server) -> String {
+    format!("{}:{}", server.host, server.port)
+}
+
+/// The `host:port` of a `GET-MASTER-ADDR-BY-NAME` reply (`None` for a nil
+/// reply: the Sentinel does not monitor the service).
+fn primary_named(reply: Value) -> Option<String> {
+    let Value::Array(fields) = reply else {
+        return None;
+    };
+    match fields.as_slice() {
+        [host, port] => Some(format!("{}:{}", host.as_str()?, port.as_str()?)),
+        _ => None,
+    }
+}
+
+/// The verdict on `ours` from the Sentinels' answers: a server named by
+/// more than half of them wins; without one, nothing is concluded.
+fn judge(ours: &str, answers: impl IntoIterator<Item = String>) -> Verdict {
+    let answers: Vec<String> = answers.into_iter().collect();
+    if answers.is_empty() {
+        return Verdict::Unknown;
+    }
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for a in &answers {
+        *counts.entry(a.as_str()).or_default() += 1;
+    }
+    match counts.into_iter().find(|(_, n)| *n * 2 > answers.len()) {
+        Some((named, _)) if named == ours => Verdict::Primary,
+        Some((named, _)) => Verdict::Superseded {
+            named: named.to_string(),
+        },
+        None => Verdict::Unknown,
+    }
+}
+
+impl NodeInner {
+    /// The server this node's commands go to now (`None` while its client
+    /// is not connected): taken before a renewal, for
+    /// [`NodeInner::renewal_counts`].
+    pub(crate) fn commands_server(&self) -> Option<Server> {
+        self.primary_check.as_ref()?;
+        self.store.client.active_connections().into_iter().next()
+    }
+
+    /// Whether a renewal that succeeded on `server` (taken before it was
+    /// sent) counts: always without Sentinel; behind Sentinel, unless the
+    /// Sentinels name another primary, or the client moved to another
+    /// server meanwhile (the renewal may have run on either). A superseded
+    /// server makes the client reconnect, through the Sentinels.
+    pub(crate) async fn renewal_counts(self: &Arc<Self>, before: Option<&Server>) -> bool {
+        let Some(check) = &self.primary_check else {
+            return true;
+        };
+        let current = || self.store.client.active_connections().into_iter().next();
+        let after = current();
+        if before.is_some() && after.as_ref() != before {
+            tracing::info!(
+                node = %self.id,
+                before = ?before.map(address),
+                after = ?after.as_ref().map(address),
+                "renewal not counted: the client changed servers while it ran"
+            );
+            return false;
+        }
+        let Some(server) = after else {
+            return true; // not connected now: the next renewal is checked
+        };
+        let verdict = check.verdict(&server).await;
+        if current().as_ref() != Some(&server) {
+            tracing::info!(
+                node = %self.id,
+                server = %address(&server),
+                "renewal not counted: the client changed servers while the Sentinels were asked"
+            );
+            return false;
+        }
+        match verdict {
+            Verdict::Primary | Verdict::Unknown => true,
+            Verdict::Superseded { named } => {
+                tracing::warn!(
+                    node = %self.id,
+                    server = %address(&server),
+                    primary = %named,
+                    "renewal not counted: the Sentinels name another server the primary \
+                     (this one stalled through its failover?); reconnecting"
+                );
+                if check.reconnect_due(self.options.worker_ttl) {
+                    let client = self.store.client.clone();
+                    let timeout = self.options.redis_timeout;
+                    self.tasks.spawn(async move {
+                        match tokio::time::timeout(timeout, client.force_reconnection()).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => tracing::warn!(error = %e, "reconnecting failed"),
+                            Err(_) => tracing::warn!("reconnecting timed out"),
+                        }
+                    });
+                }
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answers(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn most_sentinels_naming_another_server_supersede_ours() {
+        let v = judge("10.0.0.1:6379", answers(&["10.0.0.2:6379"; 3]));
+        assert_eq!(
+            v,
+            Verdict::Superseded {
+                named: "10.0.0.2:6379".into()
+            }
+        );
+        let v = judge(
+            "10.0.0.1:6379",
+            answers(&["10.0.0.2:6379", "10.0.0.2:6379", "10.0.0.1:6379"]),
+        );
+        assert!(matches!(v, Verdict::Superseded { .. }));
+    }
+
+    #[test]
+    fn one_stale_sentinel_among_more_does_not_supersede() {
+        let v = judge(
+            "10.0.0.1:6379",
+            answers(&[
+                "10.0.0.2:6379",
+                "10.0.0.1:6379",
+                "10.0.0.1:6379",
+                "10.0.0.1:6379",
+            ]),
+        );
+        assert_eq!(v, Verdict::Primary);
+    }
+
+    #[test]
+    fn no_answer_or_no_majority_concludes_nothing() {
+        assert_eq!(judge("a:1", Vec::new()), Verdict::Unknown);
+        assert_eq!(judge("a:1", answers(&["a:1", "b:1"])), Verdict::Unknown);
+    }
+
+    #[test]
+    fn a_reply_names_host_and_port() {
+        let reply = Value::Array(vec![Value::from("127.0.0.1"), Value::from("6380")]);
+        assert_eq!(primary_named(reply).as_deref(), Some("127.0.0.1:6380"));
+        assert_eq!(primary_named(Value::Null), None);
+    }
+}

@@ -46,6 +46,8 @@ pub(crate) struct PrimaryCheck {
     timeout: Duration,
     /// When the node last forced its client to reconnect on a verdict.
     last_reconnect: std::sync::Mutex<Option<Instant>>,
+    /// When the node last warned that no Sentinel answered.
+    last_silence_warning: std::sync::Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for PrimaryCheck {
@@ -62,7 +64,8 @@ impl std::fmt::Debug for PrimaryCheck {
 pub(crate) enum Verdict {
     /// Most of the Sentinels that answered name it the primary.
     Primary,
-    /// No Sentinel answered in time (or the server is not known).
+    /// No Sentinel answered in time, or no server was named by most of
+    /// those that did.
     Unknown,
     /// Most of the Sentinels that answered name another server.
     Superseded {
@@ -113,6 +116,7 @@ impl PrimaryCheck {
             service: service_name.clone(),
             timeout,
             last_reconnect: std::sync::Mutex::new(None),
+            last_silence_warning: std::sync::Mutex::new(None),
         })
     }
 
@@ -153,22 +157,36 @@ impl PrimaryCheck {
             }
         });
         let answers = futures::future::join_all(asked).await;
-        judge(&address(server), answers.into_iter().flatten())
-    }
-
-    /// Whether the node should force its client to reconnect now: at most
-    /// once per `every`.
-    fn reconnect_due(&self, every: Duration) -> bool {
-        let mut last = self
-            .last_reconnect
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if last.is_some_and(|at| at.elapsed() < every) {
-            return false;
+        let verdict = judge(&address(server), answers.into_iter().flatten());
+        if verdict == Verdict::Unknown
+            && once_per(&self.last_silence_warning, SILENCE_WARNING_EVERY)
+        {
+            tracing::warn!(
+                service = %self.service,
+                sentinels = self.sentinels.len(),
+                timeout = ?self.timeout,
+                "no majority of the Sentinels that answered named a primary in time (or none answered): \
+                 renewals count unchecked \
+                 (a primary that stalled through its failover would not be told apart)"
+            );
         }
-        *last = Some(Instant::now());
-        true
+        verdict
     }
+}
+
+/// How often, at most, a node warns that no Sentinel answered.
+const SILENCE_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// Whether `every` has passed since `last` (then set to now).
+fn once_per(last: &std::sync::Mutex<Option<Instant>>, every: Duration) -> bool {
+    let mut last = last
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if last.is_some_and(|at| at.elapsed() < every) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
 }
 
 /// `host:port` as the Sentinels write it.
@@ -259,7 +277,7 @@ impl NodeInner {
                     "renewal not counted: the Sentinels name another server the primary \
                      (this one stalled through its failover?); reconnecting"
                 );
-                if check.reconnect_due(self.options.worker_ttl) {
+                if once_per(&check.last_reconnect, self.options.worker_ttl) {
                     let client = self.store.client.clone();
                     let timeout = self.options.redis_timeout;
                     self.tasks.spawn(async move {

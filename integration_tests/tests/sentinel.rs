@@ -553,13 +553,17 @@ async fn connect_asks_the_next_sentinel_when_the_first_names_a_replica() {
         .unwrap()["port"];
     assert_eq!(port, i64::from(primary), "connected to the primary");
 
-    let started = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let seen = started.clone();
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let started = std::sync::Arc::new(AtomicUsize::new(0));
+    let stopped = std::sync::Arc::new(AtomicUsize::new(0));
+    let (seen, ended) = (started.clone(), stopped.clone());
     let handler = flotilla_pool::TaskHandler::new(
         move |_job, cancel: tokio_util::sync::CancellationToken| {
-            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            seen.fetch_add(1, Ordering::SeqCst);
+            let ended = ended.clone();
             async move {
                 cancel.cancelled().await;
+                ended.fetch_add(1, Ordering::SeqCst);
                 Ok(())
             }
         },
@@ -568,7 +572,18 @@ async fn connect_asks_the_next_sentinel_when_the_first_names_a_replica() {
     node.dispatch_job("through-the-next-sentinel", "p")
         .await
         .unwrap();
-    assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(started.load(Ordering::SeqCst), 1);
+    // After each renewal the node asks every Sentinel which server is the
+    // primary: the stale one names the replica, the other three the
+    // primary. Most name the node's server, so every renewal counts and
+    // the job runs on (a lease lost here would stop it).
+    tokio::time::sleep(TTL * 4).await;
+    assert_eq!(
+        stopped.load(Ordering::SeqCst),
+        0,
+        "the job stopped: a renewal did not count"
+    );
+    assert_eq!(started.load(Ordering::SeqCst), 1);
     node.close().await.unwrap();
 }
 

@@ -174,7 +174,8 @@ impl PrimaryCheck {
     }
 }
 
-/// How often, at most, a node warns that no Sentinel answered.
+/// How often, at most, a node warns that no majority of the Sentinels
+/// named a primary (or none answered).
 const SILENCE_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// Whether `every` has passed since `last` (then set to now).

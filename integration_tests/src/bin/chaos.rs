@@ -121,6 +121,12 @@ struct Args {
     /// 0: Redis's default (off).
     #[arg(long, default_value_t = 0)]
     min_replicas_to_write: u32,
+    /// Load tasks dispatching and stopping at once (at least 1).
+    #[arg(long, default_value_t = ChaosOptions::default().load_tasks)]
+    load_tasks: usize,
+    /// Pause of each load task between two operations (ms).
+    #[arg(long, default_value_t = ChaosOptions::default().load_pace.as_millis() as u64)]
+    load_pace_ms: u64,
 }
 
 fn parse_fault(s: &str) -> Result<FaultKind, String> {
@@ -171,7 +177,8 @@ async fn main() -> ExitCode {
         .fixed_node_ids(args.fixed_node_ids)
         .start_max_ms(args.start_max_ms)
         .worker_lanes(args.worker_lanes)
-        .sentinel_replicas(args.sentinel_replicas, args.min_replicas_to_write);
+        .sentinel_replicas(args.sentinel_replicas, args.min_replicas_to_write)
+        .load(args.load_tasks, Duration::from_millis(args.load_pace_ms));
     let with_sentinel = [
         FaultKind::Kill,
         FaultKind::Pause,

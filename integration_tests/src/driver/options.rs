@@ -228,6 +228,13 @@ impl ChaosOptions {
         self.keys = keys;
         self
     }
+    /// Sets how many load tasks dispatch and stop at once, and the pause
+    /// each takes between two operations.
+    pub fn load(mut self, tasks: usize, pace: Duration) -> Self {
+        self.load_tasks = tasks.max(1);
+        self.load_pace = pace;
+        self
+    }
     /// Keeps ledgers in `dir`.
     pub fn ledger_dir(mut self, dir: PathBuf) -> Self {
         self.ledger_dir = Some(dir);

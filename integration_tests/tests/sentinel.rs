@@ -61,6 +61,11 @@ impl HaHarness {
     }
 
     async fn start_with(prefix: &str, processes: usize, options: SentinelOptions) -> HaHarness {
+        // The dispatcher's log (RUST_LOG), shown for a failing test.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let ha = tokio::task::block_in_place(|| Sentinels::start_with(options)).expect(
             "redis-sentinel must be installed (apt-get install redis-sentinel redis-server)",
         );
@@ -135,6 +140,23 @@ impl HaHarness {
             outcome: outcome.into(),
         });
         assert_eq!(outcome, "ok", "stop of {key} before the failover");
+    }
+
+    /// Stops `key` and records the outcome, whatever it is.
+    async fn stop_any(&self, key: &str) -> &'static str {
+        self.driver.record(Record::StopSent {
+            key: key.to_string(),
+        });
+        let outcome = match self.node.stop_job(key).await {
+            Ok(()) => "ok",
+            Err(Error::JobNotFound(_)) => "not_found",
+            Err(_) => "unknown",
+        };
+        self.driver.record(Record::StopDone {
+            key: key.to_string(),
+            outcome: outcome.into(),
+        });
+        outcome
     }
 
     fn ledgers(&self) -> Vec<Vec<Line>> {
@@ -487,6 +509,57 @@ async fn frozen_primary_runs_no_job_twice(name: &str, options: SentinelOptions) 
         end: true,
     });
     h.settle(&keys).await;
+    tokio::time::sleep(TTL * 2).await;
+
+    let report = h.check_now();
+    assert!(report.ok(), "violations: {:#?}", report.violations);
+    h.kill_all().await;
+}
+
+/// Stops sent as the frozen primary wakes, on Redis's defaults: the
+/// dispatcher is still connected to the woken primary, which answers them
+/// from its own (superseded) records while the promoted side has moved the
+/// jobs to the process that joined there. A stop answered `Ok` must hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_stops_answered_as_a_frozen_primary_wakes_hold() {
+    let mut h = HaHarness::start_with("sentinel-frozen-stops", 2, SentinelOptions::default()).await;
+    let keys: Vec<String> = (0..18).map(|i| format!("job-{i}")).collect();
+    for k in &keys {
+        h.dispatch(k).await.unwrap();
+    }
+    let old = h.ha.primary_port().unwrap();
+    let pid = nix::unistd::Pid::from_raw(h.ha.server_pid(old).unwrap() as i32);
+    h.driver.record(Record::Fault {
+        kind: FaultKind::FrozenFailover,
+        target: None,
+        end: false,
+    });
+    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
+    let ha = &h.ha;
+    let promoted =
+        tokio::task::block_in_place(|| ha.wait_for_failover(old, Duration::from_secs(20)));
+    if let Err(e) = promoted {
+        let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
+        panic!("no failover: {e}");
+    }
+    let joined = worker_process(&h.ha, h.dir.path(), &h.pool, h.processes.len()).await;
+    h.processes.push(joined);
+    tokio::time::sleep(TTL * 2).await;
+    nix::sys::signal::kill(pid, Signal::SIGCONT).unwrap();
+    let (stopped, running) = keys.split_at(keys.len() / 2);
+    let outcomes = futures::future::join_all(stopped.iter().map(|k| h.stop_any(k))).await;
+    println!("stops as the primary woke: {outcomes:?}");
+    let ha = &h.ha;
+    tokio::task::block_in_place(|| {
+        ha.wait_for_replica(old, Duration::from_secs(60), Duration::from_secs(20))
+    })
+    .unwrap();
+    h.driver.record(Record::Fault {
+        kind: FaultKind::FrozenFailover,
+        target: None,
+        end: true,
+    });
+    h.settle(running).await;
     tokio::time::sleep(TTL * 2).await;
 
     let report = h.check_now();

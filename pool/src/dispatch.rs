@@ -192,6 +192,9 @@ impl Node {
         // "not found" only says nothing else runs the key.
         let mut stopped_here = false;
         loop {
+            // Behind Sentinel, the server asked: an answer from a primary
+            // the Sentinels no longer name is asked again (`primary_check`).
+            let asked = self.inner.commands_server();
             let (request, rx) = self.inner.register_waiter();
             let body = codec::encode(&KeyedRequest {
                 key: key.to_string(),
@@ -206,6 +209,10 @@ impl Node {
                 Ok(Routed::Queued) => {}
                 Ok(Routed::Stopped(token)) => {
                     self.inner.waiters.remove(&request);
+                    if !self.inner.stop_answer_stands(asked.as_ref()).await {
+                        pause.wait().await?;
+                        continue;
+                    }
                     self.inner.stops_requested.record(key, token);
                     self.inner.metrics.jobs_stopped.increment(1);
                     self.inner.history.count(crate::history::PoolEvent::Stop);
@@ -220,6 +227,10 @@ impl Node {
                 }
                 Ok(Routed::NotFound(token)) => {
                     self.inner.waiters.remove(&request);
+                    if !self.inner.stop_answer_stands(asked.as_ref()).await {
+                        pause.wait().await?;
+                        continue;
+                    }
                     // Not found now; but a worker cut off from Redis while
                     // Redis lost its data may hold a suspended copy, and
                     // another loss may take the tombstone that keeps it out:
@@ -229,6 +240,10 @@ impl Node {
                 }
                 Err(Error::JobNotFound(_)) => {
                     self.inner.waiters.remove(&request);
+                    if !self.inner.stop_answer_stands(asked.as_ref()).await {
+                        pause.wait().await?;
+                        continue;
+                    }
                     return self.inner.not_found_after(key, stopped_here).await;
                 }
                 Err(e) => {
@@ -237,6 +252,15 @@ impl Node {
                 }
             }
             let reply = self.inner.await_reply(request, rx, pause.deadline).await?;
+            if matches!(reply.status.as_str(), "ok" | "not_found")
+                && !self.inner.stop_answer_stands(asked.as_ref()).await
+            {
+                // The worker that answered did stop its run, if it had
+                // one; the job may still run on the promoted side.
+                stopped_here |= reply.status == "ok";
+                pause.wait().await?;
+                continue;
+            }
             match reply.status.as_str() {
                 "ok" => {
                     // "ok <token>": the stopped run's token (older workers

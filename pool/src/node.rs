@@ -263,16 +263,13 @@ impl Node {
             pending_ttl: options.pending_ttl(),
             worker_ttl: options.worker_ttl,
         };
-        // A lease is only needed by a node with workers.
-        let primary_check = if options.client_only {
-            None
-        } else {
-            crate::primary_check::PrimaryCheck::for_client(
-                client,
-                options.redis_timeout.min(options.worker_ttl / 6),
-            )
-            .map(Arc::new)
-        };
+        // Renewals and stop answers are checked with the Sentinels; a
+        // client-only node holds no lease and connects at its first stop.
+        let primary_check = crate::primary_check::PrimaryCheck::for_client(
+            client,
+            options.redis_timeout.min(options.worker_ttl / 6),
+        )
+        .map(Arc::new);
         let inner = Arc::new(NodeInner {
             pool: pool.to_string(),
             id,
@@ -324,7 +321,9 @@ impl Node {
         inner.refresh_ring();
         inner.record_node_info().await;
         if let Some(check) = inner.primary_check.clone() {
-            check.start();
+            if !inner.options.client_only {
+                check.start();
+            }
             let cancel = inner.cancel.clone();
             inner.tasks.spawn(async move {
                 cancel.cancelled().await;

@@ -48,6 +48,8 @@ pub(crate) struct PrimaryCheck {
     last_reconnect: std::sync::Mutex<Option<Instant>>,
     /// When the node last warned that no Sentinel answered.
     last_silence_warning: std::sync::Mutex<Option<Instant>>,
+    /// Whether the connections were opened.
+    started: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PrimaryCheck {
@@ -117,20 +119,27 @@ impl PrimaryCheck {
             timeout,
             last_reconnect: std::sync::Mutex::new(None),
             last_silence_warning: std::sync::Mutex::new(None),
+            started: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
     /// Opens the connections (each retried in the background until the
-    /// check is closed).
+    /// check is closed), the first time it is called.
     pub(crate) fn start(&self) {
+        if self.started.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         for sentinel in &self.sentinels {
             // The connection task ends with `close` (`QUIT`).
             drop(sentinel.connect());
         }
     }
 
-    /// Closes every connection.
+    /// Closes every connection (none were opened: nothing to do).
     pub(crate) async fn close(&self) {
+        if !self.started.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         futures::future::join_all(
             self.sentinels
                 .iter()
@@ -242,9 +251,64 @@ impl NodeInner {
     /// server meanwhile (the renewal may have run on either). A superseded
     /// server makes the client reconnect, through the Sentinels.
     pub(crate) async fn renewal_counts(self: &Arc<Self>, before: Option<&Server>) -> bool {
+        self.served_by_primary(before, "renewal not counted").await
+    }
+
+    /// Whether the answer to a stop, asked while the commands went to
+    /// `before`, stands: always without Sentinel; behind Sentinel, unless
+    /// the Sentinels name another primary than the server that answered
+    /// (a primary that stalled through its failover answers from records
+    /// the promoted side no longer has: the job may run there, moved to
+    /// another worker, chaos soak seed 1450), or the client or the reply
+    /// reader moved to another server meanwhile. The caller then asks
+    /// again, on the server the Sentinels name. A client-only node opens
+    /// its connections to the Sentinels at its first stop.
+    pub(crate) async fn stop_answer_stands(self: &Arc<Self>, before: Option<&Server>) -> bool {
+        if self.primary_check.is_none() {
+            return true;
+        }
+        if !self
+            .served_by_primary(before, "stop answer not trusted")
+            .await
+        {
+            return false;
+        }
+        let commands = self.store.client.active_connections().into_iter().next();
+        let replies = self.reader.server();
+        if commands.is_some() && replies.is_some() && replies != commands {
+            tracing::info!(
+                node = %self.id,
+                commands = ?commands.as_ref().map(address),
+                replies = ?replies.as_ref().map(address),
+                "stop answer not trusted: replies are read from another server than the \
+                 commands go to; the reader reconnects"
+            );
+            let reader = self.reader.clone();
+            let timeout = self.options.redis_timeout;
+            self.tasks.spawn(async move {
+                if let Err(e) = tokio::time::timeout(timeout, reader.reconnect()).await {
+                    tracing::warn!(error = %e, "the reply reader did not reconnect in time");
+                }
+            });
+            return false;
+        }
+        true
+    }
+
+    /// Whether what the client did on `before` (taken before it was sent;
+    /// `None`: not known) was done on the primary: the client is still on
+    /// that server and the Sentinels do not name another one (no answer or
+    /// no majority concludes nothing: it was). `not_counted` begins the
+    /// log line when it was not.
+    async fn served_by_primary(
+        self: &Arc<Self>,
+        before: Option<&Server>,
+        not_counted: &str,
+    ) -> bool {
         let Some(check) = &self.primary_check else {
             return true;
         };
+        check.start();
         let current = || self.store.client.active_connections().into_iter().next();
         let after = current();
         if before.is_some() && after.as_ref() != before {
@@ -252,7 +316,7 @@ impl NodeInner {
                 node = %self.id,
                 before = ?before.map(address),
                 after = ?after.as_ref().map(address),
-                "renewal not counted: the client changed servers while it ran"
+                "{not_counted}: the client changed servers while it ran"
             );
             return false;
         }
@@ -264,7 +328,7 @@ impl NodeInner {
             tracing::info!(
                 node = %self.id,
                 server = %address(&server),
-                "renewal not counted: the client changed servers while the Sentinels were asked"
+                "{not_counted}: the client changed servers while the Sentinels were asked"
             );
             return false;
         }
@@ -275,23 +339,35 @@ impl NodeInner {
                     node = %self.id,
                     server = %address(&server),
                     primary = %named,
-                    "renewal not counted: the Sentinels name another server the primary \
+                    "{not_counted}: the Sentinels name another server the primary \
                      (this one stalled through its failover?); reconnecting"
                 );
                 if once_per(&check.last_reconnect, self.options.worker_ttl) {
-                    let client = self.store.client.clone();
-                    let timeout = self.options.redis_timeout;
-                    self.tasks.spawn(async move {
-                        match tokio::time::timeout(timeout, client.force_reconnection()).await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => tracing::warn!(error = %e, "reconnecting failed"),
-                            Err(_) => tracing::warn!("reconnecting timed out"),
-                        }
-                    });
+                    self.reconnect_to_primary();
                 }
                 false
             }
         }
+    }
+
+    /// Makes the client and the reader reconnect, in the background, each
+    /// to the server the Sentinels name now.
+    fn reconnect_to_primary(&self) {
+        let client = self.store.client.clone();
+        let reader = self.reader.clone();
+        let timeout = self.options.redis_timeout;
+        self.tasks.spawn(async move {
+            match tokio::time::timeout(timeout, client.force_reconnection()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "reconnecting failed"),
+                Err(_) => tracing::warn!("reconnecting timed out"),
+            }
+            match tokio::time::timeout(timeout, reader.reconnect()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "the reader's reconnection failed"),
+                Err(_) => tracing::warn!("the reader's reconnection timed out"),
+            }
+        });
     }
 }
 

@@ -26,7 +26,8 @@ use crate::{Error, Event, Stream};
 /// restarts and errors (logs, backs off, retries from its last id). It
 /// reads only while at least one subscriber exists, and a full subscriber
 /// channel makes it wait (backpressure, no loss). On Redis Cluster all
-/// streams of one reader must share a hash tag.
+/// streams of one reader must share a hash tag. Clones share one reader,
+/// which stops when it is closed or the last clone is dropped.
 ///
 /// # Examples
 /// ```no_run
@@ -41,6 +42,7 @@ use crate::{Error, Event, Stream};
 /// reader.close().await;
 /// # let _ = event; Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct Reader {
     shared: Arc<Shared>,
     _guard: Arc<DropGuard>,
@@ -170,6 +172,30 @@ impl Reader {
             state.generation
         };
         self.shared.interrupt(generation).await;
+        Ok(())
+    }
+
+    /// The server the reader's dedicated connection reads from now (`None`
+    /// while it is not connected). Behind Sentinel it may differ for a
+    /// while from the server of the client the reader was made from: each
+    /// connection finds the primary again on its own after a failover.
+    pub fn server(&self) -> Option<Server> {
+        self.shared.conn.active_connections().into_iter().next()
+    }
+
+    /// Makes the dedicated connection reconnect now (behind Sentinel: to
+    /// the server the Sentinels name the primary). An `XREAD` in flight
+    /// fails and is sent again on the new connection; no event is skipped,
+    /// the cursors stay where they were.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] after [`Reader::close`]; [`Error::Redis`] when the
+    /// reconnection fails.
+    pub async fn reconnect(&self) -> Result<(), Error> {
+        if self.shared.cancel.is_cancelled() {
+            return Err(Error::Closed);
+        }
+        self.shared.conn.force_reconnection().await?;
         Ok(())
     }
 

@@ -99,11 +99,11 @@ impl Node {
 /// stalls past `down-after-milliseconds` (a paused VM, a swapping host)
 /// and wakes after its failover answers, as a primary, the clients still
 /// connected to it, until a Sentinel demotes it seconds later. Renewals
-/// there do not count (`primary_check`), but the ends of runs and the
-/// stops it takes meanwhile are lost with its demotion, and such a job
-/// runs again (the chaos suite's `frozen-failover` fault; the pool
-/// README's "HA Redis" section has the figures). Nothing is said when
-/// `CONFIG GET` is refused.
+/// there do not count and `stop_job` answers from it are asked again
+/// (`primary_check`), but the ends of runs it records meanwhile are lost
+/// with its demotion, and such a job runs again (the chaos suite's
+/// `frozen-failover` fault; the pool README's "HA Redis" section has the
+/// figures). Nothing is said when `CONFIG GET` is refused.
 async fn warn_if_primary_unguarded(client: &Client, timeout: Duration) {
     if !matches!(
         client.client_config().server,
@@ -121,8 +121,8 @@ async fn warn_if_primary_unguarded(client: &Client, timeout: Duration) {
             tracing::warn!(
                 "the Redis primary takes writes with no replica attached \
                  (min-replicas-to-write 0): a primary that stalls through its failover and \
-                 wakes takes writes until a Sentinel demotes it, and the ends and stops it \
-                 takes meanwhile are lost (those jobs run again); set min-replicas-to-write 1 \
+                 wakes takes writes until a Sentinel demotes it, and the ends of runs it \
+                 records meanwhile are lost (those jobs run again); set min-replicas-to-write 1 \
                  and min-replicas-max-lag on every server, with two replicas (see the pool \
                  README, HA Redis)"
             );

@@ -379,3 +379,44 @@ fn a_key_admitted_during_a_pause_rollback_and_lost_by_it_is_counted() {
     assert_eq!(r.readmitted_after_loss, 1);
     assert_eq!(kinds(&run(false)), vec!["double"]);
 }
+
+/// A run stopped on its lease loss stays with its process, suspended or
+/// left to the orphan sweep and remembered to give back. Redis lost its
+/// data, and that process killed within the notice window after (seed
+/// 1471: 156 ms), took both copies: two faults, counted, for the key
+/// found running nowhere and for its second admission. A kill long after
+/// the loss is not (the process had time to give the key back), nor a run
+/// that stopped long before the loss (nothing held it any more).
+#[test]
+fn a_held_run_lost_with_redis_and_its_process_killed_after_is_counted() {
+    let run = |stopped_at: u64, kill_at: u64, readmit: bool| {
+        let mut w = vec![start(10, 5, "k", "a", 1), stop(10, stopped_at, "k", "a")];
+        let mut d = vec![
+            admit(1, "k"),
+            untargeted(20_000, FaultKind::RestartEmpty, false),
+            untargeted(20_020, FaultKind::RestartEmpty, true),
+            fault(kill_at, FaultKind::Kill, 10, false),
+        ];
+        if readmit {
+            d.push(admit(30_000, "k"));
+            w.push(start(11, 29_990, "k", "b", 2));
+        }
+        let end = CheckOptions {
+            end_ns: Some(40_000 * MS),
+            ..CheckOptions::default()
+        };
+        check(&[w, d], &end)
+    };
+    for readmit in [false, true] {
+        let r = run(19_000, 20_150, readmit);
+        assert!(r.ok(), "readmit {readmit}: {:?}", r.violations);
+        if readmit {
+            assert_eq!(r.readmitted_after_loss, 1);
+        } else {
+            assert_eq!(r.lost_with_killed_holder, ["k"]);
+        }
+    }
+    assert_eq!(kinds(&run(19_000, 25_000, false)), ["not_running"]);
+    assert_eq!(kinds(&run(19_000, 25_000, true)), ["double"]);
+    assert_eq!(kinds(&run(60, 20_150, false)), ["not_running"]);
+}

@@ -156,8 +156,8 @@ pub(crate) struct NodeInner {
     pub(crate) shutting_down_here: AtomicBool,
     /// Set when [`Node::connect`] built the client: closing quits it.
     pub(crate) owns_client: AtomicBool,
-    /// Behind Sentinel, on nodes with workers: asks the Sentinels after
-    /// each renewal whether its server is still the primary.
+    /// Behind Sentinel: asks the Sentinels after each renewal and each
+    /// stop answer whether its server is still the primary.
     pub(crate) primary_check: Option<Arc<crate::primary_check::PrimaryCheck>>,
 }
 
@@ -183,7 +183,9 @@ impl Node {
     /// Sentinel, a node with workers also keeps one connection to each
     /// Sentinel, asked after each lease renewal whether the server it ran
     /// on is still the primary (a renewal on a primary that stalled
-    /// through its failover does not count).
+    /// through its failover does not count); a client-only node opens
+    /// them at its first [`Node::stop_job`], whose answers are checked the
+    /// same way.
     ///
     /// # Errors
     /// [`Error::InvalidName`] for a bad pool name, [`Error::InvalidOptions`],

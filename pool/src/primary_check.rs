@@ -1,5 +1,6 @@
-//! Behind Sentinel, a lease renewal counts only while the Sentinels still
-//! name the server it ran on as the primary.
+//! Behind Sentinel, a lease renewal counts, and a stop's answer stands,
+//! only while the Sentinels still name the server it ran on as the
+//! primary.
 //!
 //! A primary that stalls past `down-after-milliseconds` (a paused VM, a
 //! swapping host, a `SIGSTOP`) is failed over. When it wakes it still takes
@@ -25,6 +26,12 @@
 //! a lost primary, and refusing would stop every job while Redis holds
 //! their leases (a node cut off from every Sentinel together with the old
 //! primary is the case `min-replicas-to-write` covers).
+//!
+//! A `stop_job` answer is judged the same way: the woken primary answers
+//! from records the promoted side no longer has (the job runs there,
+//! moved to another worker), so an answer from a server the Sentinels no
+//! longer name is not returned, and the stop is asked again on the one
+//! they name.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +46,7 @@ use tokio::time::Instant;
 use crate::node::NodeInner;
 
 /// A connection to each Sentinel of the client's configuration, asked
-/// after each renewal.
+/// after each renewal and each stop answer.
 pub(crate) struct PrimaryCheck {
     sentinels: Vec<Client>,
     service: String,

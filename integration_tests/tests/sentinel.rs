@@ -322,3 +322,43 @@ async fn a_multi_home_home_joins_past_a_stale_sentinel_listed_first() {
     );
     worker.close().await.unwrap();
 }
+
+/// One Sentinel of three frozen (`SIGSTOP`): its connection stays open and
+/// its answers never come. A stop's answer is checked with the Sentinels
+/// (`primary_check`), and the two that answer settle it: the stop does not
+/// wait out the question's timeout (here 5 s, a sixth of a 30 s TTL) on
+/// the frozen one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stops_do_not_wait_for_a_frozen_sentinel() {
+    let mut h = HaHarness::start("sentinel-frozen-one", 1).await;
+    let options = NodeOptions::default()
+        .client_only(true)
+        .worker_ttl(Duration::from_secs(30))
+        .redis_timeout(Duration::from_secs(5))
+        .dispatch_timeout(Duration::from_secs(20));
+    let stopper = Node::connect(&h.ha.url(), &h.pool, options).await.unwrap();
+    let keys: Vec<String> = (0..4).map(|i| format!("job-{i}")).collect();
+    for k in &keys {
+        h.dispatch(k).await.unwrap();
+    }
+    // A first stop opens the stopper's connections to the Sentinels.
+    stopper.stop_job(&keys[0]).await.unwrap();
+    let port = h.ha.sentinel_ports()[0];
+    let pid = nix::unistd::Pid::from_raw(h.ha.sentinel_pid(port).unwrap() as i32);
+    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
+    let mut slowest = Duration::ZERO;
+    for k in &keys[1..] {
+        let asked = Instant::now();
+        let stopped = stopper.stop_job(k).await;
+        slowest = slowest.max(asked.elapsed());
+        stopped.unwrap();
+    }
+    nix::sys::signal::kill(pid, Signal::SIGCONT).unwrap();
+    println!("slowest stop with a frozen Sentinel: {slowest:?}");
+    assert!(
+        slowest < Duration::from_millis(2500),
+        "a stop waited {slowest:?} for a frozen Sentinel"
+    );
+    stopper.close().await.unwrap();
+    h.kill_all().await;
+}

@@ -172,8 +172,18 @@ impl PrimaryCheck {
                 Err(_) => None,
             }
         });
-        let answers = futures::future::join_all(asked).await;
-        let verdict = judge(&address(server), answers.into_iter().flatten());
+        // Done once a server has the votes of most of all the Sentinels:
+        // no later answer can change the verdict, and a Sentinel that is
+        // down does not make every check wait out the timeout.
+        let mut asked: futures::stream::FuturesUnordered<_> = asked.collect();
+        let mut answers = Vec::with_capacity(self.sentinels.len());
+        while let Some(answer) = futures::StreamExt::next(&mut asked).await {
+            answers.extend(answer);
+            if settled(self.sentinels.len(), &answers) {
+                break;
+            }
+        }
+        let verdict = judge(&address(server), answers);
         if verdict == Verdict::Unknown
             && once_per(&self.last_silence_warning, SILENCE_WARNING_EVERY)
         {
@@ -221,6 +231,14 @@ fn primary_named(reply: Value) -> Option<String> {
         [host, port] => Some(format!("{}:{}", host.as_str()?, port.as_str()?)),
         _ => None,
     }
+}
+
+/// Whether one server is named in `answers` by more than half of all
+/// `sentinels`: it is then the majority of any answers still to come.
+fn settled(sentinels: usize, answers: &[String]) -> bool {
+    answers
+        .iter()
+        .any(|a| answers.iter().filter(|b| *b == a).count() * 2 > sentinels)
 }
 
 /// The verdict on `ours` from the Sentinels' answers: a server named by
@@ -414,6 +432,16 @@ mod tests {
             ]),
         );
         assert_eq!(v, Verdict::Primary);
+    }
+
+    #[test]
+    fn most_of_all_sentinels_naming_one_server_settles_the_question() {
+        assert!(!settled(3, &answers(&["a:1"])));
+        assert!(settled(3, &answers(&["a:1", "a:1"])));
+        assert!(!settled(3, &answers(&["a:1", "b:2"])));
+        assert!(!settled(4, &answers(&["a:1", "a:1"])));
+        assert!(settled(4, &answers(&["b:2", "a:1", "a:1", "a:1"])));
+        assert!(!settled(3, &[]));
     }
 
     #[test]

@@ -413,6 +413,18 @@ impl Sentinels {
         Ok(port)
     }
 
+    /// The OS process id of the Sentinel on `port` (one of
+    /// [`sentinel_ports`](Self::sentinel_ports)): for a test that freezes
+    /// a Sentinel (`SIGSTOP`), whose clients' questions then go unanswered
+    /// on open connections.
+    pub fn sentinel_pid(&self, port: u16) -> Option<u32> {
+        self.sentinels
+            .iter()
+            .chain(&self.stale)
+            .find(|s| s.port == port)
+            .map(|s| s.child.id())
+    }
+
     /// The ports of the Sentinels.
     pub fn sentinel_ports(&self) -> Vec<u16> {
         self.sentinels.iter().map(|s| s.port).collect()

@@ -7,13 +7,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::codec::{
-    self, EV_MESSAGE, EV_NOTIFY, EV_STOP, JobBodyRef, KeyedRequest, Reply, ReplyTo,
-};
+use crate::codec::{self, EV_MESSAGE, EV_NOTIFY, JobBodyRef, KeyedRequest, Reply};
 use crate::error::{Error, Result};
 use crate::keys::{self, SHUTDOWN_FLAG, check_name};
 use crate::node::{Node, NodeInner};
 use crate::options::DispatchOptions;
+use crate::owner_requests::{Routed, SettlePause};
 use crate::store::{self, Admitted};
 
 /// The first pause before a dispatch looks again at another dispatch's
@@ -27,50 +26,6 @@ const PENDING_POLL_MAX: Duration = Duration::from_millis(50);
 /// The pause before a dispatch admits again while the pool recovers from
 /// a loss of Redis's data (the recovery lasts at least a worker TTL).
 const RECOVERING_POLL: Duration = Duration::from_millis(100);
-
-/// Where a stop or notify request went.
-enum Routed {
-    /// Queued in the owner's inbox.
-    Queued,
-    /// The job is admitted or being moved but not started: nowhere to go yet.
-    Pending,
-    /// A stop of an orphaned job (payload kept for the orphan sweep, no
-    /// owner): ended by the routing script itself, which left this fencing
-    /// token as its tombstone.
-    Stopped(u64),
-    /// A stop of a key Redis knows nothing of: the routing script left this
-    /// fencing token as its tombstone.
-    NotFound(u64),
-}
-
-/// Paces retries of a request for a job that is between owners: 5 ms,
-/// doubling up to 200 ms, until the request's deadline.
-struct SettlePause {
-    attempts: u32,
-    timeout: Duration,
-    deadline: Instant,
-}
-
-impl SettlePause {
-    fn new(timeout: Duration) -> Self {
-        SettlePause {
-            attempts: 0,
-            timeout,
-            deadline: Instant::now() + timeout,
-        }
-    }
-
-    async fn wait(&mut self) -> Result<()> {
-        let delay =
-            Duration::from_millis(5 << self.attempts.min(5)).min(Duration::from_millis(200));
-        self.attempts += 1;
-        if Instant::now() + delay >= self.deadline {
-            return Err(Error::Timeout(self.timeout));
-        }
-        tokio::time::sleep(delay).await;
-        Ok(())
-    }
-}
 
 impl Node {
     /// Starts job `key` on the worker that owns it, and returns once that
@@ -186,121 +141,7 @@ impl Node {
     pub async fn stop_job(&self, key: &str) -> Result<()> {
         self.inner.check_open()?;
         check_name("job key", key)?;
-        let mut pause = SettlePause::new(self.inner.options.dispatch_timeout);
-        // A worker stopped its run of the key though Redis had lost the
-        // run's record (`stopped.lua`): the stop is done, and a later
-        // "not found" only says nothing else runs the key.
-        let mut stopped_here = false;
-        loop {
-            // Behind Sentinel, the server asked: an answer from a primary
-            // the Sentinels no longer name is asked again (`primary_check`).
-            let asked = self.inner.commands_server();
-            let (request, rx) = self.inner.register_waiter();
-            let body = codec::encode(&KeyedRequest {
-                key: key.to_string(),
-                payload: Vec::new(),
-                reply: Some(ReplyTo {
-                    node: self.inner.id.clone(),
-                    request,
-                }),
-                hops: 0,
-            });
-            match self.inner.to_owner(key, EV_STOP, body).await {
-                Ok(Routed::Queued) => {}
-                Ok(Routed::Stopped(token)) => {
-                    self.inner.waiters.remove(&request);
-                    if !self.inner.stop_answer_stands(asked.as_ref()).await {
-                        pause.wait().await?;
-                        continue;
-                    }
-                    self.inner.stops_requested.record(key, token);
-                    self.inner.metrics.jobs_stopped.increment(1);
-                    self.inner.history.count(crate::history::PoolEvent::Stop);
-                    return Ok(());
-                }
-                Ok(Routed::Pending) => {
-                    // Admitted or being moved, not started yet: stop it once
-                    // it runs rather than report it missing.
-                    self.inner.waiters.remove(&request);
-                    pause.wait().await?;
-                    continue;
-                }
-                Ok(Routed::NotFound(token)) => {
-                    self.inner.waiters.remove(&request);
-                    if !self.inner.stop_answer_stands(asked.as_ref()).await {
-                        pause.wait().await?;
-                        continue;
-                    }
-                    // Not found now; but a worker cut off from Redis while
-                    // Redis lost its data may hold a suspended copy, and
-                    // another loss may take the tombstone that keeps it out:
-                    // made to stand again then, like a stop answered `Ok`.
-                    self.inner.stops_requested.record(key, token);
-                    return self.inner.not_found_after(key, stopped_here).await;
-                }
-                Err(Error::JobNotFound(_)) => {
-                    self.inner.waiters.remove(&request);
-                    if !self.inner.stop_answer_stands(asked.as_ref()).await {
-                        pause.wait().await?;
-                        continue;
-                    }
-                    return self.inner.not_found_after(key, stopped_here).await;
-                }
-                Err(e) => {
-                    self.inner.waiters.remove(&request);
-                    return Err(e);
-                }
-            }
-            let reply = self.inner.await_reply(request, rx, pause.deadline).await?;
-            if matches!(reply.status.as_str(), "ok" | "not_found")
-                && !self.inner.stop_answer_stands(asked.as_ref()).await
-            {
-                // The worker that answered did stop its run, if it had
-                // one; the job may still run on the promoted side.
-                stopped_here |= reply.status == "ok";
-                pause.wait().await?;
-                continue;
-            }
-            match reply.status.as_str() {
-                "ok" => {
-                    // "ok <token>": the stopped run's token (older workers
-                    // answer "ok" alone; nothing to remember then).
-                    if let Ok(token) = reply.message.parse::<u64>() {
-                        self.inner.stops_requested.record(key, token);
-                    }
-                    return Ok(());
-                }
-                "not_found" => {
-                    // "not_found <token>", from workers of earlier versions
-                    // (this one answers `retry` and leaves the tombstone to
-                    // the next routing): remembered like a stop answered
-                    // `Ok` (see above).
-                    if let Ok(token) = reply.message.parse::<u64>() {
-                        self.inner.stops_requested.record(key, token);
-                    }
-                    if stopped_here {
-                        return Ok(());
-                    }
-                    return Err(Error::JobNotFound(key.to_string()));
-                }
-                // The job moved on before the request got there, or the
-                // worker stopped its run ("retry <token>") but Redis had
-                // lost the run's record: again, for whatever runs it now.
-                "retry" => {
-                    if let Ok(token) = reply.message.parse::<u64>() {
-                        self.inner.stops_requested.record(key, token);
-                        stopped_here = true;
-                    }
-                    pause.wait().await?;
-                }
-                other => {
-                    return Err(Error::Malformed {
-                        what: "stop reply",
-                        reason: format!("unknown status {other:?}"),
-                    });
-                }
-            }
-        }
+        self.inner.stop_key(key, None).await
     }
 
     /// Sends `payload` to the handler's `notify` on the worker running job
@@ -326,7 +167,11 @@ impl Node {
         });
         let mut pause = SettlePause::new(self.inner.options.dispatch_timeout);
         loop {
-            match self.inner.to_owner(key, EV_NOTIFY, body.clone()).await? {
+            match self
+                .inner
+                .to_owner(key, EV_NOTIFY, body.clone(), None)
+                .await?
+            {
                 Routed::Pending => pause.wait().await?,
                 Routed::NotFound(_) => return Err(Error::JobNotFound(key.to_string())),
                 Routed::Queued | Routed::Stopped(_) => return Ok(()),
@@ -597,60 +442,6 @@ impl NodeInner {
                 return Err(Error::NoActiveWorker(self.pool.clone()));
             }
         }
-    }
-
-    /// What a stop answers when nothing runs `key` any more: `Ok` when a
-    /// worker stopped a run of it on this request already.
-    async fn not_found_after(&self, key: &str, stopped_here: bool) -> Result<()> {
-        match self.forget_failed_or_not_found(key).await {
-            Err(Error::JobNotFound(_)) if stopped_here => Ok(()),
-            other => other,
-        }
-    }
-
-    /// The end of a stop of a job that does not run: a job that failed for
-    /// good is shown until stopped, and the stop removes its record (`Ok`);
-    /// otherwise [`Error::JobNotFound`].
-    async fn forget_failed_or_not_found(&self, key: &str) -> Result<()> {
-        if self.store.forget_failed_job(key).await? {
-            return Ok(());
-        }
-        Err(Error::JobNotFound(key.to_string()))
-    }
-
-    /// Queues `event` at the owner of job `key` (stop, notify).
-    async fn to_owner(&self, key: &str, event: &str, body: Bytes) -> Result<Routed> {
-        // The replica's owner, where the node mirrors the jobs map, is a
-        // guess the script checks; without one the script names the owner
-        // (one more round trip).
-        let mut owner = self
-            .store
-            .maps
-            .replica_owner(key)
-            .unwrap_or_else(|| "-".to_string());
-        for _ in 0..5 {
-            let inbox = self.inbox(&owner)?;
-            let routed = self
-                .store
-                .to_owner(
-                    key,
-                    &owner,
-                    inbox.key(),
-                    event,
-                    body.clone(),
-                    self.options.worker_ttl,
-                )
-                .await?;
-            match routed {
-                store::Routed::Queued => return Ok(Routed::Queued),
-                store::Routed::Pending => return Ok(Routed::Pending),
-                store::Routed::Stopped(token) => return Ok(Routed::Stopped(token)),
-                store::Routed::NotFound(Some(token)) => return Ok(Routed::NotFound(token)),
-                store::Routed::NotFound(None) => return Err(Error::JobNotFound(key.to_string())),
-                store::Routed::Moved(now) => owner = now,
-            }
-        }
-        Err(Error::JobNotFound(key.to_string()))
     }
 
     /// Waits for the reply to `request` until `deadline`.

@@ -24,6 +24,7 @@ mod membership;
 mod metrics;
 mod node;
 mod options;
+mod owner_requests;
 mod pool_view;
 mod primary_check;
 mod reassert;

@@ -320,6 +320,16 @@ impl NodeInner {
         true
     }
 
+    /// Whether the end of a run, recorded while the commands went to
+    /// `before`, stands: always without Sentinel; behind Sentinel, unless
+    /// the Sentinels name another primary than the server that recorded
+    /// it (see [`NodeInner::stop_answer_stands`]), or the client moved
+    /// meanwhile.
+    pub(crate) async fn end_stands(self: &Arc<Self>, before: Option<&Server>) -> bool {
+        self.served_by_primary(before, "end of a run not trusted")
+            .await
+    }
+
     /// Whether what the client did on `before` (taken before it was sent;
     /// `None`: not known) was done on the primary: the client is still on
     /// that server and the Sentinels do not name another one (no answer or

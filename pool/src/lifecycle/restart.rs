@@ -142,6 +142,9 @@ impl WorkerInner {
         // Read before the call: a run held suspended, or still running
         // after the lease lapsed, may have been moved meanwhile.
         let past_lease = handler_stopped || !self.holds_lease(&node);
+        // Behind Sentinel, the server asked: an end recorded on a primary
+        // the Sentinels no longer name is made to stand where they name.
+        let asked = node.commands_server();
         let recorded = node
             .store
             .record_job_end(
@@ -182,8 +185,14 @@ impl WorkerInner {
             }
             Ok(EndRecorded::Finished) => {
                 self.end_locally(key, ended.token).await;
-                tracing::info!(key, token = ended.token, "job finished");
-                node.metrics.jobs_finished.increment(1);
+                if node.end_stands(asked.as_ref()).await {
+                    tracing::info!(key, token = ended.token, "job finished");
+                    node.metrics.jobs_finished.increment(1);
+                } else {
+                    // Recorded on a primary that stalled through its
+                    // failover: the promoted side may run the job, moved.
+                    node.finish_on_primary(key.to_string(), ended.token, job.created_at_ms);
+                }
             }
             Ok(EndRecorded::Moved) if matches!(ended.end, RunEnd::Failed(_)) => {
                 // Moved, or lost by Redis before this worker re-asserted

@@ -13,6 +13,19 @@ use super::call::{self, status_reply, u64_at};
 use crate::error::{Error, Result};
 use crate::keys;
 
+/// A request for the worker that runs a job (`to_owner.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OwnerRequest<'a> {
+    /// The worker expected to run it (`-`: not known).
+    pub(crate) owner: &'a str,
+    /// That worker's inbox.
+    pub(crate) owner_inbox: &'a str,
+    /// The event name (`stop`, `notify`).
+    pub(crate) event: &'a str,
+    /// Only the job of this dispatch (its payload's creation time, ms).
+    pub(crate) dispatch: Option<u64>,
+}
+
 /// Where `to_owner.lua` put a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Routed {
@@ -223,6 +236,7 @@ impl PoolStore {
     /// Queues `event` with `body` at `owner` (`"-"`: none known), the owner
     /// of job `key` as the caller's replica says. Redis below the highest
     /// jobs-map revision this node saw went back in time: `Pending`.
+    #[cfg(test)]
     pub(crate) async fn to_owner(
         &self,
         key: &str,
@@ -232,6 +246,31 @@ impl PoolStore {
         body: Bytes,
         worker_ttl: Duration,
     ) -> Result<Routed> {
+        let request = OwnerRequest {
+            owner,
+            owner_inbox,
+            event,
+            dispatch: None,
+        };
+        self.to_owner_of(key, request, body, worker_ttl).await
+    }
+
+    /// [`to_owner`](Self::to_owner), reaching only the job of
+    /// `request.dispatch` when set (its payload's creation time, ms): any
+    /// other dispatch of the key, or none, is [`Routed::NotFound`]`(None)`.
+    pub(crate) async fn to_owner_of(
+        &self,
+        key: &str,
+        request: OwnerRequest<'_>,
+        body: Bytes,
+        worker_ttl: Duration,
+    ) -> Result<Routed> {
+        let OwnerRequest {
+            owner,
+            owner_inbox,
+            event,
+            dispatch,
+        } = request;
         const WHAT: &str = "to_owner reply";
         let mut keys = self.maps.base_keys();
         keys.push(owner_inbox.to_string());
@@ -245,6 +284,7 @@ impl PoolStore {
             Value::from(keys::INBOX_MAXLEN.to_string()),
             Value::from(worker_ttl.as_millis().to_string()),
             Value::from(self.revision_floor()),
+            Value::from(dispatch.unwrap_or(0).to_string()),
         ]);
         let reply: Value = self
             .scripts

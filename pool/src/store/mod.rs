@@ -42,7 +42,7 @@ use fred::prelude::*;
 pub(crate) use admit::{Admission, AdmitLimits, Admitted, Forgot};
 pub(crate) use custody::Entrusted;
 pub(crate) use jobs::{
-    Dropped, EntryMove, Handoff, Moved, Mover, Receiver, Requeue, Routed, StopDone,
+    Dropped, EntryMove, Handoff, Moved, Mover, OwnerRequest, Receiver, Requeue, Routed, StopDone,
 };
 pub(crate) use lifecycle::{EndArgs, EndRecorded, Restarted};
 pub(crate) use maps::PoolMaps;

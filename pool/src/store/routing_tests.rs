@@ -178,3 +178,52 @@ async fn routing_scripts_answer_each_status() {
         .unwrap();
     assert_eq!(stale_route, Stopped::Retry, "recovering");
 }
+
+/// A request for one dispatch (`to_owner.lua` ARGV 11, its payload's
+/// creation time) reaches the job only while its payload is that
+/// dispatch's: a moved run of it is reached at its new owner, another
+/// dispatch of the key or none is "not found" with no tombstone.
+#[tokio::test]
+async fn a_request_for_one_dispatch_reaches_only_that_dispatch() {
+    use fred::prelude::HashesInterface;
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.admitted("j1", "w1").await;
+    let stored: bytes::Bytes = s.client.hget(s.maps.payloads_key(), "j1").await.unwrap();
+    let head = stored.split(|b| *b == b' ').next().unwrap();
+    let created: u64 = std::str::from_utf8(head).unwrap().parse().unwrap();
+    let route = |dispatch: u64| async move {
+        let request = OwnerRequest {
+            owner: "w1",
+            owner_inbox: &f.inbox("w1"),
+            event: "stop",
+            dispatch: Some(dispatch),
+        };
+        s.to_owner_of("j1", request, body("j1"), TTL).await.unwrap()
+    };
+    // Admitted, not started: pending, as for any stop.
+    assert_eq!(route(created).await, Routed::Pending);
+    assert_eq!(route(created + 1).await, Routed::NotFound(None));
+    let ids = f.entry_ids("w1").await;
+    let token = match s.job_records("j1").await.unwrap().2 {
+        Some(guard) => records::pending_guard(&guard).unwrap().0,
+        None => panic!("no guard"),
+    };
+    let start = f.start("j1", token, "w1", &ids[0]);
+    assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
+    assert_eq!(route(created).await, Routed::Queued);
+    assert_eq!(route(created - 1).await, Routed::NotFound(None));
+    let request = OwnerRequest {
+        owner: "w1",
+        owner_inbox: &f.inbox("w1"),
+        event: "stop",
+        dispatch: Some(created),
+    };
+    assert_eq!(
+        s.to_owner_of("absent", request, body("absent"), TTL)
+            .await
+            .unwrap(),
+        Routed::NotFound(None)
+    );
+}

@@ -2,7 +2,9 @@
 -- KEYS: base, 9 owner inbox, 10 keep-alive revision (`went_back`)
 -- ARGV: base, 4 job key, 5 expected owner, 6 event name, 7 body, 8 maxlen,
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
---       revisions the caller has seen (see `went_back`)
+--       revisions the caller has seen (see `went_back`), 11 a dispatch
+--       (its payload's creation time, ms; '0': any): only a job of that
+--       dispatch is reached, whatever worker runs it now
 -- Returns {'ok'} | {'pending'} (admitted or being moved, not started yet;
 --       or Redis lost its data and the job may run on a worker that has
 --       not re-asserted it yet; or an orphan a notify waits for) |
@@ -14,6 +16,15 @@
 -- (or its absence) may be older than the run that goes on somewhere; wait
 -- for the workers to re-assert what they run.
 if went_back(ARGV[10], tonumber(ARGV[9]), KEYS[10]) then return {'pending'} end
+-- One dispatch only: the end of a run recorded on a primary that stalled
+-- through its failover, made to stand on the promoted side, where a
+-- cleanup may have moved that run to another worker. A moved job keeps
+-- its payload; another dispatch of the key, or none, is not reached.
+local dispatch = tonumber(ARGV[11] or '0') or 0
+if dispatch > 0 then
+  local stored = redis.call('HGET', PAYLOADS, ARGV[4])
+  if not stored or payload_created_ms(stored) ~= dispatch then return {'not_found'} end
+end
 local j = mget(JOBS, ARGV[4])
 if not j then
   if mget(PENDING, ARGV[4]) then return {'pending'} end

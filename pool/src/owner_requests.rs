@@ -1,0 +1,310 @@
+//! Requests for the worker that runs a job (stop, notify), routed to it
+//! through Redis, and the stop that waits for that worker's answer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::codec::{self, EV_STOP, KeyedRequest, ReplyTo};
+use crate::error::{Error, Result};
+use crate::node::NodeInner;
+use crate::store;
+
+/// Where a stop or notify request went.
+pub(crate) enum Routed {
+    /// Queued in the owner's inbox.
+    Queued,
+    /// The job is admitted or being moved but not started: nowhere to go yet.
+    Pending,
+    /// A stop of an orphaned job (payload kept for the orphan sweep, no
+    /// owner): ended by the routing script itself, which left this fencing
+    /// token as its tombstone.
+    Stopped(u64),
+    /// A stop of a key Redis knows nothing of: the routing script left this
+    /// fencing token as its tombstone.
+    NotFound(u64),
+}
+
+/// Paces retries of a request for a job that is between owners: 5 ms,
+/// doubling up to 200 ms, until the request's deadline.
+pub(crate) struct SettlePause {
+    attempts: u32,
+    timeout: Duration,
+    pub(crate) deadline: Instant,
+}
+
+impl SettlePause {
+    pub(crate) fn new(timeout: Duration) -> Self {
+        SettlePause {
+            attempts: 0,
+            timeout,
+            deadline: Instant::now() + timeout,
+        }
+    }
+
+    pub(crate) async fn wait(&mut self) -> Result<()> {
+        let delay =
+            Duration::from_millis(5 << self.attempts.min(5)).min(Duration::from_millis(200));
+        self.attempts += 1;
+        if Instant::now() + delay >= self.deadline {
+            return Err(Error::Timeout(self.timeout));
+        }
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+}
+
+impl NodeInner {
+    /// Stops job `key` (see [`crate::Node::stop_job`]) and returns once its
+    /// owner's handler `stop` returned. `dispatch`: only the job of that
+    /// dispatch (its payload's creation time, ms), wherever it runs now;
+    /// another dispatch of the key, or none, is [`Error::JobNotFound`].
+    pub(crate) async fn stop_key(self: &Arc<Self>, key: &str, dispatch: Option<u64>) -> Result<()> {
+        let mut pause = SettlePause::new(self.options.dispatch_timeout);
+        // A worker stopped its run of the key though Redis had lost the
+        // run's record (`stopped.lua`): the stop is done, and a later
+        // "not found" only says nothing else runs the key.
+        let mut stopped_here = false;
+        loop {
+            // Behind Sentinel, the server asked: an answer from a primary
+            // the Sentinels no longer name is asked again (`primary_check`).
+            let asked = self.commands_server();
+            let (request, rx) = self.register_waiter();
+            let body = codec::encode(&KeyedRequest {
+                key: key.to_string(),
+                payload: Vec::new(),
+                reply: Some(ReplyTo {
+                    node: self.id.clone(),
+                    request,
+                }),
+                hops: 0,
+            });
+            match self.to_owner(key, EV_STOP, body, dispatch).await {
+                Ok(Routed::Queued) => {}
+                Ok(Routed::Stopped(token)) => {
+                    self.waiters.remove(&request);
+                    if !self.stop_answer_stands(asked.as_ref()).await {
+                        pause.wait().await?;
+                        continue;
+                    }
+                    self.stops_requested.record(key, token);
+                    self.count_stop(dispatch);
+                    return Ok(());
+                }
+                Ok(Routed::Pending) => {
+                    // Admitted or being moved, not started yet: stop it once
+                    // it runs rather than report it missing.
+                    self.waiters.remove(&request);
+                    pause.wait().await?;
+                    continue;
+                }
+                Ok(Routed::NotFound(token)) => {
+                    self.waiters.remove(&request);
+                    if !self.stop_answer_stands(asked.as_ref()).await {
+                        pause.wait().await?;
+                        continue;
+                    }
+                    // Not found now; but a worker cut off from Redis while
+                    // Redis lost its data may hold a suspended copy, and
+                    // another loss may take the tombstone that keeps it out:
+                    // made to stand again then, like a stop answered `Ok`.
+                    self.stops_requested.record(key, token);
+                    return self.not_found_after(key, stopped_here, dispatch).await;
+                }
+                Err(Error::JobNotFound(_)) => {
+                    self.waiters.remove(&request);
+                    if !self.stop_answer_stands(asked.as_ref()).await {
+                        pause.wait().await?;
+                        continue;
+                    }
+                    return self.not_found_after(key, stopped_here, dispatch).await;
+                }
+                Err(e) => {
+                    self.waiters.remove(&request);
+                    return Err(e);
+                }
+            }
+            let reply = self.await_reply(request, rx, pause.deadline).await?;
+            if matches!(reply.status.as_str(), "ok" | "not_found")
+                && !self.stop_answer_stands(asked.as_ref()).await
+            {
+                // The worker that answered did stop its run, if it had
+                // one; the job may still run on the promoted side.
+                stopped_here |= reply.status == "ok";
+                pause.wait().await?;
+                continue;
+            }
+            match reply.status.as_str() {
+                "ok" => {
+                    // "ok <token>": the stopped run's token (older workers
+                    // answer "ok" alone; nothing to remember then).
+                    if let Ok(token) = reply.message.parse::<u64>() {
+                        self.stops_requested.record(key, token);
+                    }
+                    return Ok(());
+                }
+                "not_found" => {
+                    // "not_found <token>", from workers of earlier versions
+                    // (this one answers `retry` and leaves the tombstone to
+                    // the next routing): remembered like a stop answered
+                    // `Ok` (see above).
+                    if let Ok(token) = reply.message.parse::<u64>() {
+                        self.stops_requested.record(key, token);
+                    }
+                    if stopped_here {
+                        return Ok(());
+                    }
+                    return Err(Error::JobNotFound(key.to_string()));
+                }
+                // The job moved on before the request got there, or the
+                // worker stopped its run ("retry <token>") but Redis had
+                // lost the run's record: again, for whatever runs it now.
+                "retry" => {
+                    if let Ok(token) = reply.message.parse::<u64>() {
+                        self.stops_requested.record(key, token);
+                        stopped_here = true;
+                    }
+                    pause.wait().await?;
+                }
+                other => {
+                    return Err(Error::Malformed {
+                        what: "stop reply",
+                        reason: format!("unknown status {other:?}"),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Counts a stop `stop_job` asked for (not the end of a run made to
+    /// stand, which names its dispatch).
+    fn count_stop(&self, dispatch: Option<u64>) {
+        if dispatch.is_none() {
+            self.metrics.jobs_stopped.increment(1);
+            self.history.count(crate::history::PoolEvent::Stop);
+        }
+    }
+
+    /// What a stop answers when nothing runs `key` any more: `Ok` when a
+    /// worker stopped a run of it on this request already. A stop of one
+    /// dispatch leaves a record of a job that failed for good alone: it
+    /// may be another dispatch's.
+    async fn not_found_after(
+        &self,
+        key: &str,
+        stopped_here: bool,
+        dispatch: Option<u64>,
+    ) -> Result<()> {
+        if dispatch.is_some() {
+            return match stopped_here {
+                true => Ok(()),
+                false => Err(Error::JobNotFound(key.to_string())),
+            };
+        }
+        match self.forget_failed_or_not_found(key).await {
+            Err(Error::JobNotFound(_)) if stopped_here => Ok(()),
+            other => other,
+        }
+    }
+
+    /// The end of a stop of a job that does not run: a job that failed for
+    /// good is shown until stopped, and the stop removes its record (`Ok`);
+    /// otherwise [`Error::JobNotFound`].
+    async fn forget_failed_or_not_found(&self, key: &str) -> Result<()> {
+        if self.store.forget_failed_job(key).await? {
+            return Ok(());
+        }
+        Err(Error::JobNotFound(key.to_string()))
+    }
+
+    /// Queues `event` at the owner of job `key` (stop, notify).
+    /// `dispatch`: only the job of that dispatch (its payload's creation
+    /// time, ms), whatever worker runs it now.
+    pub(crate) async fn to_owner(
+        &self,
+        key: &str,
+        event: &str,
+        body: Bytes,
+        dispatch: Option<u64>,
+    ) -> Result<Routed> {
+        // The replica's owner, where the node mirrors the jobs map, is a
+        // guess the script checks; without one the script names the owner
+        // (one more round trip).
+        let mut owner = self
+            .store
+            .maps
+            .replica_owner(key)
+            .unwrap_or_else(|| "-".to_string());
+        for _ in 0..5 {
+            let inbox = self.inbox(&owner)?;
+            let request = store::OwnerRequest {
+                owner: &owner,
+                owner_inbox: inbox.key(),
+                event,
+                dispatch,
+            };
+            let routed = self
+                .store
+                .to_owner_of(key, request, body.clone(), self.options.worker_ttl)
+                .await?;
+            match routed {
+                store::Routed::Queued => return Ok(Routed::Queued),
+                store::Routed::Pending => return Ok(Routed::Pending),
+                store::Routed::Stopped(token) => return Ok(Routed::Stopped(token)),
+                store::Routed::NotFound(Some(token)) => return Ok(Routed::NotFound(token)),
+                store::Routed::NotFound(None) => return Err(Error::JobNotFound(key.to_string())),
+                store::Routed::Moved(now) => owner = now,
+            }
+        }
+        Err(Error::JobNotFound(key.to_string()))
+    }
+
+    /// Makes the finish of run `token` of job `key` stand where the
+    /// Sentinels name the primary: it was recorded on a primary that
+    /// stalled through its failover, and the promoted side may run the
+    /// job, moved to another worker by a cleanup meanwhile. That run of the
+    /// same dispatch (`dispatch`: its payload's creation time) is stopped
+    /// there; only then is the job reported finished. Given up, with a
+    /// warning, after [`FINISH_STANDS_WITHIN`].
+    pub(crate) fn finish_on_primary(self: &Arc<Self>, key: String, token: u64, dispatch: u64) {
+        let node = self.clone();
+        self.tasks.spawn(async move {
+            let deadline = Instant::now() + FINISH_STANDS_WITHIN;
+            loop {
+                let stopped = tokio::select! {
+                    _ = node.cancel.cancelled() => return,
+                    stopped = node.stop_key(&key, Some(dispatch)) => stopped,
+                };
+                match stopped {
+                    Ok(()) | Err(Error::JobNotFound(_)) => {
+                        tracing::info!(key, token, "job finished");
+                        node.metrics.jobs_finished.increment(1);
+                        return;
+                    }
+                    Err(Error::Closed) => return,
+                    Err(e) if Instant::now() >= deadline => {
+                        tracing::warn!(
+                            key,
+                            token,
+                            error = %e,
+                            "the finish of a run recorded on a primary the Sentinels no longer \
+                             name could not be made to stand: the job may run again"
+                        );
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(key, error = %e, "making a finish stand: asking again");
+                        tokio::time::sleep(FINISH_STANDS_RETRY).await;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// How long a finish recorded on a superseded primary is made to stand.
+const FINISH_STANDS_WITHIN: Duration = Duration::from_secs(120);
+/// The pause between two attempts to make a finish stand.
+const FINISH_STANDS_RETRY: Duration = Duration::from_millis(500);

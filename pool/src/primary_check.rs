@@ -370,6 +370,10 @@ impl NodeInner {
         match verdict {
             Verdict::Primary | Verdict::Unknown => true,
             Verdict::Superseded { named } => {
+                // Tokens taken on that server are not comparable with the
+                // promoted side's: the re-assertions that follow the
+                // reconnect yield to the runs found there.
+                self.store.diverged_for(self.options.worker_ttl * 2);
                 tracing::warn!(
                     node = %self.id,
                     server = %address(&server),

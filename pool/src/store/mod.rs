@@ -74,6 +74,13 @@ pub(crate) struct PoolStore {
     /// The server this node last checked (`went_back` in the scripts
     /// compares it); `None` until the first check.
     known_server: Arc<std::sync::Mutex<Option<ServerIdentity>>>,
+    /// Until when suspended jobs re-assert yielding (`reassert.lua`
+    /// 'yielding': never over another run's record or guard). Set when the
+    /// node learns that a server it wrote to was a primary that stalled
+    /// through its failover: tokens it took there came from that server's
+    /// clock on a branch the promoted side never saw, so a larger one says
+    /// nothing about which run is newer.
+    diverged_until: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
 }
 
 /// Who the Redis server holding the pool's keys is (`server_id.lua`).
@@ -104,6 +111,7 @@ impl PoolStore {
             scripts: &SCRIPTS,
             timeout,
             known_server: Arc::default(),
+            diverged_until: Arc::default(),
         })
     }
 

@@ -575,3 +575,79 @@ async fn a_restart_waits_while_the_pool_recovers() {
     let (_, record, _) = s.job_records("k").await.unwrap();
     assert_eq!(record, Some(format!("w1 {token}")), "nothing written");
 }
+
+/// A node that wrote to a primary that stalled through its failover holds
+/// suspended jobs with tokens from that server's clock, on a branch the
+/// promoted side never saw: a larger token says nothing about which run is
+/// newer. While it is marked diverged its suspended jobs re-assert
+/// yielding: never over another run's record or guard (chaos soak seed
+/// 1472: a suspended copy with the woken primary's token took the record
+/// of the run the promoted side had moved to another worker, and both
+/// ran). Without the mark, the larger token wins, as after a rollback.
+#[tokio::test]
+async fn a_diverged_node_s_suspended_jobs_yield_to_the_runs_they_find() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let stored = |key| codec::stored(0, &body(key));
+    for key in ["moved", "rolled-back"] {
+        assert_eq!(
+            s.reassert(key, "w2", 100, stored(key), Reassert::Running, TTL)
+                .await
+                .unwrap(),
+            Reasserted::Ok
+        );
+    }
+    s.diverged_for(Duration::from_secs(60));
+    assert_eq!(
+        s.reassert(
+            "moved",
+            "w1",
+            200,
+            stored("moved"),
+            Reassert::Suspended,
+            TTL
+        )
+        .await
+        .unwrap(),
+        Reasserted::Lost
+    );
+    let (_, record, _) = s.job_records("moved").await.unwrap();
+    assert_eq!(
+        record.as_deref(),
+        Some("w2 100"),
+        "the run found keeps its record"
+    );
+    let fresh = fixture().await;
+    let s2 = &fresh.store;
+    fresh.register("w1").await;
+    fresh.register("w2").await;
+    assert_eq!(
+        s2.reassert(
+            "rolled-back",
+            "w2",
+            100,
+            stored("rolled-back"),
+            Reassert::Running,
+            TTL
+        )
+        .await
+        .unwrap(),
+        Reasserted::Ok
+    );
+    assert_ne!(
+        s2.reassert(
+            "rolled-back",
+            "w1",
+            200,
+            stored("rolled-back"),
+            Reassert::Suspended,
+            TTL
+        )
+        .await
+        .unwrap(),
+        Reasserted::Lost,
+        "without the mark the larger token wins"
+    );
+}

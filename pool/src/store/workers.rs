@@ -336,6 +336,11 @@ impl PoolStore {
     ) -> Result<Vec<Reasserted>> {
         const WHAT: &str = "reassert reply";
         let count = jobs.len();
+        let suspended = if self.diverged() {
+            "yielding"
+        } else {
+            "suspended"
+        };
         let mut args = self.maps.base_args();
         args.reserve(2 + 4 * count);
         args.push(Value::from(worker));
@@ -347,7 +352,7 @@ impl PoolStore {
                 Value::Bytes(job.stored),
                 Value::from(match job.state {
                     Reassert::Running => "running",
-                    Reassert::Suspended => "suspended",
+                    Reassert::Suspended => suspended,
                 }),
             ]);
         }
@@ -359,6 +364,25 @@ impl PoolStore {
             .run(&self.client, keys, args, self.timeout)
             .await?;
         call::statuses(WHAT, count, &statuses, Reasserted::parse)
+    }
+
+    /// Has suspended jobs re-assert yielding for `window` from now (see
+    /// `PoolStore::diverged_until`).
+    pub(crate) fn diverged_for(&self, window: Duration) {
+        let until = tokio::time::Instant::now() + window;
+        let mut at = self
+            .diverged_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *at = Some(at.map_or(until, |t| t.max(until)));
+    }
+
+    /// Whether suspended jobs re-assert yielding now.
+    fn diverged(&self) -> bool {
+        self.diverged_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| tokio::time::Instant::now() < t)
     }
 
     /// Takes job `key` back for `worker` with a new token, if it still owns

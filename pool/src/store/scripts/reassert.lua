@@ -20,7 +20,10 @@
 -- KEYS: base, 9 orphan marks hash
 -- ARGV: base, 4 worker id, 5 worker ttl ms, then 4 per job: job key,
 --       token, stored payload ("<created_ms> <body>"), 'running' |
---       'suspended'
+--       'suspended' | 'yielding' (suspended, and never over another run's
+--       record or guard, whatever the tokens: the worker's node wrote to
+--       a primary that stalled through its failover, whose tokens came
+--       from its own clock on a branch the promoted side never saw)
 -- A record or pending guard with an *older* token than the worker's is
 -- stale: Redis went back in time and lost the start the worker holds (a
 -- hand-off to it, a restart here). The newer token wins, as fencing says.
@@ -62,7 +65,7 @@ local function reassert_one(key, token_arg, stored_arg, state_arg)
       own_payload(key, stored_arg)
       return 'ok'
     end
-    if not (recorded and recorded < mine) then return 'lost' end
+    if state_arg == 'yielding' or not (recorded and recorded < mine) then return 'lost' end
     mdel(JOBS, key)
   end
   local p = mget(PENDING, key)
@@ -71,6 +74,7 @@ local function reassert_one(key, token_arg, stored_arg, state_arg)
     -- the state Redis went back to and started after it: take it.
     local guarded = tonumber(string.match(p, '^(%d+)') or '')
     if not (guarded and guarded <= mine) then return 'pending' end
+    if state_arg == 'yielding' and guarded ~= mine then return 'pending' end
     mdel(PENDING, key)
   end
   local current = tonumber(redis.call('HGET', FENCING, key) or '0')
@@ -87,7 +91,7 @@ local function reassert_one(key, token_arg, stored_arg, state_arg)
   -- not the latest).
   redis.call('HSET', FENCING, key, token_arg)
   own_payload(key, stored_arg)
-  if state_arg == 'suspended' and recovering(tonumber(ttl_arg)) then
+  if state_arg ~= 'running' and recovering(tonumber(ttl_arg)) then
     redis.call('HSET', KEYS[9], key, string.format('%d - ', now_ms()) .. token_arg)
     return 'orphaned'
   end

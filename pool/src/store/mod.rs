@@ -95,6 +95,25 @@ pub(crate) struct ServerIdentity {
 }
 
 impl PoolStore {
+    /// Has suspended jobs re-assert yielding for `window` from now (see
+    /// `PoolStore::diverged_until`).
+    pub(crate) fn diverged_for(&self, window: Duration) {
+        let until = tokio::time::Instant::now() + window;
+        let mut at = self
+            .diverged_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *at = Some(at.map_or(until, |t| t.max(until)));
+    }
+
+    /// Whether suspended jobs re-assert yielding now.
+    pub(crate) fn diverged(&self) -> bool {
+        self.diverged_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| tokio::time::Instant::now() < t)
+    }
+
     /// Joins the maps of `pool` (the jobs and pending maps only when
     /// `mirror_jobs`).
     pub(crate) async fn join(

@@ -366,25 +366,6 @@ impl PoolStore {
         call::statuses(WHAT, count, &statuses, Reasserted::parse)
     }
 
-    /// Has suspended jobs re-assert yielding for `window` from now (see
-    /// `PoolStore::diverged_until`).
-    pub(crate) fn diverged_for(&self, window: Duration) {
-        let until = tokio::time::Instant::now() + window;
-        let mut at = self
-            .diverged_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        *at = Some(at.map_or(until, |t| t.max(until)));
-    }
-
-    /// Whether suspended jobs re-assert yielding now.
-    fn diverged(&self) -> bool {
-        self.diverged_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|t| tokio::time::Instant::now() < t)
-    }
-
     /// Takes job `key` back for `worker` with a new token, if it still owns
     /// it, no cleaner claimed the worker and the pool is not recovering
     /// (`worker_ttl`: the recovery window a script that finds the pool's

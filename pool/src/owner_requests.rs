@@ -32,10 +32,12 @@ pub(crate) enum Routed {
 pub(crate) struct SettlePause {
     attempts: u32,
     timeout: Duration,
+    /// When the request gives up ([`Error::Timeout`]).
     pub(crate) deadline: Instant,
 }
 
 impl SettlePause {
+    /// Paces a request that gives up `timeout` from now.
     pub(crate) fn new(timeout: Duration) -> Self {
         SettlePause {
             attempts: 0,
@@ -44,6 +46,8 @@ impl SettlePause {
         }
     }
 
+    /// Waits before the next attempt; [`Error::Timeout`] when that would
+    /// pass the deadline.
     pub(crate) async fn wait(&mut self) -> Result<()> {
         let delay =
             Duration::from_millis(5 << self.attempts.min(5)).min(Duration::from_millis(200));

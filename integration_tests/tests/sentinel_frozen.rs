@@ -48,24 +48,7 @@ async fn frozen_primary_runs_no_job_twice(name: &str, options: SentinelOptions) 
     for k in &keys {
         h.dispatch(k).await.unwrap();
     }
-    let old = h.ha.primary_port().unwrap();
-    let pid = nix::unistd::Pid::from_raw(h.ha.server_pid(old).unwrap() as i32);
-    h.driver.record(Record::Fault {
-        kind: FaultKind::FrozenFailover,
-        target: None,
-        end: false,
-    });
-    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
-    let ha = &h.ha;
-    let promoted =
-        tokio::task::block_in_place(|| ha.wait_for_failover(old, Duration::from_secs(20)));
-    if let Err(e) = promoted {
-        let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
-        panic!("no failover: {e}");
-    }
-    // The other side: a process that joins on the promoted replica.
-    let joined = worker_process(&h.ha, h.dir.path(), &h.pool, h.processes.len()).await;
-    h.processes.push(joined);
+    let (old, pid) = freeze_until_failover(&mut h).await;
     tokio::time::sleep(TTL).await;
     nix::sys::signal::kill(pid, Signal::SIGCONT).unwrap();
     let woke = Instant::now();
@@ -102,23 +85,7 @@ async fn sentinel_stops_answered_as_a_frozen_primary_wakes_hold() {
     for k in &keys {
         h.dispatch(k).await.unwrap();
     }
-    let old = h.ha.primary_port().unwrap();
-    let pid = nix::unistd::Pid::from_raw(h.ha.server_pid(old).unwrap() as i32);
-    h.driver.record(Record::Fault {
-        kind: FaultKind::FrozenFailover,
-        target: None,
-        end: false,
-    });
-    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
-    let ha = &h.ha;
-    let promoted =
-        tokio::task::block_in_place(|| ha.wait_for_failover(old, Duration::from_secs(20)));
-    if let Err(e) = promoted {
-        let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
-        panic!("no failover: {e}");
-    }
-    let joined = worker_process(&h.ha, h.dir.path(), &h.pool, h.processes.len()).await;
-    h.processes.push(joined);
+    let (old, pid) = freeze_until_failover(&mut h).await;
     tokio::time::sleep(TTL * 2).await;
     nix::sys::signal::kill(pid, Signal::SIGCONT).unwrap();
     let (stopped, running) = keys.split_at(keys.len() / 2);
@@ -140,4 +107,28 @@ async fn sentinel_stops_answered_as_a_frozen_primary_wakes_hold() {
     let report = h.check_now();
     assert!(report.ok(), "violations: {:#?}", report.violations);
     h.kill_all().await;
+}
+
+/// Freezes the primary (`SIGSTOP`) until the Sentinels promote a replica,
+/// then has a worker process join on the promoted side; the old primary's
+/// port and pid (still frozen).
+async fn freeze_until_failover(h: &mut HaHarness) -> (u16, nix::unistd::Pid) {
+    let old = h.ha.primary_port().unwrap();
+    let pid = nix::unistd::Pid::from_raw(h.ha.server_pid(old).unwrap() as i32);
+    h.driver.record(Record::Fault {
+        kind: FaultKind::FrozenFailover,
+        target: None,
+        end: false,
+    });
+    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
+    let ha = &h.ha;
+    let promoted =
+        tokio::task::block_in_place(|| ha.wait_for_failover(old, Duration::from_secs(20)));
+    if let Err(e) = promoted {
+        let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
+        panic!("no failover: {e}");
+    }
+    let joined = worker_process(&h.ha, h.dir.path(), &h.pool, h.processes.len()).await;
+    h.processes.push(joined);
+    (old, pid)
 }

@@ -125,18 +125,7 @@ impl HaHarness {
     }
 
     pub async fn stop(&self, key: &str) {
-        self.driver.record(Record::StopSent {
-            key: key.to_string(),
-        });
-        let outcome = match self.node.stop_job(key).await {
-            Ok(()) => "ok",
-            Err(Error::JobNotFound(_)) => "not_found",
-            Err(_) => "unknown",
-        };
-        self.driver.record(Record::StopDone {
-            key: key.to_string(),
-            outcome: outcome.into(),
-        });
+        let outcome = self.stop_any(key).await;
         assert_eq!(outcome, "ok", "stop of {key} before the failover");
     }
 

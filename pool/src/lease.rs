@@ -118,7 +118,10 @@ impl NodeInner {
                     // again at every renewal.
                     self.resume_wanted.notify_one();
                 }
-                Ok(Err(e)) => tracing::warn!(node = %self.id, error = %e, "keep-alive failed"),
+                Ok(Err(e)) => {
+                    tracing::warn!(node = %self.id, error = %e, "keep-alive failed");
+                    self.after_refused_renewal(&e);
+                }
                 Err(_) => tracing::warn!(node = %self.id, "keep-alive timed out"),
             }
         }

@@ -13,7 +13,7 @@
 //! side; this closes it from the node's, whatever the servers' settings.
 //!
 //! After each renewal the node asks every Sentinel which server is the
-//! primary (`SENTINEL GET-MASTER-ADDR-BY-NAME`, on one long-lived
+//! primary (`SENTINEL MASTER`, on one long-lived
 //! connection per Sentinel). When most of those that answer name another
 //! server than the one the renewal ran on, the renewal does not count: the
 //! lease runs out and the jobs stop, as when Redis does not answer, and the
@@ -161,7 +161,7 @@ impl PrimaryCheck {
         let asked = self.sentinels.iter().map(|sentinel| async move {
             let question = sentinel.custom::<Value, _>(
                 CustomCommand::new_static("SENTINEL", ClusterHash::FirstKey, false),
-                vec!["GET-MASTER-ADDR-BY-NAME", self.service.as_str()],
+                vec!["MASTER", self.service.as_str()],
             );
             match tokio::time::timeout(self.timeout, question).await {
                 Ok(Ok(reply)) => primary_named(reply),
@@ -221,16 +221,38 @@ fn address(server: &Server) -> String {
     format!("{}:{}", server.host, server.port)
 }
 
-/// The `host:port` of a `GET-MASTER-ADDR-BY-NAME` reply (`None` for a nil
-/// reply: the Sentinel does not monitor the service).
+/// The `host:port` a `SENTINEL MASTER` reply names the primary (`None`
+/// for an error or nil reply: the Sentinel does not monitor the service).
+/// A Sentinel that takes that server for down (`s_down`, `o_down`) or is
+/// failing it over has no opinion: right after a failover the Sentinels
+/// that have not heard of it yet still name the old primary, which they
+/// take for down, and counting them sent every node back to it.
 fn primary_named(reply: Value) -> Option<String> {
-    let Value::Array(fields) = reply else {
-        return None;
+    let pairs: Vec<(String, String)> = match reply {
+        Value::Array(fields) => fields
+            .chunks_exact(2)
+            .filter_map(|kv| Some((kv[0].as_string()?, kv[1].as_string()?)))
+            .collect(),
+        Value::Map(map) => map
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_string()?)))
+            .collect(),
+        _ => return None,
     };
-    match fields.as_slice() {
-        [host, port] => Some(format!("{}:{}", host.as_str()?, port.as_str()?)),
-        _ => None,
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let flags = field("flags").unwrap_or("");
+    if flags
+        .split(',')
+        .any(|f| matches!(f, "s_down" | "o_down" | "failover_in_progress"))
+    {
+        return None;
     }
+    Some(format!("{}:{}", field("ip")?, field("port")?))
 }
 
 /// Whether one server is named in `answers` by more than half of all
@@ -389,6 +411,30 @@ impl NodeInner {
         }
     }
 
+    /// Behind Sentinel, a `READONLY` refusal of a renewal says the client
+    /// is on a replica: a primary demoted after its failover keeps its
+    /// clients' connections, and one that came back as a replica may take
+    /// new ones before the Sentinels reconfigure it. Nothing else would
+    /// move the client (the check above follows renewals that succeed), so
+    /// it reconnects through the Sentinels, at most once per TTL.
+    pub(crate) fn after_refused_renewal(&self, error: &crate::error::Error) {
+        let Some(check) = &self.primary_check else {
+            return;
+        };
+        let crate::error::Error::WritesRefused(refusal) = error else {
+            return;
+        };
+        if refusal.details().starts_with("READONLY")
+            && once_per(&check.last_reconnect, self.options.worker_ttl)
+        {
+            tracing::warn!(
+                node = %self.id,
+                "the server answers as a replica (READONLY): reconnecting through the Sentinels"
+            );
+            self.reconnect_to_primary();
+        }
+    }
+
     /// Makes the client and the reader reconnect, in the background, each
     /// to the server the Sentinels name now.
     fn reconnect_to_primary(&self) {
@@ -465,9 +511,31 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_names_host_and_port() {
-        let reply = Value::Array(vec![Value::from("127.0.0.1"), Value::from("6380")]);
-        assert_eq!(primary_named(reply).as_deref(), Some("127.0.0.1:6380"));
+    fn a_reply_names_host_and_port_unless_that_server_is_down() {
+        let reply = |flags: &str| {
+            Value::Array(
+                [
+                    "name",
+                    "flotilla",
+                    "ip",
+                    "127.0.0.1",
+                    "port",
+                    "6380",
+                    "flags",
+                    flags,
+                ]
+                .into_iter()
+                .map(Value::from)
+                .collect(),
+            )
+        };
+        assert_eq!(
+            primary_named(reply("master")).as_deref(),
+            Some("127.0.0.1:6380")
+        );
+        assert_eq!(primary_named(reply("s_down,master")), None);
+        assert_eq!(primary_named(reply("s_down,o_down,master")), None);
+        assert_eq!(primary_named(reply("master,failover_in_progress")), None);
         assert_eq!(primary_named(Value::Null), None);
     }
 }

@@ -353,6 +353,36 @@ fn an_admission_answered_after_its_run_finished_is_not_doubled_by_the_next() {
     assert!(kinds(&run(false)).contains(&"double"));
 }
 
+/// The same, with the second admission's run begun 1 ms before the first
+/// `Ok` came back (seed 1472: the first run finished within 13 ms): that
+/// run is the second dispatch's, still in flight then. With one dispatch
+/// sent, a run begun between the finish and the `Ok`, then a second
+/// admission, stays a double admission.
+#[test]
+fn a_racing_admission_s_run_begun_before_the_first_ok_is_not_a_double() {
+    let run = |racing: bool| {
+        let w = vec![
+            start(10, 105, "k", "a", 1),
+            ended(10, 110, "k", "a", 1, "finished"),
+            finished(10, 180, "k", 1),
+        ];
+        let w2 = vec![start(20, 184, "k", "b", 2)];
+        let mut d = vec![dispatch_sent(100, "k")];
+        if racing {
+            d.push(dispatch_sent(100, "k"));
+        }
+        d.push(admit(185, "k"));
+        if !racing {
+            d.push(dispatch_sent(186, "k"));
+        }
+        d.push(admit(190, "k"));
+        check(&[w, w2, d], &CheckOptions::default())
+    };
+    let r = run(true);
+    assert!(!kinds(&r).contains(&"double"), "{:?}", r.violations);
+    assert!(kinds(&run(false)).contains(&"double"));
+}
+
 /// A run that failed keeps its key in its process until the backoff runs
 /// out and the pool restarts it. Redis restarted empty, and that process
 /// killed within the notice window after (seed 1432: 10 ms), took both

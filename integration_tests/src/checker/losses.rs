@@ -102,12 +102,20 @@ pub(super) fn check_admissions(
     let mut last_admit: HashMap<&str, u64> = HashMap::new();
     // key → when its last pair ended (a stop request, a finish).
     let mut pair_ended: HashMap<&str, u64> = HashMap::new();
+    // key → dispatches sent and not answered yet.
+    let mut in_flight: HashMap<&str, usize> = HashMap::new();
     // key → when its last run failed (restarted by the pool after a backoff).
     let mut last_failed: HashMap<&str, u64> = HashMap::new();
     for (t, r) in driver {
         match r {
             Record::DispatchSent { key } => {
                 last_sent.insert(key, *t);
+                *in_flight.entry(key).or_default() += 1;
+            }
+            Record::Exists { key } | Record::DispatchUnknown { key } => {
+                if let Some(n) = in_flight.get_mut(key.as_str()) {
+                    *n = n.saturating_sub(1);
+                }
             }
             Record::Ended { key, outcome, .. } if outcome == "failed" => {
                 last_failed.insert(key, *t);
@@ -121,7 +129,11 @@ pub(super) fn check_admissions(
                 // after that finish. Its pair has ended.
                 let sent = last_sent.get(key.as_str()).copied().unwrap_or(0);
                 let finish = last_finish.get(key.as_str()).copied();
-                if finished_before_its_answer(key, sent, finish, *t, intervals) {
+                let others = in_flight.get_mut(key.as_str()).map_or(0, |n| {
+                    *n = n.saturating_sub(1);
+                    *n
+                });
+                if finished_before_its_answer(key, sent, finish, *t, intervals, others > 0) {
                     last_admit.remove(key.as_str());
                     continue;
                 }
@@ -190,22 +202,28 @@ enum Expect {
 /// Whether the admission of `key` whose `Ok` came back at `answered`
 /// (its dispatch sent at `sent`) had already finished on its own, the last
 /// finish of the key at `finish`: a run began after the dispatch was sent
-/// and finished since, and none began after that finish.
+/// and finished since, and none began after that finish, unless another
+/// dispatch of the key was still in flight (`others_in_flight`: that run
+/// is its admission's, seed 1472: two dispatches sent at once, the first
+/// run finished in 13 ms and the second admission started its run 0.1 ms
+/// before the first `Ok` came back).
 fn finished_before_its_answer(
     key: &str,
     sent: u64,
     finish: Option<u64>,
     answered: u64,
     intervals: &[Interval],
+    others_in_flight: bool,
 ) -> bool {
     finish.is_some_and(|f| {
         f >= sent
             && intervals
                 .iter()
                 .any(|iv| iv.key == key && iv.start >= sent && iv.start <= f)
-            && !intervals
-                .iter()
-                .any(|iv| iv.key == key && iv.start > f && iv.start < answered)
+            && (others_in_flight
+                || !intervals
+                    .iter()
+                    .any(|iv| iv.key == key && iv.start > f && iv.start < answered))
     })
 }
 
@@ -377,6 +395,7 @@ pub(super) fn check_running_at(
                     finished.get(key.as_str()).copied(),
                     *t,
                     intervals,
+                    false,
                 ) =>
             {
                 (key, Expect::Unknown)

@@ -330,13 +330,26 @@ impl NodeInner {
                 "stop answer not trusted: replies are read from another server than the \
                  commands go to; the reader reconnects"
             );
-            let reader = self.reader.clone();
-            let timeout = self.options.redis_timeout;
-            self.tasks.spawn(async move {
-                if let Err(e) = tokio::time::timeout(timeout, reader.reconnect()).await {
-                    tracing::warn!(error = %e, "the reply reader did not reconnect in time");
-                }
-            });
+            // At most once per TTL, shared with the reconnects after a
+            // superseded server (which move the reader too): a stop asks
+            // again every few milliseconds meanwhile.
+            let due = self
+                .primary_check
+                .as_ref()
+                .is_some_and(|c| once_per(&c.last_reconnect, self.options.worker_ttl));
+            if due {
+                let reader = self.reader.clone();
+                let timeout = self.options.redis_timeout;
+                self.tasks.spawn(async move {
+                    match tokio::time::timeout(timeout, reader.reconnect()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "the reply reader's reconnection failed")
+                        }
+                        Err(_) => tracing::warn!("the reply reader did not reconnect in time"),
+                    }
+                });
+            }
             return false;
         }
         true

@@ -107,7 +107,7 @@ impl PoolStore {
     }
 
     /// Whether suspended jobs re-assert yielding now.
-    pub(crate) fn diverged(&self) -> bool {
+    fn diverged(&self) -> bool {
         self.diverged_until
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -71,12 +71,13 @@ pub enum Record {
         outcome: String,
     },
     /// The pool recorded a finished run in Redis (the worker logged
-    /// `job finished`): the job left the pool, and no run of the key may
-    /// follow until it is dispatched again.
+    /// `job finished`), or a run's failure as final (`job failed too
+    /// often; not restarted`): the job left the pool, and no run of the key
+    /// may follow until it is dispatched again.
     Finished {
         /// Job key.
         key: String,
-        /// Fencing token of the run that finished.
+        /// Fencing token of the run that ended.
         token: u64,
     },
     /// The pool's active workers (the ring) as a worker process sees them.

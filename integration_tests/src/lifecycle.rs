@@ -12,10 +12,16 @@
 //!   dispatches it again;
 //! * the rest run until stopped, as in every other run.
 //!
+//! With the chaos suite's `--fail-for-good`, half the flaky keys
+//! ([`fails_for_good`]) are dispatched with [`final_failure_policy`]: their
+//! second failure in a row is recorded as final, and the job leaves the
+//! pool until the load dispatches it again.
+//!
 //! The handler writes an [`Ended`](Record::Ended) line when a run ends on
 //! its own, before it reports the end; [`FinishedLayer`] writes a
 //! [`Finished`](Record::Finished) line when the pool has recorded a
-//! finished run in Redis (its `job finished` event), which is when the end
+//! finished run in Redis (its `job finished` event), or a run's failure as
+//! final (`job failed too often; not restarted`), which is when the end
 //! must hold (the checker: no run of the key after it until a new
 //! dispatch).
 
@@ -42,18 +48,42 @@ pub enum KeyClass {
     Finite,
 }
 
-/// The class of `key` (FNV-1a of the key, modulo 8).
-pub fn class_of(key: &str) -> KeyClass {
+/// FNV-1a of `key`: every process computes the same classes.
+fn key_hash(key: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.as_bytes() {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    match h % 8 {
+    h
+}
+
+/// The class of `key` (its hash modulo 8).
+pub fn class_of(key: &str) -> KeyClass {
+    match key_hash(key) % 8 {
         0 => KeyClass::Flaky,
         1 => KeyClass::Finite,
         _ => KeyClass::LongLived,
     }
+}
+
+/// Whether `key` is one of the flaky keys (half of them) the load
+/// dispatches with [`final_failure_policy`] when asked to (the chaos
+/// suite's `--fail-for-good`): their second failure in a row is their
+/// last, and the job leaves the pool as a finished one does.
+pub fn fails_for_good(key: &str) -> bool {
+    let h = key_hash(key);
+    h.is_multiple_of(8) && (h / 8).is_multiple_of(2)
+}
+
+/// The restart policy of the keys that [`fails_for_good`]: one restart
+/// after 0.1 s, then failed for good (the count never starts over).
+pub fn final_failure_policy() -> RestartPolicy {
+    RestartPolicy::default()
+        .first_delay(Duration::from_millis(100))
+        .max_delay(Duration::from_secs(1))
+        .max_failures(2)
+        .reset_after(Duration::from_secs(3_600))
 }
 
 /// The restart policy of lifecycle runs: quick restarts (0.1–1 s), as
@@ -169,7 +199,8 @@ impl RunTimers {
 }
 
 /// A tracing layer that writes a [`Record::Finished`] line for each
-/// `job finished` event of the pool (a finished run recorded in Redis).
+/// `job finished` event of the pool (a finished run recorded in Redis) and
+/// each `job failed too often; not restarted` (a final failure recorded).
 /// The ledger is set once it is open; events before that are dropped
 /// (no job runs before the workers exist).
 #[derive(Debug, Clone, Default)]
@@ -184,8 +215,15 @@ impl FinishedLayer {
     }
 }
 
-/// The target of the pool's `job finished` event.
+/// The target of the pool's `job finished` and `job failed too often; not
+/// restarted` events.
 pub const FINISHED_TARGET: &str = "flotilla_pool::lifecycle::restart";
+
+/// Whether a pool event's message reports an end that took the job out of
+/// the pool.
+fn is_final_end(message: &str) -> bool {
+    message == "job finished" || message == "job failed too often; not restarted"
+}
 
 #[derive(Default)]
 struct FinishedFields {
@@ -197,14 +235,14 @@ struct FinishedFields {
 impl Visit for FinishedFields {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         match field.name() {
-            "message" => self.message = format!("{value:?}") == "job finished",
+            "message" => self.message = is_final_end(&format!("{value:?}")),
             "key" => self.key = Some(format!("{value:?}").trim_matches('"').to_string()),
             _ => {}
         }
     }
     fn record_str(&mut self, field: &Field, value: &str) {
         match field.name() {
-            "message" => self.message = value == "job finished",
+            "message" => self.message = is_final_end(value),
             "key" => self.key = Some(value.to_string()),
             _ => {}
         }
@@ -252,5 +290,54 @@ mod tests {
             count(KeyClass::Finite)
         );
         assert!(restart_policy().validate().is_ok());
+        let final_failures = (0..4_000)
+            .filter(|i| fails_for_good(&format!("job-{i:04}")))
+            .count();
+        assert!((150..350).contains(&final_failures), "{final_failures}");
+        assert!(final_failure_policy().validate().is_ok());
+    }
+
+    /// The pool's two final ends (a finish, a last failure) become
+    /// `Finished` lines; its other events of that target do not.
+    #[test]
+    fn finishes_and_final_failures_reach_the_ledger() {
+        use tracing_subscriber::layer::SubscriberExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.jsonl");
+        let layer = FinishedLayer::default();
+        let writer = LedgerWriter::open(&path, crate::clock::ServerClock::new()).unwrap();
+        assert!(layer.ledger().set(writer).is_ok());
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: FINISHED_TARGET, key = "a", token = 3u64, "job finished");
+            tracing::error!(
+                target: FINISHED_TARGET,
+                key = "b",
+                token = 9u64,
+                failures = 2u32,
+                error = %"boom",
+                "job failed too often; not restarted"
+            );
+            tracing::warn!(target: FINISHED_TARGET, key = "c", token = 4u64, "job failed; restarting after a backoff");
+        });
+        let records: Vec<Record> = crate::ledger::read_ledger(&path)
+            .unwrap()
+            .into_iter()
+            .map(|l| l.record)
+            .collect();
+        assert_eq!(
+            records,
+            vec![
+                Record::Finished {
+                    key: "a".into(),
+                    token: 3
+                },
+                Record::Finished {
+                    key: "b".into(),
+                    token: 9
+                },
+            ]
+        );
     }
 }

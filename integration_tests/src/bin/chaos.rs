@@ -100,6 +100,11 @@ struct Args {
     /// start (one run in four of either within 50 ms); a recorded finish must hold like a stop.
     #[arg(long)]
     lifecycle: bool,
+    /// With --lifecycle: half the failing keys are dispatched with a policy
+    /// of one restart, so their second failure in a row is final (the job
+    /// leaves the pool); such an end must hold like a finish.
+    #[arg(long, requires = "lifecycle")]
+    fail_for_good: bool,
     /// Each worker process started takes the node id of one that ended
     /// (a pod restarted under its name).
     #[arg(long)]
@@ -174,6 +179,7 @@ async fn main() -> ExitCode {
         .all_lean(args.all_lean)
         .overlap(args.overlap)
         .lifecycle(args.lifecycle)
+        .fail_for_good(args.fail_for_good)
         .fixed_node_ids(args.fixed_node_ids)
         .start_max_ms(args.start_max_ms)
         .worker_lanes(args.worker_lanes)

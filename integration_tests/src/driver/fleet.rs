@@ -240,15 +240,21 @@ impl Fleet {
             for l in lines {
                 // A run that ended on its own tells about the key whatever
                 // became of its process since (removed before this read).
-                if let Record::Ended { key, outcome, .. } = &l.record {
-                    if outcome == "finished" {
+                // A final failure recorded (`--fail-for-good`) ends the job
+                // as a finish does.
+                let ended = match &l.record {
+                    Record::Ended { key, outcome, .. } => Some((key, outcome == "finished")),
+                    Record::Finished { key, .. } => Some((key, true)),
+                    _ => None,
+                };
+                if let Some((key, finished)) = ended {
+                    if finished {
                         let at = self.finished.entry(key.clone()).or_default();
                         *at = (*at).max(l.mono_ns);
                     }
                     let newer = self.ended.get(key).is_none_or(|(at, _)| *at < l.mono_ns);
                     if newer {
-                        self.ended
-                            .insert(key.clone(), (l.mono_ns, outcome == "finished"));
+                        self.ended.insert(key.clone(), (l.mono_ns, finished));
                     }
                 }
                 if !alive.contains(&l.pid) {

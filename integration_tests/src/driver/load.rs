@@ -6,12 +6,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use flotilla_pool::{Error, Node};
+use flotilla_pool::{DispatchOptions, Error, Node};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
 use crate::ledger::{LedgerWriter, Record};
+use crate::lifecycle::{fails_for_good, final_failure_policy};
 
 /// What the dispatchers last learnt about a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,9 @@ pub(crate) struct Load {
     /// (the `restart-dispatcher` fault).
     nodes: Arc<Vec<RwLock<Node>>>,
     ledger: LedgerWriter,
+    /// Dispatch the keys that [`fails_for_good`] with
+    /// [`final_failure_policy`] (`--fail-for-good`).
+    fail_for_good: bool,
 }
 
 impl Load {
@@ -75,7 +79,15 @@ impl Load {
             stats: Arc::new(Mutex::new(LoadStats::default())),
             nodes: Arc::new(nodes.into_iter().map(RwLock::new).collect()),
             ledger,
+            fail_for_good: false,
         }
+    }
+
+    /// Sets whether the keys that [`fails_for_good`] are dispatched with
+    /// [`final_failure_policy`].
+    pub(crate) fn fail_for_good(mut self, on: bool) -> Load {
+        self.fail_for_good = on;
+        self
     }
 
     /// Dispatching node `n` as it is now.
@@ -210,7 +222,12 @@ impl Load {
         self.ledger.record(Record::DispatchSent {
             key: key.to_string(),
         });
-        let result = node.dispatch_job(key, &b"chaos"[..]).await;
+        let result = if self.fail_for_good && fails_for_good(key) {
+            let options = DispatchOptions::default().restart_policy(final_failure_policy());
+            node.dispatch_job_with(key, &b"chaos"[..], &options).await
+        } else {
+            node.dispatch_job(key, &b"chaos"[..]).await
+        };
         if matches!(result, Ok(()) | Err(Error::JobExists(_)))
             && let Ok(mut since) = self.running_since.lock()
         {

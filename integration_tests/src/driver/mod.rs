@@ -287,7 +287,8 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     for _ in 0..options.worker_processes {
         fleet.add(addr).await?;
     }
-    let load = Load::new(nodes.clone(), options.keys, ledger.clone());
+    let load =
+        Load::new(nodes.clone(), options.keys, ledger.clone()).fail_for_good(options.fail_for_good);
     let mut run = Run {
         rng: StdRng::seed_from_u64(options.seed),
         options: options.clone(),

@@ -79,6 +79,12 @@ pub struct ChaosOptions {
     /// finish to hold (no run of the key after it until a new dispatch).
     /// Default: off.
     pub lifecycle: bool,
+    /// With [`lifecycle`](Self::lifecycle): half the flaky keys
+    /// ([`fails_for_good`](crate::lifecycle::fails_for_good)) are
+    /// dispatched with a restart policy that allows one restart, so their
+    /// second failure in a row is final: the job leaves the pool, and the
+    /// checker requires that end to hold as a finish does. Default: off.
+    pub fail_for_good: bool,
     /// Each worker process started takes the node id of one that ended,
     /// when there is one (a pod restarted under its name). Default:
     /// `false` (every process a fresh id).
@@ -124,6 +130,7 @@ impl Default for ChaosOptions {
             all_lean: false,
             overlap: false,
             lifecycle: false,
+            fail_for_good: false,
             fixed_node_ids: false,
             start_max_ms: 0,
             worker_lanes: 0,
@@ -195,6 +202,12 @@ impl ChaosOptions {
     /// Sets [`lifecycle`](Self::lifecycle).
     pub fn lifecycle(mut self, on: bool) -> Self {
         self.lifecycle = on;
+        self
+    }
+
+    /// Sets [`fail_for_good`](Self::fail_for_good).
+    pub fn fail_for_good(mut self, on: bool) -> Self {
+        self.fail_for_good = on;
         self
     }
     /// Sets [`fixed_node_ids`](Self::fixed_node_ids).

@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use fred::prelude::Server;
 use tokio::time::Instant;
 
 use crate::codec::{self, EV_STOP, KeyedRequest, ReplyTo};
 use crate::error::{Error, Result};
+use crate::lifecycle::FinalEnd;
 use crate::node::NodeInner;
 use crate::store;
 
@@ -265,17 +267,31 @@ impl NodeInner {
         Err(Error::JobNotFound(key.to_string()))
     }
 
-    /// Makes the finish of run `token` of job `key` stand where the
-    /// Sentinels name the primary: it was recorded on a primary that
-    /// stalled through its failover, and the promoted side may run the
-    /// job, moved to another worker by a cleanup meanwhile. That run of the
-    /// same dispatch (`dispatch`: its payload's creation time) is stopped
-    /// there; only then is the job reported finished. Given up, with a
-    /// warning, after [`FINISH_STANDS_WITHIN`].
-    pub(crate) fn finish_on_primary(self: &Arc<Self>, key: String, token: u64, dispatch: u64) {
+    /// Reports the end that took job `key` out of the pool, once it
+    /// stands. Behind Sentinel, an end recorded on a primary the Sentinels
+    /// no longer name (`asked`: the server the record went to; it stalled
+    /// through its failover) may be lost with that primary's demotion,
+    /// while the promoted side runs the job, moved to another worker by a
+    /// cleanup meanwhile. That run of the same dispatch (`dispatch`: its
+    /// payload's creation time) is then stopped where the Sentinels name
+    /// the primary, and only then is the end reported. Given up, with a
+    /// warning, after [`END_STANDS_WITHIN`].
+    pub(crate) async fn report_final_end(
+        self: &Arc<Self>,
+        key: &str,
+        token: u64,
+        dispatch: u64,
+        asked: Option<Server>,
+        end: FinalEnd,
+    ) {
+        if self.end_stands(asked.as_ref()).await {
+            end.report(self, key, token);
+            return;
+        }
         let node = self.clone();
+        let key = key.to_string();
         self.tasks.spawn(async move {
-            let deadline = Instant::now() + FINISH_STANDS_WITHIN;
+            let deadline = Instant::now() + END_STANDS_WITHIN;
             loop {
                 let stopped = tokio::select! {
                     _ = node.cancel.cancelled() => return,
@@ -283,8 +299,7 @@ impl NodeInner {
                 };
                 match stopped {
                     Ok(()) | Err(Error::JobNotFound(_)) => {
-                        tracing::info!(key, token, "job finished");
-                        node.metrics.jobs_finished.increment(1);
+                        end.report(&node, &key, token);
                         return;
                     }
                     Err(Error::Closed) => return,
@@ -293,14 +308,14 @@ impl NodeInner {
                             key,
                             token,
                             error = %e,
-                            "the finish of a run recorded on a primary the Sentinels no longer \
+                            "the end of a run recorded on a primary the Sentinels no longer \
                              name could not be made to stand: the job may run again"
                         );
                         return;
                     }
                     Err(e) => {
-                        tracing::debug!(key, error = %e, "making a finish stand: asking again");
-                        tokio::time::sleep(FINISH_STANDS_RETRY).await;
+                        tracing::debug!(key, error = %e, "making a run's end stand: asking again");
+                        tokio::time::sleep(END_STANDS_RETRY).await;
                     }
                 }
             }
@@ -308,7 +323,7 @@ impl NodeInner {
     }
 }
 
-/// How long a finish recorded on a superseded primary is made to stand.
-const FINISH_STANDS_WITHIN: Duration = Duration::from_secs(120);
-/// The pause between two attempts to make a finish stand.
-const FINISH_STANDS_RETRY: Duration = Duration::from_millis(500);
+/// How long an end recorded on a superseded primary is made to stand.
+const END_STANDS_WITHIN: Duration = Duration::from_secs(120);
+/// The pause between two attempts to make an end stand.
+const END_STANDS_RETRY: Duration = Duration::from_millis(500);

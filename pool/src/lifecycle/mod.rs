@@ -30,7 +30,7 @@ use backon::BackoffBuilder;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-pub(crate) use restart::WorkerLifecycle;
+pub(crate) use restart::{FinalEnd, WorkerLifecycle};
 pub use status::JobStatus;
 
 use crate::error::{Error, Result};

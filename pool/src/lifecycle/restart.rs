@@ -185,14 +185,14 @@ impl WorkerInner {
             }
             Ok(EndRecorded::Finished) => {
                 self.end_locally(key, ended.token).await;
-                if node.end_stands(asked.as_ref()).await {
-                    tracing::info!(key, token = ended.token, "job finished");
-                    node.metrics.jobs_finished.increment(1);
-                } else {
-                    // Recorded on a primary that stalled through its
-                    // failover: the promoted side may run the job, moved.
-                    node.finish_on_primary(key.to_string(), ended.token, job.created_at_ms);
-                }
+                node.report_final_end(
+                    key,
+                    ended.token,
+                    job.created_at_ms,
+                    asked,
+                    FinalEnd::Finished,
+                )
+                .await;
             }
             Ok(EndRecorded::Moved) if matches!(ended.end, RunEnd::Failed(_)) => {
                 // Moved, or lost by Redis before this worker re-asserted
@@ -215,9 +215,14 @@ impl WorkerInner {
             }
             Ok(EndRecorded::Failed { failures }) => {
                 self.end_locally(key, ended.token).await;
-                tracing::error!(key, failures, error = ?ended.end, "job failed too often; not restarted");
                 node.metrics.job_failures.increment(1);
-                node.metrics.jobs_failed.increment(1);
+                let error = match &ended.end {
+                    RunEnd::Failed(error) => error.clone(),
+                    RunEnd::Finished => String::new(),
+                };
+                let end = FinalEnd::Failed { failures, error };
+                node.report_final_end(key, ended.token, job.created_at_ms, asked, end)
+                    .await;
             }
             Ok(EndRecorded::Restarting { failures, delay }) => {
                 // The handler's state of the ended run goes (unless the
@@ -429,6 +434,37 @@ impl WorkerInner {
                     ran: Duration::ZERO,
                     end: RunEnd::Failed(message),
                 });
+            }
+        }
+    }
+}
+
+/// An end that took a job out of the pool: reported (logged and counted)
+/// once it stands.
+#[derive(Debug, Clone)]
+pub(crate) enum FinalEnd {
+    /// The run finished.
+    Finished,
+    /// The run failed once too often: not restarted.
+    Failed {
+        /// Consecutive failures, this one included.
+        failures: u32,
+        /// The last run's error.
+        error: String,
+    },
+}
+
+impl FinalEnd {
+    /// Logs and counts the end of run `token` of `key`, which stands.
+    pub(crate) fn report(&self, node: &NodeInner, key: &str, token: u64) {
+        match self {
+            FinalEnd::Finished => {
+                tracing::info!(key, token, "job finished");
+                node.metrics.jobs_finished.increment(1);
+            }
+            FinalEnd::Failed { failures, error } => {
+                tracing::error!(key, token, failures, error = %error, "job failed too often; not restarted");
+                node.metrics.jobs_failed.increment(1);
             }
         }
     }

@@ -207,7 +207,9 @@ async fn chaos_short_writes_refused_and_connections_dropped() {
 /// shorter TTL (1 s) with more workers per process. The first 6-minute
 /// soak of this mode found a finished run started again (its end recorded
 /// as the lease lapsed) and failed jobs dropped when Redis had lost their
-/// record (`src/tests/resume.rs` in the pool crate).
+/// record (`src/tests/resume.rs` in the pool crate). Half the failing keys
+/// fail for good on their second failure in a row: such an end must hold
+/// like a finish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_short_jobs_that_fail_and_finish() {
     let faults = vec![
@@ -225,6 +227,7 @@ async fn chaos_short_jobs_that_fail_and_finish() {
         .stop_ms(0, 150)
         .workers_per_process(3)
         .lifecycle(true)
+        .fail_for_good(true)
         .lean_nodes(true)
         .overlap(true))
     .await

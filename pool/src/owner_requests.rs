@@ -299,6 +299,7 @@ impl NodeInner {
                 };
                 match stopped {
                     Ok(()) | Err(Error::JobNotFound(_)) => {
+                        node.record_final_failure(&key, token, &end).await;
                         end.report(&node, &key, token);
                         return;
                     }
@@ -320,6 +321,25 @@ impl NodeInner {
                 }
             }
         });
+    }
+
+    /// Writes the record of a failure for good made to stand where the
+    /// Sentinels name the primary: the one the end wrote may be lost with
+    /// the superseded primary, and [`Node::job_status`] reads it there. A
+    /// finish leaves no record.
+    ///
+    /// [`Node::job_status`]: crate::Node::job_status
+    async fn record_final_failure(&self, key: &str, token: u64, end: &FinalEnd) {
+        let FinalEnd::Failed { failures, error } = end else {
+            return;
+        };
+        if let Err(e) = self
+            .store
+            .mark_failed_job(key, *failures, token, error)
+            .await
+        {
+            tracing::warn!(key, token, error = %e, "the record of a job that failed for good could not be written again");
+        }
     }
 }
 

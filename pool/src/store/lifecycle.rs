@@ -1,5 +1,6 @@
 //! The job lifecycle's scripts (`job_ended.lua`, `job_restart.lua`,
-//! `job_forget_failed.lua`) and the failures hash they write.
+//! `job_forget_failed.lua`, `job_mark_failed.lua`) and the failures hash
+//! they write.
 
 use std::time::Duration;
 
@@ -221,6 +222,32 @@ impl PoolStore {
             .run(&self.client, self.failures_keys(), args, self.timeout)
             .await?;
         Ok(removed == 1)
+    }
+
+    /// Records that run `token` of `key` failed for good after `failures`
+    /// failures in a row, unless the key runs or waits for a start (a new
+    /// dispatch); whether it was recorded. For an end made to stand on a
+    /// promoted primary, which lost the record the end wrote.
+    pub(crate) async fn mark_failed_job(
+        &self,
+        key: &str,
+        failures: u32,
+        token: u64,
+        error: &str,
+    ) -> Result<bool> {
+        let mut args = self.maps.base_args();
+        args.extend([
+            Value::from(key),
+            Value::from(failures.to_string()),
+            Value::from(token.to_string()),
+            Value::from(record_text(error)),
+        ]);
+        let recorded: u64 = self
+            .scripts
+            .job_mark_failed
+            .run(&self.client, self.failures_keys(), args, self.timeout)
+            .await?;
+        Ok(recorded == 1)
     }
 }
 

@@ -619,6 +619,16 @@ async fn lifecycle_scripts_answer_each_status() {
     assert!(record.unwrap().starts_with("failed 3 "), "one line kept");
     assert!(s.forget_failed_job("flaky").await.unwrap());
     assert!(!s.forget_failed_job("flaky").await.unwrap());
+    // Written again where a failure for good was made to stand (the
+    // promoted primary lost the record): only for a key that neither runs
+    // nor waits for a start.
+    assert!(s.mark_failed_job("flaky", 3, t3, "boom").await.unwrap());
+    let (record, _, _) = s.job_records("flaky").await.unwrap();
+    assert!(record.unwrap().starts_with(&format!("failed 3 {t3} ")));
+    let t4 = run("flaky").await;
+    assert!(!s.mark_failed_job("flaky", 3, t3, "boom").await.unwrap());
+    let (_, owner, _) = s.job_records("flaky").await.unwrap();
+    assert!(owner.unwrap().ends_with(&t4.to_string()), "a new dispatch");
 }
 
 #[path = "routing_tests.rs"]

@@ -669,3 +669,6 @@ mod lost_admission_tests;
 
 #[path = "stale_start_tests.rs"]
 mod stale_start_tests;
+
+#[path = "diverged_tests.rs"]
+mod diverged_tests;

@@ -78,6 +78,18 @@ local function reassert_one(key, token_arg, stored_arg, state_arg)
     mdel(PENDING, key)
   end
   local current = tonumber(redis.call('HGET', FENCING, key) or '0')
+  -- Yielding, this worker's token is not comparable with this side's. A
+  -- token this side issued for the key at or after this dispatch's
+  -- admission, with no record, guard or payload left, is a run of the
+  -- dispatch that ended here (moved, then finished, failed for good or
+  -- stopped): not brought back (chaos soak seed 1472: a restart the woken
+  -- primary ran gave the suspended copy a token above the tombstone, and
+  -- the job that had failed for good here ran again). An admission this
+  -- side never saw has no token here from after it.
+  if state_arg == 'yielding' and redis.call('HEXISTS', PAYLOADS, key) == 0
+      and current >= payload_created_ms(stored_arg) * 1000 then
+    return 'lost'
+  end
   -- A newer token was issued, and Redis shows neither its run nor its
   -- start. With a payload, that is an orphan (given back by a new owner
   -- that found its move lost): Redis may hold its only copy. Without one,

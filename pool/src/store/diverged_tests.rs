@@ -1,0 +1,84 @@
+//! Re-assertions by a node that wrote to a primary that stalled through
+//! its failover (`diverged_for`: its suspended jobs re-assert yielding,
+//! their tokens not comparable with the promoted side's).
+
+use super::*;
+
+/// A run of a dispatch that ended on the promoted side (moved there, then
+/// failed for good) is not brought back by a yielding copy of it, however
+/// large its token: the woken primary ran the copy's restart and gave it
+/// a token above the promoted side's tombstone (chaos soak seed 1472: the
+/// re-assertion restored the payload, the orphan sweep requeued it, and
+/// the job ran again). An admission the promoted side never saw is still
+/// restored: no token there is from after it.
+#[tokio::test]
+async fn a_yielding_copy_of_a_run_that_ended_on_the_promoted_side_stays_ended() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let now_ms = s.server_time_ms().await.unwrap();
+    // The promoted side: the dispatch (admitted a second ago) runs on w2,
+    // moved there, and fails for good; the end leaves a tombstone token.
+    let dispatch = codec::stored(now_ms - 1_000, &body("ended"));
+    let moved = (now_ms - 500) * 1_000;
+    assert_eq!(
+        s.reassert(
+            "ended",
+            "w2",
+            moved,
+            dispatch.clone(),
+            Reassert::Running,
+            TTL
+        )
+        .await
+        .unwrap(),
+        Reasserted::Ok
+    );
+    let failed = EndArgs::Failed {
+        error: "boom",
+        reset: false,
+        delays_ms: &[],
+    };
+    assert_eq!(
+        s.record_job_end("ended", "w2", moved, failed, false, TTL)
+            .await
+            .unwrap(),
+        EndRecorded::Failed { failures: 1 }
+    );
+    s.diverged_for(Duration::from_secs(60));
+    let woken_token = (now_ms + 60_000) * 1_000;
+    assert_eq!(
+        s.reassert(
+            "ended",
+            "w1",
+            woken_token,
+            dispatch,
+            Reassert::Suspended,
+            TTL
+        )
+        .await
+        .unwrap(),
+        Reasserted::Lost
+    );
+    let (_, record, guard) = s.job_records("ended").await.unwrap();
+    assert!(record.is_none() && guard.is_none(), "{record:?} {guard:?}");
+    assert!(
+        s.payload("ended").await.unwrap().is_none(),
+        "no orphan made"
+    );
+
+    // A later dispatch of the key that the promoted side lost (admitted on
+    // the stalled primary after the tombstone) is given back.
+    let later = codec::stored(now_ms + 30_000, &body("ended"));
+    assert_ne!(
+        s.reassert("ended", "w1", woken_token, later, Reassert::Suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Lost
+    );
+    assert!(
+        s.payload("ended").await.unwrap().is_some(),
+        "payload restored"
+    );
+}

@@ -200,6 +200,56 @@ impl PrimaryCheck {
     }
 }
 
+/// How sure a caller must be of the server its command ran on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sureness {
+    /// A renewal: one the client sent while it was not connected, or
+    /// answered before it dropped, counts on the server it is on (or, not
+    /// connected now, unchecked): the next renewal is checked, and not
+    /// counting it could let every lease lapse through a reconnect.
+    Lenient,
+    /// An end or a stop answer, which nothing checks again: a command sent
+    /// while the client was not connected may have run on a primary that
+    /// stalled through its failover (fred sends what it queued to whatever
+    /// server it reaches first), and one answered just before the client
+    /// dropped cannot be placed either (chaos soak seed 1472: a failure
+    /// for good recorded on the woken primary, reported while its client
+    /// reconnected, and the run the promoted side had moved started).
+    Known,
+}
+
+/// Where a command ran, judged from the server the client was on before
+/// it was sent and after its answer came.
+#[derive(Debug, PartialEq, Eq)]
+enum RanOn<'a> {
+    /// On this server: the client was on it before and after.
+    Server(&'a Server),
+    /// Not known: the client changed servers, or (for [`Sureness::Known`])
+    /// was not connected before or after.
+    Unsure(&'static str),
+    /// The client is not connected now ([`Sureness::Lenient`] only).
+    NotConnected,
+}
+
+fn ran_on<'a>(before: Option<&Server>, after: Option<&'a Server>, sureness: Sureness) -> RanOn<'a> {
+    if before.is_some() && after != before {
+        return RanOn::Unsure("the client changed servers while it ran");
+    }
+    let strict = sureness == Sureness::Known;
+    if strict && before.is_none() {
+        return RanOn::Unsure(
+            "the client was not connected when it was sent: it may have run on another server",
+        );
+    }
+    match after {
+        Some(server) => RanOn::Server(server),
+        None if strict => RanOn::Unsure(
+            "the client is not connected now: the server that answered cannot be told",
+        ),
+        None => RanOn::NotConnected,
+    }
+}
+
 /// How often, at most, a node warns that no majority of the Sentinels
 /// named a primary (or none answered).
 const SILENCE_WARNING_EVERY: Duration = Duration::from_secs(60);
@@ -298,7 +348,8 @@ impl NodeInner {
     /// server meanwhile (the renewal may have run on either). A superseded
     /// server makes the client reconnect, through the Sentinels.
     pub(crate) async fn renewal_counts(self: &Arc<Self>, before: Option<&Server>) -> bool {
-        self.served_by_primary(before, "renewal not counted").await
+        self.served_by_primary(before, Sureness::Lenient, "renewal not counted")
+            .await
     }
 
     /// Whether the answer to a stop, asked while the commands went to
@@ -315,7 +366,7 @@ impl NodeInner {
             return true;
         }
         if !self
-            .served_by_primary(before, "stop answer not trusted")
+            .served_by_primary(before, Sureness::Known, "stop answer not trusted")
             .await
         {
             return false;
@@ -359,20 +410,23 @@ impl NodeInner {
     /// `before`, stands: always without Sentinel; behind Sentinel, unless
     /// the Sentinels name another primary than the server that recorded
     /// it (see [`NodeInner::stop_answer_stands`]), or the client moved
-    /// meanwhile.
+    /// meanwhile, or was not connected when the end was sent or when it
+    /// was answered (it may have run on either server).
     pub(crate) async fn end_stands(self: &Arc<Self>, before: Option<&Server>) -> bool {
-        self.served_by_primary(before, "end of a run not trusted")
+        self.served_by_primary(before, Sureness::Known, "end of a run not trusted")
             .await
     }
 
     /// Whether what the client did on `before` (taken before it was sent;
-    /// `None`: not known) was done on the primary: the client is still on
-    /// that server and the Sentinels do not name another one (no answer or
-    /// no majority concludes nothing: it was). `not_counted` begins the
-    /// log line when it was not.
+    /// `None`: not connected then) was done on the primary: the client is
+    /// still on that server and the Sentinels do not name another one (no
+    /// answer or no majority concludes nothing: it was). `sureness` says
+    /// what a client that was not connected before or after counts as
+    /// (see [`ran_on`]). `not_counted` begins the log line when it was not.
     async fn served_by_primary(
         self: &Arc<Self>,
         before: Option<&Server>,
+        sureness: Sureness,
         not_counted: &str,
     ) -> bool {
         let Some(check) = &self.primary_check else {
@@ -381,17 +435,19 @@ impl NodeInner {
         check.start();
         let current = || self.store.client.active_connections().into_iter().next();
         let after = current();
-        if before.is_some() && after.as_ref() != before {
-            tracing::info!(
-                node = %self.id,
-                before = ?before.map(address),
-                after = ?after.as_ref().map(address),
-                "{not_counted}: the client changed servers while it ran"
-            );
-            return false;
-        }
-        let Some(server) = after else {
-            return true; // not connected now: the next renewal is checked
+        let server = match ran_on(before, after.as_ref(), sureness) {
+            RanOn::Server(server) => server.clone(),
+            RanOn::Unsure(why) => {
+                tracing::info!(
+                    node = %self.id,
+                    before = ?before.map(address),
+                    after = ?after.as_ref().map(address),
+                    "{not_counted}: {why}"
+                );
+                return false;
+            }
+            // Not connected now: the next renewal is checked.
+            RanOn::NotConnected => return true,
         };
         let verdict = check.verdict(&server).await;
         if current().as_ref() != Some(&server) {
@@ -472,6 +528,44 @@ impl NodeInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn server(port: u16) -> Server {
+        Server::new("127.0.0.1", port)
+    }
+
+    /// An end or a stop answer counts only where the client was, and is,
+    /// known to be: not when it was sent before the client reconnected,
+    /// nor when the client dropped before it was judged (a renewal still
+    /// counts then: the next one is checked).
+    #[test]
+    fn only_a_command_known_to_have_run_on_one_server_is_placed() {
+        let (a, b) = (server(6379), server(6380));
+        assert_eq!(
+            ran_on(Some(&a), Some(&a), Sureness::Known),
+            RanOn::Server(&a)
+        );
+        assert_eq!(
+            ran_on(Some(&a), Some(&a), Sureness::Lenient),
+            RanOn::Server(&a)
+        );
+        for sureness in [Sureness::Known, Sureness::Lenient] {
+            assert!(matches!(
+                ran_on(Some(&a), Some(&b), sureness),
+                RanOn::Unsure(_)
+            ));
+            assert!(matches!(ran_on(Some(&a), None, sureness), RanOn::Unsure(_)));
+        }
+        assert!(matches!(
+            ran_on(None, Some(&b), Sureness::Known),
+            RanOn::Unsure(_)
+        ));
+        assert!(matches!(
+            ran_on(None, None, Sureness::Known),
+            RanOn::Unsure(_)
+        ));
+        assert_eq!(ran_on(None, Some(&b), Sureness::Lenient), RanOn::Server(&b));
+        assert_eq!(ran_on(None, None, Sureness::Lenient), RanOn::NotConnected);
+    }
 
     fn answers(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()

@@ -12,6 +12,7 @@ use crate::codec::{self, EV_STOP, KeyedRequest, ReplyTo};
 use crate::error::{Error, Result};
 use crate::lifecycle::FinalEnd;
 use crate::node::NodeInner;
+use crate::primary_check::Judged;
 use crate::store;
 
 /// Where a stop or notify request went.
@@ -274,8 +275,11 @@ impl NodeInner {
     /// while the promoted side runs the job, moved to another worker by a
     /// cleanup meanwhile. That run of the same dispatch (`dispatch`: its
     /// payload's creation time) is then stopped where the Sentinels name
-    /// the primary, and only then is the end reported. Given up, with a
-    /// warning, after [`END_STANDS_WITHIN`].
+    /// the primary, and only then is the end reported. When no majority of
+    /// the Sentinels names a primary (they may be failing over the very
+    /// server that recorded the end), they are asked again for up to two
+    /// worker TTLs before the end is made to stand that way all the same.
+    /// Given up, with a warning, after [`END_STANDS_WITHIN`].
     pub(crate) async fn report_final_end(
         self: &Arc<Self>,
         key: &str,
@@ -284,13 +288,37 @@ impl NodeInner {
         asked: Option<Server>,
         end: FinalEnd,
     ) {
-        if self.end_stands(asked.as_ref()).await {
+        let judged = self.end_judged(asked.as_ref()).await;
+        if judged == Judged::Primary {
             end.report(self, key, token);
             return;
         }
         let node = self.clone();
         let key = key.to_string();
         self.tasks.spawn(async move {
+            if judged == Judged::Unjudged {
+                let verdict_by = Instant::now() + node.options.worker_ttl * 2;
+                let judged = loop {
+                    tokio::select! {
+                        _ = node.cancel.cancelled() => return,
+                        _ = tokio::time::sleep(END_STANDS_RETRY) => {}
+                    }
+                    let judged = node.end_judged(asked.as_ref()).await;
+                    if judged != Judged::Unjudged || Instant::now() >= verdict_by {
+                        break judged;
+                    }
+                };
+                if judged == Judged::Primary {
+                    end.report(&node, &key, token);
+                    return;
+                }
+                tracing::debug!(
+                    key,
+                    token,
+                    ?judged,
+                    "making a run's end stand where the Sentinels name the primary"
+                );
+            }
             let deadline = Instant::now() + END_STANDS_WITHIN;
             loop {
                 let stopped = tokio::select! {

@@ -192,11 +192,34 @@ impl PrimaryCheck {
                 sentinels = self.sentinels.len(),
                 timeout = ?self.timeout,
                 "no majority of the Sentinels that answered named a primary in time (or none answered): \
-                 renewals count unchecked \
+                 renewals and stop answers count unchecked, ends wait for a verdict \
                  (a primary that stalled through its failover would not be told apart)"
             );
         }
         verdict
+    }
+}
+
+/// Whether something the client did was done on the primary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Judged {
+    /// On the server the Sentinels name the primary (or no Sentinel is
+    /// configured).
+    Primary,
+    /// Elsewhere, or where is not known: a superseded server, or the
+    /// client moved or was not connected.
+    Elsewhere,
+    /// No majority of the Sentinels that answered named a primary (none
+    /// answered in time, or those that did are failing it over).
+    Unjudged,
+}
+
+impl Judged {
+    /// Whether a renewal or a stop answer counts: what no Sentinel could
+    /// judge counts, as without Sentinel (refusing it would stop every job,
+    /// or every stop, whenever the Sentinels are unreachable).
+    pub(crate) fn counts(self) -> bool {
+        self != Judged::Elsewhere
     }
 }
 
@@ -350,6 +373,7 @@ impl NodeInner {
     pub(crate) async fn renewal_counts(self: &Arc<Self>, before: Option<&Server>) -> bool {
         self.served_by_primary(before, Sureness::Lenient, "renewal not counted")
             .await
+            .counts()
     }
 
     /// Whether the answer to a stop, asked while the commands went to
@@ -368,6 +392,7 @@ impl NodeInner {
         if !self
             .served_by_primary(before, Sureness::Known, "stop answer not trusted")
             .await
+            .counts()
         {
             return false;
         }
@@ -406,13 +431,15 @@ impl NodeInner {
         true
     }
 
-    /// Whether the end of a run, recorded while the commands went to
-    /// `before`, stands: always without Sentinel; behind Sentinel, unless
-    /// the Sentinels name another primary than the server that recorded
-    /// it (see [`NodeInner::stop_answer_stands`]), or the client moved
-    /// meanwhile, or was not connected when the end was sent or when it
-    /// was answered (it may have run on either server).
-    pub(crate) async fn end_stands(self: &Arc<Self>, before: Option<&Server>) -> bool {
+    /// Where the end of a run, recorded while the commands went to
+    /// `before`, stands: always on the primary without Sentinel; behind
+    /// Sentinel, [`Judged::Elsewhere`] when the Sentinels name another
+    /// primary than the server that recorded it (see
+    /// [`NodeInner::stop_answer_stands`]), or the client moved meanwhile,
+    /// or was not connected when the end was sent or when it was answered
+    /// (it may have run on either server); [`Judged::Unjudged`] when no
+    /// majority of the Sentinels that answered named a primary.
+    pub(crate) async fn end_judged(self: &Arc<Self>, before: Option<&Server>) -> Judged {
         self.served_by_primary(before, Sureness::Known, "end of a run not trusted")
             .await
     }
@@ -420,17 +447,18 @@ impl NodeInner {
     /// Whether what the client did on `before` (taken before it was sent;
     /// `None`: not connected then) was done on the primary: the client is
     /// still on that server and the Sentinels do not name another one (no
-    /// answer or no majority concludes nothing: it was). `sureness` says
-    /// what a client that was not connected before or after counts as
-    /// (see [`ran_on`]). `not_counted` begins the log line when it was not.
+    /// answer or no majority concludes nothing: [`Judged::Unjudged`]).
+    /// `sureness` says what a client that was not connected before or after
+    /// counts as (see [`ran_on`]). `not_counted` begins the log line when
+    /// it was not.
     async fn served_by_primary(
         self: &Arc<Self>,
         before: Option<&Server>,
         sureness: Sureness,
         not_counted: &str,
-    ) -> bool {
+    ) -> Judged {
         let Some(check) = &self.primary_check else {
-            return true;
+            return Judged::Primary;
         };
         check.start();
         let current = || self.store.client.active_connections().into_iter().next();
@@ -444,10 +472,10 @@ impl NodeInner {
                     after = ?after.as_ref().map(address),
                     "{not_counted}: {why}"
                 );
-                return false;
+                return Judged::Elsewhere;
             }
             // Not connected now: the next renewal is checked.
-            RanOn::NotConnected => return true,
+            RanOn::NotConnected => return Judged::Primary,
         };
         let verdict = check.verdict(&server).await;
         if current().as_ref() != Some(&server) {
@@ -456,10 +484,11 @@ impl NodeInner {
                 server = %address(&server),
                 "{not_counted}: the client changed servers while the Sentinels were asked"
             );
-            return false;
+            return Judged::Elsewhere;
         }
         match verdict {
-            Verdict::Primary | Verdict::Unknown => true,
+            Verdict::Primary => Judged::Primary,
+            Verdict::Unknown => Judged::Unjudged,
             Verdict::Superseded { named } => {
                 // Tokens taken on that server are not comparable with the
                 // promoted side's: the re-assertions that follow the
@@ -475,7 +504,7 @@ impl NodeInner {
                 if once_per(&check.last_reconnect, self.options.worker_ttl) {
                     self.reconnect_to_primary();
                 }
-                false
+                Judged::Elsewhere
             }
         }
     }

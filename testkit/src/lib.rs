@@ -14,6 +14,9 @@
 //! * [`client`] and [`redis_for_example`] hand out connected fred clients.
 //! * [`wait_until`] waits for a condition with a deadline (never
 //!   sleep-and-hope).
+//! * With `FLOTILLA_KEEP_LOGS=<dir>` ([`KEEP_LOGS_ENV`]) every server and
+//!   Sentinel copies its log files into `<dir>` before its temporary
+//!   directory goes, and the servers log at `notice`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), flotilla_testkit::Error> {
@@ -25,6 +28,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod clock_shift;
+mod kept_logs;
 mod ports;
 mod proxy;
 mod refusal;
@@ -38,6 +42,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
+pub use kept_logs::KEEP_LOGS_ENV;
 pub use proxy::{FaultProxy, ProxyMode};
 pub use refusal::WriteRefusal;
 pub use rollback::RedisSnapshot;

@@ -550,6 +550,7 @@ impl Drop for Sentinels {
             let _ = s.child.kill();
             let _ = s.child.wait();
         }
+        crate::kept_logs::keep_logs_of(self.dir.path());
     }
 }
 

@@ -295,7 +295,7 @@ impl RedisServer {
             .arg("--protected-mode")
             .arg("no")
             .arg("--loglevel")
-            .arg("warning")
+            .arg(crate::kept_logs::server_log_level())
             .arg("--logfile")
             .arg(self.dir.path().join("redis.log"));
         if let Some(tls_port) = self.tls_port {
@@ -381,6 +381,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        crate::kept_logs::keep_logs_of(self.dir.path());
     }
 }
 

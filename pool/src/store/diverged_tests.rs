@@ -82,3 +82,56 @@ async fn a_yielding_copy_of_a_run_that_ended_on_the_promoted_side_stays_ended() 
         "payload restored"
     );
 }
+
+/// A hand-off a node made on the woken primary, of a job that finished on
+/// the promoted side, is not given back there after the node's reconnect
+/// (chaos soak seed 1481: the cleaner on the woken primary moved the job
+/// with a token from that primary's clock, above the promoted side's
+/// tombstone; given back, the orphan sweep ran the finished job again).
+/// Without the yielding state a give-back is judged as after a rollback
+/// (`give_back_tests.rs`).
+#[tokio::test]
+async fn a_hand_off_from_the_woken_side_of_a_job_that_ended_is_not_given_back() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w2").await;
+    let now_ms = s.server_time_ms().await.unwrap();
+    let dispatch = codec::stored(now_ms - 1_000, &body("done"));
+    let moved = (now_ms - 500) * 1_000;
+    assert_eq!(
+        s.reassert(
+            "done",
+            "w2",
+            moved,
+            dispatch.clone(),
+            Reassert::Running,
+            TTL
+        )
+        .await
+        .unwrap(),
+        Reasserted::Ok
+    );
+    assert_eq!(
+        s.record_job_end("done", "w2", moved, EndArgs::Finished, false, TTL)
+            .await
+            .unwrap(),
+        EndRecorded::Finished
+    );
+    let woken_token = (now_ms + 60_000) * 1_000;
+    s.diverged_for(Duration::from_secs(60));
+    assert_eq!(
+        s.handoff_stands("done", woken_token, dispatch.clone())
+            .await
+            .unwrap(),
+        HandoffStands::Ended
+    );
+    assert!(s.payload("done").await.unwrap().is_none(), "no orphan made");
+
+    // A later dispatch of the key, which the promoted side never saw, is
+    // given back.
+    let later = codec::stored(now_ms + 30_000, &body("done"));
+    assert_eq!(
+        s.handoff_stands("done", woken_token, later).await.unwrap(),
+        HandoffStands::Restored
+    );
+}

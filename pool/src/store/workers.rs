@@ -170,6 +170,10 @@ call::status!(
         Kept = "kept",
         /// Redis holds the hand-off's token or a newer one.
         Current = "current",
+        /// A run of this dispatch ended where the Sentinels name the
+        /// primary, and the giver's node wrote to a superseded one: the
+        /// hand-off may have been made there, and is not given back.
+        Ended = "ended",
     }
 );
 
@@ -585,7 +589,8 @@ impl PoolStore {
     ) -> Result<Vec<HandoffStands>> {
         let count = jobs.len();
         let mut args = self.maps.base_args();
-        args.reserve(3 * count);
+        args.reserve(1 + 3 * count);
+        args.push(Value::from(if self.diverged() { "yielding" } else { "" }));
         for (key, token, stored) in jobs {
             args.extend([
                 Value::from(key),

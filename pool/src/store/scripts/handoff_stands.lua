@@ -24,16 +24,32 @@
 -- is raised to the hand-off's token, which was issued (as `reassert.lua`
 -- does for its run's): a stop of an older run, made to stand later, then
 -- sees a newer run and leaves its payload (`stop_stands.lua`).
+-- Yielding (the giver's node wrote to a primary that stalled through its
+-- failover, as for `reassert.lua`): the hand-off may have been made there,
+-- with a token from that primary's clock, on records the promoted side had
+-- moved on from. So when this side issued a token for the key at or after
+-- this dispatch's admission and holds no record, guard or payload of it,
+-- a run of the dispatch ended here and the payload is not given back
+-- (chaos soak seed 1481: a cleaner on the woken primary moved a job that
+-- had finished on the promoted side, gave it back there after its
+-- reconnect, and the orphan sweep ran it again).
 -- KEYS: base, 9 orphan marks hash
--- ARGV: base, then three per job: job key, the token the hand-off issued,
---       the stored payload ("<created_ms> <body>") (a recovery gives back
---       many jobs in a few calls)
+-- ARGV: base, 4 'yielding' | '', then three per job: job key, the token
+--       the hand-off issued, the stored payload ("<created_ms> <body>") (a
+--       recovery gives back many jobs in a few calls)
 -- Returns one status per job: 'restored' | 'kept' (owned, pending, or this
 --       payload or a newer one is there) |
---       'current' (Redis holds the hand-off or something newer)
+--       'current' (Redis holds the hand-off or something newer) |
+--       'ended' (yielding: a run of this dispatch ended here)
+local yielding = ARGV[4] == 'yielding'
 local function stand(key, token, payload)
   local current = tonumber(redis.call('HGET', FENCING, key) or '')
   if current and current >= tonumber(token) then return 'current' end
+  if yielding and current and current >= payload_created_ms(payload) * 1000
+      and not (mget(JOBS, key) or mget(PENDING, key)
+        or redis.call('HEXISTS', PAYLOADS, key) == 1) then
+    return 'ended'
+  end
   redis.call('HSET', FENCING, key, token)
   if mget(JOBS, key) or mget(PENDING, key) then return 'kept' end
   local stored = redis.call('HGET', PAYLOADS, key)
@@ -45,7 +61,7 @@ local function stand(key, token, payload)
 end
 
 local statuses = {}
-for i = 4, #ARGV - 2, 3 do
+for i = 5, #ARGV - 2, 3 do
   statuses[#statuses + 1] = stand(ARGV[i], ARGV[i + 1], ARGV[i + 2])
 end
 return statuses

@@ -4,6 +4,24 @@
 
 use super::*;
 
+/// The promoted side's part: a dispatch of `key` admitted a second ago,
+/// moved to worker `w2` (registered here) and running there. Returns the
+/// stored payload, the server time (ms) and the moved run's token.
+async fn a_moved_run(f: &Fixture, key: &str) -> (Bytes, u64, u64) {
+    let s = &f.store;
+    f.register("w2").await;
+    let now_ms = s.server_time_ms().await.unwrap();
+    let dispatch = codec::stored(now_ms - 1_000, &body(key));
+    let moved = (now_ms - 500) * 1_000;
+    assert_eq!(
+        s.reassert(key, "w2", moved, dispatch.clone(), Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok
+    );
+    (dispatch, now_ms, moved)
+}
+
 /// A run of a dispatch that ended on the promoted side (moved there, then
 /// failed for good) is not brought back by a yielding copy of it, however
 /// large its token: the woken primary ran the copy's restart and gave it
@@ -16,25 +34,9 @@ async fn a_yielding_copy_of_a_run_that_ended_on_the_promoted_side_stays_ended() 
     let f = &fixture().await;
     let s = &f.store;
     f.register("w1").await;
-    f.register("w2").await;
-    let now_ms = s.server_time_ms().await.unwrap();
-    // The promoted side: the dispatch (admitted a second ago) runs on w2,
-    // moved there, and fails for good; the end leaves a tombstone token.
-    let dispatch = codec::stored(now_ms - 1_000, &body("ended"));
-    let moved = (now_ms - 500) * 1_000;
-    assert_eq!(
-        s.reassert(
-            "ended",
-            "w2",
-            moved,
-            dispatch.clone(),
-            Reassert::Running,
-            TTL
-        )
-        .await
-        .unwrap(),
-        Reasserted::Ok
-    );
+    // The promoted side: the moved run fails for good; the end leaves a
+    // tombstone token.
+    let (dispatch, now_ms, moved) = a_moved_run(f, "ended").await;
     let failed = EndArgs::Failed {
         error: "boom",
         reset: false,
@@ -94,23 +96,7 @@ async fn a_yielding_copy_of_a_run_that_ended_on_the_promoted_side_stays_ended() 
 async fn a_hand_off_from_the_woken_side_of_a_job_that_ended_is_not_given_back() {
     let f = &fixture().await;
     let s = &f.store;
-    f.register("w2").await;
-    let now_ms = s.server_time_ms().await.unwrap();
-    let dispatch = codec::stored(now_ms - 1_000, &body("done"));
-    let moved = (now_ms - 500) * 1_000;
-    assert_eq!(
-        s.reassert(
-            "done",
-            "w2",
-            moved,
-            dispatch.clone(),
-            Reassert::Running,
-            TTL
-        )
-        .await
-        .unwrap(),
-        Reasserted::Ok
-    );
+    let (dispatch, now_ms, moved) = a_moved_run(f, "done").await;
     assert_eq!(
         s.record_job_end("done", "w2", moved, EndArgs::Finished, false, TTL)
             .await

@@ -149,11 +149,29 @@ pub(super) fn check_admissions(
                         .map(|iv| iv.start)
                         .min()
                         .unwrap_or(answered);
-                    if forgotten_between(key, prev, *t)
-                        || lost_out_of_reach(key, prev, *t)
+                    // The same for the second: made by its `Ok` or by the
+                    // first run begun since its dispatch was sent (and
+                    // since the first admission's run), if sooner. Its
+                    // answer can come seconds after it (seed 1541: that
+                    // run's process was killed, and the key moved on
+                    // before the run that answered began).
+                    let made = last_sent
+                        .get(key.as_str())
+                        .and_then(|&sent| {
+                            intervals
+                                .iter()
+                                .filter(|iv| {
+                                    iv.key == *key && iv.start > sent.max(prev) && iv.start < *t
+                                })
+                                .map(|iv| iv.start)
+                                .min()
+                        })
+                        .unwrap_or(*t);
+                    if forgotten_between(key, prev, made)
+                        || lost_out_of_reach(key, prev, made)
                         || lost_with_killed_holder(
                             key,
-                            (prev, *t),
+                            (prev, made),
                             last_failed.get(key.as_str()).copied(),
                             intervals,
                             faults,

@@ -420,3 +420,41 @@ fn a_held_run_lost_with_redis_and_its_process_killed_after_is_counted() {
     assert_eq!(kinds(&run(19_000, 25_000, true)), ["double"]);
     assert_eq!(kinds(&run(60, 20_150, false)), ["not_running"]);
 }
+
+/// A second admission made while the holder was out of reach counts as
+/// made then, though its `Ok` came seconds later (seed 1541: a rollback,
+/// the holder cut 12 ms after it; the key dispatched again during the cut
+/// and started at once on another process, which was killed 14 ms later;
+/// the key moved back to the holder, once in reach again, and only that
+/// run's start answered the dispatch, 2.2 s after its admission). The
+/// first run begun since the dispatch was sent bounds when it was made.
+/// With the holder back in reach before the dispatch, it stays a
+/// violation.
+#[test]
+fn a_readmission_answered_after_its_holder_came_back_counts_when_it_was_made() {
+    let run = |cut_until: u64| {
+        let driver = vec![
+            admit(1000, "k"),
+            untargeted(3000, FaultKind::Rollback, false),
+            untargeted(3046, FaultKind::Rollback, true),
+            fault(3058, FaultKind::Cut, 7, false),
+            fault(cut_until, FaultKind::Cut, 7, true),
+            dispatch_sent(5066, "k"),
+            fault(5083, FaultKind::Kill, 8, false),
+            admit(7310, "k"),
+        ];
+        let workers = vec![
+            start(7, 1005, "k", "w7", 1),
+            stop(7, 3688, "k", "w7"),
+            start(7, 7283, "k", "w7", 3),
+        ];
+        let killed = vec![start(8, 5069, "k", "w8", 2), stop(8, 5083, "k", "w8")];
+        check(&[driver, workers, killed], &CheckOptions::default())
+    };
+    let r = run(5080);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    let r = run(4000);
+    assert_eq!(kinds(&r), vec!["double"]);
+    assert_eq!(r.readmitted_after_loss, 0);
+}

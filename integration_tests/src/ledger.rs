@@ -47,6 +47,12 @@ pub enum Record {
         token: u64,
         /// Worker id.
         worker: String,
+        /// When the admission this run comes from was made: the job's
+        /// creation time (Redis server time, ms), which moves, requeues and
+        /// restarts keep. Absent from ledgers written before it was
+        /// recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        admitted_ms: Option<u64>,
     },
     /// A handler's `stop` ran.
     Stop {
@@ -652,6 +658,7 @@ mod tests {
             key: "k".into(),
             token: 7,
             worker: "w".into(),
+            admitted_ms: Some(1),
         });
         let mut tail = LedgerTail::new(path.clone());
         assert_eq!(tail.read_new().unwrap(), vec![first]);

@@ -298,6 +298,7 @@ async fn a_ledger_another_run_wrote_into_fails_the_run() {
                     key: "job-0000".into(),
                     token: 1,
                     worker: "w-of-another-run".into(),
+                    admitted_ms: None,
                 },
             };
             let mut text = serde_json::to_string(&line).unwrap();

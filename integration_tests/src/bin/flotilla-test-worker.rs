@@ -129,10 +129,16 @@ impl Drop for StopLine<'_> {
 impl Handler for LedgerHandler {
     async fn start(&self, job: Job) -> Result<(), HandlerError> {
         let worker = self.worker_id().await;
+        let admitted_ms = job
+            .created_at
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_millis() as u64);
         self.ledger.record(Record::Start {
             key: job.key.clone(),
             token: job.fencing_token,
             worker: worker.clone(),
+            admitted_ms,
         });
         if let Some(runs) = &self.lifecycle {
             runs.begin(&job, &worker, &self.ledger);

@@ -149,23 +149,17 @@ pub(super) fn check_admissions(
                         .map(|iv| iv.start)
                         .min()
                         .unwrap_or(answered);
-                    // The same for the second: made by its `Ok` or by the
-                    // first run begun since its dispatch was sent (and
-                    // since the first admission's run), if sooner. Its
-                    // answer can come seconds after it (seed 1541: that
-                    // run's process was killed, and the key moved on
-                    // before the run that answered began).
+                    // The second was made after its dispatch was sent:
+                    // when the run it led to records its admission (the
+                    // job's creation time), then; otherwise by its `Ok` or
+                    // by the first run begun since the dispatch was sent,
+                    // if sooner. Its answer, and even that run, can come
+                    // seconds after it (seed 1541: that run's process was
+                    // killed and the key moved on; seed 1542: the start
+                    // waited out a recovery after a hand-off).
                     let made = last_sent
                         .get(key.as_str())
-                        .and_then(|&sent| {
-                            intervals
-                                .iter()
-                                .filter(|iv| {
-                                    iv.key == *key && iv.start > sent.max(prev) && iv.start < *t
-                                })
-                                .map(|iv| iv.start)
-                                .min()
-                        })
+                        .and_then(|&sent| admission_made(key, sent, prev, *t, intervals))
                         .unwrap_or(*t);
                     if forgotten_between(key, prev, made)
                         || lost_out_of_reach(key, prev, made)
@@ -243,6 +237,34 @@ fn finished_before_its_answer(
                     .iter()
                     .any(|iv| iv.key == key && iv.start > f && iv.start < answered))
     })
+}
+
+/// How close before a dispatch was sent an admission may seem made, in
+/// ns: the server-time estimate that places it is off by a few ms.
+const ADMITTED_SLACK: u64 = 20_000_000;
+
+/// When the admission answering a dispatch of `key` sent at `sent` (answered
+/// at `answered`; the key's previous admission first ran at `prev`) was
+/// made: the earliest admission recorded by a run begun since the dispatch
+/// was sent that came after it, else the first such run's start. `None`
+/// when no run began since.
+fn admission_made(
+    key: &str,
+    sent: u64,
+    prev: u64,
+    answered: u64,
+    intervals: &[Interval],
+) -> Option<u64> {
+    intervals
+        .iter()
+        .filter(|iv| iv.key == key && iv.start > sent.max(prev) && iv.start < answered)
+        .filter_map(|iv| match iv.admitted {
+            // A run of an older admission (moved since): not this one.
+            Some(a) if a + ADMITTED_SLACK < sent => None,
+            Some(a) => Some(a.clamp(sent, iv.start)),
+            None => Some(iv.start),
+        })
+        .min()
 }
 
 /// [`lost_with_killed_holder`], in ns.

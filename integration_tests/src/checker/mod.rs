@@ -174,6 +174,11 @@ pub struct Interval {
     pub pid: u32,
     /// Fencing token of the start.
     pub token: u64,
+    /// When the admission this run comes from was made, ns on the same
+    /// time base: the job's creation time on the server clock, placed by
+    /// the start line's own server time. `None` when the ledger does not
+    /// record it.
+    pub admitted: Option<u64>,
     /// Start time, ns.
     pub start: u64,
     /// End time, ns; `None` while running.
@@ -289,6 +294,22 @@ fn gone_at(faults: &[FaultSpan], pid: u32) -> Option<u64> {
         .min()
 }
 
+/// When the admission of a run that started at `t` (the start `line`'s
+/// instant) was made: `t` less the time, on the server clock, from the
+/// admission (`admitted_ms`) to the start line. `None` when either server
+/// time is unknown.
+fn admitted_at(line: &Line, t: u64, admitted_ms: Option<u64>) -> Option<u64> {
+    let admitted_us = admitted_ms.filter(|ms| *ms > 0)?.saturating_mul(1_000);
+    if line.server_us == 0 {
+        return None;
+    }
+    let before = line
+        .server_us
+        .saturating_sub(admitted_us)
+        .saturating_mul(1_000);
+    Some(t.saturating_sub(before))
+}
+
 fn build_intervals(
     ledgers: &[Vec<Line>],
     time: &impl Fn(&Line) -> u64,
@@ -300,7 +321,12 @@ fn build_intervals(
         for line in ledger {
             let t = time(line);
             match &line.record {
-                Record::Start { key, token, worker } => {
+                Record::Start {
+                    key,
+                    token,
+                    worker,
+                    admitted_ms,
+                } => {
                     let id = (worker.clone(), key.clone());
                     if let Some(mut prev) = open.remove(&id) {
                         prev.end = Some(t);
@@ -313,6 +339,7 @@ fn build_intervals(
                             worker: worker.clone(),
                             pid: line.pid,
                             token: *token,
+                            admitted: admitted_at(line, t, *admitted_ms),
                             start: t,
                             end: None,
                         },

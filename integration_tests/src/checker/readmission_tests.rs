@@ -458,3 +458,41 @@ fn a_readmission_answered_after_its_holder_came_back_counts_when_it_was_made() {
     assert_eq!(kinds(&r), vec!["double"]);
     assert_eq!(r.readmitted_after_loss, 0);
 }
+
+/// The run a second admission led to records when that admission was made
+/// (the job's creation time): made while the only holder was cut off, it
+/// counts though its run began, and its `Ok` came, after the holder was
+/// back (seed 1542: an empty restart, the holder cut 3 ms after it; the
+/// key dispatched again during the cut and admitted to another worker,
+/// whose start waited out the recovery the holder's return began, then
+/// moved back to the holder and ran there 1.1 s after the cut). Made
+/// after the holder was back, it stays a violation.
+#[test]
+fn a_readmission_counts_when_the_admission_its_run_records_was_made() {
+    let run = |admitted: u64| {
+        let driver = vec![
+            admit(1000, "k"),
+            untargeted(3000, FaultKind::RestartEmpty, false),
+            untargeted(3022, FaultKind::RestartEmpty, true),
+            fault(3025, FaultKind::Cut, 7, false),
+            fault(5025, FaultKind::Cut, 7, true),
+            dispatch_sent(4754, "k"),
+            admit(6180, "k"),
+        ];
+        let workers = vec![
+            start(7, 1005, "k", "w7", 1),
+            stop(7, 3650, "k", "w7"),
+            start_admitted(7, 6144, "k", "w7", 2, admitted),
+        ];
+        check(&[driver, workers], &CheckOptions::default())
+    };
+    let r = run(4755);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    let r = run(6132);
+    assert_eq!(kinds(&r), vec!["double"]);
+    assert_eq!(r.readmitted_after_loss, 0);
+    // A run of the first admission, moved since, does not place the second.
+    let r = run(1000);
+    assert_eq!(kinds(&r), vec!["double"]);
+}

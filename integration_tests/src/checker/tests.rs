@@ -20,6 +20,27 @@ pub(super) fn start(pid: u32, at: u64, key: &str, worker: &str, token: u64) -> L
             key: key.into(),
             token,
             worker: worker.into(),
+            admitted_ms: None,
+        },
+    )
+}
+/// A start whose run comes from an admission made at `admitted` (ms).
+pub(super) fn start_admitted(
+    pid: u32,
+    at: u64,
+    key: &str,
+    worker: &str,
+    token: u64,
+    admitted: u64,
+) -> Line {
+    line(
+        pid,
+        at,
+        Record::Start {
+            key: key.into(),
+            token,
+            worker: worker.into(),
+            admitted_ms: Some(admitted),
         },
     )
 }

@@ -41,8 +41,10 @@
 //!   run stopped without a request within `orphan_exposure` before it,
 //!   which holds the key to re-assert it or give it back) from at most
 //!   `notice_within` after the loss until at most `notice_within` before
-//!   the second admission (made by its `Ok`, or by the first run begun
-//!   since its dispatch was sent if that came sooner), too soon to
+//!   the second admission (made when the run it led to says its
+//!   admission was, `Record::Start`'s `admitted_ms`; failing that, by its
+//!   first run begun since its dispatch was sent, or by its `Ok`), too
+//!   soon to
 //!   re-assert it: then nothing reachable knows the key, and the second admission is
 //!   counted, not flagged (`readmitted_after_loss`); the same when the
 //!   process that held the key stopped on a lease loss was killed and

@@ -33,16 +33,11 @@ pub(super) fn start_admitted(
     token: u64,
     admitted: u64,
 ) -> Line {
-    line(
-        pid,
-        at,
-        Record::Start {
-            key: key.into(),
-            token,
-            worker: worker.into(),
-            admitted_ms: Some(admitted),
-        },
-    )
+    let mut line = start(pid, at, key, worker, token);
+    if let Record::Start { admitted_ms, .. } = &mut line.record {
+        *admitted_ms = Some(admitted);
+    }
+    line
 }
 pub(super) fn stop(pid: u32, at: u64, key: &str, worker: &str) -> Line {
     line(

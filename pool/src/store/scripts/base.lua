@@ -314,6 +314,18 @@ local function payload_created_ms(stored)
   return tonumber(string.match(stored, '^(%d+) ') or '') or 0
 end
 
+-- Whether a run of the dispatch whose payload a worker holds (`stored`)
+-- ended on this side of a diverged Redis: the key's fencing counter
+-- (`current`) shows a token this side issued at or after the dispatch's
+-- admission, and no payload is left (only an end takes it away). A side
+-- that never saw the admission issued no token after it. Used by a
+-- yielding worker (`reassert.lua`, `handoff_stands.lua`) to tell a run
+-- that moved here and ended from an admission this side never had.
+local function ended_here(key, current, stored)
+  return current ~= nil and current >= payload_created_ms(stored) * 1000
+    and redis.call('HEXISTS', PAYLOADS, key) == 0
+end
+
 -- When a cleanup claim ("<node> <since_ms>") was made (0 when unreadable).
 local function claim_since(claim)
   return tonumber(string.match(claim, ' (%d+)$') or '0') or 0

@@ -45,9 +45,8 @@ local yielding = ARGV[4] == 'yielding'
 local function stand(key, token, payload)
   local current = tonumber(redis.call('HGET', FENCING, key) or '')
   if current and current >= tonumber(token) then return 'current' end
-  if yielding and current and current >= payload_created_ms(payload) * 1000
-      and not (mget(JOBS, key) or mget(PENDING, key)
-        or redis.call('HEXISTS', PAYLOADS, key) == 1) then
+  if yielding and ended_here(key, current, payload)
+      and not (mget(JOBS, key) or mget(PENDING, key)) then
     return 'ended'
   end
   redis.call('HSET', FENCING, key, token)

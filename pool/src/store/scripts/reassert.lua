@@ -86,8 +86,7 @@ local function reassert_one(key, token_arg, stored_arg, state_arg)
   -- primary ran gave the suspended copy a token above the tombstone, and
   -- the job that had failed for good here ran again). An admission this
   -- side never saw has no token here from after it.
-  if state_arg == 'yielding' and redis.call('HEXISTS', PAYLOADS, key) == 0
-      and current >= payload_created_ms(stored_arg) * 1000 then
+  if state_arg == 'yielding' and ended_here(key, current, stored_arg) then
     return 'lost'
   end
   -- A newer token was issued, and Redis shows neither its run nor its

@@ -301,7 +301,14 @@ impl Sentinels {
     /// wakes, until a Sentinel converts it (several seconds later); past
     /// `tell_after` the server is told itself (`REPLICAOF`), and again
     /// every 5 s while it does not sync (a Sentinel's reconfiguration may
-    /// cross it).
+    /// cross it). The current primary is the one the Sentinels name at
+    /// each look, not at the start: they may fail over again meanwhile
+    /// (a just-promoted server slow to answer for a moment), and telling
+    /// the server to follow the one they had named made it replicate from
+    /// a replica, undone by the Sentinels and redone by this wait every
+    /// 5 s until the deadline (chaos soak seeds 1546 and 1548). A
+    /// failover back to the server on `port` ends the wait too, once the
+    /// Sentinels count a replica of it.
     ///
     /// # Errors
     /// [`Error::Startup`] when no primary is known, [`Error::Timeout`]
@@ -312,16 +319,31 @@ impl Sentinels {
         deadline: Duration,
         tell_after: Duration,
     ) -> Result<(), Error> {
-        let primary = self
-            .primary_port()
-            .ok_or_else(|| Error::Startup("the sentinels agree on no primary".into()))?
-            .to_string();
+        self.primary_port()
+            .ok_or_else(|| Error::Startup("the sentinels agree on no primary".into()))?;
         let began = Instant::now();
         let mut told: Option<Instant> = None;
         let waited = self.wait(
             deadline,
             "the old primary back as an in-sync replica",
             |me| {
+                // Between two failovers the Sentinels may agree on none.
+                let Some(primary) = me.primary_port() else {
+                    return false;
+                };
+                let counted = |me: &Self| {
+                    me.sentinels.iter().all(|s| {
+                        let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
+                        field_after(&master, "num-slaves").is_some_and(|n| n != "0")
+                    })
+                };
+                if primary == port {
+                    // Failed over back to it meanwhile: it is the primary
+                    // again, and the deployment has its replica elsewhere.
+                    return info_field(port, "replication", "role").as_deref() == Some("master")
+                        && counted(me);
+                }
+                let primary = primary.to_string();
                 let link = info_field(port, "replication", "master_link_status");
                 let synced = link.as_deref() == Some("up")
                     && info_field(port, "replication", "master_port").as_deref()
@@ -334,11 +356,7 @@ impl Sentinels {
                     raw_command(port, &["REPLICAOF", "127.0.0.1", &primary]);
                     told = Some(Instant::now());
                 }
-                synced
-                    && me.sentinels.iter().all(|s| {
-                        let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
-                        field_after(&master, "num-slaves").is_some_and(|n| n != "0")
-                    })
+                synced && counted(me)
             },
         );
         waited.map_err(|e| match e {

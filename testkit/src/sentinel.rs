@@ -331,17 +331,11 @@ impl Sentinels {
                 let Some(primary) = me.primary_port() else {
                     return false;
                 };
-                let counted = |me: &Self| {
-                    me.sentinels.iter().all(|s| {
-                        let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
-                        field_after(&master, "num-slaves").is_some_and(|n| n != "0")
-                    })
-                };
                 if primary == port {
                     // Failed over back to it meanwhile: it is the primary
                     // again, and the deployment has its replica elsewhere.
                     return info_field(port, "replication", "role").as_deref() == Some("master")
-                        && counted(me);
+                        && me.every_sentinel_counts_a_replica();
                 }
                 let primary = primary.to_string();
                 let link = info_field(port, "replication", "master_link_status");
@@ -356,7 +350,7 @@ impl Sentinels {
                     raw_command(port, &["REPLICAOF", "127.0.0.1", &primary]);
                     told = Some(Instant::now());
                 }
-                synced && counted(me)
+                synced && me.every_sentinel_counts_a_replica()
             },
         );
         waited.map_err(|e| match e {
@@ -364,6 +358,15 @@ impl Sentinels {
                 Error::Timeout(d, format!("{what} ({})", self.replication_report(port)))
             }
             other => other,
+        })
+    }
+
+    /// Whether every Sentinel counts at least one replica of the primary
+    /// it names.
+    fn every_sentinel_counts_a_replica(&self) -> bool {
+        self.sentinels.iter().all(|s| {
+            let master = raw_command(s.port, &["SENTINEL", "MASTER", SERVICE_NAME]);
+            field_after(&master, "num-slaves").is_some_and(|n| n != "0")
         })
     }
 

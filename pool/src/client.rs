@@ -136,6 +136,11 @@ pub(crate) fn resilient_builder(
                 max_timeout: Some(silent_after),
                 interval: (silent_after / 4).max(Duration::from_millis(100)),
             };
+            // Without TCP_NODELAY, Nagle's algorithm may hold a small
+            // command back while an earlier one on the connection is not
+            // yet acknowledged, up to the peer's delayed-ACK timer (tens of
+            // ms) on a real network: the pool pipelines small calls.
+            c.tcp.nodelay = Some(true);
             c.tcp.keepalive = Some(
                 TcpKeepalive::new()
                     .with_time(timeout.max(Duration::from_secs(1)))
@@ -503,6 +508,12 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn commands_are_sent_without_nagle_delays() {
+        let builder = client_builder("redis://127.0.0.1:6379", &NodeOptions::default()).unwrap();
+        assert_eq!(builder.get_connection_config().tcp.nodelay, Some(true));
     }
 
     #[test]

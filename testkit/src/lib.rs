@@ -110,6 +110,8 @@ pub fn builder(url: &str) -> Result<Builder, Error> {
             c.connection_timeout = Duration::from_secs(2);
             c.internal_command_timeout = Duration::from_secs(2);
             c.max_command_attempts = 3;
+            // As `flotilla_pool::client_builder` does (TCP_NODELAY).
+            c.tcp.nodelay = Some(true);
         })
         .with_performance_config(|p| {
             p.default_command_timeout = Duration::from_secs(5);

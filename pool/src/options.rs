@@ -93,7 +93,11 @@ pub struct NodeOptions {
     /// step, whatever its size: with 200,000 jobs a step costs Redis about
     /// 2 ms (Redis 7.0), which keeps an idle pool well under 1% of a core.
     /// A key orphaned for `orphan_grace` is requeued within two passes after
-    /// that. Default: 1 s.
+    /// that. While steps find orphans (first seen, or requeued) the next
+    /// one follows at once, up to 64 in a row: after Redis lost its data
+    /// and every job is an orphan, a pass marks them all in moments and
+    /// the requeues follow one grace later, not one page per interval.
+    /// Default: 1 s.
     pub sweep_interval: Duration,
     /// Keys read per sweep step (the `COUNT` of each `HSCAN` page; Redis
     /// may return a few more). Between 1 and 10,000. Default: 500.

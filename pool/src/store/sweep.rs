@@ -26,6 +26,8 @@ pub(crate) struct OrphanPage {
     pub(crate) cursor: Cursor,
     /// Where the next step goes on in the marks hash.
     pub(crate) marks_cursor: Cursor,
+    /// Marks this step set: keys first seen orphaned, or in a new state.
+    pub(crate) marked: u64,
     /// Orphans past their grace: job key and the record the sweep saw
     /// (`"-"`: none).
     pub(crate) due: Vec<(String, String)>,
@@ -109,8 +111,15 @@ impl PoolStore {
             .await?;
         let (cursor, rest) = status_reply(WHAT, reply)?;
         let marks_cursor = string_at(&rest, 0);
+        let marked = rest
+            .get(1)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| Error::Malformed {
+                what: WHAT,
+                reason: format!("no count of marks set: {rest:?}"),
+            })?;
         let mut due = Vec::new();
-        let mut items = strings(WHAT, rest.into_iter().skip(1).collect())?.into_iter();
+        let mut items = strings(WHAT, rest.into_iter().skip(2).collect())?.into_iter();
         while let Some(key) = items.next() {
             let record = items.next().ok_or_else(|| Error::Malformed {
                 what: WHAT,
@@ -121,6 +130,7 @@ impl PoolStore {
         Ok(OrphanPage {
             cursor,
             marks_cursor,
+            marked,
             due,
         })
     }

@@ -320,3 +320,51 @@ async fn a_dead_workers_job_the_replica_never_saw_is_requeued_by_its_cleanup() {
     assert_eq!(starts.count("hidden"), 1);
     node.close().await.unwrap();
 }
+
+/// Many orphans at once (Redis lost its data: every job is one): the
+/// sweeper takes its steps one after the other while they find orphans,
+/// so a pass over a pool many pages long marks them at once and the
+/// requeues follow about one grace later. At one page per interval the
+/// 1,000 orphans below, in pages of 50 a second, would take two passes
+/// of 20 s (chaos soak seed 1551: 5,000 jobs, pages of 500, TTL 600 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mass_of_orphans_is_swept_in_quick_steps() {
+    let server = RedisServer::start().unwrap();
+    let name = flotilla_testkit::unique_name("sweep-mass");
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let starts = Starts::default();
+    let interval = Duration::from_secs(1);
+    let options = options().sweep_interval(interval).sweep_batch(50);
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let _worker = Worker::new(&node, starts.clone()).await.unwrap();
+    let keys: Vec<String> = (0..1000).map(|i| format!("mass-{i}")).collect();
+    let planted = Instant::now();
+    for key in &keys {
+        plant_orphan(&node, key, None).await;
+    }
+    // The grace, a step to find the marks due, the requeues themselves
+    // (1,000 at 32 in flight) and slack for a loaded machine: far below
+    // the 40 s of one page per interval.
+    let bound = GRACE + interval * 2 + Duration::from_secs(8);
+    wait_until(bound, "every orphan started", || async {
+        keys.iter().all(|k| starts.count(k) >= 1)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        let left = keys.iter().filter(|k| starts.count(k) == 0).count();
+        panic!(
+            "{e}: {left} of 1000 not started {:?} after",
+            planted.elapsed()
+        )
+    });
+    for key in &keys {
+        let first = starts.first(key).unwrap();
+        assert!(
+            first.duration_since(planted) >= GRACE,
+            "{key} requeued {:?} after it was orphaned, before the grace",
+            first.duration_since(planted)
+        );
+        assert_eq!(starts.count(key), 1, "{key} started once");
+    }
+    node.close().await.unwrap();
+}

@@ -22,8 +22,11 @@
 --       least server time (ms) it can be now by the caller's own clock:
 --       the grace is judged by the smaller of that and `TIME`, so a step
 --       of the server's clock does not end it early (`server_clock.rs`)
--- Returns {payloads cursor, marks cursor, key 1, record 1 ('-': none), ...}
--- for the due orphans (none while the pool recovers from a data loss).
+-- Returns {payloads cursor, marks cursor, marks set (a count), key 1,
+-- record 1 ('-': none), ...} for the due orphans (none while the pool
+-- recovers from a data loss). The count of marks this step set (first
+-- sightings, or a changed state) tells the sweeper a pass has orphans to
+-- find: it then takes the next step at once rather than an interval later.
 local MARKS = KEYS[9]
 local count, grace, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local now = now_ms()
@@ -75,7 +78,7 @@ local function orphan_state(key, record)
 end
 
 local marked = redis.call('HLEN', MARKS) > 0
-local reply = {page[1], '0'}
+local reply = {page[1], '0', 0}
 local checked = {}
 -- Marks `key` (its record: `record`) on a first sighting as an orphan,
 -- drops its mark when it is none, and reports it when due. `mark` is its
@@ -91,6 +94,7 @@ local function check(key, record, mark)
     if what ~= seen then
       redis.call('HSET', MARKS, key, string.format('%d ', now) .. seen)
       marked = true
+      reply[3] = reply[3] + 1
     elseif (not paused) and judged - tonumber(since) >= grace then
       reply[#reply + 1] = key
       reply[#reply + 1] = state

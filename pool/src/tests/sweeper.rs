@@ -100,6 +100,19 @@ async fn plant_orphan(node: &Node, key: &str, record: Option<&str>) {
     }
 }
 
+/// Every key in `keys`, orphaned from `planted` on, first started no
+/// sooner than the grace after.
+fn assert_started_after_the_grace(starts: &Starts, keys: &[String], planted: Instant) {
+    for key in keys {
+        let first = starts.first(key).unwrap();
+        assert!(
+            first.duration_since(planted) >= GRACE,
+            "{key} requeued {:?} after it was orphaned, before the grace",
+            first.duration_since(planted)
+        );
+    }
+}
+
 /// Orphans — with no record, and with a record naming a worker that is not
 /// registered — are requeued once each, by the sweeper, and not before
 /// their grace; three nodes compete and only one holds the lease.
@@ -136,14 +149,7 @@ async fn orphans_are_requeued_once_and_not_before_the_grace() {
     })
     .await
     .unwrap();
-    for key in &keys {
-        let first = starts.first(key).unwrap();
-        assert!(
-            first.duration_since(planted) >= GRACE,
-            "{key} requeued {:?} after it was orphaned, before the grace",
-            first.duration_since(planted)
-        );
-    }
+    assert_started_after_the_grace(&starts, &keys, planted);
     // Two more graces (many passes of the sweeper): nothing starts again.
     let marks = crate::keys::orphan_marks(&name);
     wait_until(Duration::from_secs(10), "orphan marks cleared", || async {
@@ -357,13 +363,8 @@ async fn a_mass_of_orphans_is_swept_in_quick_steps() {
             planted.elapsed()
         )
     });
+    assert_started_after_the_grace(&starts, &keys, planted);
     for key in &keys {
-        let first = starts.first(key).unwrap();
-        assert!(
-            first.duration_since(planted) >= GRACE,
-            "{key} requeued {:?} after it was orphaned, before the grace",
-            first.duration_since(planted)
-        );
         assert_eq!(starts.count(key), 1, "{key} started once");
     }
     node.close().await.unwrap();

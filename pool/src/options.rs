@@ -94,7 +94,8 @@ pub struct NodeOptions {
     /// 2 ms (Redis 7.0), which keeps an idle pool well under 1% of a core.
     /// A key orphaned for `orphan_grace` is requeued within two passes after
     /// that. While steps find orphans (first seen, or requeued) the next
-    /// one follows at once, up to 64 in a row: after Redis lost its data
+    /// one follows at once, up to 64 in a row, except while the pool
+    /// recovers from a loss (its workers re-assert then): after Redis lost its data
     /// and every job is an orphan, a pass marks them all in moments and
     /// the requeues follow one grace later, not one page per interval.
     /// Default: 1 s.

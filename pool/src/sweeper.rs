@@ -10,7 +10,8 @@
 //!
 //! ```text
 //! every sweep_interval (at once, up to 64 steps in a row, while steps
-//! find orphans to mark or requeue), on the lease holder only:
+//! find orphans to mark or requeue outside a recovery), on the lease
+//! holder only:
 //!   sweep_orphans.lua  HSCAN payloads (cursor, COUNT sweep_batch)
 //!                      orphan? (no pending guard; no record, or its owner
 //!                      not registered) → first sighting: mark "<since> <state>"
@@ -55,7 +56,9 @@ const REQUEUES_IN_FLIGHT: usize = 32;
 /// at one page per interval, 5,000 of them in pages of 500 went at 150–600
 /// requeues a second, and one waited 14 s (chaos soak seed 1551). An
 /// idle pool, where steps find nothing, still costs one step per interval;
-/// a step that finds work it cannot do (no worker to requeue to) waits too.
+/// a step that finds work it cannot do (no worker to requeue to) waits too,
+/// and so does every step while the pool recovers from a loss (the
+/// workers' re-assertions need Redis then, and nothing is due).
 const CATCH_UP_STEPS: usize = 64;
 
 /// Where the sweeper is in each hash.
@@ -171,8 +174,9 @@ impl NodeInner {
         if self.recently_connected().await {
             // Redis restarted, perhaps from an older state whose records
             // (and grace marks) workers have not re-asserted over yet:
-            // requeue nothing for a TTL.
-            return Ok(page.marked > 0);
+            // requeue nothing for a TTL (nor hurry: the workers are
+            // re-asserting meanwhile).
+            return Ok(false);
         }
         let requeued = futures::stream::iter(page.due)
             .map(|(key, record)| async move { self.requeue_orphan(&key, &record).await })

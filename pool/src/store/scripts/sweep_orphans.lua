@@ -27,6 +27,8 @@
 -- recovers from a data loss). The count of marks this step set (first
 -- sightings, or a changed state) tells the sweeper a pass has orphans to
 -- find: it then takes the next step at once rather than an interval later.
+-- Not while the pool recovers: nothing is due then, and steps one after
+-- the other would take Redis from the workers' re-assertions.
 local MARKS = KEYS[9]
 local count, grace, ttl = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local now = now_ms()
@@ -94,7 +96,7 @@ local function check(key, record, mark)
     if what ~= seen then
       redis.call('HSET', MARKS, key, string.format('%d ', now) .. seen)
       marked = true
-      reply[3] = reply[3] + 1
+      if not paused then reply[3] = reply[3] + 1 end
     elseif (not paused) and judged - tonumber(since) >= grace then
       reply[#reply + 1] = key
       reply[#reply + 1] = state

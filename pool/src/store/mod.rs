@@ -27,6 +27,7 @@ mod maps;
 mod reads;
 pub(crate) mod records;
 mod registry;
+mod stands;
 mod starts;
 mod sweep;
 #[cfg(test)]
@@ -46,11 +47,12 @@ pub(crate) use jobs::{
 };
 pub(crate) use lifecycle::{EndArgs, EndRecorded, Restarted};
 pub(crate) use maps::PoolMaps;
+pub(crate) use stands::{HandoffStands, StopKind, StopStands};
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{
-    ClaimStatus, DeadWorkerClaim, DrainMark, HandoffStands, Reassert, ReassertJob, Reasserted,
-    RecoveryMark, Released, Removed, Renewal, Resumed, StopStands,
+    ClaimStatus, DeadWorkerClaim, DrainMark, Reassert, ReassertJob, Reasserted, RecoveryMark,
+    Released, Removed, Renewal, Resumed,
 };
 
 use crate::error::Result;

@@ -672,3 +672,6 @@ mod stale_start_tests;
 
 #[path = "diverged_tests.rs"]
 mod diverged_tests;
+
+#[path = "stands_tests.rs"]
+mod stands_tests;

@@ -632,6 +632,7 @@ mod ring_view;
 mod slow_starts;
 mod stale_starts;
 mod stop_answers;
+mod stop_undone;
 mod sweeper;
 mod unclaimed_start;
 mod unrecorded_start;

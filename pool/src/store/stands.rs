@@ -1,0 +1,239 @@
+//! Runs and stops made to stand again after Redis went back in time: a
+//! hand-off given back (`handoff_stands.lua`), the hand-offs that ended
+//! since (`handoffs_ended.lua`), and stops Redis lost (`stop_stands.lua`).
+
+use bytes::Bytes;
+use fred::types::Value;
+
+use super::PoolStore;
+use super::call;
+use crate::error::Result;
+use crate::keys;
+
+/// The name of `stop_stands.lua`'s reply in errors.
+const WHAT: &str = "stop_stands reply";
+
+call::status!(
+    /// What `handoff_stands.lua` did.
+    HandoffStands, "handoff_stands reply" {
+        /// The payload is back: the job is an orphan until it is re-asserted
+        /// or requeued.
+        Restored = "restored",
+        /// The key is owned or pending, or its payload is there.
+        Kept = "kept",
+        /// Redis holds the hand-off's token or a newer one.
+        Current = "current",
+        /// A run of this dispatch ended where the Sentinels name the
+        /// primary, and the giver's node wrote to a superseded one: the
+        /// hand-off may have been made there, and is not given back.
+        Ended = "ended",
+    }
+);
+
+/// What `stop_stands.lua` did with one stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopStands {
+    /// Records, guard or payload of the stopped run (or older) removed.
+    Removed,
+    /// A newer run of the key is recorded or pending: left alone.
+    Newer,
+    /// Nothing of the stopped run was there.
+    None,
+    /// A stop `stop_job` asked for ([`StopKind::Dispatch`]) was undone: a
+    /// run of the stopped dispatch, issued after the stop, is recorded,
+    /// pending or owed by the orphan sweep. Nothing was removed; the
+    /// caller stops that dispatch (the creation time of its payload, ms)
+    /// through its worker.
+    Undone(u64),
+}
+
+impl StopStands {
+    /// The script's word for this status (without the creation time).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StopStands::Removed => "removed",
+            StopStands::Newer => "newer",
+            StopStands::None => "none",
+            StopStands::Undone(_) => "undone",
+        }
+    }
+
+    /// Reads the script's status.
+    fn parse(status: &str) -> Result<Self> {
+        Ok(match status.split_once(' ') {
+            None if status == "removed" => StopStands::Removed,
+            None if status == "newer" => StopStands::Newer,
+            None if status == "none" => StopStands::None,
+            Some(("undone", created)) => match created.parse() {
+                Ok(created) => StopStands::Undone(created),
+                Err(_) => return Err(call::unknown_status(WHAT, status)),
+            },
+            _ => return Err(call::unknown_status(WHAT, status)),
+        })
+    }
+}
+
+/// Which stop `stop_stands.lua` makes stand again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopKind {
+    /// One run a worker stopped or ended (a newer run of the same dispatch
+    /// may be a hand-off of it, and goes on).
+    Run,
+    /// A stop `stop_job` asked for and was answered: it ended the whole
+    /// dispatch, and a newer run of it undoes the stop.
+    Dispatch,
+}
+
+/// What `handoffs_ended.lua` found of the jobs a worker remembers passing
+/// on, by their positions in the question.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct HandoffsSettled {
+    /// Ended since: each position, and the key's fencing counter then.
+    pub(crate) ended: Vec<(usize, u64)>,
+    /// Waiting to start (a payload, no record): each position, and the
+    /// creation time of the payload Redis holds (the only copy).
+    pub(crate) waiting: Vec<(usize, u64)>,
+}
+
+impl PoolStore {
+    /// Gives back the stored payload of job `key`, handed off lately with
+    /// fencing token `token`, after Redis went back in time, if nothing
+    /// newer happened to the key (see `handoff_stands.lua`).
+    pub(crate) async fn handoff_stands(
+        &self,
+        key: &str,
+        token: u64,
+        stored: Bytes,
+    ) -> Result<HandoffStands> {
+        let mut statuses = self
+            .handoff_stands_batch(vec![(key, token, stored)])
+            .await?;
+        Ok(statuses.remove(0))
+    }
+
+    /// [`handoff_stands`](Self::handoff_stands) for many jobs
+    /// `(key, token, stored payload)` in one call: one status each, in
+    /// order.
+    pub(crate) async fn handoff_stands_batch(
+        &self,
+        jobs: Vec<(&str, u64, Bytes)>,
+    ) -> Result<Vec<HandoffStands>> {
+        let count = jobs.len();
+        let mut args = self.maps.base_args();
+        args.reserve(1 + 3 * count);
+        args.push(Value::from(if self.diverged() { "yielding" } else { "" }));
+        for (key, token, stored) in jobs {
+            args.extend([
+                Value::from(key),
+                Value::from(token.to_string()),
+                Value::Bytes(stored),
+            ]);
+        }
+        let mut keys = self.maps.base_keys();
+        keys.push(keys::orphan_marks(&self.pool));
+        let statuses: Vec<Value> = self
+            .scripts
+            .handoff_stands
+            .run(&self.client, keys, args, self.timeout)
+            .await?;
+        call::statuses(
+            "handoff_stands reply",
+            count,
+            &statuses,
+            HandoffStands::parse,
+        )
+    }
+
+    /// Which of `jobs`, `(key, token)` a worker remembers passing on, ended
+    /// since (see `handoffs_ended.lua`): each one's position in `jobs` and
+    /// the key's fencing counter, up to which every run is over; and which
+    /// still wait to start anywhere.
+    pub(crate) async fn handoffs_ended(&self, jobs: &[(String, u64)]) -> Result<HandoffsSettled> {
+        const WHAT: &str = "handoffs_ended reply";
+        let mut args = self.maps.base_args();
+        for (key, token) in jobs {
+            args.extend([Value::from(key.as_str()), Value::from(token.to_string())]);
+        }
+        let reply: Vec<Value> = self
+            .scripts
+            .handoffs_ended
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        let list = |at: usize| match reply.get(at) {
+            Some(Value::Array(values)) => Ok(values.as_slice()),
+            Some(Value::Null) => Ok(&[][..]),
+            other => Err(crate::error::Error::Malformed {
+                what: WHAT,
+                reason: format!("expected two arrays, got {other:?} at {at}"),
+            }),
+        };
+        let position = |values: &[Value], at: usize| {
+            let pair = super::call::u64_at(values, at, WHAT)?;
+            usize::try_from(pair)
+                .ok()
+                .and_then(|p| p.checked_sub(1))
+                .filter(|p| *p < jobs.len())
+                .ok_or_else(|| crate::error::Error::Malformed {
+                    what: WHAT,
+                    reason: format!("no pair {pair} among {}", jobs.len()),
+                })
+        };
+        let (ended, waiting) = (list(0)?, list(1)?);
+        Ok(HandoffsSettled {
+            ended: (0..ended.len() / 2)
+                .map(|i| {
+                    Ok((
+                        position(ended, 2 * i)?,
+                        super::call::u64_at(ended, 2 * i + 1, WHAT)?,
+                    ))
+                })
+                .collect::<Result<_>>()?,
+            waiting: (0..waiting.len() / 2)
+                .map(|i| {
+                    Ok((
+                        position(waiting, 2 * i)?,
+                        super::call::u64_at(waiting, 2 * i + 1, WHAT)?,
+                    ))
+                })
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// Makes a stop of the run of `key` with fencing token `stopped` stand
+    /// again after Redis went back in time (see `stop_stands.lua`).
+    /// The stop of one run ([`StopKind::Run`]).
+    pub(crate) async fn stop_stands(&self, key: &str, stopped: u64) -> Result<StopStands> {
+        let mut statuses = self
+            .stop_stands_batch(&[(key, stopped)], StopKind::Run)
+            .await?;
+        Ok(statuses.remove(0))
+    }
+
+    /// [`stop_stands`](Self::stop_stands) for many stops `(key, token)` of
+    /// one kind in one call: one status each, in order.
+    pub(crate) async fn stop_stands_batch(
+        &self,
+        stops: &[(&str, u64)],
+        kind: StopKind,
+    ) -> Result<Vec<StopStands>> {
+        let whole = match kind {
+            StopKind::Run => "0",
+            StopKind::Dispatch => "1",
+        };
+        let mut args = self.maps.base_args();
+        args.reserve(3 * stops.len());
+        for (key, stopped) in stops {
+            args.extend([
+                Value::from(*key),
+                Value::from(stopped.to_string()),
+                Value::from_static_str(whole),
+            ]);
+        }
+        let statuses: Vec<Value> = self
+            .scripts
+            .stop_stands
+            .run(&self.client, self.maps.base_keys(), args, self.timeout)
+            .await?;
+        call::statuses(WHAT, stops.len(), &statuses, StopStands::parse)
+    }
+}

@@ -218,7 +218,8 @@ impl NodeInner {
             return Ok(true);
         }
         if local.handed_off.supersede(key, token) {
-            let status = self.store.release_stale(key, &record).await?;
+            let handed_on = local.handed_off.passed_on(key, token);
+            let status = self.store.release_stale(key, &record, handed_on).await?;
             tracing::info!(
                 key,
                 token,

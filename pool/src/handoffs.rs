@@ -337,6 +337,18 @@ impl Handoffs {
             .map(|(_, counter)| *counter)
     }
 
+    /// Whether this worker passed `key` on with a token newer than `token`,
+    /// and Redis has not shown that run ended: after Redis went back to
+    /// before the hand-off, the key's payload may be the job's only copy
+    /// (see `release_stale.lua`).
+    pub(crate) fn passed_on(&self, key: &str, token: u64) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        inner.recent.iter().any(|r| {
+            r.handed.key == key && r.handed.token > token && r.until > now && r.ended_at.is_none()
+        })
+    }
+
     /// Whether this worker passed `key` on, and still remembers it, with a
     /// token newer than `token`: a start entry of an older run, back in
     /// the inbox because Redis went back in time, is then stale (the run

@@ -431,6 +431,22 @@ impl NodeInner {
         true
     }
 
+    /// Whether what Redis showed of the jobs this node's workers passed on
+    /// (`handoffs_ended.lua`, asked while the commands went to `before`)
+    /// may be kept: always without Sentinel; behind Sentinel, only an
+    /// answer from the server the Sentinels name the primary. A primary
+    /// that stalled through its failover shows ends under its own tokens
+    /// (a stop's tombstone from its clock), which the promoted side never
+    /// issued: made to stand there after the reconnect, such an end
+    /// outranked, and took the record of, a run the promoted side had
+    /// moved on meanwhile (chaos soak seed 1556).
+    pub(crate) async fn handoff_ends_hold(self: &Arc<Self>, before: Option<&Server>) -> bool {
+        let judged = self
+            .served_by_primary(before, Sureness::Known, "ends of jobs passed on not kept")
+            .await;
+        judged == Judged::Primary
+    }
+
     /// Where the end of a run, recorded while the commands went to
     /// `before`, stands: always on the primary without Sentinel; behind
     /// Sentinel, [`Judged::Elsewhere`] when the Sentinels name another

@@ -457,7 +457,10 @@ impl NodeInner {
             tracing::info!(key, token, worker = %worker.id, "record of a start claimed before the rollback and still in the inbox: kept");
             return Ok(());
         }
-        let status = self.store.release_stale(&key, &record).await?;
+        // Passed on since (the hand-off Redis lost may have been made on a
+        // primary that stalled through its failover): the payload stays.
+        let handed_on = worker.handed_off.passed_on(&key, token);
+        let status = self.store.release_stale(&key, &record, handed_on).await?;
         tracing::info!(key, worker = %worker.id, status = status.as_str(), "record of a job not running here after a rollback");
         Ok(())
     }
@@ -560,10 +563,19 @@ impl NodeInner {
         }
     }
 
-    async fn settle_handoffs(&self, worker: &WorkerInner) -> Result<()> {
+    /// One round of [`settle_handoffs_loop`](Self::settle_handoffs_loop)
+    /// for `worker`. Behind Sentinel, an answer from a server the
+    /// Sentinels no longer name is dropped (asked again next round).
+    pub(crate) async fn settle_handoffs(self: &Arc<Self>, worker: &WorkerInner) -> Result<()> {
         let unsettled = worker.handed_off.unsettled();
         for jobs in unsettled.chunks(crate::handoffs::SETTLE_BATCH) {
+            let asked = self.commands_server();
             let answer = self.store.handoffs_ended(jobs).await?;
+            if (!answer.ended.is_empty() || !answer.waiting.is_empty())
+                && !self.handoff_ends_hold(asked.as_ref()).await
+            {
+                return Ok(());
+            }
             let ended: Vec<(String, u64, u64)> = answer
                 .ended
                 .into_iter()

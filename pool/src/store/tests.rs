@@ -459,11 +459,11 @@ async fn worker_scripts_answer_each_status() {
     assert_eq!(s.resume("r1", "w2", TTL).await.unwrap(), Resumed::Moved); // not w2's
     let record = s.job_records("r1").await.unwrap().1.unwrap();
     assert_eq!(
-        s.release_stale("r1", "w1 100").await.unwrap(),
+        s.release_stale("r1", "w1 100", false).await.unwrap(),
         Released::Changed
     );
     assert_eq!(
-        s.release_stale("r1", &record).await.unwrap(),
+        s.release_stale("r1", &record, false).await.unwrap(),
         Released::Released
     );
     // A record older than the key's fencing counter goes alone: the payload
@@ -478,7 +478,10 @@ async fn worker_scripts_answer_each_status() {
         .hset(keys::fencing(&s.pool), ("r3", "200"))
         .await
         .unwrap();
-    assert_eq!(s.release_stale("r3", &older).await.unwrap(), Released::Kept);
+    assert_eq!(
+        s.release_stale("r3", &older, false).await.unwrap(),
+        Released::Kept
+    );
     assert!(s.job_records("r3").await.unwrap().1.is_none());
     let payload: bool = s
         .client

@@ -489,9 +489,18 @@ impl PoolStore {
 
     /// Drops the jobs-map `record` of job `key` (and its payload, unless a
     /// newer run of the key was issued since) if it is unchanged.
-    pub(crate) async fn release_stale(&self, key: &str, record: &str) -> Result<Released> {
+    pub(crate) async fn release_stale(
+        &self,
+        key: &str,
+        record: &str,
+        handed_on: bool,
+    ) -> Result<Released> {
         let mut args = self.maps.base_args();
-        args.extend([Value::from(key), Value::from(record)]);
+        args.extend([
+            Value::from(key),
+            Value::from(record),
+            Value::from_static_str(if handed_on { "handed" } else { "" }),
+        ]);
         let status: String = self
             .scripts
             .release_stale

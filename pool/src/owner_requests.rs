@@ -319,36 +319,54 @@ impl NodeInner {
                     "making a run's end stand where the Sentinels name the primary"
                 );
             }
-            let deadline = Instant::now() + END_STANDS_WITHIN;
-            loop {
-                let stopped = tokio::select! {
-                    _ = node.cancel.cancelled() => return,
-                    stopped = node.stop_key(&key, Some(dispatch)) => stopped,
-                };
-                match stopped {
-                    Ok(()) | Err(Error::JobNotFound(_)) => {
-                        node.record_final_failure(&key, token, &end).await;
-                        end.report(&node, &key, token);
-                        return;
-                    }
-                    Err(Error::Closed) => return,
-                    Err(e) if Instant::now() >= deadline => {
-                        tracing::warn!(
-                            key,
-                            token,
-                            error = %e,
-                            "the end of a run recorded on a primary the Sentinels no longer \
-                             name could not be made to stand: the job may run again"
-                        );
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::debug!(key, error = %e, "making a run's end stand: asking again");
-                        tokio::time::sleep(END_STANDS_RETRY).await;
+            match node.stop_dispatch(&key, dispatch, END_STANDS_WITHIN).await {
+                Ok(()) => {
+                    node.record_final_failure(&key, token, &end).await;
+                    end.report(&node, &key, token);
+                }
+                Err(Some(e)) => tracing::warn!(
+                    key,
+                    token,
+                    error = %e,
+                    "the end of a run recorded on a primary the Sentinels no longer \
+                     name could not be made to stand: the job may run again"
+                ),
+                Err(None) => {}
+            }
+        });
+    }
+
+    /// Stops dispatch `dispatch` (its payload's creation time) of `key`
+    /// wherever it runs ([`stop_key`](Self::stop_key)), asking again every
+    /// [`END_STANDS_RETRY`] while it fails (the pool recovering, the run's
+    /// worker not answering), for up to `within`. `Ok` once nothing of
+    /// the dispatch runs; `Err(Some(_))` with the last error when `within`
+    /// passed; `Err(None)` when the node closed.
+    pub(crate) async fn stop_dispatch(
+        self: &Arc<Self>,
+        key: &str,
+        dispatch: u64,
+        within: Duration,
+    ) -> std::result::Result<(), Option<Error>> {
+        let deadline = Instant::now() + within;
+        loop {
+            let stopped = tokio::select! {
+                _ = self.cancel.cancelled() => return Err(None),
+                stopped = self.stop_key(key, Some(dispatch)) => stopped,
+            };
+            match stopped {
+                Ok(()) | Err(Error::JobNotFound(_)) => return Ok(()),
+                Err(Error::Closed) => return Err(None),
+                Err(e) if Instant::now() >= deadline => return Err(Some(e)),
+                Err(e) => {
+                    tracing::debug!(key, dispatch, error = %e, "stopping a dispatch: asking again");
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => return Err(None),
+                        _ = tokio::time::sleep(END_STANDS_RETRY) => {}
                     }
                 }
             }
-        });
+        }
     }
 
     /// Writes the record of a failure for good made to stand where the

@@ -47,7 +47,7 @@ pub(crate) use jobs::{
 };
 pub(crate) use lifecycle::{EndArgs, EndRecorded, Restarted};
 pub(crate) use maps::PoolMaps;
-pub(crate) use stands::{HandoffStands, StopKind, StopStands};
+pub(crate) use stands::{HandoffStands, StopStands};
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{

@@ -632,7 +632,6 @@ mod ring_view;
 mod slow_starts;
 mod stale_starts;
 mod stop_answers;
-mod stop_undone;
 mod superseded_handoff;
 mod sweeper;
 mod unclaimed_start;

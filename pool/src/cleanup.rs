@@ -473,7 +473,7 @@ impl NodeInner {
             StartEntry::parse(&payload).map(|e| {
                 payload = e.forwarded();
                 start_token = Some(e.token);
-                start_body = Some((e.created_at_ms, e.raw_body));
+                start_body = Some((e.admitted, e.raw_body));
                 e.body.key
             })
         } else if name == EV_KEEP {
@@ -543,8 +543,8 @@ impl NodeInner {
                     // A dead worker's start moved under a new token: Redis
                     // alone holds it until its new owner starts it, and the
                     // dead worker cannot give it back after a loss.
-                    if let (Some(_), Some((created_at_ms, body))) = (cleaner, &start_body) {
-                        self.remember_moved(&key, token, *created_at_ms, body.clone(), &target);
+                    if let (Some(_), Some((admitted, body))) = (cleaner, &start_body) {
+                        self.remember_moved(&key, token, *admitted, body.clone(), &target);
                     }
                     Ok(Claim::Held)
                 }

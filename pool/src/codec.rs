@@ -68,8 +68,9 @@ pub(crate) struct KeptJob {
     /// The fencing token of the run passed on (for an ended run: the
     /// key's counter, up to which every run is over).
     pub(crate) token: u64,
-    /// Server time (ms) of the job's first admission.
-    pub(crate) created_at_ms: u64,
+    /// The job's admission stamp (see [`stamp_us`]).
+    #[serde(rename = "created_at_ms")]
+    pub(crate) admitted: u64,
     /// The encoded [`JobBody`] (empty for an ended run).
     #[serde(with = "serde_bytes")]
     pub(crate) body: Vec<u8>,
@@ -79,15 +80,15 @@ pub(crate) struct KeptJob {
     pub(crate) keep_ms: u64,
 }
 
-/// A start entry: `"<token> <created_ms> <hops> <request> <node>\n"` written
+/// A start entry: `"<token> <admitted> <hops> <request> <node>\n"` written
 /// by the admitting script (which issues the token on Redis), then the
 /// encoded [`JobBody`].
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StartEntry {
     /// Fencing token issued at admission.
     pub(crate) token: u64,
-    /// Server time (ms) of the first admission.
-    pub(crate) created_at_ms: u64,
+    /// The job's admission stamp (see [`stamp_us`]).
+    pub(crate) admitted: u64,
     /// Times a worker forwarded this entry.
     pub(crate) hops: u8,
     /// Who waits for the outcome (request 0: nobody).
@@ -113,7 +114,7 @@ impl StartEntry {
         let mut parts = header.split(' ');
         let mut next = |name: &str| parts.next().ok_or_else(|| bad(name));
         let token = next("token")?.parse().map_err(|_| bad("token"))?;
-        let created_at_ms = next("created")?.parse().map_err(|_| bad("created"))?;
+        let admitted = next("admitted")?.parse().map_err(|_| bad("admitted"))?;
         let hops = next("hops")?.parse().map_err(|_| bad("hops"))?;
         let request: u64 = next("request")?.parse().map_err(|_| bad("request"))?;
         let node = next("node")?;
@@ -125,7 +126,7 @@ impl StartEntry {
         let body = decode("job body", &raw_body)?;
         Ok(StartEntry {
             token,
-            created_at_ms,
+            admitted,
             hops,
             reply,
             body,
@@ -142,7 +143,7 @@ impl StartEntry {
         let mut out = format!(
             "{} {} {} {} {}\n",
             self.token,
-            self.created_at_ms,
+            self.admitted,
             self.hops.saturating_add(1),
             request,
             node
@@ -212,26 +213,58 @@ impl Reply {
     }
 }
 
-/// Splits a stored payload (`"<created_ms> <body>"`) into its parts.
-pub(crate) fn parse_stored(bytes: &[u8]) -> Result<(u64, JobBody)> {
-    let (created, body) = split_stored(bytes).ok_or_else(|| Error::Malformed {
-        what: "stored payload",
-        reason: "no creation time before the body".to_string(),
-    })?;
-    Ok((created, decode("job body", body)?))
+/// Stamps below this are milliseconds, not microseconds (10^14 µs is 1973;
+/// 10^14 ms is 5138): payloads and start entries written by builds before
+/// the stamp was the admission's token.
+const STAMP_US_FROM: u64 = 100_000_000_000_000;
+
+/// A job's admission stamp in µs of server time. The stamp is the fencing
+/// token its admission issued (`admit.lua`): unique to that admission among
+/// every admission of the key, so two dispatches of one key made within a
+/// millisecond are told apart (a stop of one must not reach the next), and
+/// kept unchanged by every requeue, hand-off and move of that dispatch.
+/// Older stamps (ms of server time) are scaled.
+pub(crate) fn stamp_us(stamp: u64) -> u64 {
+    if stamp < STAMP_US_FROM {
+        stamp.saturating_mul(1000)
+    } else {
+        stamp
+    }
 }
 
-/// Splits a stored payload (see [`stored`]) into its creation time and its
-/// body, undecoded.
+/// Whether `stamp` is an admission's token (unique to one dispatch of its
+/// key), not a time in ms written by an earlier build.
+pub(crate) fn stamp_is_exact(stamp: u64) -> bool {
+    stamp >= STAMP_US_FROM
+}
+
+/// A job's admission stamp (see [`stamp_us`]) in ms of server time: when it
+/// was first admitted.
+pub(crate) fn stamp_ms(stamp: u64) -> u64 {
+    stamp_us(stamp) / 1000
+}
+
+/// Splits a stored payload (`"<admitted> <body>"`) into its admission
+/// stamp (see [`stamp_us`]) and its decoded body.
+pub(crate) fn parse_stored(bytes: &[u8]) -> Result<(u64, JobBody)> {
+    let (admitted, body) = split_stored(bytes).ok_or_else(|| Error::Malformed {
+        what: "stored payload",
+        reason: "no admission stamp before the body".to_string(),
+    })?;
+    Ok((admitted, decode("job body", body)?))
+}
+
+/// Splits a stored payload (see [`stored`]) into its admission stamp and
+/// its body, undecoded.
 pub(crate) fn split_stored(bytes: &[u8]) -> Option<(u64, &[u8])> {
     let sp = bytes.iter().position(|b| *b == b' ')?;
-    let created = std::str::from_utf8(&bytes[..sp]).ok()?.parse().ok()?;
-    Some((created, &bytes[sp + 1..]))
+    let admitted = std::str::from_utf8(&bytes[..sp]).ok()?.parse().ok()?;
+    Some((admitted, &bytes[sp + 1..]))
 }
 
-/// Encodes a stored payload (`"<created_ms> <body>"`).
-pub(crate) fn stored(created_at_ms: u64, body: &[u8]) -> Bytes {
-    let mut out = format!("{created_at_ms} ").into_bytes();
+/// Encodes a stored payload (`"<admitted> <body>"`, the stamp unchanged).
+pub(crate) fn stored(admitted: u64, body: &[u8]) -> Bytes {
+    let mut out = format!("{admitted} ").into_bytes();
     out.extend_from_slice(body);
     Bytes::from(out)
 }
@@ -279,7 +312,7 @@ mod tests {
         raw.extend_from_slice(&body);
         let entry = StartEntry::parse(&Bytes::from(raw)).unwrap();
         assert_eq!(entry.token, 7);
-        assert_eq!(entry.created_at_ms, 42);
+        assert_eq!(entry.admitted, 42);
         assert_eq!(entry.body.payload, vec![0, 255, b'\n', 2]);
         assert_eq!(entry.reply.as_ref().unwrap().node, "node-a");
         let again = StartEntry::parse(&entry.forwarded()).unwrap();
@@ -311,7 +344,7 @@ mod tests {
                 KeptJob {
                     key: "k".into(),
                     token: 7,
-                    created_at_ms: 11,
+                    admitted: 11,
                     body: vec![0, 159, 146, 150],
                     ended_at: None,
                     keep_ms: 30_000,
@@ -319,7 +352,7 @@ mod tests {
                 KeptJob {
                     key: "j".into(),
                     token: 9,
-                    created_at_ms: 0,
+                    admitted: 0,
                     body: Vec::new(),
                     ended_at: Some(9),
                     keep_ms: 120_000,

@@ -62,7 +62,7 @@ pub(crate) fn keep_here(handed_off: &Handoffs, kept: KeptJobs) {
             HandedOff {
                 key: job.key,
                 token: job.token,
-                created_at_ms: job.created_at_ms,
+                admitted: job.admitted,
                 body: Bytes::from(job.body),
             },
             Duration::from_millis(job.keep_ms),
@@ -79,7 +79,7 @@ pub(crate) fn remember_stops(memory: &Handoffs, stops: Vec<(String, u64)>) {
             HandedOff {
                 key,
                 token,
-                created_at_ms: 0,
+                admitted: 0,
                 body: Bytes::new(),
             },
             ENDS_REMEMBERED,
@@ -143,7 +143,7 @@ impl NodeInner {
             let job = KeptJob {
                 key: handed.key,
                 token: handed.token,
-                created_at_ms: handed.created_at_ms,
+                admitted: handed.admitted,
                 body: handed.body.to_vec(),
                 ended_at,
                 keep_ms: u64::try_from(keep.as_millis()).unwrap_or(u64::MAX),
@@ -466,11 +466,7 @@ impl NodeInner {
             Some(_) => Ok(()),
             None => self
                 .store
-                .handoff_stands(
-                    &job.key,
-                    job.token,
-                    codec::stored(job.created_at_ms, &job.body),
-                )
+                .handoff_stands(&job.key, job.token, codec::stored(job.admitted, &job.body))
                 .await
                 .map(|status| {
                     if status == crate::store::HandoffStands::Restored {

@@ -76,7 +76,7 @@ pub(crate) const ENDS_REMEMBERED: Duration = Duration::from_secs(120);
 pub(crate) struct HandedOff {
     pub(crate) key: String,
     pub(crate) token: u64,
-    pub(crate) created_at_ms: u64,
+    pub(crate) admitted: u64,
     pub(crate) body: Bytes,
 }
 
@@ -86,7 +86,7 @@ impl HandedOff {
         HandedOff {
             key: key.to_string(),
             token,
-            created_at_ms: job.created_at_ms,
+            admitted: job.admitted,
             body: job.raw_body.clone(),
         }
     }
@@ -282,7 +282,7 @@ impl Handoffs {
 
     /// Keeps remembering, for [`KEEP`] from now at least, each of `jobs`
     /// (`(key, token)` as [`unsettled`](Self::unsettled) gave it, and the
-    /// creation time of the payload Redis holds) that Redis showed still
+    /// admission stamp of the payload Redis holds, in µs) that Redis showed still
     /// waiting to start: it holds the only copy until a worker starts it,
     /// however long that takes. Only where that payload is of the admission
     /// remembered: a newer one means the remembered run ended.
@@ -292,7 +292,7 @@ impl Handoffs {
         }
         let waiting: std::collections::HashSet<(&str, u64, u64)> = jobs
             .iter()
-            .map(|(key, token, created_ms)| (key.as_str(), *token, *created_ms))
+            .map(|(key, token, admitted_us)| (key.as_str(), *token, *admitted_us))
             .collect();
         let until = Instant::now() + KEEP;
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -300,7 +300,11 @@ impl Handoffs {
         for r in recent.iter_mut() {
             let handed = &r.handed;
             if r.ended_at.is_none()
-                && waiting.contains(&(handed.key.as_str(), handed.token, handed.created_at_ms))
+                && waiting.contains(&(
+                    handed.key.as_str(),
+                    handed.token,
+                    crate::codec::stamp_us(handed.admitted),
+                ))
             {
                 r.until = r.until.max(until);
                 if let Some(newest) = newest.get_mut(&handed.key)
@@ -373,7 +377,7 @@ mod tests {
             handoffs.record(HandedOff {
                 key: key.into(),
                 token,
-                created_at_ms: 0,
+                admitted: 0,
                 body: Bytes::from_static(b"x"),
             });
         }
@@ -381,7 +385,7 @@ mod tests {
             HandedOff {
                 key: "c".into(),
                 token: 3,
-                created_at_ms: 0,
+                admitted: 0,
                 body: Bytes::from_static(b"x"),
             },
             Duration::ZERO, // kept for KEEP at least
@@ -396,7 +400,7 @@ mod tests {
         let handed = |key: &str, token| HandedOff {
             key: key.into(),
             token,
-            created_at_ms: 0,
+            admitted: 0,
             body: Bytes::from_static(b"x"),
         };
         handoffs.record(handed("a", 5));
@@ -431,7 +435,7 @@ mod tests {
         let handed = |key: &str, token| HandedOff {
             key: key.into(),
             token,
-            created_at_ms: 0,
+            admitted: 0,
             body: Bytes::from_static(b"x"),
         };
         let short = Duration::from_millis(20);
@@ -458,7 +462,7 @@ mod tests {
         let end = |key: &str, token| HandedOff {
             key: key.into(),
             token,
-            created_at_ms: 0,
+            admitted: 0,
             body: Bytes::new(),
         };
         handoffs.take_over(end("gone", 2), Duration::ZERO, Some(2));
@@ -479,7 +483,7 @@ mod tests {
         let handed = |token| HandedOff {
             key: "k".into(),
             token,
-            created_at_ms: 0,
+            admitted: 0,
             body: Bytes::from_static(b"x"),
         };
         handoffs.record(handed(10));

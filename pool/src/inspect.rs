@@ -288,7 +288,8 @@ pub async fn job_payload(client: &Client, pool: &str, key: &str) -> Result<Optio
     let Some(raw) = raw else {
         return Ok(None);
     };
-    let (created_at_ms, body) = codec::parse_stored(&raw)?;
+    let (admitted, body) = codec::parse_stored(&raw)?;
+    let created_at_ms = codec::stamp_ms(admitted);
     if body.key != key {
         return Err(Error::Malformed {
             what: "stored payload",
@@ -322,9 +323,9 @@ pub async fn payload_summaries(
             .await
             .map_err(from_redis)?;
         out.extend(values.into_iter().map(|v| {
-            let (created_at_ms, body) = codec::parse_stored(&v?).ok()?;
+            let (admitted, body) = codec::parse_stored(&v?).ok()?;
             Some(PayloadSummary {
-                created_at_ms,
+                created_at_ms: codec::stamp_ms(admitted),
                 size: body.payload.len(),
             })
         }));

@@ -513,7 +513,8 @@ impl NodeInner {
         let run = Job::new_run(
             key,
             job.payload.clone(),
-            std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(job.created_at_ms),
+            std::time::SystemTime::UNIX_EPOCH
+                + Duration::from_micros(crate::codec::stamp_us(job.admitted)),
             token,
             worker.lifecycle.outcome(key, token),
         );

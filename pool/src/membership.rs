@@ -152,7 +152,7 @@ impl NodeInner {
     /// (it may have passed on what it remembers already). A node without
     /// workers does not clean up.
     fn remember_cleaned(&self, key: &str, token: u64, stored: &[u8], owner: &str) {
-        let Some((created_at_ms, body)) = crate::codec::split_stored(stored) else {
+        let Some((admitted, body)) = crate::codec::split_stored(stored) else {
             tracing::warn!(
                 key,
                 "a moved job's stored payload is malformed; not remembered"
@@ -162,13 +162,13 @@ impl NodeInner {
         self.remember_moved(
             key,
             token,
-            created_at_ms,
+            admitted,
             bytes::Bytes::copy_from_slice(body),
             owner,
         );
     }
 
-    /// Remembers job `key` (created at `created_at_ms`, `body`), moved by
+    /// Remembers job `key` (created at `admitted`, `body`), moved by
     /// this node's cleanup under `token` to `owner`: a job (see
     /// [`remember_cleaned`](Self::remember_cleaned)), or a start entry left
     /// in the dead worker's inbox.
@@ -176,7 +176,7 @@ impl NodeInner {
         &self,
         key: &str,
         token: u64,
-        created_at_ms: u64,
+        admitted: u64,
         body: bytes::Bytes,
         owner: &str,
     ) {
@@ -195,7 +195,7 @@ impl NodeInner {
         keeper.handed_off.record(crate::handoffs::HandedOff {
             key: key.to_string(),
             token,
-            created_at_ms,
+            admitted,
             body,
         });
     }
@@ -397,7 +397,7 @@ impl NodeInner {
     /// a close leaves, so that a worker that comes back while the pool
     /// recovers keeps it (`custody.rs`).
     async fn left_unplaced(&self, worker: &WorkerInner, key: &str, job: &crate::worker::LocalJob) {
-        let stored = crate::codec::stored(job.created_at_ms, &job.raw_body);
+        let stored = crate::codec::stored(job.admitted, &job.raw_body);
         match self.store.handoff_stands(key, job.token, stored).await {
             Ok(crate::store::HandoffStands::Restored) => {
                 tracing::info!(key, worker = %worker.id, "closing: a job Redis lost and no other worker could take left to the orphan sweep");

@@ -77,7 +77,7 @@ impl NodeInner {
             .map(|(key, job)| ReassertJob {
                 key,
                 token: job.token,
-                stored: codec::stored(job.created_at_ms, &job.raw_body),
+                stored: codec::stored(job.admitted, &job.raw_body),
                 state,
             })
             .collect();
@@ -109,7 +109,7 @@ impl NodeInner {
                 key,
                 &worker.id,
                 job.token,
-                codec::stored(job.created_at_ms, &job.raw_body),
+                codec::stored(job.admitted, &job.raw_body),
                 state,
                 self.options.worker_ttl,
             )

@@ -265,7 +265,7 @@ impl NodeInner {
     /// Opens the recovery window, then reconciles every local worker while
     /// this node's recovery mark holds the window open (the window ends
     /// when every node that recovers is done, see `recovery_mark.lua`).
-    async fn recover_from_rollback(&self) -> Result<()> {
+    async fn recover_from_rollback(self: &Arc<Self>) -> Result<()> {
         self.freshness.invalidate("redis went back in time");
         let ttl = self.options.worker_ttl;
         // The identity check that found a new server opened the window
@@ -327,7 +327,7 @@ impl NodeInner {
 
     /// The stops this node asked for, then every local worker: registered,
     /// re-asserted, its lost stops and hand-offs made to stand.
-    async fn reconcile_everything(&self) -> Result<()> {
+    async fn reconcile_everything(self: &Arc<Self>) -> Result<()> {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
         // The stops this node asked for first: a worker below may give back
@@ -521,7 +521,7 @@ impl NodeInner {
                 let jobs = batch
                     .iter()
                     .map(|handed| {
-                        let stored = crate::codec::stored(handed.created_at_ms, &handed.body);
+                        let stored = crate::codec::stored(handed.admitted, &handed.body);
                         (handed.key.as_str(), handed.token, stored)
                     })
                     .collect();
@@ -585,7 +585,7 @@ impl NodeInner {
             let waiting: Vec<(String, u64, u64)> = answer
                 .waiting
                 .into_iter()
-                .map(|(at, created_ms)| (jobs[at].0.clone(), jobs[at].1, created_ms))
+                .map(|(at, admitted_us)| (jobs[at].0.clone(), jobs[at].1, admitted_us))
                 .collect();
             worker.handed_off.keep_waiting(&waiting);
         }

@@ -3,12 +3,14 @@
 //! out lately (see `crate::rollback`, which calls these during a recovery).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
 
 use crate::error::Result;
 use crate::node::NodeInner;
+use crate::store::{StopKind, StopStands};
 use crate::worker::WorkerInner;
 
 /// How far back stops are made to stand again after a rollback (a rollback
@@ -25,6 +27,9 @@ pub(crate) const STOPS_BATCH: usize = 64;
 /// Batches of stops (or of hand-offs given back, as many per call) in
 /// flight at once (pipelined on the client's connection).
 pub(crate) const STOP_CALLS_IN_FLIGHT: usize = 4;
+/// How long a stop undone by a newer run of its dispatch is asked again
+/// (the run's worker may be cut off, or the pool recovering).
+const UNDONE_STOPPED_WITHIN: Duration = Duration::from_secs(120);
 
 impl NodeInner {
     /// Makes the stops this node's `stop_job` calls were answered for lately
@@ -32,12 +37,53 @@ impl NodeInner {
     /// writes Redis lost, and nothing else remembers that stop. A stop
     /// answered `JobNotFound` counts too: a worker cut off from Redis may
     /// hold a suspended copy that only the stop's tombstone kept out.
-    pub(crate) async fn requested_stops_stand(&self) -> Result<()> {
+    /// A run of a stopped dispatch issued after its stop, on the state
+    /// Redis went back to (a cleanup moved the stopped run off a dead
+    /// worker before anyone made the stop stand), undid the stop: that
+    /// dispatch is stopped again through its worker, in the background.
+    pub(crate) async fn requested_stops_stand(self: &Arc<Self>) -> Result<()> {
         let stops = self.stops_requested.recent(STOPS_REMEMBERED);
-        self.make_stand(stops.into_iter(), |key, token| {
-            tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again");
+        self.make_stand(stops.into_iter(), StopKind::Dispatch, |key, token, status| {
+            match status {
+                StopStands::Undone(dispatch) => self.stop_undone(key, token, dispatch),
+                _ => tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again"),
+            }
         })
         .await
+    }
+
+    /// Stops dispatch `dispatch` (its admission stamp) of `key` again,
+    /// whose stop of run `token` was undone (see
+    /// [`requested_stops_stand`](Self::requested_stops_stand)), in the
+    /// background, for up to [`UNDONE_STOPPED_WITHIN`] while the pool
+    /// recovers or the run's worker does not answer.
+    fn stop_undone(self: &Arc<Self>, key: &str, token: u64, dispatch: u64) {
+        tracing::warn!(
+            key,
+            token,
+            dispatch,
+            node = %self.id,
+            "a stop Redis lost was undone by a newer run of its dispatch: stopping it again"
+        );
+        let node = self.clone();
+        let key = key.to_string();
+        self.tasks.spawn(async move {
+            match node
+                .stop_dispatch(&key, dispatch, UNDONE_STOPPED_WITHIN)
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(key, dispatch, node = %node.id, "an undone stop stands again")
+                }
+                Err(Some(e)) => tracing::warn!(
+                    key,
+                    dispatch,
+                    error = %e,
+                    "an undone stop could not be carried out again: the job runs on"
+                ),
+                Err(None) => {}
+            }
+        });
     }
 
     /// Makes the stops `worker` carried out lately stand again: Redis may
@@ -61,7 +107,7 @@ impl NodeInner {
             .filter(|stop| !stood.contains(stop))
             // A newer run of the key goes on here.
             .filter(|(key, token)| worker.jobs.get(key).is_none_or(|j| j.token <= *token));
-        self.make_stand(stops, |key, token| {
+        self.make_stand(stops, StopKind::Run, |key, token, _| {
             tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
         })
         .await
@@ -85,30 +131,31 @@ impl NodeInner {
                 stops.push((key, token));
             }
         }
-        self.make_stand(stops.iter().cloned(), |key, token| {
+        self.make_stand(stops.iter().cloned(), StopKind::Run, |key, token, _| {
             tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
         })
         .await?;
         Ok(stops.into_iter().collect())
     }
 
-    /// Runs `stop_stands.lua` for `stops`, [`STOPS_BATCH`] per call and
-    /// [`STOP_CALLS_IN_FLIGHT`] calls at a time; `removed` hears of each
-    /// that took something away.
+    /// Runs `stop_stands.lua` for `stops` of `kind`, [`STOPS_BATCH`] per
+    /// call and [`STOP_CALLS_IN_FLIGHT`] calls at a time; `changed` hears
+    /// of each that took something away or was undone.
     async fn make_stand(
         &self,
         stops: impl Iterator<Item = (String, u64)>,
-        removed: impl Fn(&str, u64) + Sync,
+        kind: StopKind,
+        changed: impl Fn(&str, u64, StopStands) + Sync,
     ) -> Result<()> {
         let stops: Vec<(String, u64)> = stops.collect();
-        let removed = &removed;
+        let changed = &changed;
         futures::stream::iter(stops.chunks(STOPS_BATCH).map(Ok))
             .try_for_each_concurrent(STOP_CALLS_IN_FLIGHT, |batch| async move {
                 let batch: Vec<(&str, u64)> = batch.iter().map(|(k, t)| (k.as_str(), *t)).collect();
-                let statuses = self.store.stop_stands_batch(&batch).await?;
+                let statuses = self.store.stop_stands_batch(&batch, kind).await?;
                 for ((key, token), status) in batch.into_iter().zip(statuses) {
-                    if status == crate::store::StopStands::Removed {
-                        removed(key, token);
+                    if matches!(status, StopStands::Removed | StopStands::Undone(_)) {
+                        changed(key, token, status);
                     }
                 }
                 Ok(())

@@ -77,6 +77,24 @@ impl WorkerInner {
             let start = self.start_to_record(node, event, &entry)?;
             return drop_superseded(node, &start).await;
         }
+        if let Some(stopped) = self.stopped.stopped_dispatch(&key, entry.admitted) {
+            // A run of a dispatch stopped here on request, issued after the
+            // stop on a state Redis went back to (a cleanup moved the
+            // stopped run on again): `stop_job` ended that dispatch, so its
+            // stop stands over this run too, guard and payload.
+            tracing::info!(
+                worker = %self.id,
+                key,
+                token = entry.token,
+                stopped,
+                "start of a dispatch stopped here on request; the stop stands, the start is dropped"
+            );
+            node.store
+                .stop_stands(&key, entry.token.max(stopped))
+                .await?;
+            let start = self.start_to_record(node, event, &entry)?;
+            return drop_superseded(node, &start).await;
+        }
         if self.handed_off.supersede(&key, entry.token) {
             // A start of a run this worker handed on since, back in its
             // inbox because Redis went back in time (with that run's
@@ -213,7 +231,7 @@ impl WorkerInner {
             &key,
             // The decoded payload is the run's (not read from the entry again).
             Bytes::from(std::mem::take(&mut entry.body.payload)),
-            SystemTime::UNIX_EPOCH + Duration::from_millis(entry.created_at_ms),
+            SystemTime::UNIX_EPOCH + Duration::from_micros(crate::codec::stamp_us(entry.admitted)),
             entry.token,
             self.lifecycle.outcome(&key, entry.token),
         );
@@ -231,7 +249,7 @@ impl WorkerInner {
         // The run as the worker keeps it, running or held suspended.
         let run = LocalJob {
             token: entry.token,
-            created_at_ms: entry.created_at_ms,
+            admitted: entry.admitted,
             payload: job.payload.clone(),
             raw_body: entry.raw_body.clone(),
         };
@@ -324,10 +342,10 @@ impl WorkerInner {
         let handed = crate::handoffs::HandedOff {
             key: entry.body.key.clone(),
             token: entry.token,
-            created_at_ms: entry.created_at_ms,
+            admitted: entry.admitted,
             body: entry.raw_body.clone(),
         };
-        let stored = crate::codec::stored(handed.created_at_ms, &handed.body);
+        let stored = crate::codec::stored(handed.admitted, &handed.body);
         match node
             .store
             .handoff_stands(&handed.key, handed.token, stored)

@@ -4,6 +4,11 @@
 //! already ran and then stopped on request; such an entry must not start
 //! the job again. A new dispatch of the key gets a newer fencing token, so
 //! it is never mistaken for the stopped run.
+//!
+//! A stop asked for with `stop_job` ends the whole dispatch, not only the
+//! run: the dispatch's admission stamp is remembered too, and a start of
+//! that dispatch with a newer token (a cleanup on the state Redis went back
+//! to moved the stopped run on again) is not started either.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -23,6 +28,10 @@ pub(crate) struct StopTombstones {
 #[derive(Debug, Default)]
 struct Inner {
     tokens: HashMap<String, u64>,
+    /// Key → admission stamp (µs, see `codec::stamp_us`) of the dispatch
+    /// stopped on request, and the token of the run stopped; kept as long
+    /// as the key's entry in `tokens`.
+    dispatches: HashMap<String, (u64, u64)>,
     order: VecDeque<(Instant, String, u64)>,
 }
 
@@ -39,12 +48,36 @@ impl StopTombstones {
                 && inner.tokens.get(&old) == Some(&old_token)
             {
                 inner.tokens.remove(&old);
+                inner.dispatches.remove(&old);
             }
         }
         let entry = inner.tokens.entry(key.to_string()).or_insert(token);
         *entry = (*entry).max(token);
         let kept = *entry;
         inner.order.push_back((now, key.to_string(), kept));
+    }
+
+    /// Remembers that dispatch `admitted` (its admission stamp) of `key`
+    /// was stopped on request, its run `token` with it: the dispatch is
+    /// over. A stamp written by an earlier build (ms: not unique to one
+    /// dispatch) is remembered as a run's stop only.
+    pub(crate) fn record_dispatch(&self, key: &str, token: u64, admitted: u64) {
+        self.record(key, token);
+        if crate::codec::stamp_is_exact(admitted) {
+            let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            inner.dispatches.insert(key.to_string(), (admitted, token));
+        }
+    }
+
+    /// The token of the run stopped here on request of dispatch `admitted`
+    /// of `key`, when that dispatch was stopped here and remembered.
+    pub(crate) fn stopped_dispatch(&self, key: &str, admitted: u64) -> Option<u64> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner
+            .dispatches
+            .get(key)
+            .filter(|(stamp, _)| *stamp == admitted)
+            .map(|(_, token)| *token)
     }
 
     /// The stops recorded within `within` (key, newest stopped token).
@@ -95,5 +128,24 @@ mod tests {
         recent.sort();
         assert_eq!(recent, [("k".to_string(), 5)]);
         assert!(t.recent(Duration::ZERO).is_empty());
+    }
+
+    #[test]
+    fn a_dispatch_stopped_on_request_is_known_by_its_stamp() {
+        let t = StopTombstones::default();
+        let stamp = 1_796_431_900_534_123;
+        t.record_dispatch("k", stamp + 10, stamp);
+        assert_eq!(t.stopped_dispatch("k", stamp), Some(stamp + 10));
+        assert!(t.covers("k", stamp + 10));
+        assert_eq!(
+            t.stopped_dispatch("k", stamp + 11),
+            None,
+            "a newer dispatch"
+        );
+        assert_eq!(t.stopped_dispatch("other", stamp), None);
+        // A stamp in ms (an earlier build's) names no single dispatch.
+        t.record_dispatch("old", 5_000_000, 1_796_431_900_534);
+        assert_eq!(t.stopped_dispatch("old", 1_796_431_900_534), None);
+        assert!(t.covers("old", 5_000_000));
     }
 }

@@ -53,7 +53,7 @@ pub struct Worker {
 #[derive(Debug, Clone)]
 pub(crate) struct LocalJob {
     pub(crate) token: u64,
-    pub(crate) created_at_ms: u64,
+    pub(crate) admitted: u64,
     pub(crate) payload: Bytes,
     /// The encoded job body, to restore the payload after data loss.
     pub(crate) raw_body: Bytes,
@@ -550,7 +550,7 @@ impl WorkerInner {
     async fn stop_local(&self, key: &str) {
         self.lifecycle.forget(key);
         if let Some((_, job)) = self.jobs.remove(key) {
-            self.stopped.record(key, job.token);
+            self.stopped.record_dispatch(key, job.token, job.admitted);
             if let Err(e) = self.stop_handler(key).await {
                 tracing::warn!(worker = %self.id, key, error = %e, "handler stop failed; job dropped anyway");
             }
@@ -565,7 +565,7 @@ impl WorkerInner {
             if let Some(node) = self.node() {
                 drop(node.lease_transition.lock().await);
             }
-            self.stopped.record(key, job.token);
+            self.stopped.record_dispatch(key, job.token, job.admitted);
         }
     }
 

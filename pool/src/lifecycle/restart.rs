@@ -185,14 +185,8 @@ impl WorkerInner {
             }
             Ok(EndRecorded::Finished) => {
                 self.end_locally(key, ended.token).await;
-                node.report_final_end(
-                    key,
-                    ended.token,
-                    job.created_at_ms,
-                    asked,
-                    FinalEnd::Finished,
-                )
-                .await;
+                node.report_final_end(key, ended.token, job.admitted, asked, FinalEnd::Finished)
+                    .await;
             }
             Ok(EndRecorded::Moved) if matches!(ended.end, RunEnd::Failed(_)) => {
                 // Moved, or lost by Redis before this worker re-asserted
@@ -221,7 +215,7 @@ impl WorkerInner {
                     RunEnd::Finished => String::new(),
                 };
                 let end = FinalEnd::Failed { failures, error };
-                node.report_final_end(key, ended.token, job.created_at_ms, asked, end)
+                node.report_final_end(key, ended.token, job.admitted, asked, end)
                     .await;
             }
             Ok(EndRecorded::Restarting { failures, delay }) => {
@@ -399,7 +393,7 @@ impl WorkerInner {
         let run = Job::new_run(
             &key,
             job.payload.clone(),
-            SystemTime::UNIX_EPOCH + Duration::from_millis(job.created_at_ms),
+            SystemTime::UNIX_EPOCH + Duration::from_micros(crate::codec::stamp_us(job.admitted)),
             new_token,
             self.lifecycle.outcome(&key, new_token),
         );

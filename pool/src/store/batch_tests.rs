@@ -51,13 +51,14 @@ async fn a_batch_writes_each_admission_s_records_in_their_formats() {
             panic!("{} not admitted: {reply:?}", admission.key);
         };
         let (stored, entry, fencing, guard) = written(f, &admission.key, &admission.owner).await;
-        // Payload: "<created_ms> <body>".
-        let (created, body) = codec::parse_stored(&stored).unwrap();
+        // Payload: "<admitted> <body>", the stamp the admission's token.
+        let (admitted, body) = codec::parse_stored(&stored).unwrap();
         assert_eq!(codec::encode(&body), admission.body);
-        // Start entry: "<token> <created_ms> 0 <request> <node>\n<body>".
+        assert_eq!(admitted, token);
+        // Start entry: "<token> <admitted> 0 <request> <node>\n<body>".
         assert_eq!(
-            (entry.token, entry.created_at_ms, entry.hops),
-            (token, created, 0)
+            (entry.token, entry.admitted, entry.hops),
+            (token, admitted, 0)
         );
         let reply_to = entry.reply.expect("a dispatcher waits");
         assert_eq!(
@@ -67,7 +68,7 @@ async fn a_batch_writes_each_admission_s_records_in_their_formats() {
         assert_eq!(entry.raw_body, admission.body);
         // Fencing counter: the token; guard "<token> <deadline_ms> <node>/<request>".
         assert_eq!(fencing, token.to_string());
-        let deadline = created + TTL.as_millis() as u64;
+        let deadline = codec::stamp_ms(admitted) + TTL.as_millis() as u64;
         assert_eq!(
             guard,
             format!("{token} {deadline} n-test/{}", admission.request)

@@ -342,7 +342,7 @@ impl PoolStore {
 
     /// Hands job `key`, owned by `from` (`"-"`: an orphan), to `to`. With
     /// `cleaner` (a cleanup moves a dead worker's job), a job moved comes
-    /// with its stored payload (`"<created ms> <body>"`), for the cleaner to
+    /// with its stored payload (`"<admitted> <body>"`), for the cleaner to
     /// remember. See [`Mover`] for what each mover may move.
     pub(crate) async fn handoff(
         &self,

@@ -47,7 +47,7 @@ pub(crate) use jobs::{
 };
 pub(crate) use lifecycle::{EndArgs, EndRecorded, Restarted};
 pub(crate) use maps::PoolMaps;
-pub(crate) use stands::{HandoffStands, StopStands};
+pub(crate) use stands::{HandoffStands, StopKind, StopStands};
 pub(crate) use starts::{Answer, Claimed, StartKept, StartToRecord};
 pub(crate) use sweep::{Cursor, OrphanRequeue, START as SCAN_START};
 pub(crate) use workers::{
@@ -227,7 +227,7 @@ impl PoolStore {
         Ok(())
     }
 
-    /// The stored payload (`"<created_ms> <body>"`) of a running or pending
+    /// The stored payload (`"<admitted> <body>"`) of a running or pending
     /// job.
     pub(crate) async fn payload(&self, key: &str) -> Result<Option<Bytes>> {
         bounded(

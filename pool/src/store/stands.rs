@@ -10,6 +10,9 @@ use super::call;
 use crate::error::Result;
 use crate::keys;
 
+/// The name of `stop_stands.lua`'s reply in errors.
+const WHAT: &str = "stop_stands reply";
+
 call::status!(
     /// What `handoff_stands.lua` did.
     HandoffStands, "handoff_stands reply" {
@@ -27,17 +30,59 @@ call::status!(
     }
 );
 
-call::status!(
-    /// What `stop_stands.lua` did.
-    StopStands, "stop_stands reply" {
-        /// Records, guard or payload of the stopped run (or older) removed.
-        Removed = "removed",
-        /// A newer run of the key is recorded or pending: left alone.
-        Newer = "newer",
-        /// Nothing of the stopped run was there.
-        None = "none",
+/// What `stop_stands.lua` did with one stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopStands {
+    /// Records, guard or payload of the stopped run (or older) removed.
+    Removed,
+    /// A newer run of the key is recorded or pending: left alone.
+    Newer,
+    /// Nothing of the stopped run was there.
+    None,
+    /// A stop `stop_job` asked for ([`StopKind::Dispatch`]) was undone: a
+    /// run of the stopped dispatch, issued after the stop, is recorded,
+    /// pending or owed by the orphan sweep. Nothing was removed; the
+    /// caller stops that dispatch (the admission stamp of its payload, µs,
+    /// see `codec::stamp_us`) through its worker.
+    Undone(u64),
+}
+
+impl StopStands {
+    /// The script's word for this status (without the admission stamp).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StopStands::Removed => "removed",
+            StopStands::Newer => "newer",
+            StopStands::None => "none",
+            StopStands::Undone(_) => "undone",
+        }
     }
-);
+
+    /// Reads the script's status.
+    fn parse(status: &str) -> Result<Self> {
+        Ok(match status.split_once(' ') {
+            None if status == "removed" => StopStands::Removed,
+            None if status == "newer" => StopStands::Newer,
+            None if status == "none" => StopStands::None,
+            Some(("undone", admitted)) => match admitted.parse() {
+                Ok(admitted) => StopStands::Undone(admitted),
+                Err(_) => return Err(call::unknown_status(WHAT, status)),
+            },
+            _ => return Err(call::unknown_status(WHAT, status)),
+        })
+    }
+}
+
+/// Which stop `stop_stands.lua` makes stand again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopKind {
+    /// One run a worker stopped or ended (a newer run of the same dispatch
+    /// may be a hand-off of it, and goes on).
+    Run,
+    /// A stop `stop_job` asked for and was answered: it ended the whole
+    /// dispatch, and a newer run of it undoes the stop.
+    Dispatch,
+}
 
 /// What `handoffs_ended.lua` found of the jobs a worker remembers passing
 /// on, by their positions in the question.
@@ -46,7 +91,7 @@ pub(crate) struct HandoffsSettled {
     /// Ended since: each position, and the key's fencing counter then.
     pub(crate) ended: Vec<(usize, u64)>,
     /// Waiting to start (a payload, no record): each position, and the
-    /// creation time of the payload Redis holds (the only copy).
+    /// admission stamp (µs) of the payload Redis holds (the only copy).
     pub(crate) waiting: Vec<(usize, u64)>,
 }
 
@@ -156,29 +201,39 @@ impl PoolStore {
 
     /// Makes a stop of the run of `key` with fencing token `stopped` stand
     /// again after Redis went back in time (see `stop_stands.lua`).
+    /// The stop of one run ([`StopKind::Run`]).
     pub(crate) async fn stop_stands(&self, key: &str, stopped: u64) -> Result<StopStands> {
-        let mut statuses = self.stop_stands_batch(&[(key, stopped)]).await?;
+        let mut statuses = self
+            .stop_stands_batch(&[(key, stopped)], StopKind::Run)
+            .await?;
         Ok(statuses.remove(0))
     }
 
-    /// [`stop_stands`](Self::stop_stands) for many stops `(key, token)` in
-    /// one call: one status each, in order.
-    pub(crate) async fn stop_stands_batch(&self, stops: &[(&str, u64)]) -> Result<Vec<StopStands>> {
+    /// [`stop_stands`](Self::stop_stands) for many stops `(key, token)` of
+    /// one kind in one call: one status each, in order.
+    pub(crate) async fn stop_stands_batch(
+        &self,
+        stops: &[(&str, u64)],
+        kind: StopKind,
+    ) -> Result<Vec<StopStands>> {
+        let whole = match kind {
+            StopKind::Run => "0",
+            StopKind::Dispatch => "1",
+        };
         let mut args = self.maps.base_args();
-        args.reserve(2 * stops.len());
+        args.reserve(3 * stops.len());
         for (key, stopped) in stops {
-            args.extend([Value::from(*key), Value::from(stopped.to_string())]);
+            args.extend([
+                Value::from(*key),
+                Value::from(stopped.to_string()),
+                Value::from_static_str(whole),
+            ]);
         }
         let statuses: Vec<Value> = self
             .scripts
             .stop_stands
             .run(&self.client, self.maps.base_keys(), args, self.timeout)
             .await?;
-        call::statuses(
-            "stop_stands reply",
-            stops.len(),
-            &statuses,
-            StopStands::parse,
-        )
+        call::statuses(WHAT, stops.len(), &statuses, StopStands::parse)
     }
 }

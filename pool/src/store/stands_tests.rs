@@ -1,8 +1,111 @@
-//! What a worker's reconcile releases after Redis went back in time
-//! (`release_stale.lua`): a stale record naming it, and the payload with
-//! it unless the job may still need it.
+//! A stop `stop_job` asked for, made to stand again after Redis went back
+//! in time (`stop_stands.lua` with [`StopKind::Dispatch`]), names a newer
+//! run of the dispatch it stopped instead of leaving it; a run's stop
+//! ([`StopKind::Run`]) leaves it, and both leave a later dispatch.
 
 use super::*;
+use fred::prelude::HashesInterface;
+
+/// The admission stamp of the payload Redis holds for `key`.
+async fn stamp(s: &PoolStore, key: &str) -> u64 {
+    let stored = s.payload(key).await.unwrap().expect("a payload");
+    let head = stored.split(|b| *b == b' ').next().unwrap();
+    std::str::from_utf8(head).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_requested_stop_names_a_newer_run_of_its_dispatch() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+
+    // The stopped run's dispatch, moved on (a cleanup on the state Redis
+    // went back to) to w2 with a newer token.
+    let stopped = f.admitted("moved", "w1").await;
+    let dispatch = stamp(s, "moved").await;
+    s.maps.pending_map().delete("moved").await.unwrap();
+    let moved = format!("w2 {}", stopped + 1_000);
+    s.maps.jobs_map().set("moved", &moved).await.unwrap();
+    assert_eq!(
+        s.stop_stands_batch(&[("moved", stopped)], StopKind::Run)
+            .await
+            .unwrap(),
+        vec![StopStands::Newer],
+        "a run's stop leaves it (it may be that run's hand-off)"
+    );
+    assert_eq!(
+        s.stop_stands_batch(&[("moved", stopped)], StopKind::Dispatch)
+            .await
+            .unwrap(),
+        vec![StopStands::Undone(dispatch)]
+    );
+    let (_, record, _) = s.job_records("moved").await.unwrap();
+    assert_eq!(
+        record.as_deref(),
+        Some(moved.as_str()),
+        "left to its worker's stop"
+    );
+
+    // The same dispatch requeued and not started yet (a guard).
+    let stopped = f.admitted("queued", "w1").await;
+    let dispatch = stamp(s, "queued").await;
+    s.maps.pending_map().delete("queued").await.unwrap();
+    let guard = format!("{} 9999999999999 n-test/1", stopped + 1_000);
+    s.maps.pending_map().set("queued", &guard).await.unwrap();
+    assert_eq!(
+        s.stop_stands_batch(&[("queued", stopped)], StopKind::Dispatch)
+            .await
+            .unwrap(),
+        vec![StopStands::Undone(dispatch)]
+    );
+
+    // An orphan of the stopped dispatch whose newer run (the counter
+    // above the stop) Redis lost: owed a run by the sweep.
+    let stopped = f.admitted("orphan", "w1").await;
+    let dispatch = stamp(s, "orphan").await;
+    s.maps.pending_map().delete("orphan").await.unwrap();
+    let _: i64 = s
+        .client
+        .hset(
+            keys::fencing(&s.pool),
+            ("orphan", (stopped + 1_000).to_string()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        s.stop_stands_batch(&[("orphan", stopped)], StopKind::Dispatch)
+            .await
+            .unwrap(),
+        vec![StopStands::Undone(dispatch)]
+    );
+    assert!(
+        s.payload("orphan").await.unwrap().is_some(),
+        "left to the stop"
+    );
+
+    // A dispatch admitted after the stop is not the stopped one, even
+    // within the millisecond of the stopped run's token (a stamp of the
+    // admission's time in ms could not tell them apart): the stamp is the
+    // admission's own token.
+    let newer = f.admitted("again", "w1").await;
+    assert_eq!(
+        stamp(s, "again").await,
+        newer,
+        "the stamp is the admission's token"
+    );
+    let stopped = newer - 1;
+    assert_eq!(
+        s.stop_stands_batch(&[("again", stopped)], StopKind::Dispatch)
+            .await
+            .unwrap(),
+        vec![StopStands::Newer]
+    );
+    assert!(
+        s.job_records("again").await.unwrap().2.is_some(),
+        "guard kept"
+    );
+}
 
 /// A record Redis went back to, of a job its worker passed on since,
 /// goes without the job's payload even where the key's counter does not

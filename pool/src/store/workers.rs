@@ -21,7 +21,7 @@ pub(crate) struct ReassertJob<'a> {
     pub(crate) key: &'a str,
     /// The run's fencing token.
     pub(crate) token: u64,
-    /// The job's stored payload (`"<created ms> <body>"`), restored if
+    /// The job's stored payload (`"<admitted> <body>"`), restored if
     /// missing.
     pub(crate) stored: Bytes,
     /// Whether the run goes on or is held suspended.

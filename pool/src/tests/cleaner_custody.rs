@@ -59,7 +59,7 @@ async fn a_cleaner_remembers_the_jobs_it_moved() {
     assert!(
         remembered.iter().any(|h| h.key == key
             && h.token == token
-            && h.created_at_ms == ran.created_at_ms
+            && h.admitted == ran.admitted
             && h.body == ran.raw_body),
         "the moved job (token {token}) is not remembered by the worker that \
          does not run it: {remembered:?}"
@@ -151,7 +151,7 @@ async fn a_cleaner_remembers_the_start_entries_it_moved() {
     assert!(
         remembered.iter().any(|h| h.key == key
             && h.token == moved
-            && h.created_at_ms == created_ms
+            && h.admitted == created_ms
             && h.body == body),
         "the moved start (token {moved}, run by {}) is not remembered by a worker \
          of the cleaning node that does not run it: {remembered:?}",

@@ -498,7 +498,7 @@ async fn jobs_given_way_then_lost_run_again(loss: Loss, given_way: GivenWay) {
             ),
             GivenWay::Orphan => (
                 crate::keys::payloads(&store.pool),
-                crate::codec::stored(job.created_at_ms, &job.raw_body).to_vec(),
+                crate::codec::stored(job.admitted, &job.raw_body).to_vec(),
             ),
         };
         let _: () = client

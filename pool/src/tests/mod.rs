@@ -184,7 +184,7 @@ fn live_guard(token: u64) -> String {
 fn local_job(key: &str, token: u64) -> crate::worker::LocalJob {
     crate::worker::LocalJob {
         token,
-        created_at_ms: 0,
+        admitted: 0,
         payload: bytes::Bytes::from_static(b"p"),
         raw_body: crate::codec::encode(&crate::codec::JobBody {
             key: key.to_string(),
@@ -632,6 +632,7 @@ mod ring_view;
 mod slow_starts;
 mod stale_starts;
 mod stop_answers;
+mod stop_undone;
 mod superseded_handoff;
 mod sweeper;
 mod unclaimed_start;

@@ -146,7 +146,7 @@ async fn a_worker_gives_back_hundreds_of_hand_offs_in_a_few_calls() {
         worker.inner.handed_off.record(crate::handoffs::HandedOff {
             key: key.clone(),
             token: 1_000,
-            created_at_ms: 1,
+            admitted: 1,
             body: bytes::Bytes::from_static(b"payload"),
         });
     }

@@ -72,7 +72,7 @@ async fn a_start_older_than_a_hand_off_made_here_is_dropped() {
     worker.inner.handed_off.record(HandedOff {
         key: key.to_string(),
         token: handed,
-        created_at_ms: 0,
+        admitted: 0,
         body: bytes::Bytes::from_static(b"p"),
     });
     // What the rollback brought back: the older run's guard and entry,

@@ -67,14 +67,12 @@ end
 -- What the records of every admission of this call share, formatted once
 -- (on first use: the server time is read only when something is admitted).
 local mine_head = ' ' .. node .. '/'
-local now, stored_head, guard_middle, header_middle
+local now, guard_middle
 local header_tail = ' ' .. node .. '\n'
 local function stamp()
   if not now then
     now = now_ms()
-    stored_head = string.format('%d ', now)
     guard_middle = string.format(' %d', now + pending_ttl) .. mine_head
-    header_middle = string.format(' %d 0 ', now)
   end
 end
 
@@ -168,9 +166,14 @@ local function admit(key, body, owner, request, inbox, options)
     return not_new(key, request, true)
   end
   stamp()
+  -- The admission's token is the payload's admission stamp ("<token>
+  -- <body>"), which every requeue, hand-off and move of this dispatch
+  -- keeps: unlike a time, it tells this dispatch from any other of the key
+  -- (a stop that must stand again reaches this one, not the next).
+  local token, text = token_after(key)
   -- The payload first: one HSETNX both stores it and finds a guard's or
   -- an orphan's (a refusal below takes it back).
-  if redis.call('HSETNX', PAYLOADS, key, stored_head .. body) == 0 then
+  if redis.call('HSETNX', PAYLOADS, key, text .. ' ' .. body) == 0 then
     return not_new(key, request, false)
   end
   -- An earlier admission of this dispatch started a run, answered
@@ -189,7 +192,6 @@ local function admit(key, body, owner, request, inbox, options)
     redis.call('HDEL', PAYLOADS, key)
     return refused
   end
-  local token, text = token_after(key)
   if rmap_batch_set_nx(pending, key, text .. guard_middle .. request) == 0 then
     redis.call('HDEL', PAYLOADS, key)
     return not_new(key, request, false)
@@ -201,8 +203,8 @@ local function admit(key, body, owner, request, inbox, options)
   if leader ~= '0' then
     redis.call('HSET', record, key, text)
   end
-  -- The start entry: start_header(token, now, 0, request, node) .. body.
-  stream_add(inbox, 'start', text .. header_middle .. request .. header_tail .. body, maxlen)
+  -- The start entry: start_header(token, token, 0, request, node) .. body.
+  stream_add(inbox, 'start', text .. ' ' .. text .. ' 0 ' .. request .. header_tail .. body, maxlen)
   if queued[inbox] then
     queued[inbox] = queued[inbox] + 1
   end

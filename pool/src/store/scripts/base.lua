@@ -307,11 +307,19 @@ local function data_generation()
   return generation
 end
 
--- When a stored payload ("<created_ms> <body>") was admitted (0 when
--- unreadable): admissions of one key are serial, so a larger value is a
--- newer admission.
-local function payload_created_ms(stored)
-  return tonumber(string.match(stored, '^(%d+) ') or '') or 0
+-- An admission stamp in µs: the token the admission issued (`admit.lua`),
+-- or the ms of server time that builds before wrote (scaled; below 10^14).
+local function stamp_us(stamp)
+  if stamp < 100000000000000 then return stamp * 1000 end
+  return stamp
+end
+
+-- The admission stamp (µs, see `stamp_us`) of a stored payload
+-- ("<admitted> <body>"; 0 when unreadable). It is the token the admission
+-- issued, so it tells this dispatch from any other of the key, and a run
+-- token at or above it was issued at or after this admission.
+local function payload_admitted(stored)
+  return stamp_us(tonumber(string.match(stored, '^(%d+) ') or '') or 0)
 end
 
 -- Whether a run of the dispatch whose payload a worker holds (`stored`)
@@ -322,7 +330,7 @@ end
 -- yielding worker (`reassert.lua`, `handoff_stands.lua`) to tell a run
 -- that moved here and ended from an admission this side never had.
 local function ended_here(key, current, stored)
-  return current ~= nil and current >= payload_created_ms(stored) * 1000
+  return current ~= nil and current >= payload_admitted(stored)
     and redis.call('HEXISTS', PAYLOADS, key) == 0
 end
 
@@ -346,9 +354,9 @@ local function owner_of(v)
   return string.match(v, '^(%S+) ')
 end
 
--- Header of a start entry: "<token> <created_ms> <hops> <request> <node>\n"
-local function start_header(token, created, hops, request, node)
-  return string.format('%d %d %d %d %s\n', token, created, hops, request, node)
+-- Header of a start entry: "<token> <admitted> <hops> <request> <node>\n"
+local function start_header(token, admitted, hops, request, node)
+  return string.format('%d %d %d %d %s\n', token, admitted, hops, request, node)
 end
 
 -- Issues a new fencing token for `key`, records the pending guard and
@@ -357,11 +365,11 @@ local function enqueue_stored(key, inbox, pending_ttl, maxlen)
   local stored = redis.call('HGET', PAYLOADS, key)
   if not stored then return false end
   local sp = string.find(stored, ' ', 1, true)
-  local created = tonumber(string.sub(stored, 1, sp - 1))
+  local admitted = tonumber(string.sub(stored, 1, sp - 1))
   local body = string.sub(stored, sp + 1)
   local now = now_ms()
   local token = next_token(key)
   mset(PENDING, key, string.format('%d %d', token, now + pending_ttl))
-  stream_add(inbox, 'start', start_header(token, created, 0, 0, '-') .. body, maxlen)
+  stream_add(inbox, 'start', start_header(token, admitted, 0, 0, '-') .. body, maxlen)
   return token, stored
 end

@@ -84,7 +84,7 @@ if tonumber(token) < recovered_us then
   for i = 1, #fields, 2 do
     if fields[i] == 'p' then body = fields[i + 1] elseif fields[i] == 't' then topic = fields[i + 1] end
   end
-  -- "<token> <created_ms> <hops> <request> <node>\n<body>"
+  -- "<token> <admitted> <hops> <request> <node>\n<body>"
   local created, hops, rest = string.match(body or '', '^%d+ (%d+) (%d+) (.*)$')
   if created then
     local _, text = next_token(key, recovered_us)

@@ -35,7 +35,7 @@
 -- reconnect, and the orphan sweep ran it again).
 -- KEYS: base, 9 orphan marks hash
 -- ARGV: base, 4 'yielding' | '', then three per job: job key, the token
---       the hand-off issued, the stored payload ("<created_ms> <body>") (a
+--       the hand-off issued, the stored payload ("<admitted> <body>") (a
 --       recovery gives back many jobs in a few calls)
 -- Returns one status per job: 'restored' | 'kept' (owned, pending, or this
 --       payload or a newer one is there) |
@@ -52,7 +52,7 @@ local function stand(key, token, payload)
   redis.call('HSET', FENCING, key, token)
   if mget(JOBS, key) or mget(PENDING, key) then return 'kept' end
   local stored = redis.call('HGET', PAYLOADS, key)
-  if stored and payload_created_ms(stored) >= payload_created_ms(payload) then return 'kept' end
+  if stored and payload_admitted(stored) >= payload_admitted(payload) then return 'kept' end
   redis.call('HSET', PAYLOADS, key, payload)
   redis.call('HSET', KEYS[9], key,
     string.format('%d - ', now_ms()) .. (redis.call('HGET', FENCING, key) or '0'))

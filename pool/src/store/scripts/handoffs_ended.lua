@@ -22,7 +22,7 @@
 -- KEYS: base
 -- ARGV: base, then (job key, token) pairs from 4
 -- Returns {{pair number (1-based), counter} for each ended job, flattened;
---          {pair number, payload created_ms} for each job waiting to start,
+--          {pair number, payload's admission stamp in µs} for each job waiting to start,
 --          flattened}
 local ended, waiting = {}, {}
 local pair = 0
@@ -35,7 +35,7 @@ for i = 4, #ARGV - 1, 2 do
     local stored = redis.call('HGET', PAYLOADS, key)
     if stored then
       waiting[#waiting + 1] = pair
-      waiting[#waiting + 1] = string.format('%d', payload_created_ms(stored))
+      waiting[#waiting + 1] = string.format('%d', payload_admitted(stored))
     else
       local current = tonumber(redis.call('HGET', FENCING, key) or '')
       if current and current >= tonumber(ARGV[i + 1]) and not mget(PENDING, key) then

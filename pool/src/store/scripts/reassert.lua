@@ -19,7 +19,7 @@
 -- for a tenth of a second or more (a crash then lost them).
 -- KEYS: base, 9 orphan marks hash
 -- ARGV: base, 4 worker id, 5 worker ttl ms, then 4 per job: job key,
---       token, stored payload ("<created_ms> <body>"), 'running' |
+--       token, stored payload ("<admitted> <body>"), 'running' |
 --       'suspended' | 'yielding' (suspended, and never over another run's
 --       record or guard, whatever the tokens: the worker's node wrote to
 --       a primary that stalled through its failover, whose tokens came
@@ -43,7 +43,7 @@ local worker, ttl_arg = ARGV[4], ARGV[5]
 -- of this one's, and a move of this run would start the older body.
 local function own_payload(key, stored_arg)
   local stored = redis.call('HGET', PAYLOADS, key)
-  if not stored or payload_created_ms(stored) < payload_created_ms(stored_arg) then
+  if not stored or payload_admitted(stored) < payload_admitted(stored_arg) then
     redis.call('HSET', PAYLOADS, key, stored_arg)
   end
 end

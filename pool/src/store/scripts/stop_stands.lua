@@ -1,37 +1,69 @@
--- After Redis went back in time, a worker makes a stop it carried out stand
--- again: Redis may have lost it, and the older state it went back to may
--- show the stopped run (or an older one) as running, pending or orphaned —
--- which the cleanup of a dead worker or the orphan sweep would start again.
--- Whatever Redis shows for `key` at or below the stopped run's token goes
--- (record, pending guard, and the payload when it is that old), and the
--- fencing counter is raised above the token, so no copy of those runs can
--- re-assert. A newer record or guard (a dispatch after the stop) is left,
--- and so is the payload while the counter is above the token: a newer run
--- was issued (a hand-off given back, a suspended run left to the orphan
--- sweep: both raise the counter to their token), and the payload, of the
--- same admission as the stopped run, is that run's only copy.
+-- After Redis went back in time, a worker makes a stop it carried out
+-- stand again: Redis may have lost it, and the older state it went back to
+-- may show the stopped run (or an older one) as running, pending or
+-- orphaned — which the cleanup of a dead worker or the orphan sweep would
+-- start again. Whatever Redis shows for `key` at or below the stopped run's
+-- token goes (record, pending guard, and the payload when it is that old),
+-- and the fencing counter is raised above the token, so no copy of those
+-- runs can re-assert. A newer record or guard (a dispatch after the stop)
+-- is left, and so is the payload while the counter is above the token: a
+-- newer run was issued (a hand-off given back, a suspended run left to the
+-- orphan sweep: both raise the counter to their token), and the payload,
+-- of the same admission as the stopped run, is that run's only copy.
+-- A stop `stop_job` asked for (`whole`) ended its whole dispatch, though:
+-- a newer run of that dispatch was issued after the stop, on the state
+-- Redis went back to (a cleanup moved the stopped run from a dead worker
+-- before the stop stood again; the nodes that remembered it were cut off
+-- or gone). It is not removed here (its worker would run on): the caller
+-- stops it through its worker, as `stop_job` does ('undone').
 -- KEYS: base
--- ARGV: base, then two per stop: job key, fencing token of the stopped run
--- (a recovery makes many stops stand in a few calls: until they stand, a
--- crash of the node that remembers them takes them along)
--- Returns one status per stop: 'removed' | 'newer' | 'none'
-local function stand(key, stopped)
+-- ARGV: base, then three per stop: job key, fencing token of the stopped
+-- run, '1' for a stop `stop_job` asked for ('0': a run a worker stopped or
+-- ended) (a recovery makes many stops stand in a few calls: until they
+-- stand, a crash of the node that remembers them takes them along)
+-- Returns one status per stop: 'removed' | 'newer' | 'none' |
+-- 'undone <admitted>' (a newer run of the stopped dispatch, whose
+-- admission stamp, µs, is given)
+-- 'undone <admitted>' when the payload Redis holds for `key` is of the
+-- stopped run's dispatch, else nil. Its admission stamp is the token its
+-- admission issued (`admit.lua`): at or below the stopped run's token for
+-- that dispatch, above it for any dispatch admitted after the stop, even
+-- within the same millisecond.
+local function undone(key, stopped)
+  local stored = redis.call('HGET', PAYLOADS, key)
+  if not stored then return nil end
+  -- A stamp in ms (written by an earlier build) names no single dispatch.
+  local admitted = tonumber(string.match(stored, '^(%d+) ') or '') or 0
+  if admitted >= 100000000000000 and admitted <= stopped then
+    return string.format('undone %d', admitted)
+  end
+  return nil
+end
+
+local function stand(key, stopped, whole)
   local j = mget(JOBS, key)
   local p = mget(PENDING, key)
   local recorded = j and tonumber(string.match(j, ' (%d+)$') or '') or 0
   local guarded = p and tonumber(string.match(p, '^(%d+)') or '') or 0
-  if recorded > stopped or guarded > stopped then return 'newer' end
+  if recorded > stopped or guarded > stopped then
+    return (whole and undone(key, stopped)) or 'newer'
+  end
   local removed = false
   if j then mdel(JOBS, key); removed = true end
   if p then mdel(PENDING, key); removed = true end
   local current = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
+  if whole and current > stopped then
+    -- An orphan of the stopped dispatch with a run issued after the stop
+    -- (a hand-off given back, a suspended run left to the sweep).
+    local again = undone(key, stopped)
+    if again then return again end
+  end
   local stored = current <= stopped and redis.call('HGET', PAYLOADS, key)
   if stored then
-    -- "<created_ms> <body>": a payload admitted after the stop (its record
-    -- or guard lost, or not re-asserted yet) is newer than the stopped
-    -- run's token, which was issued at or after that run's own admission.
-    local created = payload_created_ms(stored)
-    if removed or created * 1000 <= stopped then
+    -- A payload admitted after the stop (its record or guard lost, or not
+    -- re-asserted yet) has a stamp above the stopped run's token, which
+    -- was issued at or after that run's own admission.
+    if removed or payload_admitted(stored) <= stopped then
       redis.call('HDEL', PAYLOADS, key)
       removed = true
     end
@@ -44,7 +76,7 @@ local function stand(key, stopped)
 end
 
 local statuses = {}
-for i = 4, #ARGV - 1, 2 do
-  statuses[#statuses + 1] = stand(ARGV[i], tonumber(ARGV[i + 1]) or 0)
+for i = 4, #ARGV - 2, 3 do
+  statuses[#statuses + 1] = stand(ARGV[i], tonumber(ARGV[i + 1]) or 0, ARGV[i + 2] == '1')
 end
 return statuses

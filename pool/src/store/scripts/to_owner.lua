@@ -23,7 +23,7 @@ if went_back(ARGV[10], tonumber(ARGV[9]), KEYS[10]) then return {'pending'} end
 local dispatch = tonumber(ARGV[11] or '0') or 0
 if dispatch > 0 then
   local stored = redis.call('HGET', PAYLOADS, ARGV[4])
-  if not stored or payload_created_ms(stored) ~= dispatch then return {'not_found'} end
+  if not stored or payload_admitted(stored) ~= stamp_us(dispatch) then return {'not_found'} end
 end
 local j = mget(JOBS, ARGV[4])
 if not j then

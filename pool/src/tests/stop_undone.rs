@@ -1,0 +1,167 @@
+//! A stop answered `Ok` that Redis lost, undone by a run of the same
+//! dispatch issued before the stop stood again, is not carried out twice:
+//! the worker that stopped the dispatch does not start it again, and the
+//! node that asked for the stop stops it again wherever it runs once it
+//! makes its stops stand. Chaos soak seeds 1551 (`bcd447c`) and 1557
+//! (`6c8bb45`): Redis went back to a state from before stops of moved jobs;
+//! a cleanup (or the cleaner's custody) moved them again, new tokens, and
+//! the stopped jobs ran on. A dispatch admitted right after a stop, within
+//! its millisecond, is another dispatch (its admission stamp is its own
+//! token) and goes on.
+
+use fred::types::Value;
+
+use super::*;
+
+/// The pool's raw payload and fencing counter of `key`, as a state from
+/// before a stop holds them.
+async fn raw_state(client: &fred::prelude::Client, node: &Node, key: &str) -> (Value, Value) {
+    let store = &node.inner.store;
+    let payload: Value = client.hget(store.maps.payloads_key(), key).await.unwrap();
+    let fencing: Value = client
+        .hget(crate::keys::fencing(&node.inner.pool), key)
+        .await
+        .unwrap();
+    assert!(!payload.is_null() && !fencing.is_null(), "{key} admitted");
+    (payload, fencing)
+}
+
+/// Puts back `key`'s payload and counter from before its stop, as Redis
+/// going back in time does (the record it showed named a worker gone
+/// since, which a cleanup released): an orphan of the stopped dispatch,
+/// which the sweep requeues.
+async fn go_back(
+    client: &fred::prelude::Client,
+    node: &Node,
+    key: &str,
+    (payload, fencing): (Value, Value),
+) {
+    let _: i64 = client
+        .hset(node.inner.store.maps.payloads_key(), (key, payload))
+        .await
+        .unwrap();
+    let _: i64 = client
+        .hset(crate::keys::fencing(&node.inner.pool), (key, fencing))
+        .await
+        .unwrap();
+}
+
+/// Whether Redis holds a payload for `key`.
+async fn has_payload(node: &Node, key: &str) -> bool {
+    let store = &node.inner.store;
+    let payload: Value = store
+        .client
+        .hget(store.maps.payloads_key(), key)
+        .await
+        .unwrap();
+    !payload.is_null()
+}
+
+fn options() -> NodeOptions {
+    NodeOptions::default()
+        .worker_ttl(Duration::from_millis(1500))
+        .orphan_grace(Duration::from_millis(300))
+        .sweep_interval(Duration::from_millis(100))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_does_not_start_again_a_dispatch_it_stopped_on_request() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("stop-undone-here");
+    let node = Node::join(&client, &name, options()).await.unwrap();
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+
+    node.dispatch_job("undone", &b"p"[..]).await.unwrap();
+    let before_stop = raw_state(&client, &node, "undone").await;
+    node.stop_job("undone").await.unwrap();
+    let starts = handler.starts.load(Ordering::SeqCst);
+
+    go_back(&client, &node, "undone", before_stop).await;
+    // The sweep requeues the orphan to the same worker (the ring's owner),
+    // which drops the start and makes its stop stand: the payload goes.
+    let gone = wait_until(
+        Duration::from_secs(10),
+        "the orphan's start dropped",
+        || {
+            let node = node.clone();
+            async move { !has_payload(&node, "undone").await }
+        },
+    )
+    .await;
+    assert!(
+        gone.is_ok(),
+        "the stopped dispatch's payload is still there"
+    );
+    assert_eq!(
+        (
+            handler.starts.load(Ordering::SeqCst),
+            worker.job_token("undone")
+        ),
+        (starts, None),
+        "the worker started again a dispatch it stopped on request"
+    );
+    node.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_undone_by_a_requeue_of_its_dispatch_elsewhere_is_carried_out_again() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("stop-undone");
+    let node = Node::join(&client, &name, options()).await.unwrap();
+    let handler = Counting::default();
+    let stopper = Worker::new(&node, handler.clone()).await.unwrap();
+
+    // "undone": stopped, then brought back as Redis held it before the
+    // stop, as an orphan of the same dispatch, after the worker that
+    // stopped it left (the one that runs it next remembers no stop).
+    // "again": stopped, then dispatched anew: a new dispatch the old stop
+    // must leave alone.
+    node.dispatch_job("undone", &b"p"[..]).await.unwrap();
+    let before_stop = raw_state(&client, &node, "undone").await;
+    node.stop_job("undone").await.unwrap();
+    node.remove_worker(&stopper).await.unwrap();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+    node.dispatch_job("again", &b"p"[..]).await.unwrap();
+    node.stop_job("again").await.unwrap();
+    // At once: likely within the millisecond of the stop's token.
+    node.dispatch_job("again", &b"q"[..]).await.unwrap();
+    let again = worker.job_token("again").expect("the new dispatch runs");
+
+    // Redis goes back to before the stop of "undone", and the orphan sweep
+    // requeues it: a newer run of the stopped dispatch.
+    go_back(&client, &node, "undone", before_stop).await;
+    wait_until(Duration::from_secs(10), "the orphan requeued", || {
+        let runs = worker.job_token("undone").is_some();
+        async move { runs }
+    })
+    .await
+    .unwrap();
+
+    // The node that asked for the stop makes it stand, as its recovery
+    // does once it notices Redis went back in time.
+    node.inner.requested_stops_stand().await.unwrap();
+    let stopped = wait_until(
+        Duration::from_secs(10),
+        "the undone stop carried out",
+        || {
+            let runs = worker.job_token("undone").is_some();
+            let node = node.clone();
+            async move { !runs && !has_payload(&node, "undone").await }
+        },
+    )
+    .await;
+    assert!(
+        stopped.is_ok(),
+        "the stopped dispatch of \"undone\" still runs (token {:?}) after its stop was made to stand",
+        worker.job_token("undone")
+    );
+    assert_eq!(
+        worker.job_token("again"),
+        Some(again),
+        "the new dispatch of \"again\" goes on"
+    );
+    node.close().await.unwrap();
+}

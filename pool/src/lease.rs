@@ -296,6 +296,7 @@ impl NodeInner {
                     worker.suspended.lock().await.remove(&key);
                 }
                 Reasserted::Lost | Reasserted::Pending | Reasserted::Unclaimed => {
+                    tracing::info!(key, worker = %worker.id, outcome = outcome.as_str(), "suspended job given up: a newer run of it elsewhere");
                     worker.suspended.lock().await.remove(&key);
                 }
             }

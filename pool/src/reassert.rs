@@ -120,6 +120,24 @@ impl NodeInner {
 
     /// What the worker keeps of a job it re-asserted, by the outcome.
     fn after_reassert(&self, worker: &WorkerInner, key: &str, job: &LocalJob, outcome: Reasserted) {
+        if outcome == Reasserted::Lost && !self.store.diverged() {
+            // Given up to a newer run that Redis records elsewhere, or that
+            // ended. The answer may come from a primary that stalled
+            // through its failover and is demoted next, its writes gone:
+            // the promoted side then records the job here, and nobody there
+            // runs it (chaos soak seed 1562: 34 jobs). Remembered as a
+            // hand-off under the next token, so that releasing that record
+            // as stale leaves the payload for the orphan sweep
+            // (`release_stale.lua`); a newer run that ended is settled as
+            // ended within a round (`handoffs_ended.lua`) and the payload
+            // then goes with the record. Not while suspended jobs
+            // re-assert yielding: their tokens are from the stalled
+            // branch and say nothing on this side, whose answer stands.
+            worker.handed_off.record_orphan(
+                crate::handoffs::HandedOff::of(key, job.token + 1, job),
+                self.orphan_exposure(),
+            );
+        }
         if matches!(outcome, Reasserted::Pending | Reasserted::Unclaimed) {
             if outcome == Reasserted::Pending {
                 tracing::info!(key, worker = %worker.id, token = job.token, "re-asserted job gives way to a newer admission not started yet; kept until it starts");

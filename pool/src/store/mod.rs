@@ -109,7 +109,7 @@ impl PoolStore {
     }
 
     /// Whether suspended jobs re-assert yielding now.
-    fn diverged(&self) -> bool {
+    pub(crate) fn diverged(&self) -> bool {
         self.diverged_until
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -604,6 +604,7 @@ mod departed_worker;
 mod drain;
 mod ended_runs;
 mod flush_notice;
+mod forgotten_jobs;
 mod gathering;
 mod handoff_rollback;
 mod lanes;

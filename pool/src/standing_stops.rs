@@ -152,7 +152,10 @@ impl NodeInner {
         futures::stream::iter(stops.chunks(STOPS_BATCH).map(Ok))
             .try_for_each_concurrent(STOP_CALLS_IN_FLIGHT, |batch| async move {
                 let batch: Vec<(&str, u64)> = batch.iter().map(|(k, t)| (k.as_str(), *t)).collect();
-                let statuses = self.store.stop_stands_batch(&batch, kind).await?;
+                let statuses = self
+                    .store
+                    .stops_stand_yielding(&batch, kind, self.store.diverged())
+                    .await?;
                 for ((key, token), status) in batch.into_iter().zip(statuses) {
                     if matches!(status, StopStands::Removed | StopStands::Undone(_)) {
                         changed(key, token, status);

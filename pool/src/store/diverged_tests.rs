@@ -121,3 +121,38 @@ async fn a_hand_off_from_the_woken_side_of_a_job_that_ended_is_not_given_back() 
         HandoffStands::Restored
     );
 }
+
+/// A stop a worker carried out on the woken primary, under a token from
+/// that primary's clock, leaves the record of the run the promoted side
+/// moved the job to meanwhile: that run's token is smaller, yet it is not
+/// older (chaos soak seed 1562: the stop took the record, its worker ran
+/// on, and a `stop_job` asked on the promoted side found nothing to stop).
+/// Made to stand as after a rollback, the same stop removes it.
+#[tokio::test]
+async fn a_stop_from_the_woken_side_leaves_the_run_the_promoted_side_moved_the_job_to() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (_, now_ms, moved) = a_moved_run(f, "moved").await;
+    let woken_token = (now_ms + 60_000) * 1_000;
+    let running = format!("w2 {moved}");
+    for kind in [StopKind::Run, StopKind::Dispatch] {
+        assert_eq!(
+            s.stops_stand_yielding(&[("moved", woken_token)], kind, true)
+                .await
+                .unwrap(),
+            vec![StopStands::Newer],
+            "{kind:?}"
+        );
+        let (_, record, _) = s.job_records("moved").await.unwrap();
+        assert_eq!(record.as_deref(), Some(running.as_str()), "{kind:?}");
+        assert!(s.payload("moved").await.unwrap().is_some(), "{kind:?}");
+    }
+    assert_eq!(
+        s.stops_stand_yielding(&[("moved", woken_token)], StopKind::Run, false)
+            .await
+            .unwrap(),
+        vec![StopStands::Removed]
+    );
+    let (_, record, _) = s.job_records("moved").await.unwrap();
+    assert!(record.is_none(), "{record:?}");
+}

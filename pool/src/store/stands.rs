@@ -216,12 +216,27 @@ impl PoolStore {
         stops: &[(&str, u64)],
         kind: StopKind,
     ) -> Result<Vec<StopStands>> {
+        self.stops_stand_yielding(stops, kind, false).await
+    }
+
+    /// [`stop_stands_batch`](Self::stop_stands_batch) for stops a node made
+    /// stand after a recovery: `yielding` when it wrote to a primary that
+    /// stalled through its failover, where some of them may have been
+    /// carried out under tokens the promoted side's do not compare with
+    /// (`stop_stands.lua` then leaves every record and guard).
+    pub(crate) async fn stops_stand_yielding(
+        &self,
+        stops: &[(&str, u64)],
+        kind: StopKind,
+        yielding: bool,
+    ) -> Result<Vec<StopStands>> {
         let whole = match kind {
             StopKind::Run => "0",
             StopKind::Dispatch => "1",
         };
         let mut args = self.maps.base_args();
-        args.reserve(3 * stops.len());
+        args.reserve(1 + 3 * stops.len());
+        args.push(Value::from(if yielding { "yielding" } else { "" }));
         for (key, stopped) in stops {
             args.extend([
                 Value::from(*key),

@@ -307,11 +307,17 @@ local function data_generation()
   return generation
 end
 
--- An admission stamp in µs: the token the admission issued (`admit.lua`),
--- or the ms of server time that builds before wrote (scaled; below 10^14).
+-- Whether an admission stamp is the token the admission issued
+-- (`admit.lua`, µs), which names one dispatch, rather than the ms of server
+-- time that builds before wrote (below 10^14), which may name several.
+local function stamp_is_exact(stamp)
+  return stamp >= 100000000000000
+end
+
+-- An admission stamp in µs: exact ones as they are, ms ones scaled.
 local function stamp_us(stamp)
-  if stamp < 100000000000000 then return stamp * 1000 end
-  return stamp
+  if stamp_is_exact(stamp) then return stamp end
+  return stamp * 1000
 end
 
 -- The admission stamp (µs, see `stamp_us`) of a stored payload

@@ -16,8 +16,17 @@
 -- before the stop stood again; the nodes that remembered it were cut off
 -- or gone). It is not removed here (its worker would run on): the caller
 -- stops it through its worker, as `stop_job` does ('undone').
+-- A node that wrote to a primary that stalled through its failover
+-- (`yielding`) carried out some of its stops there, under tokens from that
+-- server's clock on a branch the promoted side never saw: larger than the
+-- tokens of runs the promoted side issued meanwhile, which they do not
+-- outrank. Such a stop leaves every record and guard (their owners settle
+-- them as they re-assert), as a yielding re-assertion does (chaos soak seed
+-- 1562: a worker's stop made on the woken primary took the record of the
+-- run the promoted side had moved the job to, its worker ran on, and a
+-- `stop_job` asked there again found nothing to stop).
 -- KEYS: base
--- ARGV: base, then three per stop: job key, fencing token of the stopped
+-- ARGV: base, 4 'yielding' | '', then three per stop: job key, fencing token of the stopped
 -- run, '1' for a stop `stop_job` asked for ('0': a run a worker stopped or
 -- ended) (a recovery makes many stops stand in a few calls: until they
 -- stand, a crash of the node that remembers them takes them along)
@@ -34,18 +43,20 @@ local function undone(key, stopped)
   if not stored then return nil end
   -- A stamp in ms (written by an earlier build) names no single dispatch.
   local admitted = tonumber(string.match(stored, '^(%d+) ') or '') or 0
-  if admitted >= 100000000000000 and admitted <= stopped then
+  if stamp_is_exact(admitted) and admitted <= stopped then
     return string.format('undone %d', admitted)
   end
   return nil
 end
+
+local yielding = ARGV[4] == 'yielding'
 
 local function stand(key, stopped, whole)
   local j = mget(JOBS, key)
   local p = mget(PENDING, key)
   local recorded = j and tonumber(string.match(j, ' (%d+)$') or '') or 0
   local guarded = p and tonumber(string.match(p, '^(%d+)') or '') or 0
-  if recorded > stopped or guarded > stopped then
+  if recorded > stopped or guarded > stopped or (yielding and (j or p)) then
     return (whole and undone(key, stopped)) or 'newer'
   end
   local removed = false
@@ -76,7 +87,7 @@ local function stand(key, stopped, whole)
 end
 
 local statuses = {}
-for i = 4, #ARGV - 2, 3 do
+for i = 5, #ARGV - 2, 3 do
   statuses[#statuses + 1] = stand(ARGV[i], tonumber(ARGV[i + 1]) or 0, ARGV[i + 2] == '1')
 end
 return statuses

@@ -341,15 +341,20 @@ impl Handoffs {
             .map(|(_, counter)| *counter)
     }
 
-    /// Whether this worker passed `key` on with a token newer than `token`,
-    /// and Redis has not shown that run ended: after Redis went back to
-    /// before the hand-off, the key's payload may be the job's only copy
-    /// (see `release_stale.lua`).
+    /// Whether this worker passed `key` on with token `token` or a newer
+    /// one, and Redis has not shown that run ended: after Redis went back
+    /// to before the hand-off, the key's payload may be the job's only copy
+    /// (see `release_stale.lua`). The same token is a run left to the
+    /// orphan sweep (a hand-off's token names the new owner, never this
+    /// worker): a record of that very run, which Redis went back to, is
+    /// not a run that ended here (chaos soak seed 1562: a failed job left
+    /// to the sweep during one recovery was released with its payload in
+    /// the next, and admitted again as new).
     pub(crate) fn passed_on(&self, key: &str, token: u64) -> bool {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         inner.recent.iter().any(|r| {
-            r.handed.key == key && r.handed.token > token && r.until > now && r.ended_at.is_none()
+            r.handed.key == key && r.handed.token >= token && r.until > now && r.ended_at.is_none()
         })
     }
 

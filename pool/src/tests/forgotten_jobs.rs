@@ -9,7 +9,8 @@
 //! made. Chaos soak seed 1562 (`--sentinel`): a worker process paused
 //! through one failover and cut off by the next gave up 263 suspended jobs
 //! on the woken primary, then released their records and payloads on the
-//! promoted one; 34 ran nowhere and were admitted again as new.
+//! promoted one; 34 ran nowhere and were admitted again as new. So is a
+//! run the worker left to the orphan sweep.
 
 use fred::types::Value;
 
@@ -98,6 +99,62 @@ async fn a_job_given_up_to_a_run_the_next_primary_never_saw_runs_again() {
                 .iter()
                 .zip(&tokens)
                 .all(|(key, token)| worker.job_token(key).is_some_and(|t| t > *token));
+            async move { again }
+        },
+    )
+    .await
+    .unwrap();
+    node.close().await.unwrap();
+}
+
+/// A run a worker left to the orphan sweep (it held the job through a
+/// data loss and could not take it back while the pool recovered) is not a
+/// run that ended there: when Redis then goes back to a state that records
+/// that very run under the worker, releasing the record leaves the payload,
+/// the job's only copy (chaos soak seed 1562: a failed job left to the
+/// sweep at one recovery was released with its payload at the next, and
+/// the load admitted it again as new).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_left_to_the_orphan_sweep_keeps_its_payload_when_its_record_comes_back() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("orphan-record");
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(3))
+        .orphan_grace(Duration::from_secs(1));
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let worker = Worker::new(&node, Counting::default()).await.unwrap();
+    node.dispatch_job("left", &b"l"[..]).await.unwrap();
+    let token = worker.job_token("left").unwrap();
+
+    // Left to the orphan sweep as `reassert` does for an `Orphaned` answer.
+    let (_, job) = worker.inner.jobs.remove("left").unwrap();
+    worker.inner.handed_off.record_orphan(
+        crate::handoffs::HandedOff::of("left", job.token, &job),
+        node.inner.orphan_exposure(),
+    );
+    // Redis goes back to a state that records the run under the worker.
+    let store = &node.inner.store;
+    let jobs_hash = store.maps.jobs_map().keys_info().hash.clone();
+    let _: i64 = client
+        .hset(&jobs_hash, ("left", format!("{} {token}", worker.id())))
+        .await
+        .unwrap();
+    node.inner.reconcile(&worker.inner).await.unwrap();
+    let payload: Value = client
+        .hget(store.maps.payloads_key(), "left")
+        .await
+        .unwrap();
+    assert!(
+        !payload.is_null(),
+        "a run left to the orphan sweep lost its payload with its record"
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the job runs again, with a newer token",
+        || {
+            let again = worker.job_token("left").is_some_and(|t| t > token);
             async move { again }
         },
     )

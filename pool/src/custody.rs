@@ -12,8 +12,8 @@
 //! So before its worker goes, a close leaves that memory with the workers
 //! that stay, as `keep` entries in their inboxes (one per receiving worker
 //! and [`JOBS_PER_ENTRY`] jobs, each with the worker the ring would give
-//! its key; each end also with a second worker, on another node where the
-//! pool has one), and waits, within the close's deadline, until each entry has
+//! its key, and with a second worker, on another node where the pool has
+//! one), and waits, within the close's deadline, until each entry has
 //! been read: the reader remembers the jobs as its own hand-offs from then
 //! on (given back after a loss, settled once they end). Meanwhile the
 //! close gives each job back where Redis went back to before it
@@ -93,7 +93,7 @@ struct Parcel {
     /// The receiving worker.
     to: String,
     jobs: Vec<KeptJob>,
-    /// A second copy of ends another parcel carries too (not given back
+    /// A second copy of what another parcel carries too (not given back
     /// twice by the close itself).
     copy: bool,
     /// Where it was left, and Redis's identity then.
@@ -148,13 +148,16 @@ impl NodeInner {
                 ended_at,
                 keep_ms: u64::try_from(keep.as_millis()).unwrap_or(u64::MAX),
             };
-            // An end is kept twice, on two nodes where the pool has them:
-            // after a rollback the only trace of a stop may be this
-            // memory, and a keeper cut off through the recovery could not
-            // make it stand. Making an end stand twice changes nothing.
-            if ended_at.is_some()
-                && let Some(second) = second_keeper(&ring, &job.key, leaving, to, &node_of)
-            {
+            // Kept twice, on two nodes where the pool has them: once this
+            // process exits, this memory may be the only trace of a stop
+            // (after a rollback) or of a job (after a loss, while Redis
+            // alone held it), and one keeper's process may be cut off
+            // through the recovery, or die before it gives the job back
+            // (chaos soak seed 1564: killed 374 ms after an empty restart,
+            // 14 jobs ran nowhere). Making an end stand or giving a job
+            // back twice changes nothing (`handoff_stands.lua` gives back
+            // only where Redis holds nothing of the key).
+            if let Some(second) = second_keeper(&ring, &job.key, leaving, to, &node_of) {
                 by_worker
                     .entry((second.to_string(), true))
                     .or_default()

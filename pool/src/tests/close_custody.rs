@@ -120,6 +120,73 @@ async fn orphans_of_a_close_after_a_loss_survive_a_second_loss(close_at: CloseAt
     b.close().await.unwrap();
 }
 
+/// What a close left is kept on two nodes: the worker that keeps it dies
+/// with its process (no close, nothing left with anyone) before a second
+/// loss, and the other keeper gives the jobs back (chaos soak seed 1564: a
+/// process cut off and closed while the pool recovered from a `flush`
+/// left its suspended jobs to the orphan sweep and its memory with one
+/// worker; Redis restarted empty and that worker's process was killed
+/// 374 ms later, before its recovery gave them back: 14 jobs ran nowhere
+/// until dispatched again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_a_close_left_survive_a_second_loss_and_the_death_of_their_keeper() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("close-custody-keeper");
+    let options = NodeOptions::default()
+        .mirror_jobs(true)
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let a = Node::join(&client, &name, options.clone()).await.unwrap();
+    let b = Node::join(&client, &name, options.clone()).await.unwrap();
+    let c = Node::join(&client, &name, options).await.unwrap();
+    let wa = Worker::new(&a, Counting::default()).await.unwrap();
+    let wb = Worker::new(&b, Counting::default()).await.unwrap();
+    let wc = Worker::new(&c, Counting::default()).await.unwrap();
+    wait_until(Duration::from_secs(5), "three workers seen", || async {
+        [&a, &b, &c].iter().all(|n| n.pool_workers().len() == 3)
+    })
+    .await
+    .unwrap();
+    // Keys on `wa` that the ring gives `wb` once `wa` goes: `wb` is their
+    // first keeper.
+    let ring = a.inner.ring.load_full();
+    let keys: Vec<String> = (0..2000)
+        .map(|i| format!("k{i}"))
+        .filter(|k| {
+            a.placement(k).as_deref() == Some(wa.id())
+                && ring.owner_excluding(k, wa.id()) == Some(wb.id())
+        })
+        .take(6)
+        .collect();
+    assert_eq!(keys.len(), 6, "not enough keys placed on wa, then wb");
+    held_suspended(&a, &wa, &keys).await;
+    flushall(&client).await;
+    let workers = b.inner.store.maps.workers.keys_info().hash.clone();
+    wait_until(
+        Duration::from_secs(10),
+        "every worker registered again",
+        || async {
+            let registered: std::collections::HashMap<String, String> =
+                client.hgetall(&workers).await.unwrap_or_default();
+            [&wa, &wb, &wc]
+                .iter()
+                .all(|w| registered.contains_key(w.id()))
+        },
+    )
+    .await
+    .unwrap();
+    a.close().await.unwrap();
+    drop((wa, a));
+    // `wb`'s process dies: what it kept goes with it.
+    wb.inner.cancel.cancel();
+    b.inner.stop_tasks().await;
+    drop((wb, b));
+    flushall(&client).await;
+    all_run_on(&wc, &keys, "the jobs run again on the worker left").await;
+    c.close().await.unwrap();
+}
+
 /// A worker's node closes right after a loss with no other worker in its
 /// ring (the others not registered again yet; here, one joins only while
 /// the close runs): the close waits for a worker while the pool recovers,

@@ -183,8 +183,8 @@ impl WorkerInner {
                 self.lifecycle.ending.insert(key.to_string(), ended.token);
                 self.clone().report_later(ended);
             }
-            Ok(EndRecorded::Finished) => {
-                self.end_locally(key, ended.token).await;
+            Ok(EndRecorded::Finished { ended_at }) => {
+                self.end_locally(key, ended.token, ended_at).await;
                 node.report_final_end(key, ended.token, job.admitted, asked, FinalEnd::Finished)
                     .await;
             }
@@ -204,11 +204,11 @@ impl WorkerInner {
                     .restart_after(key.to_string(), ended.token, policy.first_delay);
             }
             Ok(EndRecorded::Moved) => {
-                self.end_locally(key, ended.token).await;
+                self.end_locally(key, ended.token, ended.token).await;
                 tracing::info!(key, "run ended; Redis names another run of the key");
             }
-            Ok(EndRecorded::Failed { failures }) => {
-                self.end_locally(key, ended.token).await;
+            Ok(EndRecorded::Failed { failures, ended_at }) => {
+                self.end_locally(key, ended.token, ended_at).await;
                 node.metrics.job_failures.increment(1);
                 let error = match &ended.end {
                     RunEnd::Failed(error) => error.clone(),
@@ -234,11 +234,16 @@ impl WorkerInner {
         }
     }
 
-    /// Forgets a run that ended: local state and the handler's.
-    async fn end_locally(&self, key: &str, token: u64) {
+    /// Forgets run `token` that ended: local state and the handler's. The
+    /// end is remembered up to `ended_at`, the tombstone Redis issued for
+    /// it (or the run's token): made to stand after a loss, it also ends a
+    /// move of the run issued before it that a rollback took back, which
+    /// a cleaner remembers and would otherwise give back (chaos soak seed
+    /// 1564: a finished job ran again).
+    async fn end_locally(&self, key: &str, token: u64, ended_at: u64) {
         self.lifecycle.forget(key);
         if self.jobs.remove_if(key, |_, j| j.token == token).is_some() {
-            self.stopped.record(key, token);
+            self.stopped.record(key, ended_at);
             if let Err(e) = self.stop_handler(key).await {
                 tracing::debug!(key, error = %e, "handler stop of an ended run failed");
             }
@@ -251,7 +256,7 @@ impl WorkerInner {
         if suspended.get(key).is_some_and(|j| j.token == token) {
             suspended.remove(key);
             drop(suspended);
-            self.stopped.record(key, token);
+            self.stopped.record(key, ended_at);
         }
     }
 

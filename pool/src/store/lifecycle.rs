@@ -30,12 +30,15 @@ pub(crate) enum Restarted {
 /// What `job_ended.lua` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum EndRecorded {
-    /// The job left the pool.
-    Finished,
+    /// The job left the pool; every run of the key up to token
+    /// `ended_at` (the tombstone issued at the end, above any run issued
+    /// before it: a move a rollback took back too) is over.
+    Finished { ended_at: u64 },
     /// Restart number `failures` after `delay`.
     Restarting { failures: u32, delay: Duration },
-    /// Failed for good after `failures` failures.
-    Failed { failures: u32 },
+    /// Failed for good after `failures` failures; every run up to
+    /// `ended_at` is over, as for [`EndRecorded::Finished`].
+    Failed { failures: u32, ended_at: u64 },
     /// Redis names another run of the key: nothing changed.
     Moved,
     /// The run went on past its worker's lease and the pool recovers (or
@@ -142,11 +145,12 @@ impl PoolStore {
                 })
         };
         Ok(match status.as_str() {
-            "finished" => EndRecorded::Finished,
+            "finished" => EndRecorded::Finished { ended_at: int(0)? },
             "moved" => EndRecorded::Moved,
             "retry" => EndRecorded::Retry,
             "failed" => EndRecorded::Failed {
                 failures: int(0)? as u32,
+                ended_at: int(1)?,
             },
             "restarting" => EndRecorded::Restarting {
                 failures: int(0)? as u32,

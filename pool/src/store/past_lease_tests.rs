@@ -107,11 +107,13 @@ async fn the_end_of_a_run_past_its_lease_waits_for_the_recovery() {
         Some("w1 100"),
         "the record is left as it was"
     );
-    assert_eq!(
-        s.record_job_end("held", "w1", 100, EndArgs::Finished, false, TTL)
-            .await
-            .unwrap(),
-        EndRecorded::Finished,
+    assert!(
+        matches!(
+            s.record_job_end("held", "w1", 100, EndArgs::Finished, false, TTL)
+                .await
+                .unwrap(),
+            EndRecorded::Finished { .. }
+        ),
         "a run under a lease that held ends at once"
     );
 }
@@ -128,12 +130,12 @@ async fn a_finished_job_is_not_taken_back_by_a_run_issued_before_its_end() {
     f.register("w1").await;
     f.register("w2").await;
     run_on_w1(s, &["done"]).await;
-    assert_eq!(
+    assert!(matches!(
         s.record_job_end("done", "w1", 100, EndArgs::Finished, false, TTL)
             .await
             .unwrap(),
-        EndRecorded::Finished
-    );
+        EndRecorded::Finished { .. }
+    ));
     let stored = codec::stored(0, &body("done"));
     assert_eq!(
         s.reassert("done", "w2", 200, stored, Reassert::Suspended, TTL)

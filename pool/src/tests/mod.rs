@@ -603,6 +603,7 @@ mod data_loss;
 mod departed_worker;
 mod drain;
 mod ended_runs;
+mod finished_moves;
 mod flush_notice;
 mod forgotten_jobs;
 mod gathering;

@@ -9,7 +9,9 @@
 --       11 worker ttl ms (the recovery window), 12 the revisions the worker's
 --       node has seen (`went_back`) when the run went on past the worker's
 --       lease ('' otherwise)
--- Returns {'finished'} | {'restarting', n, delay ms} | {'failed', n} |
+-- Returns {'finished', tombstone} | {'restarting', n, delay ms} |
+--       {'failed', n, tombstone} (the token issued at the end: every run of
+--       the key issued before it is over) |
 --       {'moved'} (Redis names another run: nothing changed) | {'retry'}
 --       (a run past its lease while the pool recovers: nothing changed)
 -- Failure record: "<state> <n> <token> <at_ms> <error>", state 'restarting'
@@ -37,11 +39,11 @@ end
 -- issued, a rollback took the counter back).
 local above = (tonumber(ARGV[6]) or 0) + 1
 if ARGV[7] == 'finished' then
-  next_token(key, above)
+  local _, tombstone = next_token(key, above)
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
   redis.call('HDEL', KEYS[9], key)
-  return {'finished'}
+  return {'finished', tombstone}
 end
 local n = 1
 local prev = redis.call('HGET', KEYS[9], key)
@@ -57,12 +59,12 @@ for d in string.gmatch(ARGV[10], '%d+') do
   delays[#delays + 1] = tonumber(d)
 end
 if n > #delays then
-  next_token(key, above)
+  local _, tombstone = next_token(key, above)
   mdel(JOBS, key)
   redis.call('HDEL', PAYLOADS, key)
   redis.call('HSET', KEYS[9], key,
     string.format('failed %d %s %d %s', n, ARGV[6], now_ms(), ARGV[8]))
-  return {'failed', n}
+  return {'failed', n, tombstone}
 end
 redis.call('HSET', KEYS[9], key,
   string.format('restarting %d %s %d %s', n, ARGV[6], now_ms() + delays[n], ARGV[8]))

@@ -72,7 +72,7 @@ impl NodeInner {
             let noted = watched
                 .last()
                 .is_some_and(|rx| rx.has_changed().unwrap_or(false));
-            let recovered_from = if noted {
+            let mut recovered_from = if noted {
                 self.server_seen.lock().await.clone()
             } else {
                 self.current_server().await
@@ -85,7 +85,34 @@ impl NodeInner {
             self.recoveries_begun
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             loop {
-                match self.recover_from_rollback().await {
+                // A newer server found meanwhile (Redis restarted or lost
+                // the pool's data again) ends this recovery, as an error
+                // would, and the next begins at once with the
+                // re-assertions: waiting for this one's tail (stops made to
+                // stand, hand-offs given back, starts under way) left every
+                // job Redis lost the second time unasserted for 1.3 s
+                // (chaos soak seed 1564: a dispatch was admitted again over
+                // a running job after a `rollback-twice`).
+                let mut newer = self.server_restarts.subscribe();
+                let recovered = tokio::select! {
+                    result = self.recover_from_rollback() => Some(result),
+                    changed = newer.changed() => match changed {
+                        Ok(()) => None,
+                        Err(_) => return,
+                    },
+                };
+                let Some(recovered) = recovered else {
+                    tracing::warn!(node = %self.id, "Redis restarted or lost data again during the recovery: recovering anew");
+                    self.metrics.rollbacks.increment(1);
+                    self.recoveries_begun
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    recovered_from = self.server_seen.lock().await.clone();
+                    for rx in &mut watched {
+                        rx.borrow_and_update();
+                    }
+                    continue;
+                };
+                match recovered {
                     Ok(()) => {
                         // Redis's older revisions are the current ones now.
                         self.store.maps.reset_revision_high_waters();

@@ -10,7 +10,7 @@
 
 use super::*;
 use flotilla_testkit::ServerOptions;
-use fred::prelude::KeysInterface;
+use fred::prelude::{HashesInterface, KeysInterface};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn news_of_a_rollback_heard_while_recovering_from_it_starts_no_second_recovery() {
@@ -109,5 +109,78 @@ async fn news_of_a_rollback_heard_while_recovering_from_it_starts_no_second_reco
         4,
         "a, b, c and after"
     );
+    node.close().await.unwrap();
+}
+
+/// Redis goes back in time again while the node still recovers from the
+/// first time (here one worker's reconcile waits): the jobs the second
+/// rollback took are re-asserted at once, not after the first recovery's
+/// tail (chaos soak seed 1564: a recovery took 1.6 s, the second rollback
+/// of a `rollback-twice` came 0.3 s into it, the node re-asserted its jobs
+/// 1.3 s after that, and a dispatch meanwhile admitted a running job
+/// again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_rollback_during_a_recovery_is_recovered_from_at_once() {
+    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("recovery-again");
+    let ttl = Duration::from_secs(3);
+    let options = NodeOptions::default()
+        .worker_ttl(ttl)
+        .dispatch_timeout(Duration::from_millis(500))
+        .mirror_jobs(true);
+    let node = Node::join(&client, &name, options).await.unwrap();
+    let w1 = Worker::new(&node, Counting::default()).await.unwrap();
+    let w2 = Worker::new(&node, Counting::default()).await.unwrap();
+    wait_until(Duration::from_secs(5), "both workers seen", || async {
+        node.pool_workers().len() == 2
+    })
+    .await
+    .unwrap();
+    // Both workers registered, no job yet.
+    let snapshot = server.save_snapshot().unwrap();
+    let keys: Vec<String> = (0..200)
+        .map(|i| format!("k{i}"))
+        .filter(|k| node.placement(k).as_deref() == Some(w2.id()))
+        .take(3)
+        .collect();
+    for key in &keys {
+        node.dispatch_job(key, &b"p"[..]).await.unwrap();
+    }
+    wait_until(Duration::from_secs(5), "the jobs run on w2", || async {
+        let running = w2.job_keys();
+        keys.iter().all(|k| running.contains(k))
+    })
+    .await
+    .unwrap();
+    let jobs_hash = node.inner.store.maps.jobs_map().keys_info().hash.clone();
+    let recorded = || async {
+        for key in &keys {
+            let record: Option<String> = client.hget(&jobs_hash, key).await.unwrap_or(None);
+            if record.is_none() {
+                return false;
+            }
+        }
+        true
+    };
+    // w1's reconcile waits for this: the first recovery does not end.
+    let slow = w1.inner.ops.read().await;
+    server.roll_back(&snapshot).unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "w2's jobs re-asserted after the first rollback",
+        recorded,
+    )
+    .await
+    .unwrap();
+    server.roll_back(&snapshot).unwrap();
+    let result = wait_until(
+        ttl,
+        "w2's jobs re-asserted after the second rollback, the first recovery still under way",
+        recorded,
+    )
+    .await;
+    drop(slow);
+    result.unwrap();
     node.close().await.unwrap();
 }

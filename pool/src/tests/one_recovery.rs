@@ -12,23 +12,33 @@ use super::*;
 use flotilla_testkit::ServerOptions;
 use fred::prelude::{HashesInterface, KeysInterface};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn news_of_a_rollback_heard_while_recovering_from_it_starts_no_second_recovery() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
+/// A Redis server with AOF (its snapshots can be rolled back to), a
+/// client, a node of a new pool named after `name` mirroring the jobs
+/// map, and its worker TTL: long enough that the lease outlasts the
+/// restart of a loaded machine's Redis (a lapse would stop the jobs for
+/// its own reason).
+async fn node_on_a_snapshotting_server(
+    name: &str,
+) -> (RedisServer, fred::prelude::Client, Node, Duration) {
+    let server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("one-recovery");
-    // Long enough that the lease outlasts the restart of a loaded
-    // machine's Redis: a lapse would stop the jobs for its own reason.
+    let name = flotilla_testkit::unique_name(name);
     let ttl = Duration::from_secs(3);
     let options = NodeOptions::default()
         .worker_ttl(ttl)
         .dispatch_timeout(Duration::from_millis(500))
         .mirror_jobs(true);
     let node = Node::join(&client, &name, options).await.unwrap();
+    (server, client, node, ttl)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn news_of_a_rollback_heard_while_recovering_from_it_starts_no_second_recovery() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let (mut server, client, node, ttl) = node_on_a_snapshotting_server("one-recovery").await;
     let handler = Counting::default();
     let worker = Worker::new(&node, handler.clone()).await.unwrap();
     for key in ["a", "b", "c"] {
@@ -121,15 +131,7 @@ async fn news_of_a_rollback_heard_while_recovering_from_it_starts_no_second_reco
 /// again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_rollback_during_a_recovery_is_recovered_from_at_once() {
-    let mut server = RedisServer::start_with(ServerOptions::default().aof(true)).unwrap();
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("recovery-again");
-    let ttl = Duration::from_secs(3);
-    let options = NodeOptions::default()
-        .worker_ttl(ttl)
-        .dispatch_timeout(Duration::from_millis(500))
-        .mirror_jobs(true);
-    let node = Node::join(&client, &name, options).await.unwrap();
+    let (mut server, client, node, ttl) = node_on_a_snapshotting_server("recovery-again").await;
     let w1 = Worker::new(&node, Counting::default()).await.unwrap();
     let w2 = Worker::new(&node, Counting::default()).await.unwrap();
     wait_until(Duration::from_secs(5), "both workers seen", || async {

@@ -305,21 +305,15 @@ impl WorkerInner {
             interrupt.0 += 1;
             interrupt.1.cancel();
         }
-        let guard = tokio::select! {
+        // Counted down however this ends: also when the caller drops the
+        // wait (a recovery that a newer server ends), or every start of
+        // the worker would be interrupted from then on.
+        let _interrupting = Interrupting(self);
+        tokio::select! {
             biased;
             () = self.cancel.cancelled() => None,
             guard = self.ops.write() => Some(guard),
-        };
-        let mut interrupt = self
-            .start_interrupt
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        interrupt.0 -= 1;
-        if interrupt.0 == 0 {
-            // Starts may run again once this lock is released.
-            interrupt.1 = CancellationToken::new();
         }
-        guard
     }
 
     /// Runs the handler's `start` of `job`, unless the lease lapses first.
@@ -674,4 +668,23 @@ pub(crate) enum HandlerStart {
     /// `stop` must undo it, and the job is held like those the lapse
     /// stopped.
     Cancelled,
+}
+
+/// One wait of [`WorkerInner::lock_for_reassertion`], counted in the
+/// worker's `start_interrupt` until dropped.
+struct Interrupting<'a>(&'a WorkerInner);
+
+impl Drop for Interrupting<'_> {
+    fn drop(&mut self) {
+        let mut interrupt = self
+            .0
+            .start_interrupt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        interrupt.0 -= 1;
+        if interrupt.0 == 0 {
+            // Starts may run again once the lock taken is released.
+            interrupt.1 = CancellationToken::new();
+        }
+    }
 }

@@ -184,5 +184,27 @@ async fn a_second_rollback_during_a_recovery_is_recovered_from_at_once() {
     .await;
     drop(slow);
     result.unwrap();
+    // The first recovery's wait for w1's lock ended with it: w1's starts
+    // are no longer interrupted once the recoveries are over.
+    let key = key_placed_on(&node, &w1).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match node.dispatch_job(&key, &b"p"[..]).await {
+            Ok(()) | Err(crate::Error::JobExists(_)) => break,
+            // Admissions wait for the pool's recovery to end.
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "dispatch refused; asking again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no admission after the recoveries: {e}"),
+        }
+    }
+    wait_until(
+        Duration::from_secs(10),
+        "a new job starts on w1",
+        || async { w1.job_keys().contains(&key) },
+    )
+    .await
+    .unwrap();
     node.close().await.unwrap();
 }

@@ -16,17 +16,25 @@ use fred::types::Value;
 
 use super::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_given_up_to_a_run_the_next_primary_never_saw_runs_again() {
+/// A Redis server, a client, and a pool named after `name` of one node
+/// (mirroring the jobs map, TTL 3 s, orphans requeued after 1 s) with one
+/// worker.
+async fn one_worker_pool(name: &str) -> (RedisServer, fred::prelude::Client, Node, Worker) {
     let server = RedisServer::start().unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("forgotten-jobs");
+    let name = flotilla_testkit::unique_name(name);
     let options = NodeOptions::default()
         .mirror_jobs(true)
         .worker_ttl(Duration::from_secs(3))
         .orphan_grace(Duration::from_secs(1));
     let node = Node::join(&client, &name, options).await.unwrap();
     let worker = Worker::new(&node, Counting::default()).await.unwrap();
+    (server, client, node, worker)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_given_up_to_a_run_the_next_primary_never_saw_runs_again() {
+    let (_server, client, node, worker) = one_worker_pool("forgotten-jobs").await;
     let keys = ["running", "suspended"];
     for key in keys {
         node.dispatch_job(key, &b"f"[..]).await.unwrap();
@@ -116,15 +124,7 @@ async fn a_job_given_up_to_a_run_the_next_primary_never_saw_runs_again() {
 /// the load admitted it again as new).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_left_to_the_orphan_sweep_keeps_its_payload_when_its_record_comes_back() {
-    let server = RedisServer::start().unwrap();
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("orphan-record");
-    let options = NodeOptions::default()
-        .mirror_jobs(true)
-        .worker_ttl(Duration::from_secs(3))
-        .orphan_grace(Duration::from_secs(1));
-    let node = Node::join(&client, &name, options).await.unwrap();
-    let worker = Worker::new(&node, Counting::default()).await.unwrap();
+    let (_server, client, node, worker) = one_worker_pool("orphan-record").await;
     node.dispatch_job("left", &b"l"[..]).await.unwrap();
     let token = worker.job_token("left").unwrap();
 

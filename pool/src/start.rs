@@ -508,6 +508,7 @@ impl WorkerInner {
             inbox: node.inbox(&self.id)?.key().to_string(),
             entry_id: event.id.clone(),
             reply,
+            admitted: entry.admitted,
         })
     }
 }

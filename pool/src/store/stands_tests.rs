@@ -140,3 +140,53 @@ async fn a_record_of_a_job_passed_on_since_goes_without_its_payload() {
         );
     }
 }
+
+/// A start recorded while the pool recovers, on a state Redis went back
+/// to that holds an older dispatch's payload and no record or guard of the
+/// key, leaves that payload out from under its record: taken for this
+/// run's, it made the stop of the older dispatch, made to stand again,
+/// stop this run, and the key was admitted again over it (chaos soak seed
+/// 1564, `job-4365`).
+#[tokio::test]
+async fn a_start_recorded_in_a_recovery_keeps_no_older_dispatch_under_its_record() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    // The older dispatch, as the state Redis went back to holds it: its
+    // payload alone (an orphan; the stop of its run came after).
+    let older = f.admitted("k", "w1").await;
+    s.maps.pending_map().delete("k").await.unwrap();
+    let stopped = older + 1_000;
+    // A dispatch admitted after that stop and started: its admission went
+    // with the rollback, its start is recorded after it.
+    let newer = older + 2_000;
+    f.lose_epoch().await;
+    let start = f.start("k", newer, "w1", "1-1");
+    assert_eq!(
+        s.record_starts(&[start], TTL).await.unwrap(),
+        [StartKept::Ok]
+    );
+    let (_, record, _) = s.job_records("k").await.unwrap();
+    assert_eq!(record, Some(format!("w1 {newer}")));
+    assert_eq!(
+        s.payload("k").await.unwrap(),
+        None,
+        "the older dispatch's payload is not this run's"
+    );
+    assert_eq!(
+        s.stop_stands_batch(&[("k", stopped)], StopKind::Dispatch)
+            .await
+            .unwrap(),
+        vec![StopStands::Newer],
+        "the older dispatch's stop leaves the newer run"
+    );
+    // The run's re-assertion brings its own payload back.
+    let stored = codec::stored(newer, &body("k"));
+    assert_eq!(
+        s.reassert("k", "w1", newer, stored.clone(), Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok
+    );
+    assert_eq!(s.payload("k").await.unwrap().as_deref(), Some(&stored[..]));
+}

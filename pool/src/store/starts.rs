@@ -24,6 +24,10 @@ pub(crate) struct StartToRecord {
     pub(crate) entry_id: String,
     /// Reply stream key and request id of the waiting dispatcher, if any.
     pub(crate) reply: Option<(String, u64)>,
+    /// The admission stamp of the entry's dispatch (see
+    /// `codec::stamp_us`): tells its payload from an older dispatch's
+    /// that Redis went back to (`record_starts.lua`).
+    pub(crate) admitted: u64,
 }
 
 call::status!(
@@ -194,6 +198,7 @@ impl PoolStore {
                 number_arg(inbox as u64),
                 number_arg(request),
                 number_arg(reply as u64),
+                number_arg(start.admitted),
             ]);
         }
         let statuses: Vec<Value> = self

@@ -109,6 +109,8 @@ impl Fixture {
             inbox: self.inbox(worker),
             entry_id: entry_id.to_string(),
             reply: None,
+            // An admission's start: its token is the admission stamp.
+            admitted: token,
         }
     }
 

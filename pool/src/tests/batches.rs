@@ -38,6 +38,7 @@ async fn a_batch_of_start_records_settles_each_start_in_order() {
             inbox: inbox.clone(),
             entry_id: format!("1-{token}"),
             reply: reply.map(|(s, r)| (s.clone(), r)),
+            admitted: token,
         };
     let starts = [
         start("b1", 11, worker.id(), Some((&to_x, 101))),

@@ -11,16 +11,19 @@
 -- KEYS: base, 9 keep-alive revision (`went_back`), 10.. the streams the
 --       starts name (worker inboxes, reply streams)
 -- ARGV: base, 4 worker ttl ms, 5 the revisions the node has seen (see
---       `went_back`), then 7 per start: job key, token, worker id,
+--       `went_back`), then 8 per start: job key, token, worker id,
 --       inbox entry id, index in KEYS of the worker's inbox, reply request
---       id ('0': none), index in KEYS of the reply stream ('0': none)
+--       id ('0': none), index in KEYS of the reply stream ('0': none),
+--       admission stamp of the start's dispatch (see `stamp_us`; '0':
+--       unknown)
 -- Returns one status per start: 'ok' | 'superseded' (the caller stops its
 -- run) | 'recovering' (Redis lost its data or went back in time meanwhile:
 -- the caller keeps the run, which it re-asserts) | 'unregistered' (being
 -- cleaned up: the caller stops its run, the entry stays for the cleaner).
 -- Answers go out as one 'replies' entry per reply stream, one
 -- "<request> <status>" line per start; the dispatcher of an 'ok' start
--- whose admission and payload Redis lost is answered 'recovering'.
+-- whose admission and payload Redis lost (or went back to an older
+-- dispatch's) is answered 'recovering'.
 local ttl = tonumber(ARGV[4])
 -- Redis went back in time: starts it lost are re-asserted, not dropped.
 -- Looked at (INFO server and two revisions, a few µs) only for a start
@@ -46,7 +49,7 @@ local pending = rmap_batch(PENDING[1], PENDING[2], PENDING[3])
 -- A start changes both maps: whether anyone listens, asked once for both.
 rmap_batch_listen(jobs, pending)
 -- The status of a start that is not the plain case.
-local function settle(key, token, worker, mine, p, own_guard)
+local function settle(key, token, worker, mine, p, own_guard, admitted)
   local running = mget(JOBS, key)
   if running or not own_guard then look_back() end
   if running == mine then
@@ -67,8 +70,18 @@ local function settle(key, token, worker, mine, p, own_guard)
     -- once the pool has recovered), not promised a job this process's
     -- death would lose.
     if is_registered(worker) then
+      -- A payload of an older dispatch is the state Redis went back to
+      -- (that dispatch ended before this one was admitted): under this
+      -- run's record it would pass for this run's, and a stop of the
+      -- older dispatch made to stand again would stop this run, which a
+      -- later admission then runs again (chaos soak seed 1564: job-4365).
+      local stored = redis.call('HGET', PAYLOADS, key)
+      if stored and payload_admitted(stored) < stamp_us(admitted) then
+        redis.call('HDEL', PAYLOADS, key)
+        stored = nil
+      end
       rmap_batch_set(jobs, key, mine)
-      if redis.call('HEXISTS', PAYLOADS, key) == 0 then
+      if not stored then
         return 'ok', 'recovering'
       end
       return 'ok'
@@ -100,7 +113,7 @@ end
 local removed = {}
 local answers = {}
 local statuses = {}
-for i = 6, #ARGV, 7 do
+for i = 6, #ARGV, 8 do
   -- The KEYS indices of the inbox and the reply stream stay strings here
   -- (table keys); each is read as a number once, at the end.
   local key, token, worker, id = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
@@ -116,7 +129,7 @@ for i = 6, #ARGV, 7 do
     rmap_batch_del(pending, key)
     status = 'ok'
   else
-    status, answer = settle(key, token, worker, mine, p, own_guard)
+    status, answer = settle(key, token, worker, mine, p, own_guard, tonumber(ARGV[i + 7]) or 0)
   end
   if status == 'ok' or status == 'superseded' then
     removed[inbox] = removed[inbox] or {}

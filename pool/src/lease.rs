@@ -38,6 +38,9 @@ impl NodeInner {
     pub(crate) async fn renewal_loop(self: Arc<Self>) {
         let period = self.options.worker_ttl / 3;
         let mut next = Instant::now() + period;
+        // At most one reconnect per TTL: on a link merely slow, each
+        // reconnect costs the commands in flight (see `silent_link.rs`).
+        let mut reconnected: Option<Instant> = None;
         loop {
             tokio::select! {
                 biased;
@@ -122,7 +125,13 @@ impl NodeInner {
                     tracing::warn!(node = %self.id, error = %e, "keep-alive failed");
                     self.after_refused_renewal(&e);
                 }
-                Err(_) => tracing::warn!(node = %self.id, "keep-alive timed out"),
+                Err(_) => {
+                    tracing::warn!(node = %self.id, "keep-alive timed out");
+                    if reconnected.is_none_or(|at| at.elapsed() >= self.options.worker_ttl) {
+                        reconnected = Some(Instant::now());
+                        self.reconnect_silent_link(period).await;
+                    }
+                }
             }
         }
     }

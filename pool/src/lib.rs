@@ -34,6 +34,7 @@ mod rewind;
 mod rollback;
 mod routing;
 mod server_clock;
+mod silent_link;
 mod standing_stops;
 mod start;
 mod store;

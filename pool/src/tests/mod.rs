@@ -631,6 +631,7 @@ mod refused_writes;
 mod restart_between;
 mod resume;
 mod ring_view;
+mod silent_link;
 mod slow_starts;
 mod stale_starts;
 mod stop_answers;

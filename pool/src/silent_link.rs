@@ -4,16 +4,18 @@
 //! later). Every command on it waits out its timeout, and fred closes a
 //! silent connection only past the longest blocking read (see
 //! `client.rs`), seconds after the lease is lost. So a keep-alive that
-//! gets no reply within its renewal period has the node try a new
-//! connection; if that one answers within the period, the client
-//! reconnects and the next renewal goes over a new socket. On a link
-//! merely slow (or a server stalled), a new connection is no faster and
-//! the client keeps its connection: a reconnect would cost the commands
-//! in flight and answer nothing sooner.
+//! gets no reply within its renewal period has the node send a `PING` on
+//! its connection and, at once, on a new one: if only the new one answers
+//! within the period, the client reconnects and the next renewal goes over
+//! a new socket. On a link merely slow, a new connection is no faster; a
+//! stalled server that answers again answers both: the client keeps its
+//! connection either way (a reconnect would cost the commands in flight
+//! and answer nothing sooner).
 //!
 //! ```text
-//! renewal ──times out──▶ probe: new connection + PING ──answers──▶ force_reconnection
-//!                                                     └─silent───▶ keep the connection
+//! renewal ──times out──▶ PING on the connection ─┐
+//!                        PING on a new one ──────┴─▶ only the new one answers ──▶ force_reconnection
+//!                                                    otherwise ─────────────────▶ keep the connection
 //! ```
 
 use std::time::Duration;
@@ -23,22 +25,28 @@ use fred::prelude::ClientLike;
 use crate::node::NodeInner;
 
 impl NodeInner {
-    /// Reconnects the client if a new connection answers within `within`
-    /// while its own did not (see the module docs); waits at most about
-    /// twice `within`. Commands in flight on the old connection are sent
-    /// again on the new one, as after any broken connection.
+    /// Reconnects the client if, within `within`, a new connection answers
+    /// a `PING` and the client's own connection does not answer one sent
+    /// at the same time (see the module docs); waits at most about twice
+    /// `within`. A server that was stalled and answers again answers both:
+    /// its connections are kept. Commands in flight on the old connection
+    /// are sent again on the new one, as after any broken connection.
     pub(crate) async fn reconnect_silent_link(&self, within: Duration) {
-        if !self.new_connection_answers(within).await {
+        let own = tokio::time::timeout(within, self.store.client.ping::<String>(None));
+        let (own, probe) = tokio::join!(own, self.new_connection_answers(within));
+        if matches!(own, Ok(Ok(_))) || !probe {
             tracing::debug!(
                 node = %self.id,
-                "a new connection does not answer sooner: the link or the server is slow"
+                own_answered = matches!(own, Ok(Ok(_))),
+                probe_answered = probe,
+                "a keep-alive timed out, but its connection is not silent alone: kept"
             );
             return;
         }
         tracing::warn!(
             node = %self.id,
-            "a keep-alive got no reply within its renewal period, and a new connection \
-             answers at once: reconnecting"
+            "a keep-alive got no reply within its renewal period, nor a PING after it, \
+             while a new connection answers: reconnecting"
         );
         match tokio::time::timeout(within, self.store.client.force_reconnection()).await {
             Ok(Ok(())) => tracing::info!(node = %self.id, "reconnected after a silent keep-alive"),

@@ -38,8 +38,8 @@ impl NodeInner {
     pub(crate) async fn renewal_loop(self: Arc<Self>) {
         let period = self.options.worker_ttl / 3;
         let mut next = Instant::now() + period;
-        // At most one reconnect per TTL: on a link merely slow, each
-        // reconnect costs the commands in flight (see `silent_link.rs`).
+        // At most one silent-link check per TTL (see `silent_link.rs`): a
+        // check lasts at most two periods, so checks never overlap.
         let mut reconnected: Option<Instant> = None;
         loop {
             tokio::select! {
@@ -129,7 +129,15 @@ impl NodeInner {
                     tracing::warn!(node = %self.id, "keep-alive timed out");
                     if reconnected.is_none_or(|at| at.elapsed() >= self.options.worker_ttl) {
                         reconnected = Some(Instant::now());
-                        self.reconnect_silent_link(period).await;
+                        // Beside the renewals: on a link only slow for a
+                        // moment, the next renewal may still save the lease.
+                        let node = self.clone();
+                        self.tasks.spawn(async move {
+                            tokio::select! {
+                                _ = node.cancel.cancelled() => {}
+                                () = node.reconnect_silent_link(period) => {}
+                            }
+                        });
                     }
                 }
             }

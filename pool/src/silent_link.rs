@@ -66,22 +66,21 @@ impl NodeInner {
             Some(client.connection_config().clone()),
             None,
         );
-        let task = probe.connect();
+        // Ends, closing its socket, however this call ends (a timeout, the
+        // node closing).
+        let _task = tokio_util::task::AbortOnDropHandle::new(probe.connect());
         let answered = tokio::time::timeout(within, async {
             probe.wait_for_connect().await?;
             probe.ping::<String>(None).await
         })
         .await;
-        let answered = match answered {
+        match answered {
             Ok(Ok(_)) => true,
             Ok(Err(e)) => {
                 tracing::debug!(node = %self.id, error = %e, "a new connection failed");
                 false
             }
             Err(_) => false,
-        };
-        // Not used again: ending its task closes its socket.
-        task.abort();
-        answered
+        }
     }
 }

@@ -12,7 +12,7 @@
 //! the jobs hash filtered by owner), never from a node's replica, which
 //! can be stale after a restart.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -21,11 +21,12 @@ use bytes::Bytes;
 use fred::prelude::*;
 use futures::StreamExt;
 
+use crate::cleaned::CleanupFinds;
 use crate::codec::{self, EV_KEEP, EV_START, KeptJobs, KeyedRequest, StartEntry};
 use crate::error::{Error, Result};
 use crate::membership::HANDOFFS_IN_FLIGHT;
 use crate::node::NodeInner;
-use crate::routing::Ring;
+use crate::routing::Refusals;
 use crate::store::call::from_redis;
 use crate::store::{
     ClaimStatus, DeadWorkerClaim, Dropped, Handoff, Moved, Mover, Released, Removed, Requeue,
@@ -38,7 +39,7 @@ const INBOX_PAGE: u64 = 200;
 /// Jobs-hash entries read per page when listing a worker's jobs (a
 /// cleanup lists them all at once: it must be done within the failover
 /// bound, so pages are larger than the sweeper's).
-const OWNED_PAGE: usize = 1000;
+pub(crate) const OWNED_PAGE: usize = 1000;
 
 impl NodeInner {
     /// Takes the cleanup claim on `worker` if Redis says it is dead (its
@@ -98,12 +99,27 @@ impl NodeInner {
         // node's: the worker may come back and clear a claim older than a
         // TTL (`keepalive.lua`), or another cleaner take it over.
         let cleaner = Some(self.id.as_str());
-        let mut claim = self.requeue_owned_by(worker, cleaner).await;
+        // Read before the listing (the claim was taken before this call):
+        // what a cleanup found is remembered for the rollback recovery
+        // (`cleaned.rs`), with the time its runs were issued before.
+        let claimed_ms = self.server_time_floor().await?;
+        let mut finds = CleanupFinds::default();
+        let mut claim = self.requeue_owned_by(worker, cleaner, &mut finds).await;
         if claim == Claim::Held {
-            claim = self.requeue_worker_inbox(worker, cleaner).await?;
+            claim = self
+                .requeue_worker_inbox(worker, cleaner, &mut finds)
+                .await?;
         }
         match claim {
-            Claim::Held => self.remove_worker_entry(worker, cleaner).await,
+            Claim::Held => {
+                let removed = self
+                    .remove_worker_entry(worker, cleaner, &mut finds)
+                    .await?;
+                if removed == Claim::Held {
+                    self.cleaned.remember(worker, claimed_ms, finds);
+                }
+                Ok(removed)
+            }
             stopped => {
                 stopped.log(worker);
                 Ok(stopped)
@@ -117,7 +133,13 @@ impl NodeInner {
     /// afterwards, which makes its jobs orphans). `cleaner`: this node's id
     /// when a cleanup moves a dead worker's jobs; no hand-off starts after
     /// the first that finds the claim gone or the pool recovering.
-    pub(crate) async fn requeue_owned_by(&self, worker: &str, cleaner: Option<&str>) -> Claim {
+    /// `finds` gathers the keys listed.
+    pub(crate) async fn requeue_owned_by(
+        &self,
+        worker: &str,
+        cleaner: Option<&str>,
+        finds: &mut CleanupFinds,
+    ) -> Claim {
         let mut cursor = SCAN_START.to_string();
         loop {
             let page = (|| self.store.owned_page(worker, &cursor, OWNED_PAGE))
@@ -133,6 +155,7 @@ impl NodeInner {
                 Ok(page) => page,
                 Err(e) => {
                     tracing::warn!(worker, error = %e, "listing a worker's jobs failed; the orphan sweep requeues the rest");
+                    finds.listed_all = false;
                     return Claim::Held;
                 }
             };
@@ -143,6 +166,7 @@ impl NodeInner {
             // flight find it too).
             let claim_lost = AtomicBool::new(false);
             let paused = AtomicBool::new(false);
+            finds.keys.extend(page.keys.iter().cloned());
             futures::stream::iter(page.keys)
                 .for_each_concurrent(HANDOFFS_IN_FLIGHT, |key| {
                     let (claim_lost, paused) = (&claim_lost, &paused);
@@ -397,6 +421,7 @@ impl NodeInner {
         &self,
         worker: &str,
         cleaner: Option<&str>,
+        finds: &mut CleanupFinds,
     ) -> Result<Claim> {
         let mut after = None;
         loop {
@@ -406,7 +431,9 @@ impl NodeInner {
             };
             after = Some(last.clone());
             for (id, fields) in entries {
-                let claim = self.requeue_entry(worker, &id, &fields, cleaner).await?;
+                let claim = self
+                    .requeue_entry(worker, &id, &fields, cleaner, finds)
+                    .await?;
                 if claim != Claim::Held {
                     return Ok(claim);
                 }
@@ -456,6 +483,7 @@ impl NodeInner {
         id: &str,
         fields: &HashMap<String, Bytes>,
         cleaner: Option<&str>,
+        finds: &mut CleanupFinds,
     ) -> Result<Claim> {
         let name = fields
             .get("n")
@@ -483,7 +511,10 @@ impl NodeInner {
             codec::decode::<KeyedRequest>("inbox request", &payload).map(|r| r.key)
         };
         let key = match key {
-            Ok(k) => k,
+            Ok(k) => {
+                finds.keys.insert(k.clone());
+                k
+            }
             Err(e) => {
                 let claim = self.drop_entry(worker, id, cleaner).await?;
                 if claim == Claim::Held {
@@ -572,6 +603,7 @@ impl NodeInner {
         &self,
         worker: &str,
         cleaner: Option<&str>,
+        finds: &mut CleanupFinds,
     ) -> Result<Claim> {
         for _ in 0..5 {
             let inbox = self.inbox(worker)?;
@@ -590,7 +622,7 @@ impl NodeInner {
                 }
                 Removed::InboxNotEmpty => {}
             }
-            let claim = self.requeue_worker_inbox(worker, cleaner).await?;
+            let claim = self.requeue_worker_inbox(worker, cleaner, finds).await?;
             if claim != Claim::Held {
                 claim.log(worker);
                 return Ok(claim);
@@ -631,39 +663,5 @@ impl Claim {
                 "cleanup paused: the pool recovers from a data loss or a rollback; the rest of the worker waits for a cleanup after the window"
             ),
         }
-    }
-}
-
-/// The workers that refused a job or an inbox entry during one requeue:
-/// they do not read their inbox (silent for over a TTL, or a registration
-/// a rollback brought back of a worker that has left). The next attempt
-/// offers it to the next worker in the ring at once, rather than to the
-/// same one until a cleanup takes it out of the ring. That cleanup waits
-/// for the pool's recovery window, which a close (holding its worker's
-/// lock while it requeues) can be what holds open: the node's recovery
-/// waits for that lock, and its mark keeps the window open (chaos soak
-/// seed 1002). The job runs off its ring owner until the owner reads its
-/// inbox or is cleaned up; the rebalance then moves it.
-#[derive(Default)]
-struct Refusals(std::sync::Mutex<HashSet<String>>);
-
-impl Refusals {
-    /// The ring owner of `key` other than `from` and the workers that
-    /// refused; once every other worker has refused, all of them again (the
-    /// ring may have changed since, and the retry's backoff paces them).
-    fn target(&self, ring: &Ring, key: &str, from: &str) -> Option<String> {
-        let mut refused = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(to) = ring.owner_among(key, |w| w != from && !refused.contains(w)) {
-            return Some(to.to_string());
-        }
-        refused.clear();
-        ring.owner_excluding(key, from).map(str::to_string)
-    }
-
-    fn refused(&self, worker: String) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(worker);
     }
 }

@@ -4,6 +4,7 @@
 
 mod admission;
 mod batch;
+mod cleaned;
 mod cleanup;
 mod client;
 mod codec;

@@ -353,8 +353,11 @@ impl NodeInner {
                             }
                         })
                         .await;
-                    self.requeue_owned_by(&worker.id, None).await;
-                    self.requeue_worker_inbox(&worker.id, None).await?;
+                    // A close remembers nothing of what it finds (no
+                    // cleanup of a dead worker, see `cleaned.rs`).
+                    let mut finds = crate::cleaned::CleanupFinds::default();
+                    self.requeue_owned_by(&worker.id, None, &mut finds).await;
+                    self.requeue_worker_inbox(&worker.id, None, &mut finds).await?;
                     // Its recent stops go with what it remembers: the
                     // worker that keeps them makes them stand after a
                     // rollback, as this one would have.
@@ -370,7 +373,9 @@ impl NodeInner {
                         .await;
                 }
                 // No cleanup claim involved: nothing stops it but errors.
-                self.remove_worker_entry(&worker.id, None).await.map(|_| ())
+                self.remove_worker_entry(&worker.id, None, &mut Default::default())
+                    .await
+                    .map(|_| ())
             })
             .await
             .unwrap_or_else(|_| Err(gave_up(&worker.id, "handing its jobs over"))),

@@ -149,6 +149,10 @@ pub(crate) struct NodeInner {
     /// stand again after Redis goes back in time, also where the worker that
     /// carried one out is gone by then.
     pub(crate) stops_requested: crate::tombstones::StopTombstones,
+    /// What this node's cleanups of dead workers found lately: runs that
+    /// had left a worker before its cleanup are ended if Redis goes back
+    /// to a state showing them there again (see `cleaned.rs`).
+    pub(crate) cleaned: crate::cleaned::CleanedWorkers,
     /// Metric handles labelled with the pool.
     pub(crate) metrics: crate::metrics::PoolMetrics,
     /// Set when this node runs [`Node::shutdown`]: its own shutdown watch
@@ -315,6 +319,7 @@ impl Node {
             admitter,
             history: Default::default(),
             stops_requested: Default::default(),
+            cleaned: Default::default(),
             metrics: crate::metrics::PoolMetrics::new(pool),
             shutting_down_here: AtomicBool::new(false),
             owns_client: AtomicBool::new(false),

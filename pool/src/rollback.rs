@@ -377,7 +377,15 @@ impl NodeInner {
         // the sum of the others' reconciles.
         let ended = futures::future::join_all(workers.iter().map(|w| self.ended_stops_stand(w)));
         let reconciled = futures::future::join_all(workers.iter().map(|w| self.reconcile(w)));
-        let (stood, reconciled) = futures::future::join(ended, reconciled).await;
+        // Beside them, the runs that had left workers this node cleaned up
+        // (`cleaned.rs`): a run passed on from one re-asserts its newer
+        // token, which such an end leaves, whichever comes first.
+        let ((stood, reconciled), cleaned) = futures::future::join(
+            futures::future::join(ended, reconciled),
+            self.cleaned_runs_stand(),
+        )
+        .await;
+        cleaned?;
         let stood = stood.into_iter().collect::<Result<Vec<_>>>()?;
         reconciled.into_iter().collect::<Result<Vec<()>>>()?;
         // Then the workers' own stops, before any hand-off is given back;

@@ -9,6 +9,7 @@
 //! every later bucket and moves far more than 1/N of the keys, which would
 //! break invariant I4. A lookup costs N cheap mixes (500 workers: ~1 µs).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// An immutable view of the active workers, cheap to clone and share.
@@ -107,6 +108,41 @@ pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
+}
+
+/// The workers that refused a job or an inbox entry during one requeue:
+/// they do not read their inbox (silent for over a TTL, or a registration
+/// a rollback brought back of a worker that has left). The next attempt
+/// offers it to the next worker in the ring at once, rather than to the
+/// same one until a cleanup takes it out of the ring. That cleanup waits
+/// for the pool's recovery window, which a close (holding its worker's
+/// lock while it requeues) can be what holds open: the node's recovery
+/// waits for that lock, and its mark keeps the window open (chaos soak
+/// seed 1002). The job runs off its ring owner until the owner reads its
+/// inbox or is cleaned up; the rebalance then moves it.
+#[derive(Default)]
+pub(crate) struct Refusals(std::sync::Mutex<HashSet<String>>);
+
+impl Refusals {
+    /// The ring owner of `key` other than `from` and the workers that
+    /// refused; once every other worker has refused, all of them again (the
+    /// ring may have changed since, and the retry's backoff paces them).
+    pub(crate) fn target(&self, ring: &Ring, key: &str, from: &str) -> Option<String> {
+        let mut refused = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(to) = ring.owner_among(key, |w| w != from && !refused.contains(w)) {
+            return Some(to.to_string());
+        }
+        refused.clear();
+        ring.owner_excluding(key, from).map(str::to_string)
+    }
+
+    /// Notes that `worker` refused.
+    pub(crate) fn refused(&self, worker: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(worker);
+    }
 }
 
 #[cfg(test)]

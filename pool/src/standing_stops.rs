@@ -141,7 +141,7 @@ impl NodeInner {
     /// Runs `stop_stands.lua` for `stops` of `kind`, [`STOPS_BATCH`] per
     /// call and [`STOP_CALLS_IN_FLIGHT`] calls at a time; `changed` hears
     /// of each that took something away or was undone.
-    async fn make_stand(
+    pub(crate) async fn make_stand(
         &self,
         stops: impl Iterator<Item = (String, u64)>,
         kind: StopKind,

@@ -45,6 +45,18 @@ impl PoolStore {
         .await
     }
 
+    /// Whether `worker` is registered in Redis now (`HEXISTS` on the
+    /// workers hash; a node's replica may lag after Redis went back).
+    pub(crate) async fn worker_registered(&self, worker: &str) -> Result<bool> {
+        bounded(
+            self.timeout,
+            "worker registration",
+            self.client
+                .hexists(self.maps.workers.keys_info().hash.as_str(), worker),
+        )
+        .await
+    }
+
     /// Every key of the jobs map, page by page (`HSCAN`), sorted.
     pub(crate) async fn job_keys(&self) -> Result<Vec<String>> {
         const WHAT: &str = "jobs map scan";

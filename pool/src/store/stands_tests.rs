@@ -190,3 +190,45 @@ async fn a_start_recorded_in_a_recovery_keeps_no_older_dispatch_under_its_record
     );
     assert_eq!(s.payload("k").await.unwrap().as_deref(), Some(&stored[..]));
 }
+
+/// A run's end made to stand over a record Redis went back to, of a run
+/// passed on since (a cleaner ends what its cleanup did not find under a
+/// dead worker, see `cleaned.rs`), takes the older record and the payload,
+/// and the run it was passed to, under a newer token, brings both back as
+/// it re-asserts: the two commute.
+#[tokio::test]
+async fn the_end_of_a_run_passed_on_leaves_the_run_it_was_passed_to() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w2").await;
+    let token = f.admitted("k", "w1").await;
+    let admitted = stamp(s, "k").await;
+    s.maps.pending_map().delete("k").await.unwrap();
+    s.maps
+        .jobs_map()
+        .set("k", &format!("w1 {token}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.stop_stands_batch(&[("k", token)], StopKind::Run)
+            .await
+            .unwrap(),
+        vec![StopStands::Removed]
+    );
+    assert_eq!(s.job_records("k").await.unwrap().1, None, "record gone");
+    let passed = token + 1_000;
+    let stored = codec::stored(admitted, &body("k"));
+    assert_eq!(
+        s.reassert("k", "w2", passed, stored.clone(), Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok,
+        "the passed-on run re-asserts over the end"
+    );
+    assert_eq!(
+        s.job_records("k").await.unwrap().1,
+        Some(format!("w2 {passed}"))
+    );
+    assert_eq!(s.payload("k").await.unwrap().as_deref(), Some(&stored[..]));
+}

@@ -409,7 +409,10 @@ async fn a_requeued_start_entry_gets_a_new_token() {
         )
         .await
         .unwrap();
-    a.inner.requeue_worker_inbox(silent, None).await.unwrap();
+    a.inner
+        .requeue_worker_inbox(silent, None, &mut Default::default())
+        .await
+        .unwrap();
     wait_until(Duration::from_secs(5), "the moved entry runs", || {
         let t = wa.job_token(key).or(wb.job_token(key));
         async move { t.is_some() }

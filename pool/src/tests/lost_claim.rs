@@ -187,7 +187,7 @@ async fn a_cleaner_whose_claim_is_gone_drops_no_entry_of_a_lone_worker() {
 
     let held = a
         .inner
-        .requeue_worker_inbox(lone, Some(a.inner.id.as_str()))
+        .requeue_worker_inbox(lone, Some(a.inner.id.as_str()), &mut Default::default())
         .await
         .unwrap();
     assert_eq!(held, Claim::Lost, "the claim is another node's");
@@ -201,7 +201,7 @@ async fn a_cleaner_whose_claim_is_gone_drops_no_entry_of_a_lone_worker() {
     cleanup.set(lone, &claim(&a.inner.id)).await.unwrap();
     let held = a
         .inner
-        .requeue_worker_inbox(lone, Some(a.inner.id.as_str()))
+        .requeue_worker_inbox(lone, Some(a.inner.id.as_str()), &mut Default::default())
         .await
         .unwrap();
     assert_eq!(held, Claim::Held);

@@ -595,6 +595,7 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
 
 mod batches;
 mod claim_in_recovery;
+mod cleaned_rollback;
 mod cleaner_custody;
 mod cleanup_empty_ring;
 mod clock_step;

@@ -15,6 +15,15 @@
 //! its recovery, a run Redis shows under that worker again, issued before
 //! the cleanup and neither listed nor queued there by it, is ended as a
 //! run a worker stopped (`stop_stands.lua`: a newer run of the key goes on).
+//!
+//! Only while the worker stays dead, and only where the cleanup saw all it
+//! held: a worker that comes back registers again (a newer creation time
+//! in its record) and re-asserts what it runs itself, so its cleanup is
+//! forgotten as soon as a node sees it registered again, and never acted
+//! on when Redis shows the newer registration; and a cleanup is not
+//! remembered when this node recovered from a loss while the worker was
+//! silent (the worker could not re-assert then, and its cleanup may have
+//! missed runs Redis had lost and that it still held).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -23,6 +32,7 @@ use std::time::{Duration, Instant};
 use crate::cleanup::OWNED_PAGE;
 use crate::error::Result;
 use crate::node::NodeInner;
+use crate::store::records::WorkerEntry;
 use crate::store::{SCAN_START, StopKind};
 
 /// How long a cleanup's finds are kept: as long as stops are made to stand
@@ -64,19 +74,58 @@ pub(crate) struct Cleaned {
     pub(crate) found: HashSet<String>,
 }
 
+impl Cleaned {
+    /// Whether `registration` (a `workers` map value) is one made after
+    /// this cleanup: the worker came back.
+    fn registered_since(&self, registration: &str) -> bool {
+        WorkerEntry::parse(registration)
+            .and_then(|w| w.created_at_ms)
+            .is_some_and(|created| created.saturating_mul(1000) >= self.issued_before_us)
+    }
+}
+
 /// The cleanups this node finished lately.
 #[derive(Debug, Default)]
 pub(crate) struct CleanedWorkers {
     inner: Mutex<VecDeque<Arc<Cleaned>>>,
+    /// When this node last began to recover from a loss of Redis's data.
+    recovery_began: Mutex<Option<Instant>>,
 }
 
 impl CleanedWorkers {
+    /// Notes that this node begins to recover from a loss now.
+    pub(crate) fn recovery_begins(&self) {
+        *self
+            .recovery_began
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
     /// Remembers that this node cleaned `worker` up, claimed at server time
-    /// `claimed_ms` or later, and found `finds` there. A cleanup whose
-    /// listing did not finish is not remembered: runs it did not list may
-    /// have been there.
-    pub(crate) fn remember(&self, worker: &str, claimed_ms: u64, finds: CleanupFinds) {
-        if !finds.listed_all {
+    /// `claimed_ms` or later, and found `finds` there. Not when its listing
+    /// did not finish (runs it did not list may have been there), nor when
+    /// this node began a recovery within `exposed` (how long the worker was
+    /// silent, and a TTL before: a worker that could not re-assert after a
+    /// loss held runs its records did not show).
+    pub(crate) fn remember(
+        &self,
+        worker: &str,
+        claimed_ms: u64,
+        exposed: Duration,
+        finds: CleanupFinds,
+    ) {
+        let recovered_lately = self
+            .recovery_began
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| at.elapsed() <= exposed);
+        if !finds.listed_all || recovered_lately {
+            tracing::debug!(
+                worker,
+                listed_all = finds.listed_all,
+                recovered_lately,
+                "what this cleanup found is not remembered"
+            );
             return;
         }
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -93,6 +142,20 @@ impl CleanedWorkers {
             issued_before_us: claimed_ms.saturating_mul(1000),
             found: finds.keys,
         }));
+    }
+
+    /// Forgets the cleanups of workers that `workers` (the workers map's
+    /// replica) shows registered again since: they came back.
+    pub(crate) fn forget_returned(&self, workers: &HashMap<String, String>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.is_empty() {
+            return;
+        }
+        inner.retain(|c| {
+            !workers
+                .get(&c.worker)
+                .is_some_and(|registration| c.registered_since(registration))
+        });
     }
 
     /// The cleanups finished within `within`, oldest first.
@@ -114,9 +177,12 @@ impl NodeInner {
     pub(crate) async fn cleaned_runs_stand(&self) -> Result<()> {
         for cleaned in self.cleaned.recent(KEPT) {
             // A worker Redis does not show registered holds nothing a
-            // cleanup would move (one `HEXISTS` instead of a listing).
-            if !self.store.worker_registered(&cleaned.worker).await? {
-                continue;
+            // cleanup would move (one read instead of a listing); one
+            // registered since came back, and re-asserts its own runs.
+            match self.store.worker_registration(&cleaned.worker).await? {
+                None => continue,
+                Some(registration) if cleaned.registered_since(&registration) => continue,
+                Some(_) => {}
             }
             let left = self.runs_left_before_cleanup(&cleaned).await?;
             if left.is_empty() {
@@ -181,8 +247,8 @@ mod tests {
     #[test]
     fn a_cleanup_whose_listing_failed_is_not_remembered() {
         let cleaned = CleanedWorkers::default();
-        cleaned.remember("w1", 5, finds(&["a"], false));
-        cleaned.remember("w2", 7, finds(&["b"], true));
+        cleaned.remember("w1", 5, Duration::ZERO, finds(&["a"], false));
+        cleaned.remember("w2", 7, Duration::ZERO, finds(&["b"], true));
         let recent = cleaned.recent(KEPT);
         assert_eq!(recent.len(), 1);
         assert_eq!(recent[0].worker, "w2");
@@ -194,10 +260,39 @@ mod tests {
     fn the_oldest_cleanups_go_past_the_limit() {
         let cleaned = CleanedWorkers::default();
         for i in 0..MAX + 3 {
-            cleaned.remember(&format!("w{i}"), 1, finds(&[], true));
+            cleaned.remember(&format!("w{i}"), 1, Duration::ZERO, finds(&[], true));
         }
         let recent = cleaned.recent(KEPT);
         assert_eq!(recent.len(), MAX);
         assert_eq!(recent[0].worker, "w3");
+    }
+
+    #[test]
+    fn a_cleanup_after_a_recovery_within_the_silence_is_not_remembered() {
+        let cleaned = CleanedWorkers::default();
+        cleaned.recovery_begins();
+        cleaned.remember("w1", 5, Duration::from_secs(60), finds(&[], true));
+        assert!(cleaned.recent(KEPT).is_empty());
+        cleaned.remember("w2", 5, Duration::ZERO, finds(&[], true));
+        assert_eq!(cleaned.recent(KEPT).len(), 1);
+    }
+
+    #[test]
+    fn a_worker_registered_again_since_its_cleanup_is_forgotten() {
+        let cleaned = CleanedWorkers::default();
+        cleaned.remember("back", 2_000, Duration::ZERO, finds(&[], true));
+        cleaned.remember("old", 2_000, Duration::ZERO, finds(&[], true));
+        let registration = |created: u64| {
+            format!(r#"{{"node":"n","host":"h","pid":1,"created_at_ms":{created}}}"#)
+        };
+        let workers = HashMap::from([
+            ("back".to_string(), registration(2_500)),
+            // The registration the cleanup removed, back with a rollback.
+            ("old".to_string(), registration(1_000)),
+        ]);
+        cleaned.forget_returned(&workers);
+        let recent = cleaned.recent(KEPT);
+        assert_eq!(recent.len(), 1);
+        assert_eq!(recent[0].worker, "old");
     }
 }

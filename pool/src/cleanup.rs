@@ -66,7 +66,8 @@ impl NodeInner {
                 self.metrics.dead_workers.increment(1);
                 self.history.count(crate::history::PoolEvent::DeadWorker);
                 self.refresh_ring();
-                match self.clean_worker(worker).await? {
+                let silent = Duration::from_millis(silent_ms);
+                match self.clean_dead_worker(worker, silent).await? {
                     Claim::Held => {}
                     Claim::Lost => claim.status = ClaimStatus::ClaimedByOther,
                     Claim::Paused => claim.status = ClaimStatus::Recovering,
@@ -92,9 +93,19 @@ impl NodeInner {
     }
 
     /// Requeues a dead worker's jobs and inbox, then removes it; `Held`
-    /// once it is removed, or why the cleanup stopped before.
-    #[tracing::instrument(name = "cleanup", skip(self), fields(pool = %self.pool, node = %self.id))]
+    /// once it is removed, or why the cleanup stopped before. The worker
+    /// counts as silent for a TTL (see [`clean_dead_worker`](Self::clean_dead_worker)).
+    #[cfg(test)]
     pub(crate) async fn clean_worker(&self, worker: &str) -> Result<Claim> {
+        self.clean_dead_worker(worker, self.options.worker_ttl)
+            .await
+    }
+
+    /// [`clean_worker`](Self::clean_worker) of a worker silent for
+    /// `silent` when its claim was taken.
+    #[tracing::instrument(name = "cleanup", skip(self), fields(pool = %self.pool, node = %self.id))]
+    async fn clean_dead_worker(&self, worker: &str, silent: Duration) -> Result<Claim> {
+        let began = std::time::Instant::now();
         // Every step checks, in its script, that the claim is still this
         // node's: the worker may come back and clear a claim older than a
         // TTL (`keepalive.lua`), or another cleaner take it over.
@@ -116,7 +127,10 @@ impl NodeInner {
                     .remove_worker_entry(worker, cleaner, &mut finds)
                     .await?;
                 if removed == Claim::Held {
-                    self.cleaned.remember(worker, claimed_ms, finds);
+                    // A loss since a TTL before the worker fell silent
+                    // may have taken records it could not re-assert.
+                    let exposed = silent + self.options.worker_ttl + began.elapsed();
+                    self.cleaned.remember(worker, claimed_ms, exposed, finds);
                 }
                 Ok(removed)
             }

@@ -27,9 +27,11 @@ impl NodeInner {
     /// `store/scripts/base.lua`).
     pub(crate) fn refresh_ring(&self) {
         let cleaning = self.store.maps.cleanup.snapshot();
+        let workers = self.store.maps.workers.snapshot();
+        self.cleaned.forget_returned(&workers);
         let mut active = Vec::new();
         let mut drained = HashSet::new();
-        for (id, raw) in self.store.maps.workers.snapshot().iter() {
+        for (id, raw) in workers.iter() {
             if cleaning.contains_key(id) {
                 continue;
             }

@@ -84,6 +84,7 @@ impl NodeInner {
             self.metrics.rollbacks.increment(1);
             self.recoveries_begun
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.cleaned.recovery_begins();
             loop {
                 // A newer server found meanwhile (Redis restarted or lost
                 // the pool's data again) ends this recovery, as an error

@@ -45,14 +45,14 @@ impl PoolStore {
         .await
     }
 
-    /// Whether `worker` is registered in Redis now (`HEXISTS` on the
-    /// workers hash; a node's replica may lag after Redis went back).
-    pub(crate) async fn worker_registered(&self, worker: &str) -> Result<bool> {
+    /// `worker`'s record in the workers hash as Redis has it now (a node's
+    /// replica may lag after Redis went back).
+    pub(crate) async fn worker_registration(&self, worker: &str) -> Result<Option<String>> {
         bounded(
             self.timeout,
             "worker registration",
             self.client
-                .hexists(self.maps.workers.keys_info().hash.as_str(), worker),
+                .hget(self.maps.workers.keys_info().hash.as_str(), worker),
         )
         .await
     }

@@ -175,16 +175,19 @@ impl NodeInner {
     /// module's doc). Called in the recovery, while this node's mark holds
     /// the pool's recovery window open: no cleanup moves them meanwhile.
     pub(crate) async fn cleaned_runs_stand(&self) -> Result<()> {
-        for cleaned in self.cleaned.recent(KEPT) {
-            // A worker Redis does not show registered holds nothing a
-            // cleanup would move (one read instead of a listing); one
-            // registered since came back, and re-asserts its own runs.
-            match self.store.worker_registration(&cleaned.worker).await? {
+        let cleanups = self.cleaned.recent(KEPT);
+        let workers: Vec<String> = cleanups.iter().map(|c| c.worker.clone()).collect();
+        // One read for all: a worker Redis does not show registered holds
+        // nothing a cleanup would move; one registered since came back,
+        // and re-asserts its own runs.
+        let registrations = self.store.worker_registrations(&workers).await?;
+        for (cleaned, registration) in cleanups.iter().zip(registrations) {
+            match registration {
                 None => continue,
                 Some(registration) if cleaned.registered_since(&registration) => continue,
                 Some(_) => {}
             }
-            let left = self.runs_left_before_cleanup(&cleaned).await?;
+            let left = self.runs_left_before_cleanup(cleaned).await?;
             if left.is_empty() {
                 continue;
             }

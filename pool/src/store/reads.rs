@@ -45,14 +45,22 @@ impl PoolStore {
         .await
     }
 
-    /// `worker`'s record in the workers hash as Redis has it now (a node's
-    /// replica may lag after Redis went back).
-    pub(crate) async fn worker_registration(&self, worker: &str) -> Result<Option<String>> {
+    /// The records of `workers` in the workers hash as Redis has them now
+    /// (a node's replica may lag after Redis went back), in order.
+    pub(crate) async fn worker_registrations(
+        &self,
+        workers: &[String],
+    ) -> Result<Vec<Option<String>>> {
+        if workers.is_empty() {
+            return Ok(Vec::new());
+        }
         bounded(
             self.timeout,
-            "worker registration",
-            self.client
-                .hget(self.maps.workers.keys_info().hash.as_str(), worker),
+            "worker registrations",
+            self.client.hmget(
+                self.maps.workers.keys_info().hash.as_str(),
+                workers.to_vec(),
+            ),
         )
         .await
     }

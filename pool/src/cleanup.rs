@@ -112,8 +112,9 @@ impl NodeInner {
         let cleaner = Some(self.id.as_str());
         // Read before the listing (the claim was taken before this call):
         // what a cleanup found is remembered for the rollback recovery
-        // (`cleaned.rs`), with the time its runs were issued before.
-        let claimed_ms = self.server_time_floor().await?;
+        // (`cleaned.rs`), with the time its runs were issued before. The
+        // cleanup goes on without it (nothing is remembered then).
+        let claimed_ms = self.server_time_floor().await.ok();
         let mut finds = CleanupFinds::default();
         let mut claim = self.requeue_owned_by(worker, cleaner, &mut finds).await;
         if claim == Claim::Held {
@@ -126,7 +127,7 @@ impl NodeInner {
                 let removed = self
                     .remove_worker_entry(worker, cleaner, &mut finds)
                     .await?;
-                if removed == Claim::Held {
+                if let (Claim::Held, Some(claimed_ms)) = (removed, claimed_ms) {
                     // A loss since a TTL before the worker fell silent
                     // may have taken records it could not re-assert.
                     let exposed = silent + self.options.worker_ttl + began.elapsed();

@@ -98,6 +98,7 @@ mod tests {
     #[test]
     fn a_held_port_is_not_leased_again_until_dropped() {
         let first = lease_port().unwrap();
+        let first_port = first.port();
         let others: Vec<PortLease> = (0..50).map(|_| lease_port().unwrap()).collect();
         assert!(others.iter().all(|l| l.port() != first.port()));
         let (low, high) = reserved_range();
@@ -111,6 +112,41 @@ mod tests {
             "a held port's lock is taken twice"
         );
         drop(first);
-        assert!(again.try_lock().is_ok(), "a dropped lease keeps its lock");
+
+        // Dropping a lease releases its lock. Not checked on the shared
+        // directory: a test running beside this one may lease the freed
+        // port at once (CI saw "a dropped lease keeps its lock"). And a
+        // process forking a server meanwhile holds a copy of every open
+        // file until its exec: the lock may outlive the drop by that long.
+        let private = std::env::temp_dir().join(format!(
+            "flotilla-testkit-lease-drop-{}.lock",
+            std::process::id()
+        ));
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&private)
+            .unwrap();
+        file.try_lock().unwrap();
+        let lease = PortLease {
+            port: first_port,
+            _lock: file,
+        };
+        let again = File::options().write(true).open(&private).unwrap();
+        assert!(again.try_lock().is_err(), "a lease's lock is taken twice");
+        drop(lease);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let released = loop {
+            if again.try_lock().is_ok() {
+                break true;
+            }
+            if std::time::Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let _ = std::fs::remove_file(&private);
+        assert!(released, "a dropped lease keeps its lock");
     }
 }

@@ -3,7 +3,7 @@
 //! so the checker knows when Redis lost its data, not only that it had by
 //! the heal (times in ms).
 
-use super::tests::{admit, fault, kinds, start, stop, untargeted};
+use super::tests::{admit, dispatch_sent, fault, kinds, start, start_admitted, stop, untargeted};
 
 const MS: u64 = 1_000_000;
 use super::*;
@@ -115,4 +115,35 @@ fn a_job_moved_to_a_worker_killed_before_it_started_it_is_counted() {
     let r = check(&[w, w2, d, faults], &end);
     assert!(r.ok(), "{:?}", r.violations);
     assert_eq!(r.lost_with_killed_holder, vec!["k".to_string()]);
+}
+
+/// Chaos soak seed 1573: a dispatch admitted and started at once, a
+/// rollback begun just before its `Ok` came back (Redis went back to before
+/// the admission), and the run's process killed 10 ms after the rollback,
+/// before it could re-assert the key: two faults took every copy, counted.
+/// The loss is judged from when the admission was made, not from its `Ok`.
+/// The same kill a second after the rollback is flagged: the process had
+/// time to re-assert the key.
+#[test]
+fn a_loss_begun_between_an_admission_and_its_ok_counts_with_a_killed_holder() {
+    let run = |kill_at: u64| {
+        let w = vec![start_admitted(10, 102, "k", "a", 1, 101)];
+        let d = vec![
+            dispatch_sent(100, "k"),
+            untargeted(150, FaultKind::Rollback, false),
+            admit(151, "k"),
+            untargeted(190, FaultKind::Rollback, true),
+            fault(kill_at, FaultKind::Kill, 10, false),
+        ];
+        let end = CheckOptions {
+            end_ns: Some(20_000 * MS),
+            ..CheckOptions::default()
+        };
+        check(&[w, d], &end)
+    };
+    let r = run(200);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.lost_with_killed_holder, vec!["k".to_string()]);
+    let r = run(1_500);
+    assert_eq!(kinds(&r), vec!["not_running"], "{:?}", r.violations);
 }

@@ -11,12 +11,12 @@
 //! fault cuts one of the process's connections, which the driver does not
 //! name; it puts the process out of reach when that was the connection
 //! its commands go on, which the process shows by losing its lease during
-//! the fault (its renewals failed).
+//! the fault (its renewals failed; see `FaultSpan::out_of_reach`).
 
 use std::collections::HashMap;
 
 use super::{FaultSpan, Interval, Report, Violation};
-use crate::ledger::{FaultKind, Line, Record};
+use crate::ledger::{Line, Record};
 
 pub(super) fn check_finishes_hold(
     ledgers: &[Vec<Line>],
@@ -50,22 +50,12 @@ pub(super) fn check_finishes_hold(
     // and logs it a moment after recording it, so a dispatch sent in
     // between may be admitted as new (the job has left the pool).
     let mut reported: HashMap<(&str, u64), u64> = HashMap::new();
-    // When each process lost its lease (see `Holder::out_of_reach`).
-    let mut lease_losses: HashMap<u32, Vec<u64>> = HashMap::new();
     for line in ledgers.iter().flatten() {
-        match &line.record {
-            Record::Ended { key, token, .. } => {
-                reported.insert((key.as_str(), *token), time(line));
-            }
-            Record::LeaseLost => lease_losses.entry(line.pid).or_default().push(time(line)),
-            _ => {}
+        if let Record::Ended { key, token, .. } = &line.record {
+            reported.insert((key.as_str(), *token), time(line));
         }
     }
-    let holder = Holder {
-        faults,
-        lease_losses: &lease_losses,
-        notice,
-    };
+    let holder = Holder { faults, notice };
     for line in ledgers.iter().flatten() {
         let Record::Finished { key, token } = &line.record else {
             continue;
@@ -116,7 +106,6 @@ pub(super) fn check_finishes_hold(
 /// What tells whether a finish's holder was out of reach.
 struct Holder<'a> {
     faults: &'a [FaultSpan],
-    lease_losses: &'a HashMap<u32, Vec<u64>>,
     notice: u64,
 }
 
@@ -134,27 +123,11 @@ impl Holder<'_> {
                 let lost_by = f.to.unwrap_or(f.from);
                 self.faults.iter().any(|u| {
                     u.target == Some(pid)
-                        && self.out_of_reach(u)
+                        && u.out_of_reach
                         && u.from <= lost_by + self.notice
                         && u.to.is_none_or(|end| end >= f.from)
                         && u.from < before
                 })
-            })
-    }
-
-    /// Whether fault `u` put its process out of reach: by its kind, or a
-    /// `cut-one` during which the process lost its lease (the connection
-    /// cut was the one its commands go on).
-    fn out_of_reach(&self, u: &FaultSpan) -> bool {
-        if u.kind.puts_process_out_of_reach() {
-            return true;
-        }
-        let Some(pid) = u.target else { return false };
-        u.kind == FaultKind::CutOne
-            && self.lease_losses.get(&pid).is_some_and(|losses| {
-                losses
-                    .iter()
-                    .any(|t| *t >= u.from && u.to.is_none_or(|end| *t <= end))
             })
     }
 }

@@ -44,7 +44,7 @@ pub(super) fn check_admissions(
     let out_of_reach = |pid: u32, from: u64, until: u64| {
         let mut spans: Vec<(u64, u64)> = faults
             .iter()
-            .filter(|u| u.target == Some(pid) && u.kind.puts_process_out_of_reach())
+            .filter(|u| u.target == Some(pid) && u.out_of_reach)
             .map(|u| (u.from, u.to.unwrap_or(u64::MAX)))
             .collect();
         spans.sort_unstable();

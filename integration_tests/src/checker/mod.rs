@@ -194,6 +194,13 @@ struct FaultSpan {
     target: Option<u32>,
     from: u64,
     to: Option<u64>,
+    /// Whether the fault put its process out of reach: by its kind, or a
+    /// `cut-one` during which the process lost its lease. The driver does
+    /// not name the connection a `cut-one` fails; when it is the one the
+    /// process's commands go on, its renewals fail and it loses its lease
+    /// during the fault, and it can neither re-assert a key nor make a stop
+    /// or finish stand until the heal, as under a `cut`.
+    out_of_reach: bool,
 }
 
 /// Checks I1–I4 over `ledgers` (one `Vec<Line>` per ledger file, in file
@@ -276,8 +283,24 @@ fn fault_spans(ledgers: &[Vec<Line>], time: &impl Fn(&Line) -> u64) -> Vec<Fault
                 target,
                 from: time(l),
                 to: None,
+                out_of_reach: kind.puts_process_out_of_reach(),
             });
         }
+    }
+    let mut lease_losses: HashMap<u32, Vec<u64>> = HashMap::new();
+    for l in ledgers.iter().flatten() {
+        if matches!(l.record, Record::LeaseLost) {
+            lease_losses.entry(l.pid).or_default().push(time(l));
+        }
+    }
+    for span in spans.iter_mut().filter(|s| s.kind == FaultKind::CutOne) {
+        span.out_of_reach = span.target.is_some_and(|pid| {
+            lease_losses.get(&pid).is_some_and(|losses| {
+                losses
+                    .iter()
+                    .any(|t| *t >= span.from && span.to.is_none_or(|end| *t <= end))
+            })
+        });
     }
     spans
 }

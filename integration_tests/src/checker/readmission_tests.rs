@@ -496,3 +496,36 @@ fn a_readmission_counts_when_the_admission_its_run_records_was_made() {
     let r = run(1000);
     assert_eq!(kinds(&r), vec!["double"]);
 }
+
+/// Chaos soak seed 1572: Redis went back in time, and 20 ms later a
+/// `cut-one` failed one connection of the only process that ran "k"; it
+/// was the connection the process's commands go on (its lease lapsed
+/// during the cut), so the process could not re-assert "k", and the load
+/// dispatched it again before the heal: counted, as under a `cut`. When
+/// the process kept its lease (another of its connections was cut), it
+/// could re-assert the key, and the second admission stays a violation.
+#[test]
+fn a_readmission_while_a_cut_one_cost_the_holder_its_lease_is_counted() {
+    let run = |lease_lost: bool| {
+        let driver = vec![
+            admit(1000, "k"),
+            untargeted(3000, FaultKind::Rollback, false),
+            untargeted(3020, FaultKind::Rollback, true),
+            fault(3040, FaultKind::CutOne, 7, false),
+            admit(3900, "k"),
+            fault(4240, FaultKind::CutOne, 7, true),
+        ];
+        let mut holder = vec![start(7, 1005, "k", "w7", 1)];
+        if lease_lost {
+            holder.push(tests::line(7, 3340, Record::LeaseLost));
+        }
+        holder.push(stop(7, 3341, "k", "w7"));
+        let other = vec![start(8, 3898, "k", "w8", 2)];
+        check(&[driver, holder, other], &CheckOptions::default())
+    };
+    let r = run(true);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    let r = run(false);
+    assert_eq!(kinds(&r), vec!["double"], "{:?}", r.violations);
+}

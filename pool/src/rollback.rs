@@ -422,8 +422,21 @@ impl NodeInner {
             return Ok(());
         }
         if !self.store.maps.workers.contains_key(&worker.id) {
-            // Registered after the state Redis went back to.
-            return self.reregister(&worker.id).await;
+            // Registered after the state Redis went back to, or removed by
+            // a cleanup since: registered again, its jobs re-asserted. The
+            // state Redis went back to may still hold records naming it
+            // all the same, of jobs it no longer runs, which its
+            // registration now passes for running: released below, as any
+            // worker's are (chaos soak seed 1573: a cleanup had removed
+            // the worker just before a rollback to a state from before
+            // that cleanup moved its jobs; the records sat under the
+            // worker, registered again, for 33 s, and a later empty
+            // restart took the jobs).
+            self.reregister(&worker.id).await?;
+            let Some(_guard) = worker.lock_for_reassertion().await else {
+                return Ok(());
+            };
+            return self.release_records_not_run(worker).await;
         }
         // A close takes the lock, then cancels the worker.
         let began = std::time::Instant::now();
@@ -440,6 +453,13 @@ impl NodeInner {
             took = ?began.elapsed(),
             "jobs re-asserted after Redis went back in time"
         );
+        self.release_records_not_run(worker).await
+    }
+
+    /// Releases the records Redis shows naming `worker` (whose lock the
+    /// caller holds) for jobs it neither runs nor holds, but for starts
+    /// claimed that it has yet to run.
+    async fn release_records_not_run(&self, worker: &WorkerInner) -> Result<()> {
         // Starts claimed in Redis that the worker has not run yet: the lease
         // lapsed right after the claim, or its reply was lost. The entry
         // stays in the inbox and the worker's next read claims it again

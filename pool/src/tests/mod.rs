@@ -629,6 +629,7 @@ mod recovery_resume;
 mod recovery_stops;
 mod recovery_window;
 mod refused_writes;
+mod reregistered_reconcile;
 mod restart_between;
 mod resume;
 mod ring_view;

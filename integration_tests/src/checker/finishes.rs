@@ -87,7 +87,7 @@ pub(super) fn check_finishes_hold(
         for iv in by_key.get(key.as_str()).into_iter().flatten() {
             // A run open across the finish is an overlap, reported as such.
             let after = iv.token != *token && iv.start >= at && iv.start < until;
-            if !after {
+            if !after || admitted_since(iv, since, sent_of) {
                 continue;
             }
             if holder.lost_with(line.pid, at, iv.start) {
@@ -101,6 +101,24 @@ pub(super) fn check_finishes_hold(
             });
         }
     }
+}
+
+/// Whether run `iv` comes from an admission made after the finish (at
+/// `since`) of a dispatch sent by then: the load dispatched the key
+/// again, whatever that dispatch was answered. A dispatch sent before the
+/// finish can be admitted as new after it, then lose its admission with
+/// Redis's data and, retried, be answered `JobExists` for the very run it
+/// started (chaos soak seed 1576: a rollback 6 ms after that start). The
+/// pool never admits a key on its own, and every requeue, hand-off and
+/// move of a run keeps its admission's stamp, so a run of the finished
+/// admission never carries a later one.
+fn admitted_since(iv: &Interval, since: u64, sent: &[u64]) -> bool {
+    iv.admitted.is_some_and(|a| {
+        a > since
+            && sent
+                .iter()
+                .any(|s| *s <= a.saturating_add(super::losses::ADMITTED_SLACK))
+    })
 }
 
 /// What tells whether a finish's holder was out of reach.

@@ -409,3 +409,34 @@ fn a_failed_run_lost_with_redis_and_its_killed_process_is_counted() {
     let r = run(4_000);
     assert_eq!(kinds(&r), vec!["not_running"], "{:?}", r.violations);
 }
+
+/// Two dispatches of "k" sent together (chaos soak seed 1576): the first
+/// is admitted and its run finishes at once; the second, still in flight,
+/// is admitted as new after that finish and starts a run, which a rollback
+/// then takes from Redis; retried, it is answered `JobExists` for that
+/// very run. The run's admission stamp, after the finish, shows it comes
+/// from the load's dispatch: not a finish undone. A run of the finished
+/// admission itself (its stamp from before the finish) is.
+#[test]
+fn a_run_admitted_after_a_finish_by_a_dispatch_in_flight_is_not_a_finish_undone() {
+    let run = |admitted: u64| {
+        let w = vec![
+            super::tests::start_admitted(10, 5, "k", "a", 1, 2),
+            ended(10, 50, "k", "a", 1, "finished"),
+            finished(10, 51, "k", 1),
+            super::tests::start_admitted(10, 60, "k", "a", 2, admitted),
+        ];
+        let d = vec![
+            dispatch_sent(1, "k"),
+            dispatch_sent(1, "k"),
+            admit(40, "k"),
+            line(1, 900, Record::Exists { key: "k".into() }),
+        ];
+        check(&[w, d], &at_end(1_000))
+    };
+    let r = run(58);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.finishes_checked, 1);
+    let r = run(2);
+    assert_eq!(kinds(&r), vec!["finish_undone"], "{:?}", r.violations);
+}

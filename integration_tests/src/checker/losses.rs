@@ -241,7 +241,7 @@ fn finished_before_its_answer(
 
 /// How close before a dispatch was sent an admission may seem made, in
 /// ns: the server-time estimate that places it is off by a few ms.
-const ADMITTED_SLACK: u64 = 20_000_000;
+pub(super) const ADMITTED_SLACK: u64 = 20_000_000;
 
 /// When the admission answering a dispatch of `key` sent at `sent` (answered
 /// at `answered`; the key's previous admission first ran at `prev`) was

@@ -16,6 +16,7 @@ mod error;
 mod freshness;
 mod handler;
 mod handoffs;
+mod identity;
 mod keys;
 mod lanes;
 mod lease;

@@ -556,6 +556,30 @@ impl Map {
         self.inner.shared.regressions()
     }
 
+    /// Counts the change messages that began a new revision sequence while
+    /// this replica held a revision: the map's revision key had vanished
+    /// (the map was destroyed, or Redis lost its data without going back in
+    /// time: a restart without persistence, a `FLUSHALL`), and someone
+    /// wrote to the map again. The receiver changes as soon as that first
+    /// write's message arrives, whoever made it, before the replica resyncs:
+    /// the earliest notice a replica gets of a loss that
+    /// [`regressions`](Map::regressions) does not show. A map's very first
+    /// write (the replica held no revision) is not counted.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn demo(map: &flotilla_rmap::Map) {
+    /// let mut restarts = map.sequence_restarts();
+    /// // Wakes when the map's revision sequence starts anew.
+    /// if restarts.changed().await.is_ok() {
+    ///     // Redis may have lost its data: check what it still holds.
+    /// }
+    /// # }
+    /// ```
+    pub fn sequence_restarts(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.shared.sequence_restarts()
+    }
+
     /// The highest revision this replica has applied since it joined (or
     /// since [`reset_revision_high_water`](Map::reset_revision_high_water)).
     /// Unlike [`revision`](Map::revision) it does not go back when a resync

@@ -137,6 +137,9 @@ pub(crate) struct Shared {
     changed: watch::Sender<u64>,
     /// Resyncs that found Redis behind the replica.
     regressions: watch::Sender<u64>,
+    /// Change messages that began a new revision sequence while the
+    /// replica held a revision (the revision key had vanished).
+    sequence_restarts: watch::Sender<u64>,
     /// The highest revision stored (it does not go back with a resync).
     high_water: std::sync::atomic::AtomicU64,
     closed: std::sync::atomic::AtomicBool,
@@ -151,6 +154,7 @@ impl Shared {
         Shared {
             changed: watch::Sender::new(state.version),
             regressions: watch::Sender::new(0),
+            sequence_restarts: watch::Sender::new(0),
             high_water: std::sync::atomic::AtomicU64::new(state.rev),
             state: ArcSwap::from_pointee(state),
             snapshot: ArcSwapOption::empty(),
@@ -203,6 +207,18 @@ impl Shared {
     /// behind the replica's (Redis lost data or went back in time).
     pub(crate) fn regressions(&self) -> watch::Receiver<u64> {
         self.regressions.subscribe()
+    }
+
+    /// A receiver that changes whenever a change message began a new
+    /// revision sequence while the replica held a revision.
+    pub(crate) fn sequence_restarts(&self) -> watch::Receiver<u64> {
+        self.sequence_restarts.subscribe()
+    }
+
+    /// Counts a change message that began a new revision sequence while
+    /// the replica held a revision.
+    pub(crate) fn note_sequence_restart(&self) {
+        self.sequence_restarts.send_modify(|n| *n += 1);
     }
 
     /// The highest revision stored since the last reset.

@@ -195,6 +195,12 @@ impl SyncTask {
                     break;
                 }
             };
+            // A new sequence over a revision this replica holds: the map's
+            // revision key vanished (Redis lost its data, or the map was
+            // destroyed). Told at once, before the resync this leads to.
+            if parsed.fresh && next.rev != 0 && parsed.rev != next.rev {
+                self.shared.note_sequence_restart();
+            }
             match parsed {
                 Message {
                     op: Op::Marker { token },

@@ -355,3 +355,40 @@ async fn rollback_restart_keeps_set_and_wait_honest() {
     converged(&client, &a).await;
     converged(&client, &b).await;
 }
+
+/// Redis lost the map (a `FLUSHALL`) without going back in time: the next
+/// write starts a new revision sequence, and every replica that held a
+/// revision is told so as soon as that write's message arrives, before
+/// any resync. A map's very first write is no restart.
+#[tokio::test]
+async fn a_write_after_the_map_vanished_tells_every_replica_its_sequence_restarted() {
+    let env = env().await;
+    let name = unique_name("sequence-restart");
+    // No periodic revision check: only the message can tell.
+    let options = || MapOptions::default().revision_check(None);
+    let a = Map::join(&env.client, &name, options()).await.unwrap();
+    let b = Map::join(&env.client, &name, options()).await.unwrap();
+    let mut a_restarts = a.sequence_restarts();
+    let mut b_restarts = b.sequence_restarts();
+    a.set_and_wait("k", "v").await.unwrap();
+    b.wait_for(DEADLINE, |m| m.get("k").as_deref() == Some("v"))
+        .await
+        .unwrap();
+    assert!(
+        !b_restarts.has_changed().unwrap() && !a_restarts.has_changed().unwrap(),
+        "the map's first write counted as a restarted sequence"
+    );
+    let _: () = env.client.flushall(false).await.unwrap();
+    a.set("after", "loss").await.unwrap();
+    for (who, restarts) in [
+        ("the writer", &mut a_restarts),
+        ("the other replica", &mut b_restarts),
+    ] {
+        tokio::time::timeout(DEADLINE, restarts.changed())
+            .await
+            .unwrap_or_else(|_| panic!("{who} was not told the sequence restarted"))
+            .unwrap();
+    }
+    converged(&env.client, &b).await;
+    assert_eq!(b.get("k"), None, "the replica kept what Redis lost");
+}

@@ -681,3 +681,6 @@ mod diverged_tests;
 
 #[path = "stands_tests.rs"]
 mod stands_tests;
+
+#[path = "ended_again_tests.rs"]
+mod ended_again_tests;

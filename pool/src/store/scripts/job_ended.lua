@@ -17,8 +17,36 @@
 -- Failure record: "<state> <n> <token> <at_ms> <error>", state 'restarting'
 -- (run <token> failed, restart due at <at_ms>), 'running' (the restart
 -- <token> runs; see job_restart.lua) or 'failed' (at <at_ms>).
+-- The same call again answers as the first did: a client resends a call
+-- whose reply a dropped connection lost, and the first may have ended
+-- the job (record, payload and failure count gone) or counted this
+-- failure already; answered 'moved' or counted twice, the worker tried to
+-- restart a job that had failed for good and never reported its end
+-- (chaos soak seed 1579, job-3354), or gave up a restart early.
 local key = ARGV[4]
-if mget(JOBS, key) ~= ARGV[5] .. ' ' .. ARGV[6] then
+local run = tonumber(ARGV[6]) or 0
+local record = mget(JOBS, key)
+if record ~= ARGV[5] .. ' ' .. ARGV[6] then
+  -- Ended here already: no record and no payload (no dispatch of the key
+  -- since), a tombstone above this run, and for a failure the final
+  -- failure record of this very run. A finish leaves no record of its
+  -- own; a stop that came first ends the job the same way, and its answer
+  -- is the same: the job left the pool.
+  if record or redis.call('HEXISTS', PAYLOADS, key) == 1 then
+    return {'moved'}
+  end
+  local issued = redis.call('HGET', FENCING, key)
+  if (tonumber(issued or '') or 0) <= run then
+    return {'moved'}
+  end
+  local failure = redis.call('HGET', KEYS[9], key)
+  if ARGV[7] == 'finished' and not failure then
+    return {'finished', issued}
+  end
+  local count, token = string.match(failure or '', '^failed (%d+) (%d+) ')
+  if ARGV[7] == 'failed' and token == ARGV[6] then
+    return {'failed', tonumber(count), issued}
+  end
   return {'moved'}
 end
 -- Past the worker's lease a cleanup may have moved the job, on writes a
@@ -37,7 +65,7 @@ end
 -- The tombstone is above this run's token even when the counter and the
 -- server clock are not (the clock stepped back since the run's token was
 -- issued, a rollback took the counter back).
-local above = (tonumber(ARGV[6]) or 0) + 1
+local above = run + 1
 if ARGV[7] == 'finished' then
   local _, tombstone = next_token(key, above)
   mdel(JOBS, key)
@@ -47,16 +75,22 @@ if ARGV[7] == 'finished' then
 end
 local n = 1
 local prev = redis.call('HGET', KEYS[9], key)
+local delays = {}
+for d in string.gmatch(ARGV[10], '%d+') do
+  delays[#delays + 1] = tonumber(d)
+end
+-- This run's failure counted already (the same call again): a run fails
+-- once, and its restart runs under a new token.
+local counted, failed_run = string.match(prev or '', '^restarting (%d+) (%d+) ')
+if failed_run == ARGV[6] and delays[tonumber(counted)] then
+  return {'restarting', tonumber(counted), delays[tonumber(counted)]}
+end
 if prev and ARGV[9] == 'chain' then
   local state, count, token = string.match(prev, '^(%a+) (%d+) (%d+) ')
   -- The count goes on only for the run the last restart started.
   if (state == 'restarting' or state == 'running') and token == ARGV[6] then
     n = tonumber(count) + 1
   end
-end
-local delays = {}
-for d in string.gmatch(ARGV[10], '%d+') do
-  delays[#delays + 1] = tonumber(d)
 end
 if n > #delays then
   local _, tombstone = next_token(key, above)

@@ -147,9 +147,6 @@ impl NodeInner {
         self.store.note_server(server);
         if restarted || lost {
             self.server_restarts.send_modify(|n| *n += 1);
-            // Redis forgot this node's workers: the renewal registers them
-            // again now, not up to a third of a TTL later.
-            self.renewal_wanted.notify_one();
         }
         Ok(())
     }

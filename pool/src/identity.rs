@@ -4,8 +4,7 @@
 //! kept running) means Redis may have lost writes: the node opens the
 //! recovery window and has the rollback task (`crate::rollback`) recover.
 //! Checked after every reconnect, when a renewal finds a worker Redis
-//! forgot, when a membership map's revision sequence starts anew, and
-//! periodically.
+//! forgot, and periodically.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,40 +21,22 @@ const IDENTITY_EVERY: Duration = Duration::from_secs(2);
 impl NodeInner {
     /// Checks the server's identity after each reconnect (several
     /// reconnects during one check lead to one more check), when a renewal
-    /// found a worker Redis forgot, when a membership map's revision
-    /// sequence started anew, and every [`identity_every`] besides: a node
-    /// that learns of a new server here recovers even when none of its
+    /// found a worker Redis forgot, and every [`identity_every`] besides: a
+    /// node that learns of a new server here recovers even when none of its
     /// scripts ran meanwhile.
-    ///
-    /// A new sequence is the first write to a map whose revision key had
-    /// vanished: after a `FLUSHALL` or a restart without persistence, the
-    /// first renewal of any node writes the keep-alive and nodes maps,
-    /// which every node mirrors. So each node hears of the loss within
-    /// milliseconds of the first node to renew, not at its own next check
-    /// or renewal up to a third of a TTL later; its workers re-assert what
-    /// they run that much sooner (chaos soak seed 1576: a node learned of a
-    /// `flush` 196 ms after it, others within 24 ms, and a fault cut it off
-    /// before one of its workers had re-asserted its jobs).
     pub(crate) async fn server_identity_loop(self: Arc<Self>) {
         let mut reconnects = self.reconnects.subscribe();
-        let mut restarts = self.store.maps.sequence_restarts();
         let mut every = tokio::time::interval(identity_every(self.options.worker_ttl));
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         every.tick().await; // the first tick is now: joining checked it
         loop {
-            let restarted =
-                futures::future::select_all(restarts.iter_mut().map(|rx| Box::pin(rx.changed())));
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 changed = reconnects.changed() => if changed.is_err() { return },
-                (changed, _, _) = restarted => if changed.is_err() { return },
                 _ = self.identity_wanted.notified() => {}
                 _ = every.tick() => {}
             }
             reconnects.borrow_and_update();
-            for rx in &mut restarts {
-                rx.borrow_and_update();
-            }
             self.check_server_identity().await;
         }
     }

@@ -112,16 +112,6 @@ impl PoolMaps {
         self.keepalive.reset_revision_high_water();
     }
 
-    /// The membership maps' notices of a new revision sequence (see
-    /// `Map::sequence_restarts`): every node mirrors them, and every
-    /// renewal writes the keep-alive and nodes maps, so the first node to
-    /// renew after Redis lost the pool's data tells every other.
-    pub(crate) fn sequence_restarts(&self) -> Vec<tokio::sync::watch::Receiver<u64>> {
-        [&self.workers, &self.keepalive, &self.cleanup, &self.nodes]
-            .map(Map::sequence_restarts)
-            .to_vec()
-    }
-
     /// The maps whose regressions (a resync that found Redis behind the
     /// replica) mean Redis went back in time.
     pub(crate) fn regressions(&self) -> Vec<tokio::sync::watch::Receiver<u64>> {

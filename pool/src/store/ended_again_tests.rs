@@ -7,20 +7,6 @@
 
 use super::*;
 
-/// A running job: admitted and claimed by `worker`; its run's token.
-async fn running(f: &Fixture, key: &'static str, worker: &str) -> u64 {
-    let token = f.admitted(key, worker).await;
-    let id = f.entry_ids(worker).await.pop().unwrap();
-    assert_eq!(
-        f.store
-            .claim_start(&f.start(key, token, worker, &id), TTL, TTL)
-            .await
-            .unwrap(),
-        Claimed::Ok
-    );
-    token
-}
-
 fn failed(delays: &'static [u64]) -> EndArgs<'static> {
     EndArgs::Failed {
         error: "boom",
@@ -37,7 +23,7 @@ async fn an_end_recorded_again_answers_as_the_first_time() {
 
     // Failed for good (no restart left): the second call must not answer
     // `moved`, which has the worker restart the job.
-    let t = running(f, "gone", "w1").await;
+    let t = f.running("gone", "w1").await;
     let first = s
         .record_job_end("gone", "w1", t, failed(&[]), false, TTL)
         .await
@@ -55,7 +41,7 @@ async fn an_end_recorded_again_answers_as_the_first_time() {
     );
 
     // Finished: the same.
-    let t = running(f, "done", "w1").await;
+    let t = f.running("done", "w1").await;
     let first = s
         .record_job_end("done", "w1", t, EndArgs::Finished, false, TTL)
         .await
@@ -71,7 +57,7 @@ async fn an_end_recorded_again_answers_as_the_first_time() {
 
     // A failure with restarts left, counted once: counted twice, the job
     // failed for good one restart early.
-    let t = running(f, "flaky", "w1").await;
+    let t = f.running("flaky", "w1").await;
     let restarting = EndRecorded::Restarting {
         failures: 1,
         delay: Duration::from_millis(100),
@@ -106,7 +92,7 @@ async fn an_end_of_a_run_redis_no_longer_names_is_moved() {
     let f = &fixture().await;
     let s = &f.store;
     f.register("w1").await;
-    let t = running(f, "k", "w1").await;
+    let t = f.running("k", "w1").await;
     assert_eq!(
         s.record_job_end("k", "w2", t, EndArgs::Finished, false, TTL)
             .await
@@ -121,7 +107,7 @@ async fn an_end_of_a_run_redis_no_longer_names_is_moved() {
         EndRecorded::Finished { .. }
     ));
     // Dispatched again: the old run's end is no longer this job's.
-    let _t2 = running(f, "k", "w1").await;
+    let _t2 = f.running("k", "w1").await;
     assert_eq!(
         s.record_job_end("k", "w1", t, EndArgs::Finished, false, TTL)
             .await

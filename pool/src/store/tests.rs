@@ -101,6 +101,21 @@ impl Fixture {
         }
     }
 
+    /// Admits `key` at `worker` and claims its start there: a running
+    /// job; its run's token.
+    async fn running(&self, key: &str, worker: &str) -> u64 {
+        let token = self.admitted(key, worker).await;
+        let id = self.entry_ids(worker).await.pop().unwrap();
+        assert_eq!(
+            self.store
+                .claim_start(&self.start(key, token, worker, &id), TTL, TTL)
+                .await
+                .unwrap(),
+            Claimed::Ok
+        );
+        token
+    }
+
     fn start(&self, key: &str, token: u64, worker: &str, entry_id: &str) -> StartToRecord {
         StartToRecord {
             key: key.to_string(),
@@ -532,25 +547,13 @@ async fn lifecycle_scripts_answer_each_status() {
     let f = &fixture().await;
     let s = &f.store;
     f.register("w1").await;
-    // A running job: admitted and claimed by w1.
-    let run = |key: &'static str| async move {
-        let token = f.admitted(key, "w1").await;
-        let id = f.entry_ids("w1").await.pop().unwrap();
-        assert_eq!(
-            s.claim_start(&f.start(key, token, "w1", &id), TTL, TTL)
-                .await
-                .unwrap(),
-            Claimed::Ok
-        );
-        token
-    };
     let failed = |delays: &'static [u64]| EndArgs::Failed {
         error: "boom\nat line 2",
         reset: false,
         delays_ms: delays,
     };
 
-    let t = run("done").await;
+    let t = f.running("done", "w1").await;
     assert_eq!(
         s.record_job_end("done", "w2", t, EndArgs::Finished, false, TTL)
             .await
@@ -568,7 +571,7 @@ async fn lifecycle_scripts_answer_each_status() {
     // Read from Redis: the replica follows asynchronously.
     assert_eq!(s.job_records("done").await.unwrap().1, None);
 
-    let t1 = run("flaky").await;
+    let t1 = f.running("flaky", "w1").await;
     assert_eq!(
         s.record_job_end("flaky", "w1", t1, failed(&[100, 200]), false, TTL)
             .await
@@ -631,7 +634,7 @@ async fn lifecycle_scripts_answer_each_status() {
     assert!(s.mark_failed_job("flaky", 3, t3, "boom").await.unwrap());
     let (record, _, _) = s.job_records("flaky").await.unwrap();
     assert!(record.unwrap().starts_with(&format!("failed 3 {t3} ")));
-    let t4 = run("flaky").await;
+    let t4 = f.running("flaky", "w1").await;
     assert!(!s.mark_failed_job("flaky", 3, t3, "boom").await.unwrap());
     let (_, owner, _) = s.job_records("flaky").await.unwrap();
     assert!(owner.unwrap().ends_with(&t4.to_string()), "a new dispatch");

@@ -164,8 +164,8 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    if let Some(dir) = args.recheck {
-        return recheck(&dir, args.ttl_ms, args.end_ms, args.start_max_ms);
+    if let Some(dir) = &args.recheck {
+        return recheck(dir, &args);
     }
     let mut options = ChaosOptions::default()
         .duration(args.duration)
@@ -263,7 +263,10 @@ async fn interrupted() -> &'static str {
     }
 }
 
-fn recheck(dir: &std::path::Path, ttl_ms: u64, end_ms: Option<f64>, start_max_ms: u64) -> ExitCode {
+/// Checks the ledgers of an earlier run again (`--recheck`), with the
+/// TTL, end instant, handler start time and restart policy it ran with.
+fn recheck(dir: &std::path::Path, args: &Args) -> ExitCode {
+    let (ttl_ms, end_ms, start_max_ms) = (args.ttl_ms, args.end_ms, args.start_max_ms);
     let mut ledgers = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -298,6 +301,7 @@ fn recheck(dir: &std::path::Path, ttl_ms: u64, end_ms: Option<f64>, start_max_ms
             restart_within: flotilla_integration_tests::lifecycle::restart_within(
                 Duration::from_millis(start_max_ms),
             ),
+            final_failures: args.fail_for_good,
             ..CheckOptions::for_ttl(ttl)
         },
     );
@@ -312,12 +316,13 @@ fn recheck(dir: &std::path::Path, ttl_ms: u64, end_ms: Option<f64>, start_max_ms
         );
     }
     println!(
-        "{} ledgers, {} intervals, {} admissions, {} stale windows, {} moves checked, {} violations",
+        "{} ledgers, {} intervals, {} admissions, {} stale windows, {} moves checked, {} final failures whose log a kill cut short, {} violations",
         ledgers.len(),
         report.intervals,
         report.admissions,
         report.stale_windows,
         report.moves_checked,
+        report.final_failures_cut_short,
         report.violations.len()
     );
     if report.ok() {

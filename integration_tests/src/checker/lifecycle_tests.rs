@@ -440,3 +440,61 @@ fn a_run_admitted_after_a_finish_by_a_dispatch_in_flight_is_not_a_finish_undone(
     let r = run(2);
     assert_eq!(kinds(&r), vec!["finish_undone"], "{:?}", r.violations);
 }
+
+/// A key that fails for good (`--fail-for-good`) fails for the second time
+/// in a row, and its process is killed 20 ms later, after the pool recorded
+/// the final failure and before it logged it (no `Finished` line): the job
+/// left the pool, and the next dispatch is admitted as new (seed 1587,
+/// `job-2223`). Not when the run was not a restart of a failed one, when
+/// the pool restarted it again (the count was lost), when no kill came, or
+/// when the run did not use the final-failure policy.
+#[test]
+fn a_final_failure_whose_log_a_kill_cut_short_ends_the_pair() {
+    let key = "job-2223";
+    assert!(crate::lifecycle::fails_for_good(key));
+    let run = |first_failed: bool, restarted_again: bool, kill: bool, final_failures: bool| {
+        let mut w = vec![start_admitted(10, 110, key, "a", 1, 100)];
+        if first_failed {
+            w.push(ended(10, 200, key, "a", 1, "failed"));
+        } else {
+            w.push(stop(10, 200, key, "a"));
+        }
+        w.extend([
+            start_admitted(10, 300, key, "a", 2, 100),
+            ended(10, 400, key, "a", 2, "failed"),
+        ]);
+        if restarted_again {
+            w.push(start_admitted(10, 410, key, "a", 3, 100));
+        }
+        let mut d = vec![dispatch_sent(100, key), admit(150, key)];
+        if kill {
+            d.push(fault(420, FaultKind::Kill, 10, false));
+        }
+        d.extend([dispatch_sent(1_000, key), admit(1_050, key)]);
+        let w2 = vec![start_admitted(20, 1_020, key, "b", 4, 1_000)];
+        check(
+            &[w, w2, d],
+            &CheckOptions {
+                final_failures,
+                ..CheckOptions::default()
+            },
+        )
+    };
+    let r = run(true, false, true, true);
+    assert!(!kinds(&r).contains(&"double"), "{:?}", r.violations);
+    assert_eq!(r.final_failures_cut_short, 1);
+    for (first_failed, restarted_again, kill, final_failures) in [
+        (false, false, true, true),
+        (true, true, true, true),
+        (true, false, false, true),
+        (true, false, true, false),
+    ] {
+        let r = run(first_failed, restarted_again, kill, final_failures);
+        assert!(
+            kinds(&r).contains(&"double"),
+            "{first_failed} {restarted_again} {kill} {final_failures}: {:?}",
+            r.violations
+        );
+        assert_eq!(r.final_failures_cut_short, 0);
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{CheckOptions, FaultSpan, Interval, Report, Violation};
+use super::{CheckOptions, FaultSpan, Interval, Report, Violation, final_failures};
 use crate::ledger::{FaultKind, Record};
 
 /// I3: no two admissions of one key without a stop request between them,
@@ -95,6 +95,31 @@ pub(super) fn check_admissions(
                     .all(|iv| out_of_reach(iv.pid, lost_by + notice, t.saturating_sub(notice)))
         })
     };
+    let runs = final_failures::Runs {
+        intervals,
+        faults,
+        failed: driver
+            .iter()
+            .filter_map(|(_, r)| match r {
+                Record::Ended {
+                    key,
+                    token,
+                    outcome,
+                    ..
+                } if outcome == "failed" => Some((key.as_str(), *token)),
+                _ => None,
+            })
+            .collect(),
+        finished: driver
+            .iter()
+            .filter_map(|(_, r)| match r {
+                Record::Finished { key, token } => Some((key.as_str(), *token)),
+                _ => None,
+            })
+            .collect(),
+        restart_within: options.restart_within.as_nanos() as u64,
+        notice,
+    };
     // key → when a dispatch of it was last sent, and when a run of it
     // last finished on its own.
     let mut last_sent: HashMap<&str, u64> = HashMap::new();
@@ -117,8 +142,18 @@ pub(super) fn check_admissions(
                     *n = n.saturating_sub(1);
                 }
             }
-            Record::Ended { key, outcome, .. } if outcome == "failed" => {
+            Record::Ended {
+                key,
+                token,
+                outcome,
+                ..
+            } if outcome == "failed" => {
                 last_failed.insert(key, *t);
+                if options.final_failures && final_failures::cut_short(key, *token, *t, &runs) {
+                    report.final_failures_cut_short += 1;
+                    last_admit.remove(key.as_str());
+                    pair_ended.insert(key, *t);
+                }
             }
             Record::Admit { key, .. } => {
                 report.admissions += 1;

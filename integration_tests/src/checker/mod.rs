@@ -67,6 +67,7 @@ use serde::Serialize;
 use crate::ledger::{FaultKind, Line, Record};
 pub use report::{Report, Violation};
 
+mod final_failures;
 mod finishes;
 mod losses;
 mod report;
@@ -127,6 +128,12 @@ pub struct CheckOptions {
     /// at the I2 check instant is counted, not required to run. Default:
     /// 3 s ([`crate::lifecycle::RESTART_WITHIN`]).
     pub restart_within: Duration,
+    /// Whether the load dispatched the keys that
+    /// [`fails_for_good`](crate::lifecycle::fails_for_good) with
+    /// [`final_failure_policy`](crate::lifecycle::final_failure_policy)
+    /// (`--fail-for-good`): the second failure in a row of such a key's run
+    /// is its last. Default: false.
+    pub final_failures: bool,
 }
 
 impl Default for CheckOptions {
@@ -144,6 +151,7 @@ impl Default for CheckOptions {
             orphan_exposure: Duration::from_secs(12),
             failover_within: Duration::from_secs(3),
             restart_within: crate::lifecycle::RESTART_WITHIN,
+            final_failures: false,
         }
     }
 }

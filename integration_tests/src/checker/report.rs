@@ -169,6 +169,11 @@ pub struct Report {
     /// killed, or was out of reach from the loss on: two faults took every
     /// memory of the end. Counted, not flagged.
     pub finishes_lost_with_their_holder: usize,
+    /// Final failures (`--fail-for-good` runs) whose process was killed
+    /// after the pool recorded the failure and before it logged it (the
+    /// ledger's `Finished` line): the key's pair ends at the failure, as
+    /// at a finish. Counted, not flagged.
+    pub final_failures_cut_short: usize,
     /// Keys admitted and not running at the I2 check instant because their
     /// last run failed within `restart_within` before it (the pool waits
     /// out a backoff before the restart).

@@ -357,6 +357,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
             restart_within: crate::lifecycle::restart_within(Duration::from_millis(
                 options.start_max_ms,
             )),
+            final_failures: options.fail_for_good,
             ..CheckOptions::for_ttl(options.ttl)
         },
     );
@@ -388,6 +389,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
                     restart_within: crate::lifecycle::restart_within(Duration::from_millis(
                         options.start_max_ms,
                     )),
+                    final_failures: options.fail_for_good,
                     ..CheckOptions::for_ttl(options.ttl)
                 },
             )

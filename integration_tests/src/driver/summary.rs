@@ -157,6 +157,10 @@ impl ChaosSummary {
                 ),
             ),
             (
+                "final failures whose log a kill cut short (the pair ends at the failure)",
+                self.report.final_failures_cut_short.to_string(),
+            ),
+            (
                 "keys waiting out a restart backoff at the end",
                 self.report.restarting_at_end.to_string(),
             ),
@@ -231,6 +235,7 @@ impl ChaosSummary {
             "stops_checked": self.report.stops_checked,
             "finishes_checked": self.report.finishes_checked,
             "finishes_lost_with_their_holder": self.report.finishes_lost_with_their_holder,
+            "final_failures_cut_short": self.report.final_failures_cut_short,
             "restarting_at_end": self.report.restarting_at_end,
             "violations": self.violations,
             "passed": self.passed(),

@@ -79,8 +79,12 @@ impl NodeInner {
     /// throughout): one that returns has opened the window for any change
     /// it or one before it found.
     pub(crate) async fn check_identity_once(&self) -> Result<()> {
+        let lock_asked = std::time::Instant::now();
         let mut seen = self.server_seen.lock().await;
+        let lock_wait = lock_asked.elapsed();
+        let read_asked = std::time::Instant::now();
         let server = self.store.server_identity(self.options.worker_ttl).await?;
+        let read = read_asked.elapsed();
         let previous = seen.replace(server.clone());
         let restarted = previous
             .as_ref()
@@ -95,11 +99,13 @@ impl NodeInner {
             && previous
                 .as_ref()
                 .is_some_and(|previous| previous.generation != server.generation);
+        // How long the check waited for an earlier one and for Redis: a
+        // node's recovery waits for both.
         if restarted {
-            tracing::warn!(node = %self.id, run_id = %server.run_id, "Redis restarted or failed over (new run id): it may have lost writes");
+            tracing::warn!(node = %self.id, run_id = %server.run_id, ?lock_wait, ?read, "Redis restarted or failed over (new run id): it may have lost writes");
         }
         if lost {
-            tracing::warn!(node = %self.id, "Redis lost the pool's data without a restart (a new generation of it on the same server)");
+            tracing::warn!(node = %self.id, ?lock_wait, ?read, "Redis lost the pool's data without a restart (a new generation of it on the same server)");
         }
         if restarted || lost {
             // Open the window before this node's scripts stop comparing
@@ -118,6 +124,7 @@ impl NodeInner {
                 *seen = previous;
                 return Err(e);
             }
+            tracing::info!(node = %self.id, took = ?asked.elapsed(), "recovery window opened");
             *self
                 .window_opened_at
                 .lock()

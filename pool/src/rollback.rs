@@ -68,6 +68,7 @@ impl NodeInner {
             let noted = watched
                 .last()
                 .is_some_and(|rx| rx.has_changed().unwrap_or(false));
+            let woke = std::time::Instant::now();
             let mut recovered_from = if noted {
                 self.server_seen.lock().await.clone()
             } else {
@@ -76,7 +77,15 @@ impl NodeInner {
             for rx in &mut watched {
                 rx.borrow_and_update();
             }
-            tracing::warn!(node = %self.id, "Redis went back in time: recovering");
+            // The time since the window was opened, when this node's
+            // identity check opened it: the workers' re-assertions wait for
+            // all of it.
+            let since_window = self
+                .window_opened_at
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .map(|at| at.elapsed());
+            tracing::warn!(node = %self.id, noted, identity_wait = ?woke.elapsed(), ?since_window, "Redis went back in time: recovering");
             self.metrics.rollbacks.increment(1);
             self.recoveries_begun
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);

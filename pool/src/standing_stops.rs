@@ -43,13 +43,19 @@ impl NodeInner {
     /// dispatch is stopped again through its worker, in the background.
     pub(crate) async fn requested_stops_stand(self: &Arc<Self>) -> Result<()> {
         let stops = self.stops_requested.recent(STOPS_REMEMBERED);
+        let (count, began) = (stops.len(), std::time::Instant::now());
         self.make_stand(stops.into_iter(), StopKind::Dispatch, |key, token, status| {
             match status {
                 StopStands::Undone(dispatch) => self.stop_undone(key, token, dispatch),
                 _ => tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again"),
             }
         })
-        .await
+        .await?;
+        // Every worker's re-assertion waits for these: their time shows.
+        if count > 0 {
+            tracing::info!(node = %self.id, count, took = ?began.elapsed(), "the stops asked from this node checked against Redis");
+        }
+        Ok(())
     }
 
     /// Stops dispatch `dispatch` (its admission stamp) of `key` again,

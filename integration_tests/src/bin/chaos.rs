@@ -55,7 +55,8 @@ struct Args {
     #[arg(long)]
     ledger_dir: Option<PathBuf>,
     /// Only re-check the ledgers (`*.jsonl`) kept in this directory by an
-    /// earlier run (I1, I3, I4; I2 too with `--end-ms`).
+    /// earlier run (I1, I3, I4; I2 too with `--end-ms`), with the
+    /// `--ttl-ms`, `--start-max-ms` and `--fail-for-good` it ran with.
     #[arg(long)]
     recheck: Option<PathBuf>,
     /// With `--recheck`: the run's end instant, in ms on the ledgers'

@@ -7,8 +7,8 @@
 //! unwritten: the job has left the pool, and a later dispatch of the key
 //! is admitted as new (chaos soak seed 1587: `job-2223` failed for the
 //! second time in a row, its process killed 34 ms later, the cleanup of
-//! its worker found nothing of the key, and a dispatch 5.7 s after was
-//! answered `Ok`). Such a failure ends the key's pair as a finish does;
+//! its worker found nothing of the key, and a dispatch sent 5.6 s after
+//! was answered `Ok`). Such a failure ends the key's pair as a finish does;
 //! counted in `final_failures_cut_short`.
 
 use std::collections::HashSet;

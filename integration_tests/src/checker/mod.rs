@@ -48,7 +48,10 @@
 //!   re-assert it: then nothing reachable knows the key, and the second admission is
 //!   counted, not flagged (`readmitted_after_loss`); the same when the
 //!   process that held the key stopped on a lease loss was killed and
-//!   Redis lost its data soon after (`lost_with_killed_holder`).
+//!   Redis lost its data soon after (`lost_with_killed_holder`). A run
+//!   that finished, or failed for good, ends the pair as a stop request
+//!   does; with `final_failures`, so does a final failure whose process
+//!   was killed before it logged it (`final_failures_cut_short`).
 //! * **Stops hold** (I2): once `stop_job` answered `Ok` or `JobNotFound`,
 //!   the key runs nowhere (after `stop_grace`) until it is dispatched
 //!   again: a `JobNotFound` for a key that runs, or a stop undone later in

@@ -11,14 +11,15 @@
 //! was answered `Ok`). Such a failure ends the key's pair as a finish does;
 //! counted in `final_failures_cut_short`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::{FaultSpan, Interval};
 use crate::ledger::FaultKind;
 
 /// What [`cut_short`] reads beside the run itself.
 pub(super) struct Runs<'a> {
-    pub(super) intervals: &'a [Interval],
+    /// Every run, by key.
+    pub(super) by_key: HashMap<&'a str, Vec<&'a Interval>>,
     pub(super) faults: &'a [FaultSpan],
     /// `(key, token)` of every run that ended `failed`.
     pub(super) failed: HashSet<(&'a str, u64)>,
@@ -43,7 +44,7 @@ pub(super) fn cut_short(key: &str, token: u64, at: u64, runs: &Runs) -> bool {
     if !crate::lifecycle::fails_for_good(key) || runs.finished.contains(&(key, token)) {
         return false;
     }
-    let of_key = || runs.intervals.iter().filter(move |iv| iv.key == key);
+    let of_key = || runs.by_key.get(key).into_iter().flatten().copied();
     let Some(run) = of_key().find(|iv| iv.token == token) else {
         return false;
     };

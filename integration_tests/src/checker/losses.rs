@@ -96,7 +96,13 @@ pub(super) fn check_admissions(
         })
     };
     let runs = final_failures::Runs {
-        intervals,
+        by_key: intervals.iter().fold(HashMap::new(), |mut by_key, iv| {
+            by_key
+                .entry(iv.key.as_str())
+                .or_insert_with(Vec::new)
+                .push(iv);
+            by_key
+        }),
         faults,
         failed: driver
             .iter()

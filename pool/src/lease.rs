@@ -275,6 +275,7 @@ impl NodeInner {
     /// sweep instead (see `scripts/reassert.lua`). A Redis error leaves the
     /// rest as it was, for the next attempt.
     pub(crate) async fn reassert_all(&self, worker: &WorkerInner) -> Result<()> {
+        self.requested_stops_of_runs_here(worker).await?;
         let running: Vec<(String, LocalJob)> = worker
             .jobs
             .iter()

@@ -51,11 +51,54 @@ impl NodeInner {
             }
         })
         .await?;
-        // Every worker's re-assertion waits for these: their time shows.
         if count > 0 {
             tracing::info!(node = %self.id, count, took = ?began.elapsed(), "the stops asked from this node checked against Redis");
         }
         Ok(())
+    }
+
+    /// Makes stand, before `worker` re-asserts what it runs and holds, the
+    /// stops this node's `stop_job` calls were answered for of those very
+    /// runs (the run's token at or below the stopped one's): a worker cut
+    /// off when its job was stopped holds a suspended copy that only the
+    /// stop's tombstone keeps out, and Redis may have lost that tombstone.
+    /// Re-asserted first, the copy would come back over a stop answered
+    /// `Ok` (or be left to the orphan sweep, which would start it again);
+    /// made to stand first, its re-assertion finds it ended. Every
+    /// re-assertion does this, the one a renewal makes when Redis forgot
+    /// the worker as well as a recovery's, so the node's other requested
+    /// stops ([`requested_stops_stand`](Self::requested_stops_stand)) need
+    /// not hold the workers back. An undone stop found here is stopped
+    /// again by that pass, which finds it the same way.
+    pub(crate) async fn requested_stops_of_runs_here(&self, worker: &WorkerInner) -> Result<()> {
+        let covered = |key: &str, token: u64| {
+            self.stops_requested
+                .newest(key)
+                .filter(|stopped| token <= *stopped)
+                .map(|stopped| (key.to_string(), stopped))
+        };
+        let mut stops: Vec<(String, u64)> = worker
+            .jobs
+            .iter()
+            .filter_map(|job| covered(job.key(), job.value().token))
+            .collect();
+        stops.extend(
+            worker
+                .suspended
+                .lock()
+                .await
+                .iter()
+                .filter_map(|(key, job)| covered(key, job.token)),
+        );
+        if stops.is_empty() {
+            return Ok(());
+        }
+        stops.sort_unstable();
+        stops.dedup();
+        self.make_stand(stops.into_iter(), StopKind::Dispatch, |key, token, status| {
+            tracing::info!(key, token, worker = %worker.id, status = ?status, "a stop asked from this node of a run the worker holds stands again before it re-asserts");
+        })
+        .await
     }
 
     /// Stops dispatch `dispatch` (its admission stamp) of `key` again,

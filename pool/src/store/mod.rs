@@ -155,6 +155,15 @@ impl PoolStore {
         *self.known_server.lock().unwrap_or_else(|e| e.into_inner()) = Some(server);
     }
 
+    /// The server this node noted last (see [`Self::note_server`]), read
+    /// without waiting for an identity check under way.
+    pub(crate) fn noted_server(&self) -> Option<ServerIdentity> {
+        self.known_server
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Creates the pool's epoch unless it exists (see `recovering` in
     /// `scripts/base.lua`): created with the pool, gone when Redis loses its
     /// data. A join that finds it gone on a server that held it (a

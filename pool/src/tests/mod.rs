@@ -629,6 +629,7 @@ mod recovery_resume;
 mod recovery_stops;
 mod recovery_window;
 mod refused_writes;
+mod requested_stop_first;
 mod reregistered_reconcile;
 mod restart_between;
 mod resume;

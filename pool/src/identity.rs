@@ -83,7 +83,15 @@ impl NodeInner {
         let mut seen = self.server_seen.lock().await;
         let lock_wait = lock_asked.elapsed();
         let read_asked = std::time::Instant::now();
-        let server = self.store.server_identity(self.options.worker_ttl).await?;
+        // Named the server checked last, the read opens the window itself
+        // when the server is another (see `server_id.lua`).
+        let crate::store::IdentityRead {
+            server,
+            window_opened,
+        } = self
+            .store
+            .server_identity_since(self.options.worker_ttl, seen.as_ref())
+            .await?;
         let read = read_asked.elapsed();
         let previous = seen.replace(server.clone());
         let restarted = previous
@@ -118,17 +126,24 @@ impl NodeInner {
             // Not taken as seen when that fails (Redis refuses writes): the
             // next check finds the change again, and the caller, a renewal,
             // asks the identity task to retry.
+            // The read opened it already, unless the server named was not
+            // the one compared with here (not expected: the same record).
             let asked = std::time::Instant::now();
-            if let Err(e) = self.store.begin_recovery(self.options.worker_ttl).await {
+            if !window_opened
+                && let Err(e) = self.store.begin_recovery(self.options.worker_ttl).await
+            {
                 tracing::warn!(node = %self.id, error = %e, "opening the recovery window failed; checking again");
                 *seen = previous;
                 return Err(e);
             }
-            tracing::info!(node = %self.id, took = ?asked.elapsed(), "recovery window opened");
+            tracing::info!(node = %self.id, with_the_read = window_opened, took = ?asked.elapsed(), "recovery window opened");
+            // Opened by the read: some time after it was sent, which is
+            // what its age is counted from (never younger than it is).
+            let opened_at = if window_opened { read_asked } else { asked };
             *self
                 .window_opened_at
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(asked);
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(opened_at);
         }
         // From now on the scripts compare Redis with this server: the
         // restart is this node's to recover from.

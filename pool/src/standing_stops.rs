@@ -71,6 +71,10 @@ impl NodeInner {
     /// not hold the workers back. An undone stop found here is stopped
     /// again by that pass, which finds it the same way.
     pub(crate) async fn requested_stops_of_runs_here(&self, worker: &WorkerInner) -> Result<()> {
+        // A node that never stopped a job (most that run workers) has none.
+        if self.stops_requested.is_empty() {
+            return Ok(());
+        }
         let covered = |key: &str, token: u64| {
             self.stops_requested
                 .newest(key)

@@ -100,6 +100,15 @@ impl StopTombstones {
         self.newest(key).is_some_and(|t| token <= t)
     }
 
+    /// Whether no stop is remembered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tokens
+            .is_empty()
+    }
+
     /// The token of the newest run of `key` stopped here, if remembered.
     pub(crate) fn newest(&self, key: &str) -> Option<u64> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());

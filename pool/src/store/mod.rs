@@ -85,6 +85,16 @@ pub(crate) struct PoolStore {
     diverged_until: Arc<std::sync::Mutex<Option<tokio::time::Instant>>>,
 }
 
+/// An identity read by `server_identity_since` (`server_id.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IdentityRead {
+    /// The server read.
+    pub(crate) server: ServerIdentity,
+    /// The caller named another server, and the recovery window was opened
+    /// by the read (or found open).
+    pub(crate) window_opened: bool,
+}
+
 /// Who the Redis server holding the pool's keys is (`server_id.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ServerIdentity {
@@ -204,8 +214,24 @@ impl PoolStore {
     /// none has seen the change yet, this opens the recovery window for
     /// `worker_ttl` (see `server_id.lua`).
     pub(crate) async fn server_identity(&self, worker_ttl: Duration) -> Result<ServerIdentity> {
+        Ok(self.server_identity_since(worker_ttl, None).await?.server)
+    }
+
+    /// [`server_identity`](Self::server_identity), for a caller that
+    /// checked `known` last: when the server is not that one (another run
+    /// id or generation), the same call opens the recovery window for
+    /// `worker_ttl` (or finds it open), as
+    /// [`begin_recovery`](Self::begin_recovery) would.
+    pub(crate) async fn server_identity_since(
+        &self,
+        worker_ttl: Duration,
+        known: Option<&ServerIdentity>,
+    ) -> Result<IdentityRead> {
         const WHAT: &str = "server_id reply";
-        let args = self.maps.base_args_with_ttl(worker_ttl);
+        let mut args = self.maps.base_args_with_ttl(worker_ttl);
+        args.push(fred::types::Value::from(
+            known.map_or_else(String::new, |k| format!("{} {}", k.run_id, k.generation)),
+        ));
         let reply: String = self
             .scripts
             .server_id
@@ -215,13 +241,22 @@ impl PoolStore {
             what: WHAT,
             reason: format!("{reply:?}"),
         };
-        let (run_id, generation) = reply.split_once(' ').ok_or_else(malformed)?;
+        let (identity, window) = reply.rsplit_once(' ').ok_or_else(malformed)?;
+        let (run_id, generation) = identity.split_once(' ').ok_or_else(malformed)?;
         if run_id.is_empty() || generation.is_empty() {
             return Err(malformed());
         }
-        Ok(ServerIdentity {
-            run_id: run_id.to_string(),
-            generation: generation.to_string(),
+        let window_opened = match window {
+            "opened" | "open" => true,
+            "-" => false,
+            _ => return Err(malformed()),
+        };
+        Ok(IdentityRead {
+            server: ServerIdentity {
+                run_id: run_id.to_string(),
+                generation: generation.to_string(),
+            },
+            window_opened,
         })
     }
 

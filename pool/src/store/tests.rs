@@ -655,6 +655,9 @@ mod renewal_tests;
 #[path = "rollback_tests.rs"]
 mod rollback_tests;
 
+#[path = "identity_tests.rs"]
+mod identity_tests;
+
 #[path = "give_back_tests.rs"]
 mod give_back_tests;
 

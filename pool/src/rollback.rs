@@ -148,9 +148,20 @@ impl NodeInner {
     /// The identity of the server holding the pool's keys, checked now
     /// (a change found opens the recovery window, see
     /// [`Self::check_identity_once`]); `None` when it cannot be read.
+    /// A check under way when the news came (after a reconnect, most
+    /// often) serves: its read went out when the server had changed, or
+    /// is answered by the new one; waiting for it and then reading again
+    /// cost a loaded node's recovery a second round trip before its
+    /// workers re-assert. Should it have read the old server still, the
+    /// recovery opens the window itself (none was opened lately), and
+    /// the news after it finds the server is not the one recovered from.
     async fn current_server(&self) -> Option<crate::store::ServerIdentity> {
+        if self.server_seen.try_lock().is_err() {
+            drop(self.server_seen.lock().await);
+            return self.store.noted_server();
+        }
         self.check_identity_once().await.ok()?;
-        self.server_seen.lock().await.clone()
+        self.store.noted_server()
     }
 
     /// After a recovery: whether what `watched` told meanwhile needs

@@ -244,6 +244,12 @@ impl NodeInner {
             .maps
             .replica_owner(key)
             .unwrap_or_else(|| "-".to_string());
+        // A stop judges the owner dead as a cleanup does (`to_owner.lua`).
+        let server_floor_ms = if event == EV_STOP {
+            Some(self.server_time_floor().await?)
+        } else {
+            None
+        };
         for _ in 0..5 {
             let inbox = self.inbox(&owner)?;
             let request = store::OwnerRequest {
@@ -251,6 +257,7 @@ impl NodeInner {
                 owner_inbox: inbox.key(),
                 event,
                 dispatch,
+                server_floor_ms,
             };
             let routed = self
                 .store

@@ -24,6 +24,10 @@ pub(crate) struct OwnerRequest<'a> {
     pub(crate) event: &'a str,
     /// Only the job of this dispatch (its payload's creation time, ms).
     pub(crate) dispatch: Option<u64>,
+    /// For a stop: the least server time (ms) it can be now by the
+    /// caller's clock (`server_clock.rs`), with which the script judges
+    /// the owner dead.
+    pub(crate) server_floor_ms: Option<u64>,
 }
 
 /// Where `to_owner.lua` put a request.
@@ -251,6 +255,7 @@ impl PoolStore {
             owner_inbox,
             event,
             dispatch: None,
+            server_floor_ms: None,
         };
         self.to_owner_of(key, request, body, worker_ttl).await
     }
@@ -270,11 +275,13 @@ impl PoolStore {
             owner_inbox,
             event,
             dispatch,
+            server_floor_ms,
         } = request;
         const WHAT: &str = "to_owner reply";
         let mut keys = self.maps.base_keys();
         keys.push(owner_inbox.to_string());
         keys.push(self.maps.keepalive_revision_key());
+        keys.push(self.maps.keepalive.keys_info().hash.clone());
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
@@ -285,6 +292,7 @@ impl PoolStore {
             Value::from(worker_ttl.as_millis().to_string()),
             Value::from(self.revision_floor()),
             Value::from(dispatch.unwrap_or(0).to_string()),
+            Value::from(server_floor_ms.map(|ms| ms.to_string()).unwrap_or_default()),
         ]);
         let reply: Value = self
             .scripts

@@ -199,6 +199,7 @@ async fn a_request_for_one_dispatch_reaches_only_that_dispatch() {
             owner_inbox: &f.inbox("w1"),
             event: "stop",
             dispatch: Some(dispatch),
+            server_floor_ms: None,
         };
         s.to_owner_of("j1", request, body("j1"), TTL).await.unwrap()
     };
@@ -219,6 +220,7 @@ async fn a_request_for_one_dispatch_reaches_only_that_dispatch() {
         owner_inbox: &f.inbox("w1"),
         event: "stop",
         dispatch: Some(created),
+        server_floor_ms: None,
     };
     assert_eq!(
         s.to_owner_of("absent", request, body("absent"), TTL)

@@ -643,6 +643,9 @@ async fn lifecycle_scripts_answer_each_status() {
 #[path = "routing_tests.rs"]
 mod routing_tests;
 
+#[path = "dead_owner_tests.rs"]
+mod dead_owner_tests;
+
 #[path = "sweep_tests.rs"]
 mod sweep_tests;
 

@@ -601,6 +601,7 @@ mod cleanup_empty_ring;
 mod clock_step;
 mod close_custody;
 mod data_loss;
+mod dead_owner_stop;
 mod departed_worker;
 mod drain;
 mod ended_runs;

@@ -1,21 +1,59 @@
 -- Sends a stop or notify request to the current owner of a job.
--- KEYS: base, 9 owner inbox, 10 keep-alive revision (`went_back`)
+-- KEYS: base, 9 owner inbox, 10 keep-alive revision (`went_back`),
+--       11 keep-alive hash
 -- ARGV: base, 4 job key, 5 expected owner, 6 event name, 7 body, 8 maxlen,
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
 --       revisions the caller has seen (see `went_back`), 11 a dispatch
 --       (its payload's creation time, ms; '0': any): only a job of that
---       dispatch is reached, whatever worker runs it now
+--       dispatch is reached, whatever worker runs it now, 12 the least
+--       server time (ms) it can be now by the caller's own clock ('':
+--       none; see `claim_cleanup.lua`)
 -- Returns {'ok'} | {'pending'} (admitted or being moved, not started yet;
 --       or Redis lost its data and the job may run on a worker that has
---       not re-asserted it yet; or an orphan a notify waits for) |
---       {'stopped', token} (a stop of an orphan: done here; the token
---       left as its tombstone) | {'not_found'} (a notify) |
+--       not re-asserted it yet; or an orphan a notify waits for; or a
+--       stop of a run on a worker that looks dead while the pool
+--       recovers) |
+--       {'stopped', token} (a stop of an orphan, or of a run on a dead
+--       worker: done here; the token left as its tombstone) |
+--       {'not_found'} (a notify) |
 --       {'not_found', token} (a stop: the token left as its tombstone) |
 --       {'moved', owner}
 -- Redis went back in time and no replica may have noticed yet: the record
 -- (or its absence) may be older than the run that goes on somewhere; wait
 -- for the workers to re-assert what they run.
 if went_back(ARGV[10], tonumber(ARGV[9]), KEYS[10]) then return {'pending'} end
+
+-- A stop of a run on a worker Redis judges dead (registered, silent for
+-- over `ttl` by the smaller of `TIME` and the caller's floor, as
+-- `claim_cleanup.lua` judges): nothing reads that worker's inbox, and its
+-- lease lapsed with its silence, so the run stopped with it. The stop is
+-- carried out here (record, guard and payload go; a new token is the
+-- tombstone), before a cleanup moves the run to a live worker that would
+-- start it after the stop was answered (chaos soak seed 1591). While the
+-- pool recovers, a keep-alive brought back from an older state looks
+-- stale while its worker lives: a stop `stop_job` asked for waits for the
+-- window to close ({'pending'}); a stop of one dispatch (`whole_dispatch`:
+-- a stop answered before and undone, or an end made to stand) takes the
+-- run away all the same, for its answer was given long ago: a live worker
+-- finds its re-assertion refused by the tombstone and stops the run, and
+-- nothing new is admitted until the window closes. The caller asks again
+-- and finds the key gone then.
+-- Returns the reply, or nil when the worker is not judged dead.
+local function stop_on_dead_worker(key, owner, ttl, whole_dispatch)
+  local registration = mget(WORKERS, owner)
+  if not registration then return nil end
+  local now = now_ms()
+  local judged = math.min(now, tonumber(ARGV[12] or '') or now)
+  if judged - last_renewal(owner, registration, KEYS[11]) <= ttl then return nil end
+  local waits = recovering(ttl)
+  if waits and not whole_dispatch then return {'pending'} end
+  mdel(JOBS, key)
+  if mget(PENDING, key) then mdel(PENDING, key) end
+  redis.call('HDEL', PAYLOADS, key)
+  local _, text = next_token(key)
+  if waits then return {'pending'} end
+  return {'stopped', text}
+end
 -- One dispatch only: the end of a run recorded on a primary that stalled
 -- through its failover, made to stand on the promoted side, where a
 -- cleanup may have moved that run to another worker. A moved job keeps
@@ -56,6 +94,10 @@ if not j then
 end
 local owner = owner_of(j)
 if owner ~= ARGV[5] then return {'moved', owner} end
+if ARGV[6] == 'stop' then
+  local ended = stop_on_dead_worker(ARGV[4], owner, tonumber(ARGV[9]), dispatch > 0)
+  if ended then return ended end
+end
 -- A stop names the run it is for ("stop <token>"): the same entry read
 -- again after Redis went back in time, or moved on by a cleanup, must not
 -- stop a newer run of the key.

@@ -1,0 +1,144 @@
+//! `to_owner.lua`'s stop of a run on a worker Redis judges dead: carried
+//! out in Redis, as a cleanup would judge the worker; not while the pool
+//! recovers, unless the stop is for one dispatch.
+
+use super::*;
+
+/// Makes `worker`'s keep-alive older than a TTL by the server's clock.
+async fn silence(f: &Fixture, worker: &str) -> u64 {
+    let s = &f.store;
+    let now = s.server_time_ms().await.unwrap();
+    let last = now - TTL.as_millis() as u64 - 1_000;
+    let hash = s.maps.keepalive.keys_info().hash.clone();
+    let _: i64 = s.client.hset(&hash, (worker, last)).await.unwrap();
+    last
+}
+
+/// A stop of `key` at `owner`, for one dispatch or any, judged with the
+/// caller's server time floor `floor_ms`.
+async fn stop(
+    f: &Fixture,
+    key: &str,
+    owner: &str,
+    dispatch: Option<u64>,
+    floor_ms: Option<u64>,
+) -> Routed {
+    let request = OwnerRequest {
+        owner,
+        owner_inbox: &f.inbox(owner),
+        event: "stop",
+        dispatch,
+        server_floor_ms: floor_ms,
+    };
+    f.store
+        .to_owner_of(key, request, body(key), TTL)
+        .await
+        .unwrap()
+}
+
+/// Whether Redis holds a record, guard or payload of `key`.
+async fn held(f: &Fixture, key: &str) -> bool {
+    let (_, record, guard) = f.store.job_records(key).await.unwrap();
+    let payload: Option<Bytes> = f
+        .store
+        .client
+        .hget(f.store.maps.payloads_key(), key)
+        .await
+        .unwrap();
+    record.is_some() || guard.is_some() || payload.is_some()
+}
+
+/// The admission stamp of `key`'s stored payload.
+async fn dispatch_of(f: &Fixture, key: &str) -> u64 {
+    let stored: Bytes = f
+        .store
+        .client
+        .hget(f.store.maps.payloads_key(), key)
+        .await
+        .unwrap();
+    let head = stored.split(|b| *b == b' ').next().unwrap();
+    std::str::from_utf8(head).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_stop_of_a_run_on_a_dead_worker_is_carried_out_in_redis() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("dead").await;
+    f.register("live").await;
+    let run = f.running("j-dead", "dead").await;
+    f.running("j-note", "dead").await;
+    f.running("j-live", "live").await;
+    let last = silence(f, "dead").await;
+
+    // A caller whose clock says the server's cannot be that far on yet (a
+    // step of the server's clock) does not judge the worker dead.
+    let floor = last + TTL.as_millis() as u64 - 500;
+    assert_eq!(
+        stop(f, "j-dead", "dead", None, Some(floor)).await,
+        Routed::Queued
+    );
+    let Routed::Stopped(tombstone) = stop(f, "j-dead", "dead", None, None).await else {
+        panic!("the stop of a run on a dead worker was not carried out");
+    };
+    assert!(tombstone > run, "tombstone {tombstone} above run {run}");
+    assert!(
+        !held(f, "j-dead").await,
+        "the stopped run is still in Redis"
+    );
+    // The dead worker's copy cannot come back over the stop.
+    let stored = codec::stored(0, &body("j-dead"));
+    assert_eq!(
+        s.reassert("j-dead", "dead", run, stored, Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Lost
+    );
+    // A live worker's run is reached through its inbox, as before; a
+    // notify of a dead worker's run too (nothing is carried out for it).
+    assert_eq!(stop(f, "j-live", "live", None, None).await, Routed::Queued);
+    assert!(held(f, "j-live").await);
+    assert_eq!(
+        s.to_owner(
+            "j-note",
+            "dead",
+            &f.inbox("dead"),
+            "notify",
+            body("j-note"),
+            TTL
+        )
+        .await
+        .unwrap(),
+        Routed::Queued
+    );
+    assert!(held(f, "j-note").await);
+}
+
+#[tokio::test]
+async fn while_the_pool_recovers_only_a_stop_of_one_dispatch_takes_a_dead_looking_run() {
+    let f = &fixture().await;
+    f.register("quiet").await;
+    f.running("j-any", "quiet").await;
+    f.running("j-one", "quiet").await;
+    let dispatch = dispatch_of(f, "j-one").await;
+    silence(f, "quiet").await;
+    f.lose_epoch().await;
+
+    // A keep-alive brought back from an older state looks stale while its
+    // worker lives: a stop `stop_job` asked for waits for the window.
+    assert_eq!(stop(f, "j-any", "quiet", None, None).await, Routed::Pending);
+    assert!(
+        held(f, "j-any").await,
+        "a plain stop took the run in recovery"
+    );
+    // A stop of one dispatch (answered before, undone) takes it at once,
+    // and answers once the window is over.
+    assert_eq!(
+        stop(f, "j-one", "quiet", Some(dispatch), None).await,
+        Routed::Pending
+    );
+    assert!(
+        !held(f, "j-one").await,
+        "the undone dispatch is still in Redis"
+    );
+}

@@ -1,6 +1,7 @@
 //! `to_owner.lua`'s stop of a run on a worker Redis judges dead: carried
 //! out in Redis, as a cleanup would judge the worker; not while the pool
-//! recovers, unless the stop is for one dispatch.
+//! recovers, unless the stop is for one dispatch. A stop of one dispatch
+//! also ends a start of it no worker claimed yet.
 
 use super::*;
 
@@ -118,8 +119,9 @@ async fn a_stop_of_a_run_on_a_dead_worker_is_carried_out_in_redis() {
 async fn while_the_pool_recovers_only_a_stop_of_one_dispatch_takes_a_dead_looking_run() {
     let f = &fixture().await;
     f.register("quiet").await;
+    f.register("holder").await;
     f.running("j-any", "quiet").await;
-    f.running("j-one", "quiet").await;
+    let stopped_run = f.running("j-one", "quiet").await;
     let dispatch = dispatch_of(f, "j-one").await;
     silence(f, "quiet").await;
     f.lose_epoch().await;
@@ -132,13 +134,71 @@ async fn while_the_pool_recovers_only_a_stop_of_one_dispatch_takes_a_dead_lookin
         "a plain stop took the run in recovery"
     );
     // A stop of one dispatch (answered before, undone) takes it at once,
-    // and answers once the window is over.
+    // so that no cleanup moves it, and is queued at the worker too, which
+    // may live: its answer is waited for.
+    let before = f.entry_ids("quiet").await.len();
     assert_eq!(
         stop(f, "j-one", "quiet", Some(dispatch), None).await,
-        Routed::Pending
+        Routed::Queued
     );
     assert!(
         !held(f, "j-one").await,
         "the undone dispatch is still in Redis"
+    );
+    assert_eq!(
+        f.entry_ids("quiet").await.len(),
+        before + 1,
+        "no stop queued"
+    );
+    // Asked again, the dispatch is gone.
+    assert_eq!(
+        stop(f, "j-one", "quiet", Some(dispatch), None).await,
+        Routed::NotFound(None)
+    );
+    // Redis went back to the state that showed that dispatch: a newer
+    // dispatch of the key, admitted since, runs on a worker that has not
+    // re-asserted it yet. The stop of the older one leaves it its place
+    // (chaos soak seed 1591 on `b0c8145`: a tombstone from the clock
+    // refused such runs, and 14 were lost).
+    let newer = stopped_run + 1_000;
+    let stored = codec::stored(newer, &body("j-one"));
+    assert_eq!(
+        f.store
+            .reassert("j-one", "holder", newer, stored, Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok,
+        "the newer dispatch's run was refused"
+    );
+}
+
+#[tokio::test]
+async fn a_stop_of_one_dispatch_takes_its_start_before_any_worker_claims_it() {
+    let f = &fixture().await;
+    f.register("w").await;
+    let token = f.admitted("j", "w").await;
+    let dispatch = dispatch_of(f, "j").await;
+    // A stop `stop_job` asked for waits for the start; a stop of the
+    // dispatch (answered before, undone) ends it here.
+    assert_eq!(stop(f, "j", "w", None, None).await, Routed::Pending);
+    let Routed::Stopped(tombstone) = stop(f, "j", "w", Some(dispatch), None).await else {
+        panic!("the unclaimed start of a stopped dispatch was not ended");
+    };
+    assert!(tombstone > token);
+    assert!(
+        !held(f, "j").await,
+        "the stopped dispatch is still in Redis"
+    );
+    // The worker's claim of the start is refused.
+    let id = f.entry_ids("w").await.pop().unwrap();
+    let claimed = f
+        .store
+        .claim_start(&f.start("j", token, "w", &id), TTL, TTL)
+        .await
+        .unwrap();
+    assert_ne!(
+        claimed,
+        Claimed::Ok,
+        "the start of a stopped dispatch was claimed"
     );
 }

@@ -203,8 +203,8 @@ async fn a_request_for_one_dispatch_reaches_only_that_dispatch() {
         };
         s.to_owner_of("j1", request, body("j1"), TTL).await.unwrap()
     };
-    // Admitted, not started: pending, as for any stop.
-    assert_eq!(route(created).await, Routed::Pending);
+    // Admitted, not started: another dispatch is not found. (A stop of
+    // this one would end its unclaimed start: `dead_owner_tests`.)
     assert_eq!(route(created + 1).await, Routed::NotFound(None));
     let ids = f.entry_ids("w1").await;
     let token = match s.job_records("j1").await.unwrap().2 {

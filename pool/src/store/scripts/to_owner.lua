@@ -23,6 +23,33 @@
 -- for the workers to re-assert what they run.
 if went_back(ARGV[10], tonumber(ARGV[9]), KEYS[10]) then return {'pending'} end
 
+-- Ends `key` here: record, guard and payload go, and the fencing counter
+-- is raised so that no copy of the ended run (token `ended`) re-asserts.
+-- A stop `stop_job` asked for takes a new token, above every run issued
+-- before it. A stop of one dispatch (`one_dispatch`) raises the counter
+-- just above the ended run's token, as `stop_stands.lua` does: after a
+-- rollback, a newer dispatch's run may be held by a worker that has not
+-- re-asserted it yet, and a token from the clock would refuse it (chaos
+-- soak seed 1591 on `b0c8145`: 14 runs of newer dispatches lost so).
+-- `waits`: the pool recovers, and the caller is told to ask again (it
+-- finds the key gone then).
+local function end_here(key, ended, one_dispatch, waits)
+  mdel(JOBS, key)
+  if mget(PENDING, key) then mdel(PENDING, key) end
+  redis.call('HDEL', PAYLOADS, key)
+  local text
+  if one_dispatch then
+    text = string.format('%d', ended + 1)
+    local current = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
+    if current <= ended then keep_token(key, text) end
+  else
+    local _
+    _, text = next_token(key, ended + 1)
+  end
+  if waits then return {'pending'} end
+  return {'stopped', text}
+end
+
 -- A stop of a run on a worker Redis judges dead (registered, silent for
 -- over `ttl` by the smaller of `TIME` and the caller's floor, as
 -- `claim_cleanup.lua` judges): nothing reads that worker's inbox, and its
@@ -34,25 +61,21 @@ if went_back(ARGV[10], tonumber(ARGV[9]), KEYS[10]) then return {'pending'} end
 -- stale while its worker lives: a stop `stop_job` asked for waits for the
 -- window to close ({'pending'}); a stop of one dispatch (`whole_dispatch`:
 -- a stop answered before and undone, or an end made to stand) takes the
--- run away all the same, for its answer was given long ago: a live worker
--- finds its re-assertion refused by the tombstone and stops the run, and
--- nothing new is admitted until the window closes. The caller asks again
--- and finds the key gone then.
+-- run away all the same (no cleanup can move it then), and is queued at
+-- the worker as well, whose answer it waits for ({'ok'}): a worker that
+-- lives stops the run (or finds its re-assertion refused by the
+-- tombstone), and nothing new is admitted until the window closes.
 -- Returns the reply, or nil when the worker is not judged dead.
-local function stop_on_dead_worker(key, owner, ttl, whole_dispatch)
+local function stop_on_dead_worker(key, owner, run, ttl, whole_dispatch)
   local registration = mget(WORKERS, owner)
   if not registration then return nil end
   local now = now_ms()
   local judged = math.min(now, tonumber(ARGV[12] or '') or now)
   if judged - last_renewal(owner, registration, KEYS[11]) <= ttl then return nil end
-  local waits = recovering(ttl)
-  if waits and not whole_dispatch then return {'pending'} end
-  mdel(JOBS, key)
-  if mget(PENDING, key) then mdel(PENDING, key) end
-  redis.call('HDEL', PAYLOADS, key)
-  local _, text = next_token(key)
-  if waits then return {'pending'} end
-  return {'stopped', text}
+  if not recovering(ttl) then return end_here(key, run, whole_dispatch, false) end
+  if not whole_dispatch then return {'pending'} end
+  end_here(key, run, true, true)
+  return nil
 end
 -- One dispatch only: the end of a run recorded on a primary that stalled
 -- through its failover, made to stand on the promoted side, where a
@@ -65,7 +88,16 @@ if dispatch > 0 then
 end
 local j = mget(JOBS, ARGV[4])
 if not j then
-  if mget(PENDING, ARGV[4]) then return {'pending'} end
+  if mget(PENDING, ARGV[4]) then
+    -- A start of a stopped dispatch not claimed yet (e.g. in the inbox of
+    -- a worker that died, which a cleanup would move to a live one): its
+    -- guard goes, so no worker's claim or start record of it holds.
+    if ARGV[6] == 'stop' and dispatch > 0 then
+      local guard = tonumber(string.match(mget(PENDING, ARGV[4]), '^(%d+)') or '') or 0
+      return end_here(ARGV[4], guard, true, recovering(tonumber(ARGV[9])))
+    end
+    return {'pending'}
+  end
   if recovering(tonumber(ARGV[9])) then return {'pending'} end
   if redis.call('HEXISTS', PAYLOADS, ARGV[4]) == 1 then
     -- An orphan: its payload waits for the orphan sweep to run it again
@@ -94,8 +126,9 @@ if not j then
 end
 local owner = owner_of(j)
 if owner ~= ARGV[5] then return {'moved', owner} end
+local run = tonumber(string.match(j, ' (%d+)$') or '') or 0
 if ARGV[6] == 'stop' then
-  local ended = stop_on_dead_worker(ARGV[4], owner, tonumber(ARGV[9]), dispatch > 0)
+  local ended = stop_on_dead_worker(ARGV[4], owner, run, tonumber(ARGV[9]), dispatch > 0)
   if ended then return ended end
 end
 -- A stop names the run it is for ("stop <token>"): the same entry read
@@ -103,7 +136,7 @@ end
 -- stop a newer run of the key.
 local name = ARGV[6]
 if name == 'stop' then
-  name = 'stop ' .. (string.match(j, ' (%d+)$') or '0')
+  name = string.format('stop %d', run)
 end
 stream_add(KEYS[9], name, ARGV[7], tonumber(ARGV[8]))
 return {'ok'}

@@ -131,7 +131,11 @@ impl Node {
     /// that window is answered once the window is over: a cleanup may have
     /// moved the job on writes Redis lost, and that run must have ended
     /// first (a [`Error::Timeout`] meanwhile if the window outlasts the
-    /// dispatch timeout; the stop itself holds).
+    /// dispatch timeout; the stop itself holds). A job whose worker Redis
+    /// judges dead (silent for over the worker TTL on server time, as a
+    /// cleanup judges it) is stopped in Redis at once, without waiting for
+    /// that worker's answer or a cleanup: its lease lapsed with its
+    /// silence, so its run has ended.
     ///
     /// # Errors
     /// [`Error::JobNotFound`] when no job with this key runs or waits to;

@@ -30,10 +30,9 @@ if went_back(ARGV[10], tonumber(ARGV[9]), KEYS[10]) then return {'pending'} end
 -- just above the ended run's token, as `stop_stands.lua` does: after a
 -- rollback, a newer dispatch's run may be held by a worker that has not
 -- re-asserted it yet, and a token from the clock would refuse it (chaos
--- soak seed 1591 on `b0c8145`: 14 runs of newer dispatches lost so).
--- `waits`: the pool recovers, and the caller is told to ask again (it
--- finds the key gone then).
-local function end_here(key, ended, one_dispatch, waits)
+-- soak seed 1591 on `b0c8145`, which ended such stops while the pool
+-- recovered: 14 runs of newer dispatches lost so).
+local function end_here(key, ended, one_dispatch)
   mdel(JOBS, key)
   if mget(PENDING, key) then mdel(PENDING, key) end
   redis.call('HDEL', PAYLOADS, key)
@@ -46,7 +45,6 @@ local function end_here(key, ended, one_dispatch, waits)
     local _
     _, text = next_token(key, ended + 1)
   end
-  if waits then return {'pending'} end
   return {'stopped', text}
 end
 
@@ -57,14 +55,14 @@ end
 -- carried out here (record, guard and payload go; a new token is the
 -- tombstone), before a cleanup moves the run to a live worker that would
 -- start it after the stop was answered (chaos soak seed 1591). While the
--- pool recovers, a keep-alive brought back from an older state looks
--- stale while its worker lives: a stop `stop_job` asked for waits for the
--- window to close ({'pending'}); a stop of one dispatch (`whole_dispatch`:
--- a stop answered before and undone, or an end made to stand) takes the
--- run away all the same (no cleanup can move it then), and is queued at
--- the worker as well, whose answer it waits for ({'ok'}): a worker that
--- lives stops the run (or finds its re-assertion refused by the
--- tombstone), and nothing new is admitted until the window closes.
+-- pool recovers nothing is taken ({'pending'}: the caller asks again, not
+-- queueing at a worker that may never read it): a keep-alive brought back
+-- from an older state looks stale while its worker lives, the record may
+-- be older than a run that has not re-asserted yet, and what a recovery
+-- gives back (a hand-off's payload, a suspended run left to the orphan
+-- sweep) could bring a removed run back unseen.
+-- `whole_dispatch`: a stop of one dispatch (a stop answered before and
+-- undone, or an end made to stand).
 -- Returns the reply, or nil when the worker is not judged dead.
 local function stop_on_dead_worker(key, owner, run, ttl, whole_dispatch)
   local registration = mget(WORKERS, owner)
@@ -72,10 +70,8 @@ local function stop_on_dead_worker(key, owner, run, ttl, whole_dispatch)
   local now = now_ms()
   local judged = math.min(now, tonumber(ARGV[12] or '') or now)
   if judged - last_renewal(owner, registration, KEYS[11]) <= ttl then return nil end
-  if not recovering(ttl) then return end_here(key, run, whole_dispatch, false) end
-  if not whole_dispatch then return {'pending'} end
-  end_here(key, run, true, true)
-  return nil
+  if recovering(ttl) then return {'pending'} end
+  return end_here(key, run, whole_dispatch)
 end
 -- One dispatch only: the end of a run recorded on a primary that stalled
 -- through its failover, made to stand on the promoted side, where a
@@ -92,9 +88,9 @@ if not j then
     -- A start of a stopped dispatch not claimed yet (e.g. in the inbox of
     -- a worker that died, which a cleanup would move to a live one): its
     -- guard goes, so no worker's claim or start record of it holds.
-    if ARGV[6] == 'stop' and dispatch > 0 then
+    if ARGV[6] == 'stop' and dispatch > 0 and not recovering(tonumber(ARGV[9])) then
       local guard = tonumber(string.match(mget(PENDING, ARGV[4]), '^(%d+)') or '') or 0
-      return end_here(ARGV[4], guard, true, recovering(tonumber(ARGV[9])))
+      return end_here(ARGV[4], guard, true)
     end
     return {'pending'}
   end

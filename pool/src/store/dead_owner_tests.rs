@@ -49,18 +49,6 @@ async fn held(f: &Fixture, key: &str) -> bool {
     record.is_some() || guard.is_some() || payload.is_some()
 }
 
-/// The admission stamp of `key`'s stored payload.
-async fn dispatch_of(f: &Fixture, key: &str) -> u64 {
-    let stored: Bytes = f
-        .store
-        .client
-        .hget(f.store.maps.payloads_key(), key)
-        .await
-        .unwrap();
-    let head = stored.split(|b| *b == b' ').next().unwrap();
-    std::str::from_utf8(head).unwrap().parse().unwrap()
-}
-
 #[tokio::test]
 async fn a_stop_of_a_run_on_a_dead_worker_is_carried_out_in_redis() {
     let f = &fixture().await;
@@ -122,7 +110,7 @@ async fn while_the_pool_recovers_a_dead_looking_run_is_not_taken() {
     f.register("holder").await;
     f.running("j-any", "quiet").await;
     let stopped_run = f.running("j-one", "quiet").await;
-    let dispatch = dispatch_of(f, "j-one").await;
+    let dispatch = f.admission_stamp("j-one").await;
     silence(f, "quiet").await;
     f.lose_epoch().await;
 
@@ -165,7 +153,7 @@ async fn a_stop_of_one_dispatch_on_a_dead_worker_leaves_newer_runs_their_place()
     f.register("dead").await;
     f.register("holder").await;
     let stopped_run = f.running("j", "dead").await;
-    let dispatch = dispatch_of(f, "j").await;
+    let dispatch = f.admission_stamp("j").await;
     silence(f, "dead").await;
     let Routed::Stopped(tombstone) = stop(f, "j", "dead", Some(dispatch), None).await else {
         panic!("the stop of one dispatch on a dead worker was not carried out");
@@ -190,7 +178,7 @@ async fn a_stop_of_one_dispatch_takes_its_start_before_any_worker_claims_it() {
     let f = &fixture().await;
     f.register("w").await;
     let token = f.admitted("j", "w").await;
-    let dispatch = dispatch_of(f, "j").await;
+    let dispatch = f.admission_stamp("j").await;
     // A stop `stop_job` asked for waits for the start; a stop of the
     // dispatch (answered before, undone) ends it here.
     assert_eq!(stop(f, "j", "w", None, None).await, Routed::Pending);

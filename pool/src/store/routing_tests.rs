@@ -185,14 +185,11 @@ async fn routing_scripts_answer_each_status() {
 /// dispatch of the key or none is "not found" with no tombstone.
 #[tokio::test]
 async fn a_request_for_one_dispatch_reaches_only_that_dispatch() {
-    use fred::prelude::HashesInterface;
     let f = &fixture().await;
     let s = &f.store;
     f.register("w1").await;
     f.admitted("j1", "w1").await;
-    let stored: bytes::Bytes = s.client.hget(s.maps.payloads_key(), "j1").await.unwrap();
-    let head = stored.split(|b| *b == b' ').next().unwrap();
-    let created: u64 = std::str::from_utf8(head).unwrap().parse().unwrap();
+    let created = f.admission_stamp("j1").await;
     let route = |dispatch: u64| async move {
         let request = OwnerRequest {
             owner: "w1",

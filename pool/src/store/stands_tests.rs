@@ -6,13 +6,6 @@
 use super::*;
 use fred::prelude::HashesInterface;
 
-/// The admission stamp of the payload Redis holds for `key`.
-async fn stamp(s: &PoolStore, key: &str) -> u64 {
-    let stored = s.payload(key).await.unwrap().expect("a payload");
-    let head = stored.split(|b| *b == b' ').next().unwrap();
-    std::str::from_utf8(head).unwrap().parse().unwrap()
-}
-
 #[tokio::test]
 async fn a_requested_stop_names_a_newer_run_of_its_dispatch() {
     let f = &fixture().await;
@@ -23,7 +16,7 @@ async fn a_requested_stop_names_a_newer_run_of_its_dispatch() {
     // The stopped run's dispatch, moved on (a cleanup on the state Redis
     // went back to) to w2 with a newer token.
     let stopped = f.admitted("moved", "w1").await;
-    let dispatch = stamp(s, "moved").await;
+    let dispatch = f.admission_stamp("moved").await;
     s.maps.pending_map().delete("moved").await.unwrap();
     let moved = format!("w2 {}", stopped + 1_000);
     s.maps.jobs_map().set("moved", &moved).await.unwrap();
@@ -49,7 +42,7 @@ async fn a_requested_stop_names_a_newer_run_of_its_dispatch() {
 
     // The same dispatch requeued and not started yet (a guard).
     let stopped = f.admitted("queued", "w1").await;
-    let dispatch = stamp(s, "queued").await;
+    let dispatch = f.admission_stamp("queued").await;
     s.maps.pending_map().delete("queued").await.unwrap();
     let guard = format!("{} 9999999999999 n-test/1", stopped + 1_000);
     s.maps.pending_map().set("queued", &guard).await.unwrap();
@@ -63,7 +56,7 @@ async fn a_requested_stop_names_a_newer_run_of_its_dispatch() {
     // An orphan of the stopped dispatch whose newer run (the counter
     // above the stop) Redis lost: owed a run by the sweep.
     let stopped = f.admitted("orphan", "w1").await;
-    let dispatch = stamp(s, "orphan").await;
+    let dispatch = f.admission_stamp("orphan").await;
     s.maps.pending_map().delete("orphan").await.unwrap();
     let _: i64 = s
         .client
@@ -90,7 +83,7 @@ async fn a_requested_stop_names_a_newer_run_of_its_dispatch() {
     // admission's own token.
     let newer = f.admitted("again", "w1").await;
     assert_eq!(
-        stamp(s, "again").await,
+        f.admission_stamp("again").await,
         newer,
         "the stamp is the admission's token"
     );
@@ -203,7 +196,7 @@ async fn the_end_of_a_run_passed_on_leaves_the_run_it_was_passed_to() {
     f.register("w1").await;
     f.register("w2").await;
     let token = f.admitted("k", "w1").await;
-    let admitted = stamp(s, "k").await;
+    let admitted = f.admission_stamp("k").await;
     s.maps.pending_map().delete("k").await.unwrap();
     s.maps
         .jobs_map()

@@ -60,6 +60,13 @@ impl Fixture {
         entries.into_iter().map(|(id, _)| id).collect()
     }
 
+    /// The admission stamp of `key`'s stored payload (its dispatch).
+    async fn admission_stamp(&self, key: &str) -> u64 {
+        let stored = self.store.payload(key).await.unwrap().expect("a payload");
+        let head = stored.split(|b| *b == b' ').next().unwrap();
+        std::str::from_utf8(head).unwrap().parse().unwrap()
+    }
+
     async fn register(&self, worker: &str) -> Option<u64> {
         self.store.register(worker, INFO).await.unwrap()
     }

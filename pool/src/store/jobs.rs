@@ -39,8 +39,9 @@ pub(crate) enum Routed {
     /// yet.
     Pending,
     /// A stop of an orphaned job (payload kept for the orphan sweep, no
-    /// owner): ended by the script itself, which left this fencing token as
-    /// its tombstone.
+    /// owner), of a run on a worker Redis judges dead, or of an unclaimed
+    /// start of one dispatch: ended by the script itself, which left this
+    /// fencing token as its tombstone.
     Stopped(u64),
     /// No such job. A stop left this fencing token as its tombstone (a
     /// notify leaves none).

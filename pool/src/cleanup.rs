@@ -369,6 +369,14 @@ impl NodeInner {
                     _ => None,
                 }
             }
+            Ok(Some(Handoff::Ended)) => {
+                tracing::warn!(
+                    key,
+                    from,
+                    "a dispatch whose stop was made to stand again ended instead of moved on"
+                );
+                Some(Handoff::Ended)
+            }
             Ok(Some(Handoff::NoPayload)) if matches!(mover, Mover::Cleaner(_)) => {
                 // A start recorded while the pool recovered, its payload
                 // lost with Redis's data, and its worker dead before it
@@ -592,6 +600,14 @@ impl NodeInner {
                     if let (Some(_), Some((admitted, body))) = (cleaner, &start_body) {
                         self.remember_moved(&key, token, *admitted, body.clone(), &target);
                     }
+                    Ok(Claim::Held)
+                }
+                (Moved::Ended, _) => {
+                    tracing::warn!(
+                        key,
+                        worker,
+                        "a dead worker's start of a dispatch whose stop was made to stand again ended instead of moved"
+                    );
                     Ok(Claim::Held)
                 }
                 (Moved::Ok | Moved::Gone, _) => Ok(Claim::Held),

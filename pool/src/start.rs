@@ -167,7 +167,9 @@ impl WorkerInner {
                 .0
             {
                 // A forward names no cleaner: no claim to lose.
-                Moved::Ok | Moved::Gone | Moved::ClaimLost | Moved::Recovering => return Ok(()),
+                Moved::Ok | Moved::Gone | Moved::ClaimLost | Moved::Recovering | Moved::Ended => {
+                    return Ok(());
+                }
                 Moved::NoTarget => node.refresh_ring(), // target left: run it here
             }
         }

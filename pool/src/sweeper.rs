@@ -242,6 +242,10 @@ impl NodeInner {
                 return true;
             }
             Ok(OrphanRequeue::NoTarget) => self.refresh_ring(),
+            Ok(OrphanRequeue::Ended) => tracing::warn!(
+                key,
+                "an orphan of a dispatch whose stop was made to stand again ended instead of requeued"
+            ),
             Ok(status) => tracing::debug!(key, ?status, "orphan not requeued"),
             Err(e) => tracing::warn!(key, error = %e, "orphan requeue failed"),
         }

@@ -136,6 +136,12 @@ pub(crate) enum Handoff {
     NoTarget,
     /// The job has no payload any more.
     NoPayload,
+    /// A cleaner's or an orphan's move of a dispatch marked over (a stop
+    /// `stop_job` was answered for, made to stand again after Redis went
+    /// back in time, found a newer run of it: see `dispatch_over` in
+    /// `scripts/base.lua`): the dispatch was ended instead, its record,
+    /// guard and payload removed.
+    Ended,
     /// The pool recovers from a data loss: orphans wait, and so do a job
     /// its owner held past its lease ([`Mover::OwnerPastLease`]) and a
     /// cleaner's moves ([`Mover::Cleaner`]).
@@ -157,6 +163,7 @@ impl Handoff {
             "not_owner" => Handoff::NotOwner,
             "no_target" => Handoff::NoTarget,
             "no_payload" => Handoff::NoPayload,
+            "ended" => Handoff::Ended,
             "recovering" => Handoff::Recovering,
             "claim_lost" => Handoff::ClaimLost,
             other => return Err(call::unknown_status(WHAT, other)),
@@ -173,6 +180,10 @@ call::status!(
         NoTarget = "no_target",
         /// The entry is no longer in the source inbox.
         Gone = "gone",
+        /// A cleaner's move of a start of a dispatch marked over (see
+        /// [`Handoff::Ended`]): the entry, its guard and the payload were
+        /// removed instead.
+        Ended = "ended",
         /// A cleanup's claim on the source worker is not the cleaner's any
         /// more: the entry stays.
         ClaimLost = "claim_lost",

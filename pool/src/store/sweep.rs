@@ -46,6 +46,9 @@ pub(crate) enum OrphanRequeue {
     NoTarget,
     /// The payload is gone.
     NoPayload,
+    /// The orphan's dispatch is marked over (see
+    /// [`super::Handoff::Ended`]): ended instead of requeued.
+    Ended,
 }
 
 /// One page of a scan that lists keys: the next cursor and the keys.
@@ -180,6 +183,7 @@ impl PoolStore {
             "recovering" => OrphanRequeue::Recovering,
             "no_target" => OrphanRequeue::NoTarget,
             "no_payload" => OrphanRequeue::NoPayload,
+            "ended" => OrphanRequeue::Ended,
             other => return Err(call::unknown_status(WHAT, other)),
         })
     }

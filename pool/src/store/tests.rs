@@ -700,3 +700,6 @@ mod stands_tests;
 
 #[path = "ended_again_tests.rs"]
 mod ended_again_tests;
+
+#[path = "over_tests.rs"]
+mod over_tests;

@@ -643,4 +643,5 @@ mod stop_undone;
 mod superseded_handoff;
 mod sweeper;
 mod unclaimed_start;
+mod undone_on_dead_worker;
 mod unrecorded_start;

@@ -340,6 +340,51 @@ local function ended_here(key, current, stored)
     and redis.call('HEXISTS', PAYLOADS, key) == 0
 end
 
+-- Dispatches over for good whose runs a state Redis went back to may
+-- still show: a field of the fencing hash per key ('\nended ' .. key; no
+-- job key has a control character) holding a token, every dispatch of the
+-- key admitted at or before it being over. `stop_stands.lua` writes it
+-- when a stop `stop_job` was answered for finds a newer run of the stopped
+-- dispatch on that state (a cleanup moved the stopped run before the stop
+-- stood again). The node that asked stops that run through its worker,
+-- but while the pool recovers a dead worker's run waits, and the cleanup
+-- after the window moved it to a live worker, which started the stopped
+-- dispatch again (chaos soak seed 1586). So a cleanup or the orphan sweep
+-- that would issue a run of such a dispatch ends it instead.
+local ENDED = '\nended '
+
+-- Marks every dispatch of `key` admitted at or before `token` over.
+local function mark_dispatch_over(key, token)
+  local field = ENDED .. key
+  if token > (tonumber(redis.call('HGET', FENCING, field) or '0') or 0) then
+    redis.call('HSET', FENCING, field, string.format('%d', token))
+  end
+end
+
+-- Whether the dispatch of `key` whose payload Redis holds (`stored`) is
+-- marked over. A mark older than the payload's admission names no
+-- dispatch Redis holds any more, and goes.
+local function dispatch_over(key, stored)
+  local field = ENDED .. key
+  local marked = tonumber(redis.call('HGET', FENCING, field) or '')
+  if not marked then return false end
+  local admitted = payload_admitted(stored)
+  if admitted > marked then
+    redis.call('HDEL', FENCING, field)
+    return false
+  end
+  return stamp_is_exact(admitted)
+end
+
+-- Ends the dispatch of `key` marked over instead of issuing a run of it:
+-- its payload and pending guard go, and the fencing counter is raised
+-- above every run issued, so no copy of one re-asserts.
+local function end_dispatch_over(key)
+  redis.call('HDEL', PAYLOADS, key)
+  if mget(PENDING, key) then mdel(PENDING, key) end
+  next_token(key)
+end
+
 -- When a cleanup claim ("<node> <since_ms>") was made (0 when unreadable).
 local function claim_since(claim)
   return tonumber(string.match(claim, ' (%d+)$') or '0') or 0
@@ -366,10 +411,16 @@ local function start_header(token, admitted, hops, request, node)
 end
 
 -- Issues a new fencing token for `key`, records the pending guard and
--- appends a start entry for the stored payload to `inbox`.
-local function enqueue_stored(key, inbox, pending_ttl, maxlen)
+-- appends a start entry for the stored payload to `inbox`. With
+-- `ends_over` (a cleanup's or the orphan sweep's move) a dispatch marked
+-- over is ended instead (`end_dispatch_over`): false, 'ended'.
+local function enqueue_stored(key, inbox, pending_ttl, maxlen, ends_over)
   local stored = redis.call('HGET', PAYLOADS, key)
   if not stored then return false end
+  if ends_over and dispatch_over(key, stored) then
+    end_dispatch_over(key)
+    return false, 'ended'
+  end
   local sp = string.find(stored, ' ', 1, true)
   local admitted = tonumber(string.sub(stored, 1, sp - 1))
   local body = string.sub(stored, sp + 1)

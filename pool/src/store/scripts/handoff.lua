@@ -20,6 +20,8 @@
 --       it)
 --       | {'claim_lost'} (a cleanup's claim on the expected owner is not
 --       the cleaner's any more: nothing of that worker is its to move)
+--       | {'ended'} (a cleaner's or an orphan's move of a dispatch marked
+--       over, see `dispatch_over`: ended instead, the record too)
 --       | {'recovering'} (an orphan is not requeued while the pool recovers
 --       from a data loss: a worker that runs it may not have re-asserted yet;
 --       nor a job its owner held past its lease, nor a cleaner's: see below)
@@ -55,7 +57,10 @@ end
 -- recovery leaves a record without its payload, until the owner re-asserts
 -- it) enqueue_stored writes nothing, and the record stays with the worker
 -- that holds the job's body.
-local token, stored = enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]))
+-- A cleaner's or an orphan's move of a dispatch marked over (a stop made
+-- to stand again after a rollback, see `dispatch_over`) ends it instead.
+local token, stored = enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]),
+  ARGV[10] ~= '' or expected == '-')
 if not token then
   if ARGV[10] ~= '' and expected ~= '-' then
     -- A cleaner's: the dead worker held the body, and the pool has
@@ -64,6 +69,7 @@ if not token then
     -- (a worker that comes back re-asserts the run over no record).
     mdel(JOBS, key)
   end
+  if stored == 'ended' then return {'ended'} end
   return {'no_payload'}
 end
 if expected ~= '-' then mdel(JOBS, key) end

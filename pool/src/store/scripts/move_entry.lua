@@ -20,7 +20,9 @@
 -- Returns 'ok' ('ok <token>' for a start a cleaner moved, with its new token:
 -- the cleaner remembers the job until its new owner starts it) |
 -- 'no_target' (the target does not read its inbox: see
--- `worker_current`) | 'gone' | 'claim_lost' (a cleanup's claim on the source worker
+-- `worker_current`) | 'gone' | 'ended' (a cleaner's move of a start of a
+-- dispatch marked over, see `dispatch_over`: the entry, its guard and the
+-- payload gone) | 'claim_lost' (a cleanup's claim on the source worker
 -- is not the cleaner's any more) | 'recovering' (a cleaner's move while the
 -- pool recovers, or on a state older than the cleaner has seen: a start it
 -- moved before a rollback may be back, its token issued again by the older
@@ -35,6 +37,17 @@ if ARGV[10] ~= '' then
     return 'recovering'
   end
 end
+local key = ARGV[9]
+if ARGV[10] ~= '' and ARGV[5] == 'start' and key and key ~= '' then
+  -- A start of a dispatch marked over (a stop made to stand again after a
+  -- rollback, see `dispatch_over`): ended instead of moved on.
+  local stored = redis.call('HGET', PAYLOADS, key)
+  if stored and dispatch_over(key, stored) then
+    if redis.call('XDEL', KEYS[9], ARGV[4]) == 0 then return 'gone' end
+    end_dispatch_over(key)
+    return 'ended'
+  end
+end
 if not worker_current(ARGV[7], KEYS[11], KEYS[12], tonumber(ARGV[12])) then
   return 'no_target'
 end
@@ -42,7 +55,6 @@ if redis.call('XDEL', KEYS[9], ARGV[4]) == 0 then
   return 'gone'
 end
 local payload = ARGV[6]
-local key = ARGV[9]
 local moved_token
 if ARGV[5] == 'start' and key and key ~= '' then
   local old = string.match(payload, '^(%d+) ')

@@ -11,7 +11,9 @@
 --       recovery window after a data loss), 10 grace ms, 11 the least
 --       server time (ms) it can be now by the caller's clock (the grace is
 --       judged by the smaller of that and `TIME`, see `sweep_orphans.lua`)
--- Returns {'ok', token} | {'changed'} (not the orphan the sweep saw, or not
+-- A dispatch marked over (a stop made to stand again after a rollback, see
+-- `dispatch_over`) is ended instead: {'ended'}.
+-- Returns {'ok', token} | {'ended'} | {'changed'} (not the orphan the sweep saw, or not
 --       due: nothing done) | {'recovering'} | {'no_target'} | {'no_payload'}
 local key, state, target = ARGV[4], ARGV[5], ARGV[6]
 local MARKS = KEYS[11]
@@ -42,5 +44,6 @@ if redis.call('HEXISTS', PAYLOADS, key) == 0 then
 end
 if record then mdel(JOBS, key) end
 redis.call('HDEL', MARKS, key)
--- The token alone (the parentheses keep the stored payload out).
-return {'ok', (enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8])))}
+local token, ended = enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]), true)
+if not token then return {ended or 'no_payload'} end
+return {'ok', token}

@@ -15,7 +15,9 @@
 -- Redis went back to (a cleanup moved the stopped run from a dead worker
 -- before the stop stood again; the nodes that remembered it were cut off
 -- or gone). It is not removed here (its worker would run on): the caller
--- stops it through its worker, as `stop_job` does ('undone').
+-- stops it through its worker, as `stop_job` does ('undone'), and the
+-- dispatch is marked over (`mark_dispatch_over`): a cleanup of a dead
+-- worker running it, or the orphan sweep, ends it instead of moving it on.
 -- A node that wrote to a primary that stalled through its failover
 -- (`yielding`) carried out some of its stops there, under tokens from that
 -- server's clock on a branch the promoted side never saw: larger than the
@@ -44,6 +46,10 @@ local function undone(key, stopped)
   -- A stamp in ms (written by an earlier build) names no single dispatch.
   local admitted = tonumber(string.match(stored, '^(%d+) ') or '') or 0
   if stamp_is_exact(admitted) and admitted <= stopped then
+    -- The run issued after the stop goes on until its worker stops it; a
+    -- cleanup or the orphan sweep that would issue another ends the
+    -- dispatch instead (its worker may be dead).
+    mark_dispatch_over(key, stopped)
     return string.format('undone %d', admitted)
   end
   return nil

@@ -49,6 +49,12 @@ pub(crate) fn payloads(pool: &str) -> String {
 #[cfg(test)]
 pub(crate) const EPOCH_FIELD: &str = "\nepoch";
 
+/// Prefix of the fencing hash's field that marks a key's dispatches over
+/// up to a token (`ENDED` in `scripts/base.lua`, which alone writes it):
+/// the field is this prefix and the job key. Tests read it.
+#[cfg(test)]
+pub(crate) const ENDED_FIELD_PREFIX: &str = "\nended ";
+
 /// Plain hash of per-key fencing counters (job key → last token issued).
 pub(crate) fn fencing(pool: &str) -> String {
     format!("fl:{{{pool}}}:fencing")

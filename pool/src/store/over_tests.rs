@@ -9,11 +9,11 @@
 //! the stopped dispatches again before their stops reached them.
 
 use super::*;
-use fred::prelude::HashesInterface;
+use fred::prelude::{HashesInterface, StreamsInterface};
 
-/// The mark's field in the fencing hash (`ENDED` in `scripts/base.lua`).
+/// The mark's field in the fencing hash.
 fn mark_field(key: &str) -> String {
-    format!("\nended {key}")
+    format!("{}{key}", keys::ENDED_FIELD_PREFIX)
 }
 
 /// A claim on `worker` by node `node`, old enough to be a dead worker's.
@@ -171,4 +171,73 @@ async fn an_orphan_of_a_dispatch_marked_over_is_ended_not_requeued() {
         !held(f, "h").await,
         "the stopped dispatch is still in Redis"
     );
+}
+
+#[tokio::test]
+async fn a_claim_of_a_start_of_a_dispatch_marked_over_ends_it() {
+    let f = &fixture().await;
+    let s = &f.store;
+    for w in ["w1", "w2"] {
+        f.register(w).await;
+    }
+    // The dispatch's start moved on by a cleaner (a newer token, the same
+    // admission), on a state Redis went back to; the stop of its first
+    // run, made to stand, finds it undone.
+    let stopped = f.admitted("c", "w1").await;
+    let dispatch = f.admission_stamp("c").await;
+    let entries: Vec<(String, HashMap<String, Bytes>)> = s
+        .client
+        .xrange(f.inbox("w1"), "-", "+", None)
+        .await
+        .unwrap();
+    let (queued, fields) = entries.into_iter().next().unwrap();
+    claim(f, "w1", "n-me").await;
+    let (from_inbox, to_inbox) = (f.inbox("w1"), f.inbox("w2"));
+    let entry = EntryMove {
+        from: "w1",
+        from_inbox: &from_inbox,
+        to: "w2",
+        to_inbox: &to_inbox,
+        id: &queued,
+        name: "start",
+        payload: fields["p"].clone(),
+        requeue: Requeue {
+            key: Some("c"),
+            cleaner: Some("n-me"),
+        },
+        worker_ttl: TTL,
+        pending_ttl: TTL,
+    };
+    let (moved, token) = s.move_entry_token(entry).await.unwrap();
+    let token = token.expect("a moved start's new token");
+    assert_eq!((moved, token > stopped), (Moved::Ok, true));
+    assert_eq!(
+        s.stop_stands_batch(&[("c", stopped)], StopKind::Dispatch)
+            .await
+            .unwrap(),
+        vec![StopStands::Undone(dispatch)]
+    );
+    // w2 claims the moved start (not fresh: it follows a rollback).
+    let id = f.entry_ids("w2").await[0].clone();
+    let start = StartToRecord {
+        key: "c".to_string(),
+        token,
+        worker: "w2".to_string(),
+        inbox: f.inbox("w2"),
+        entry_id: id,
+        reply: None,
+        admitted: dispatch,
+    };
+    assert_eq!(
+        s.claim_start(&start, TTL, TTL).await.unwrap(),
+        Claimed::Superseded
+    );
+    assert!(
+        !held(f, "c").await,
+        "the stopped dispatch is still in Redis"
+    );
+    assert!(f.entry_ids("w2").await.is_empty(), "the start stayed");
+    // A copy of the moved run cannot re-assert over the end.
+    let counter: u64 = s.client.hget(keys::fencing(&s.pool), "c").await.unwrap();
+    assert!(counter > token, "counter {counter}, moved run {token}");
 }

@@ -377,12 +377,15 @@ local function dispatch_over(key, stored)
 end
 
 -- Ends the dispatch of `key` marked over instead of issuing a run of it:
--- its payload and pending guard go, and the fencing counter is raised
--- above every run issued, so no copy of one re-asserts.
+-- its payload and pending guard go, and the fencing counter rises just
+-- above every run issued, so no copy of one re-asserts. Not to a token
+-- from the clock: a later dispatch whose admission Redis lost may run on
+-- a worker that has not re-asserted it yet, and must still outrank this.
 local function end_dispatch_over(key)
   redis.call('HDEL', PAYLOADS, key)
   if mget(PENDING, key) then mdel(PENDING, key) end
-  next_token(key)
+  local current = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
+  keep_token(key, string.format('%d', current + 1))
 end
 
 -- When a cleanup claim ("<node> <since_ms>") was made (0 when unreadable).

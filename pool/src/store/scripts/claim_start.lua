@@ -10,7 +10,8 @@
 --       8 reply request id (0: none), 9 worker ttl ms (the recovery
 --       window), 10 the revisions the node has seen (`went_back`),
 --       11 pending ttl ms (the guard deadline of an entry issued again)
--- Returns 'ok' | 'superseded' (entry removed, dispatcher answered) |
+-- Returns 'ok' | 'superseded' (entry removed, dispatcher answered; also
+-- for a start of a dispatch marked over, which ends) |
 -- 'unregistered' (the worker is gone or being cleaned up: the entry stays
 -- for the cleaner to move) | 'gone' (the entry is no longer in this
 -- worker's inbox: a cleaner moved it, and the copy it appended elsewhere,
@@ -50,6 +51,20 @@ local function lapsed_but_newest()
 end
 local guarded = p and string.sub(p, 1, #token + 1) == token .. ' '
 if running or not (guarded or (not p and lapsed_but_newest())) then
+  stream_remove(KEYS[9], ARGV[7])
+  if ARGV[8] ~= '0' then
+    stream_add(KEYS[10], 'reply', ARGV[8] .. ' superseded', 1000)
+  end
+  return 'superseded'
+end
+-- A start of a dispatch marked over (a stop made to stand again after a
+-- rollback found a newer run of it, see `dispatch_over`): the dispatch
+-- ends here, before any run of it starts. Fresh starts do not come here
+-- (`record_starts.lua`), and a start that follows a rollback is not fresh.
+local stored = redis.call('HGET', FENCING, ENDED .. key)
+  and redis.call('HGET', PAYLOADS, key)
+if stored and dispatch_over(key, stored) then
+  end_dispatch_over(key)
   stream_remove(KEYS[9], ARGV[7])
   if ARGV[8] ~= '0' then
     stream_add(KEYS[10], 'reply', ARGV[8] .. ' superseded', 1000)

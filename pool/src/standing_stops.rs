@@ -160,10 +160,39 @@ impl NodeInner {
             .filter(|stop| !stood.contains(stop))
             // A newer run of the key goes on here.
             .filter(|(key, token)| worker.jobs.get(key).is_none_or(|j| j.token <= *token));
-        self.make_stand(stops, StopKind::Run, |key, token, _| {
-            tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
-        })
-        .await
+        self.worker_stops_stand(worker, stops.collect()).await
+    }
+
+    /// Makes `stops` of `worker` stand: those that ended a whole dispatch
+    /// (stopped on request, or ended for good: `record_dispatch`) as
+    /// [`StopKind::Dispatch`], so that a newer run of that dispatch marks
+    /// it over in Redis (a cleanup or the sweep ends it rather than moving
+    /// it on: chaos soak seed 1586, finished jobs run again); the others
+    /// (a run's end Redis did not record as the dispatch's, runs passed on
+    /// that ended elsewhere) as [`StopKind::Run`].
+    async fn worker_stops_stand(
+        &self,
+        worker: &WorkerInner,
+        stops: Vec<(String, u64)>,
+    ) -> Result<()> {
+        let (whole, runs): (Vec<_>, Vec<_>) = stops
+            .into_iter()
+            .partition(|(key, token)| worker.stopped.ended_dispatch(key, *token));
+        let log = |key: &str, token: u64, status: StopStands| match status {
+            StopStands::Undone(dispatch) => tracing::warn!(
+                key,
+                token,
+                dispatch,
+                worker = %worker.id,
+                "a dispatch that ended here has a newer run on the state Redis went back to: marked over"
+            ),
+            _ => {
+                tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback")
+            }
+        };
+        self.make_stand(whole.into_iter(), StopKind::Dispatch, log)
+            .await?;
+        self.make_stand(runs.into_iter(), StopKind::Run, log).await
     }
 
     /// The part of [`stops_stand`](Self::stops_stand) that need not wait
@@ -184,10 +213,7 @@ impl NodeInner {
                 stops.push((key, token));
             }
         }
-        self.make_stand(stops.iter().cloned(), StopKind::Run, |key, token, _| {
-            tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback");
-        })
-        .await?;
+        self.worker_stops_stand(worker, stops.clone()).await?;
         Ok(stops.into_iter().collect())
     }
 

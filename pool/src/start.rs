@@ -78,16 +78,17 @@ impl WorkerInner {
             return drop_superseded(node, &start).await;
         }
         if let Some(stopped) = self.stopped.stopped_dispatch(&key, entry.admitted) {
-            // A run of a dispatch stopped here on request, issued after the
-            // stop on a state Redis went back to (a cleanup moved the
-            // stopped run on again): `stop_job` ended that dispatch, so its
-            // stop stands over this run too, guard and payload.
+            // A run of a dispatch stopped here on request (or ended here
+            // for good), issued after the stop on a state Redis went back
+            // to (a cleanup moved the stopped run on again): that dispatch
+            // is over, so its stop stands over this run too, guard and
+            // payload.
             tracing::info!(
                 worker = %self.id,
                 key,
                 token = entry.token,
                 stopped,
-                "start of a dispatch stopped here on request; the stop stands, the start is dropped"
+                "start of a dispatch stopped or ended here; its end stands, the start is dropped"
             );
             node.store
                 .stop_stands(&key, entry.token.max(stopped))

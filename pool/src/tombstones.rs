@@ -58,8 +58,9 @@ impl StopTombstones {
     }
 
     /// Remembers that dispatch `admitted` (its admission stamp) of `key`
-    /// was stopped on request, its run `token` with it: the dispatch is
-    /// over. A stamp written by an earlier build (ms: not unique to one
+    /// is over, its run `token` with it: stopped on request, or ended for
+    /// good (finished, or failed past its restarts) with Redis recording
+    /// the end. A stamp written by an earlier build (ms: not unique to one
     /// dispatch) is remembered as a run's stop only.
     pub(crate) fn record_dispatch(&self, key: &str, token: u64, admitted: u64) {
         self.record(key, token);
@@ -78,6 +79,14 @@ impl StopTombstones {
             .get(key)
             .filter(|(stamp, _)| *stamp == admitted)
             .map(|(_, token)| *token)
+    }
+
+    /// Whether the newest stop of `key` remembered, at `token`, ended its
+    /// whole dispatch ([`record_dispatch`](Self::record_dispatch)).
+    pub(crate) fn ended_dispatch(&self, key: &str, token: u64) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.tokens.get(key) == Some(&token)
+            && inner.dispatches.get(key).is_some_and(|(_, t)| *t == token)
     }
 
     /// The stops recorded within `within` (key, newest stopped token).
@@ -137,6 +146,23 @@ mod tests {
         recent.sort();
         assert_eq!(recent, [("k".to_string(), 5)]);
         assert!(t.recent(Duration::ZERO).is_empty());
+    }
+
+    #[test]
+    fn only_a_dispatchs_end_is_a_whole_dispatchs() {
+        let t = StopTombstones::default();
+        t.record("run", 5);
+        assert!(!t.ended_dispatch("run", 5));
+        let exact = 1_700_000_000_000_000;
+        t.record_dispatch("over", 9, exact);
+        assert!(t.ended_dispatch("over", 9));
+        assert!(!t.ended_dispatch("over", 8));
+        // A newer run's stop, not of a whole dispatch, is the newest.
+        t.record("over", 12);
+        assert!(!t.ended_dispatch("over", 12));
+        // A stamp in ms names no single dispatch.
+        t.record_dispatch("ms", 4, 1_700_000_000_000);
+        assert!(!t.ended_dispatch("ms", 4));
     }
 
     #[test]

@@ -184,7 +184,8 @@ impl WorkerInner {
                 self.clone().report_later(ended);
             }
             Ok(EndRecorded::Finished { ended_at }) => {
-                self.end_locally(key, ended.token, ended_at).await;
+                self.end_locally(key, ended.token, ended_at, Some(job.admitted))
+                    .await;
                 node.report_final_end(key, ended.token, job.admitted, asked, FinalEnd::Finished)
                     .await;
             }
@@ -204,11 +205,12 @@ impl WorkerInner {
                     .restart_after(key.to_string(), ended.token, policy.first_delay);
             }
             Ok(EndRecorded::Moved) => {
-                self.end_locally(key, ended.token, ended.token).await;
+                self.end_locally(key, ended.token, ended.token, None).await;
                 tracing::info!(key, "run ended; Redis names another run of the key");
             }
             Ok(EndRecorded::Failed { failures, ended_at }) => {
-                self.end_locally(key, ended.token, ended_at).await;
+                self.end_locally(key, ended.token, ended_at, Some(job.admitted))
+                    .await;
                 node.metrics.job_failures.increment(1);
                 let error = match &ended.end {
                     RunEnd::Failed(error) => error.clone(),
@@ -239,11 +241,19 @@ impl WorkerInner {
     /// it (or the run's token): made to stand after a loss, it also ends a
     /// move of the run issued before it that a rollback took back, which
     /// a cleaner remembers and would otherwise give back (chaos soak seed
-    /// 1564: a finished job ran again).
-    async fn end_locally(&self, key: &str, token: u64, ended_at: u64) {
+    /// 1564: a finished job ran again). `admitted`: the dispatch's
+    /// admission stamp when Redis recorded the end (the dispatch is over,
+    /// as after a stop `stop_job` asked for: a newer run of it undoes the
+    /// end, see `StopTombstones::record_dispatch`); `None` when Redis named
+    /// another run (this one's end says nothing of the dispatch).
+    async fn end_locally(&self, key: &str, token: u64, ended_at: u64, admitted: Option<u64>) {
         self.lifecycle.forget(key);
+        let remember = |stopped: &crate::tombstones::StopTombstones| match admitted {
+            Some(admitted) => stopped.record_dispatch(key, ended_at, admitted),
+            None => stopped.record(key, ended_at),
+        };
         if self.jobs.remove_if(key, |_, j| j.token == token).is_some() {
-            self.stopped.record(key, ended_at);
+            remember(&self.stopped);
             if let Err(e) = self.stop_handler(key).await {
                 tracing::debug!(key, error = %e, "handler stop of an ended run failed");
             }
@@ -256,7 +266,7 @@ impl WorkerInner {
         if suspended.get(key).is_some_and(|j| j.token == token) {
             suspended.remove(key);
             drop(suspended);
-            self.stopped.record(key, ended_at);
+            remember(&self.stopped);
         }
     }
 

@@ -373,7 +373,7 @@ impl NodeInner {
                 tracing::warn!(
                     key,
                     from,
-                    "a dispatch whose stop was made to stand again ended instead of moved on"
+                    "a dispatch marked over (its stop or end made to stand again after a rollback) ended instead of moved on"
                 );
                 Some(Handoff::Ended)
             }
@@ -606,7 +606,7 @@ impl NodeInner {
                     tracing::warn!(
                         key,
                         worker,
-                        "a dead worker's start of a dispatch whose stop was made to stand again ended instead of moved"
+                        "a dead worker's start of a dispatch marked over (its stop or end made to stand again after a rollback) ended instead of moved"
                     );
                     Ok(Claim::Held)
                 }

@@ -244,7 +244,7 @@ impl NodeInner {
             Ok(OrphanRequeue::NoTarget) => self.refresh_ring(),
             Ok(OrphanRequeue::Ended) => tracing::warn!(
                 key,
-                "an orphan of a dispatch whose stop was made to stand again ended instead of requeued"
+                "an orphan of a dispatch marked over (its stop or end made to stand again after a rollback) ended instead of requeued"
             ),
             Ok(status) => tracing::debug!(key, ?status, "orphan not requeued"),
             Err(e) => tracing::warn!(key, error = %e, "orphan requeue failed"),

@@ -137,10 +137,10 @@ pub(crate) enum Handoff {
     /// The job has no payload any more.
     NoPayload,
     /// A cleaner's or an orphan's move of a dispatch marked over (a stop
-    /// `stop_job` was answered for, made to stand again after Redis went
-    /// back in time, found a newer run of it: see `dispatch_over` in
-    /// `scripts/base.lua`): the dispatch was ended instead, its record,
-    /// guard and payload removed.
+    /// `stop_job` was answered for, or a worker's end of the dispatch,
+    /// made to stand again after Redis went back in time, found a newer
+    /// run of it: see `dispatch_over` in `scripts/base.lua`): the dispatch
+    /// was ended instead, its record, guard and payload removed.
     Ended,
     /// The pool recovers from a data loss: orphans wait, and so do a job
     /// its owner held past its lease ([`Mover::OwnerPastLease`]) and a

@@ -79,8 +79,10 @@ pub(crate) enum StopKind {
     /// One run a worker stopped or ended (a newer run of the same dispatch
     /// may be a hand-off of it, and goes on).
     Run,
-    /// A stop `stop_job` asked for and was answered: it ended the whole
-    /// dispatch, and a newer run of it undoes the stop.
+    /// A stop `stop_job` asked for and was answered, or a run's end Redis
+    /// recorded as its dispatch's (finished, failed for good): it ended the
+    /// whole dispatch, and a newer run of it undoes the end (the dispatch
+    /// is marked over in Redis, see `stop_stands.lua`).
     Dispatch,
 }
 

@@ -344,13 +344,15 @@ end
 -- still show: a field of the fencing hash per key ('\nended ' .. key; no
 -- job key has a control character) holding a token, every dispatch of the
 -- key admitted at or before it being over. `stop_stands.lua` writes it
--- when a stop `stop_job` was answered for finds a newer run of the stopped
--- dispatch on that state (a cleanup moved the stopped run before the stop
--- stood again). The node that asked stops that run through its worker,
--- but while the pool recovers a dead worker's run waits, and the cleanup
--- after the window moved it to a live worker, which started the stopped
--- dispatch again (chaos soak seed 1586). So a cleanup or the orphan sweep
--- that would issue a run of such a dispatch ends it instead.
+-- when the end of a whole dispatch (a stop `stop_job` was answered for, a
+-- run that finished or failed for good), made to stand again, finds a
+-- newer run of that dispatch on that state (a cleanup moved the ended run
+-- before the end stood again). The node that asked for a stop stops that
+-- run through its worker, but while the pool recovers a dead worker's run
+-- waits, and the cleanup after the window moved it to a live worker,
+-- which started the ended dispatch again (chaos soak seed 1586). So a
+-- cleanup, the orphan sweep, or a claim of a start that is not fresh ends
+-- such a dispatch instead of running it.
 local ENDED = '\nended '
 
 -- Marks every dispatch of `key` admitted at or before `token` over.

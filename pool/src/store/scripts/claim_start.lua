@@ -57,7 +57,7 @@ if running or not (guarded or (not p and lapsed_but_newest())) then
   end
   return 'superseded'
 end
--- A start of a dispatch marked over (a stop made to stand again after a
+-- A start of a dispatch marked over (a stop or end made to stand again after a
 -- rollback found a newer run of it, see `dispatch_over`): the dispatch
 -- ends here, before any run of it starts. Fresh starts do not come here
 -- (`record_starts.lua`), and a start that follows a rollback is not fresh.

@@ -57,7 +57,7 @@ end
 -- recovery leaves a record without its payload, until the owner re-asserts
 -- it) enqueue_stored writes nothing, and the record stays with the worker
 -- that holds the job's body.
--- A cleaner's or an orphan's move of a dispatch marked over (a stop made
+-- A cleaner's or an orphan's move of a dispatch marked over (a stop or end made
 -- to stand again after a rollback, see `dispatch_over`) ends it instead.
 local token, stored = enqueue_stored(key, KEYS[9], tonumber(ARGV[7]), tonumber(ARGV[8]),
   ARGV[10] ~= '' or expected == '-')

@@ -39,7 +39,7 @@ if ARGV[10] ~= '' then
 end
 local key = ARGV[9]
 if ARGV[10] ~= '' and ARGV[5] == 'start' and key and key ~= '' then
-  -- A start of a dispatch marked over (a stop made to stand again after a
+  -- A start of a dispatch marked over (a stop or end made to stand again after a
   -- rollback, see `dispatch_over`): ended instead of moved on.
   local stored = redis.call('HGET', PAYLOADS, key)
   if stored and dispatch_over(key, stored) then

@@ -11,7 +11,7 @@
 --       recovery window after a data loss), 10 grace ms, 11 the least
 --       server time (ms) it can be now by the caller's clock (the grace is
 --       judged by the smaller of that and `TIME`, see `sweep_orphans.lua`)
--- A dispatch marked over (a stop made to stand again after a rollback, see
+-- A dispatch marked over (a stop or end made to stand again after a rollback, see
 -- `dispatch_over`) is ended instead: {'ended'}.
 -- Returns {'ok', token} | {'ended'} | {'changed'} (not the orphan the sweep saw, or not
 --       due: nothing done) | {'recovering'} | {'no_target'} | {'no_payload'}

@@ -29,8 +29,10 @@
 -- `stop_job` asked there again found nothing to stop).
 -- KEYS: base
 -- ARGV: base, 4 'yielding' | '', then three per stop: job key, fencing token of the stopped
--- run, '1' for a stop `stop_job` asked for ('0': a run a worker stopped or
--- ended) (a recovery makes many stops stand in a few calls: until they
+-- run, '1' for the end of a whole dispatch (a stop `stop_job` asked for, a
+-- run a worker finished or failed for good, which Redis recorded as the
+-- dispatch's end) ('0': a run a worker stopped or ended, whose dispatch
+-- may go on) (a recovery makes many stops stand in a few calls: until they
 -- stand, a crash of the node that remembers them takes them along)
 -- Returns one status per stop: 'removed' | 'newer' | 'none' |
 -- 'undone <admitted>' (a newer run of the stopped dispatch, whose

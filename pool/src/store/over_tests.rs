@@ -26,6 +26,36 @@ async fn claim(f: &Fixture, worker: &str, node: &str) {
         .unwrap();
 }
 
+/// A cleanup (node "n-me", its claim on w1 taken) moves `key`'s start,
+/// the first entry of w1's inbox, to w2.
+async fn moved_by_cleaner(f: &Fixture, key: &str) -> (Moved, Option<u64>) {
+    let entries: Vec<(String, HashMap<String, Bytes>)> = f
+        .store
+        .client
+        .xrange(f.inbox("w1"), "-", "+", None)
+        .await
+        .unwrap();
+    let (queued, fields) = entries.into_iter().next().unwrap();
+    claim(f, "w1", "n-me").await;
+    let (from_inbox, to_inbox) = (f.inbox("w1"), f.inbox("w2"));
+    let entry = EntryMove {
+        from: "w1",
+        from_inbox: &from_inbox,
+        to: "w2",
+        to_inbox: &to_inbox,
+        id: &queued,
+        name: "start",
+        payload: fields["p"].clone(),
+        requeue: Requeue {
+            key: Some(key),
+            cleaner: Some("n-me"),
+        },
+        worker_ttl: TTL,
+        pending_ttl: TTL,
+    };
+    f.store.move_entry_token(entry).await.unwrap()
+}
+
 /// Whether Redis holds a record, guard or payload of `key`.
 async fn held(f: &Fixture, key: &str) -> bool {
     let (_, record, guard) = f.store.job_records(key).await.unwrap();
@@ -105,30 +135,11 @@ async fn a_cleanup_ends_a_dead_workers_run_of_a_dispatch_marked_over() {
 #[tokio::test]
 async fn a_cleaners_move_of_a_start_of_a_dispatch_marked_over_ends_it() {
     let f = &fixture().await;
-    let s = &f.store;
     for w in ["w1", "w2"] {
         f.register(w).await;
     }
     undone(f, "q", "w1", None).await;
-    let queued = f.entry_ids("w1").await[0].clone();
-    claim(f, "w1", "n-me").await;
-    let (from_inbox, to_inbox) = (f.inbox("w1"), f.inbox("w2"));
-    let entry = EntryMove {
-        from: "w1",
-        from_inbox: &from_inbox,
-        to: "w2",
-        to_inbox: &to_inbox,
-        id: &queued,
-        name: "start",
-        payload: body("q"),
-        requeue: Requeue {
-            key: Some("q"),
-            cleaner: Some("n-me"),
-        },
-        worker_ttl: TTL,
-        pending_ttl: TTL,
-    };
-    assert_eq!(s.move_entry(entry).await.unwrap(), Moved::Ended);
+    assert_eq!(moved_by_cleaner(f, "q").await, (Moved::Ended, None));
     assert!(
         !held(f, "q").await,
         "the stopped dispatch is still in Redis"
@@ -185,30 +196,7 @@ async fn a_claim_of_a_start_of_a_dispatch_marked_over_ends_it() {
     // run, made to stand, finds it undone.
     let stopped = f.admitted("c", "w1").await;
     let dispatch = f.admission_stamp("c").await;
-    let entries: Vec<(String, HashMap<String, Bytes>)> = s
-        .client
-        .xrange(f.inbox("w1"), "-", "+", None)
-        .await
-        .unwrap();
-    let (queued, fields) = entries.into_iter().next().unwrap();
-    claim(f, "w1", "n-me").await;
-    let (from_inbox, to_inbox) = (f.inbox("w1"), f.inbox("w2"));
-    let entry = EntryMove {
-        from: "w1",
-        from_inbox: &from_inbox,
-        to: "w2",
-        to_inbox: &to_inbox,
-        id: &queued,
-        name: "start",
-        payload: fields["p"].clone(),
-        requeue: Requeue {
-            key: Some("c"),
-            cleaner: Some("n-me"),
-        },
-        worker_ttl: TTL,
-        pending_ttl: TTL,
-    };
-    let (moved, token) = s.move_entry_token(entry).await.unwrap();
+    let (moved, token) = moved_by_cleaner(f, "c").await;
     let token = token.expect("a moved start's new token");
     assert_eq!((moved, token > stopped), (Moved::Ok, true));
     assert_eq!(

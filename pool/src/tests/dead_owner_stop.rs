@@ -12,26 +12,16 @@ use super::*;
 
 /// A node whose own cleanup pass never comes within a test: whether a
 /// dead worker is cleaned up is up to the node the test joins for it.
-fn options(cleanup: Duration) -> NodeOptions {
+pub(super) fn options(cleanup: Duration) -> NodeOptions {
     NodeOptions::default()
         .worker_ttl(Duration::from_millis(1500))
         .dispatch_timeout(Duration::from_secs(4))
         .cleanup_interval(cleanup)
 }
 
-/// Whether Redis judges `worker` silent for over `ttl`: its keep-alive
-/// (server time) older than that by the server's clock.
-async fn silent_for_over(node: &Node, worker: &str, ttl: Duration) -> bool {
-    let store = &node.inner.store;
-    let hash = store.maps.keepalive.keys_info().hash.clone();
-    let last: Option<u64> = store.client.hget(&hash, worker).await.unwrap();
-    let now = store.server_time_ms().await.unwrap();
-    last.is_some_and(|last| now.saturating_sub(last) > ttl.as_millis() as u64)
-}
-
 /// Whether Redis holds anything of `key`: a record, a pending guard, a
 /// payload.
-async fn held_in_redis(node: &Node, key: &str) -> bool {
+pub(super) async fn held_in_redis(node: &Node, key: &str) -> bool {
     let store = &node.inner.store;
     let mut held = false;
     for hash in [

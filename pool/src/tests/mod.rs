@@ -104,6 +104,16 @@ async fn two_nodes_with_options(
     (client, a, b, wa, wb)
 }
 
+/// Whether Redis judges `worker` silent for over `ttl`: its keep-alive
+/// (server time) older than that by the server's clock.
+async fn silent_for_over(node: &Node, worker: &str, ttl: Duration) -> bool {
+    let store = &node.inner.store;
+    let hash = store.maps.keepalive.keys_info().hash.clone();
+    let last: Option<u64> = store.client.hget(&hash, worker).await.unwrap();
+    let now = store.server_time_ms().await.unwrap();
+    last.is_some_and(|last| now.saturating_sub(last) > ttl.as_millis() as u64)
+}
+
 /// A key that `node`'s ring places on `worker`. Waits for the ring to
 /// include the worker: the workers map can show a new worker before the
 /// ring (built from it and the keep-alives) does.

@@ -10,26 +10,10 @@
 
 use fred::types::Value;
 
+use super::dead_owner_stop::{held_in_redis, options};
 use super::resume::Failing;
 use super::*;
 use crate::store::{StopKind, StopStands};
-
-/// A node whose own cleanup runs every `cleanup`.
-fn options(cleanup: Duration) -> NodeOptions {
-    NodeOptions::default()
-        .worker_ttl(Duration::from_millis(1500))
-        .dispatch_timeout(Duration::from_secs(4))
-        .cleanup_interval(cleanup)
-}
-
-/// Whether Redis judges `worker` silent for over `ttl` by its clock.
-async fn silent_for_over(node: &Node, worker: &str, ttl: Duration) -> bool {
-    let store = &node.inner.store;
-    let hash = store.maps.keepalive.keys_info().hash.clone();
-    let last: Option<u64> = store.client.hget(&hash, worker).await.unwrap();
-    let now = store.server_time_ms().await.unwrap();
-    last.is_some_and(|last| now.saturating_sub(last) > ttl.as_millis() as u64)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_workers_run_of_a_dispatch_whose_stop_stood_again_is_not_moved_on() {
@@ -146,12 +130,8 @@ async fn not_moved_on(
     for other in others {
         assert_eq!(other.job_token(key), None, "the ended dispatch runs again");
     }
-    let store = &c.inner.store;
-    let (_, record, guard) = store.job_records(key).await.unwrap();
-    let left: Value = client.hget(store.maps.payloads_key(), key).await.unwrap();
-    assert_eq!(
-        (record, guard, left.is_null()),
-        (None, None, true),
+    assert!(
+        !held_in_redis(&c, key).await,
         "the ended dispatch is still in Redis"
     );
     c.close().await.unwrap();

@@ -49,13 +49,17 @@ local function lapsed_but_newest()
   return tonumber(redis.call('HGET', FENCING, key) or '') == tonumber(token)
     and redis.call('HEXISTS', PAYLOADS, key) == 1
 end
-local guarded = p and string.sub(p, 1, #token + 1) == token .. ' '
-if running or not (guarded or (not p and lapsed_but_newest())) then
+-- The entry goes and its dispatcher is told.
+local function superseded()
   stream_remove(KEYS[9], ARGV[7])
   if ARGV[8] ~= '0' then
     stream_add(KEYS[10], 'reply', ARGV[8] .. ' superseded', 1000)
   end
   return 'superseded'
+end
+local guarded = p and string.sub(p, 1, #token + 1) == token .. ' '
+if running or not (guarded or (not p and lapsed_but_newest())) then
+  return superseded()
 end
 -- A start of a dispatch marked over (a stop or end made to stand again after a
 -- rollback found a newer run of it, see `dispatch_over`): the dispatch
@@ -65,11 +69,7 @@ local stored = redis.call('HGET', FENCING, ENDED .. key)
   and redis.call('HGET', PAYLOADS, key)
 if stored and dispatch_over(key, stored) then
   end_dispatch_over(key)
-  stream_remove(KEYS[9], ARGV[7])
-  if ARGV[8] ~= '0' then
-    stream_add(KEYS[10], 'reply', ARGV[8] .. ' superseded', 1000)
-  end
-  return 'superseded'
+  return superseded()
 end
 -- While the pool recovers, the entry may be one Redis brought back by
 -- going back in time, of a key that runs on another worker with a newer

@@ -26,15 +26,41 @@ pub(crate) const LANE_QUEUE: usize = 512;
 pub(crate) enum InboxEvent {
     /// Start a job.
     Start(StartEntry),
-    /// Stop a job; the token of the run the stop was sent for, when the
-    /// router knew it (`"stop <token>"`).
-    Stop(KeyedRequest, Option<u64>),
+    /// Stop a job: the run and dispatch the stop was sent for.
+    Stop(KeyedRequest, StopFor),
     /// A notification or message for a job's key.
     Keyed(KeyedRequest),
     /// What a closing worker remembered of a job, to remember here.
     Keep(KeptJobs),
     /// An entry that cannot be handled; it is dead-lettered.
     Malformed(Error),
+}
+
+/// What a stop was sent for (`"stop <token> [<dispatch>]"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct StopFor {
+    /// The token of the run the router found recorded, when it knew one.
+    pub(crate) run: Option<u64>,
+    /// For a stop of one dispatch (an undone stop asked again, an end made
+    /// to stand): that dispatch's admission stamp (µs). A run of another
+    /// dispatch goes on: after a rollback the router may have read an
+    /// older dispatch's payload beside a newer dispatch's run.
+    pub(crate) dispatch: Option<u64>,
+}
+
+impl StopFor {
+    /// Parses the numbers after `"stop "` (none: an older router's stop).
+    fn parse(name: &str) -> StopFor {
+        let mut numbers = name
+            .strip_prefix("stop ")
+            .unwrap_or_default()
+            .split(' ')
+            .map(|n| n.parse::<u64>().ok().filter(|n| *n > 0));
+        StopFor {
+            run: numbers.next().flatten(),
+            dispatch: numbers.next().flatten(),
+        }
+    }
 }
 
 /// An event and its parsed form, on its way to a lane.
@@ -52,10 +78,7 @@ impl Delivery {
                 .map(InboxEvent::Start)
                 .unwrap_or_else(InboxEvent::Malformed),
             name if name == EV_STOP || name.starts_with("stop ") => {
-                let target = name
-                    .strip_prefix("stop ")
-                    .and_then(|t| t.parse::<u64>().ok())
-                    .filter(|t| *t > 0);
+                let target = StopFor::parse(name);
                 codec::decode("stop request", &event.payload)
                     .map(|req| InboxEvent::Stop(req, target))
                     .unwrap_or_else(InboxEvent::Malformed)
@@ -239,13 +262,21 @@ mod stop_target_tests {
     }
 
     #[test]
-    fn a_stop_names_the_run_it_was_sent_for() {
+    fn a_stop_names_the_run_and_dispatch_it_was_sent_for() {
         let target = |name: &str| match Delivery::parse(stop_event(name)).parsed {
-            InboxEvent::Stop(_, t) => t,
+            InboxEvent::Stop(_, t) => (t.run, t.dispatch),
             _ => panic!("{name} is not a stop"),
         };
-        assert_eq!(target("stop"), None);
-        assert_eq!(target("stop 1795375680122012"), Some(1_795_375_680_122_012));
-        assert_eq!(target("stop 0"), None, "the router knew no run");
+        assert_eq!(target("stop"), (None, None));
+        assert_eq!(
+            target("stop 1795375680122012"),
+            (Some(1_795_375_680_122_012), None)
+        );
+        assert_eq!(target("stop 0"), (None, None), "the router knew no run");
+        assert_eq!(
+            target("stop 1795375680122012 1795375680100000"),
+            (Some(1_795_375_680_122_012), Some(1_795_375_680_100_000)),
+            "a stop of one dispatch"
+        );
     }
 }

@@ -39,6 +39,7 @@ mod server_clock;
 mod silent_link;
 mod standing_stops;
 mod start;
+mod stop_request;
 mod store;
 mod sweeper;
 mod tasks;

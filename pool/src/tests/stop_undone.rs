@@ -165,3 +165,74 @@ async fn a_stop_undone_by_a_requeue_of_its_dispatch_elsewhere_is_carried_out_aga
     );
     node.close().await.unwrap();
 }
+
+/// A stop of one dispatch asked again (an undone stop, an end made to
+/// stand) reaches only a run of that dispatch. After a rollback Redis may
+/// hold an older dispatch's payload beside the record of a newer
+/// dispatch's run, until that run's worker re-asserts it with its own
+/// payload: the stop, routed by the older payload to that worker, must
+/// leave the newer dispatch's run alone. Chaos soak seed 1599 on
+/// `07e2c17` (Sentinel): a stop of an older dispatch asked again stopped
+/// the newer dispatch's run, which then ran nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_of_an_older_dispatch_leaves_a_newer_dispatchs_run() {
+    let server = RedisServer::start().unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("stop-older-dispatch");
+    let node = Node::join(&client, &name, options()).await.unwrap();
+    let handler = Counting::default();
+    let worker = Worker::new(&node, handler.clone()).await.unwrap();
+
+    node.dispatch_job("k", &b"older"[..]).await.unwrap();
+    let (older, _) = raw_state(&client, &node, "k").await;
+    let older_bytes = older.as_bytes().expect("a stored payload").to_vec();
+    let (older_stamp, _) = crate::codec::split_stored(&older_bytes).expect("stamped");
+    node.stop_job("k").await.unwrap();
+    node.dispatch_job("k", &b"newer"[..]).await.unwrap();
+    let (newer, _) = raw_state(&client, &node, "k").await;
+    let run = worker.job_token("k").expect("the newer dispatch runs");
+    let stops = handler.stops.load(Ordering::SeqCst);
+
+    // Redis shows the older dispatch's payload under the newer run's record.
+    let _: i64 = client
+        .hset(node.inner.store.maps.payloads_key(), ("k", older))
+        .await
+        .unwrap();
+    // The stop of the older dispatch is asked again; it is not done while
+    // that payload routes it to the newer run's worker.
+    let asked = node
+        .inner
+        .stop_dispatch(
+            "k",
+            crate::codec::stamp_us(older_stamp),
+            Duration::from_secs(1),
+        )
+        .await;
+    assert_eq!(
+        (worker.job_token("k"), handler.stops.load(Ordering::SeqCst)),
+        (Some(run), stops),
+        "a stop of the older dispatch stopped the newer dispatch's run (asked: {asked:?})"
+    );
+
+    // Once the newer run's payload is back (its worker re-asserts it), the
+    // older dispatch is found nowhere: the stop is done.
+    let _: i64 = client
+        .hset(node.inner.store.maps.payloads_key(), ("k", newer))
+        .await
+        .unwrap();
+    let asked = node
+        .inner
+        .stop_dispatch(
+            "k",
+            crate::codec::stamp_us(older_stamp),
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(asked.is_ok(), "the older dispatch's stop: {asked:?}");
+    assert_eq!(
+        (worker.job_token("k"), handler.stops.load(Ordering::SeqCst)),
+        (Some(run), stops),
+        "the newer dispatch's run goes on"
+    );
+    node.close().await.unwrap();
+}

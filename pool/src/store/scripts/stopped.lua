@@ -6,7 +6,8 @@
 --       none),
 --       9 worker ttl ms (the recovery window after a data loss), 10 the
 --       token of the run the stop was sent for ('0': not known), 11 the
---       token of the worker's own newer run it left going on ('0': none),
+--       token of the worker's own run it left going on ('0': none; a newer
+--       run, or a run of another dispatch than a stop of one dispatch's),
 --       12 '1' when the worker held the run past its lease (suspended, or
 --       running after the lease lapsed), '0' when it ran under a lease that
 --       held or none was held
@@ -32,11 +33,13 @@ local recorded = tonumber(record and string.match(record, ' (%d+)$') or '') or 0
 local held = tonumber(ARGV[8]) or 0
 local target = tonumber(ARGV[10]) or 0
 local kept = tonumber(ARGV[11]) or 0
-if target > 0 and kept > target then
-  -- The worker runs a newer run than the one the stop was sent for, and
-  -- left it going on. The record may still name the older run (Redis went
-  -- back in time to before the newer start): keep it for the newer run's
-  -- re-assertion, and let the dispatcher send the stop again for it.
+if kept > 0 then
+  -- The worker runs a newer run than the one the stop was sent for, or a
+  -- run of another dispatch than the one a stop of one dispatch was sent
+  -- for, and left it going on. The record may still name the older run
+  -- (Redis went back in time to before the newer start), or the payload
+  -- be an older dispatch's: keep both for the run's re-assertion, and let
+  -- the dispatcher send the stop again.
   status = 'retry'
 elseif record and target > 0 and recorded > target then
   -- The stop was sent for an older run (read again after Redis went back

@@ -129,9 +129,16 @@ if ARGV[6] == 'stop' then
 end
 -- A stop names the run it is for ("stop <token>"): the same entry read
 -- again after Redis went back in time, or moved on by a cleanup, must not
--- stop a newer run of the key.
+-- stop a newer run of the key. A stop of one dispatch names that dispatch
+-- too ("stop <token> <admitted>"): after a rollback the payload read above
+-- may be an older dispatch's beside a newer dispatch's run, which its
+-- worker has not re-asserted yet with its own payload; the worker leaves a
+-- run of another dispatch alone (chaos soak seed 1599: an undone stop
+-- asked again stopped the newer dispatch's run, which then ran nowhere).
 local name = ARGV[6]
-if name == 'stop' then
+if name == 'stop' and dispatch > 0 then
+  name = string.format('stop %d %d', run, stamp_us(dispatch))
+elseif name == 'stop' then
   name = string.format('stop %d', run)
 end
 stream_add(KEYS[9], name, ARGV[7], tonumber(ARGV[8]))

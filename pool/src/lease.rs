@@ -71,7 +71,10 @@ impl NodeInner {
                     next = Instant::now();
                 }
                 Ok(Ok(Renewal {
-                    server_ms, unknown, ..
+                    server_ms,
+                    unknown,
+                    claimed,
+                    ..
                 })) => {
                     // Behind Sentinel, a server the Sentinels no longer
                     // name the primary (it stalled through its failover)
@@ -88,6 +91,9 @@ impl NodeInner {
                         self.freshness.invalidate("lease gap");
                         self.lose_lease(last_ok).await;
                     }
+                    // Before the lease counts again: a worker a cleaner
+                    // claimed starts nothing (see `keepalive.lua`).
+                    self.note_cleanup_claims(&claimed);
                     self.freshness.server_time(server_ms, sent);
                     // Redis stamped the keep-alive after `sent`: nobody may
                     // take this node's jobs before `sent + worker_ttl`.

@@ -9,6 +9,7 @@
 //! per-job work.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use fred::prelude::*;
 use futures::StreamExt;
@@ -121,6 +122,36 @@ impl NodeInner {
                 let _ = self.store.forget_node(node).await;
                 tracing::info!(node, "stale node removed");
             }
+        }
+    }
+
+    /// Notes which of this node's workers a renewal found under another
+    /// node's cleanup claim (`claimed`): those start nothing until a
+    /// renewal finds the claim gone. Their cleaner may be moving their
+    /// inbox entries, and a fresh entry read before the move would start
+    /// here while its moved copy starts elsewhere. Once a claim is gone,
+    /// entries appended before then are not fresh any more: one read
+    /// while it stood may have been moved since, and is claimed in Redis
+    /// before it starts.
+    pub(crate) fn note_cleanup_claims(&self, claimed: &[String]) {
+        let mut cleared = false;
+        for worker in self.workers.iter() {
+            let now = claimed.iter().any(|id| id == worker.key());
+            let was = worker.cleanup_claimed.swap(now, Ordering::SeqCst);
+            if now && !was {
+                tracing::warn!(
+                    node = %self.id,
+                    worker = %worker.key(),
+                    running = worker.jobs.len(),
+                    "a cleanup claim stands on a live worker: it starts nothing until the claim is gone"
+                );
+            } else if was && !now {
+                tracing::info!(node = %self.id, worker = %worker.key(), "the cleanup claim on the worker is gone");
+                cleared = true;
+            }
+        }
+        if cleared {
+            self.freshness.invalidate("cleanup claim gone");
         }
     }
 }

@@ -476,9 +476,21 @@ impl WorkerInner {
         }
     }
 
+    /// `Unavailable` unless this worker holds its lease and no cleanup
+    /// claim stood on it at the last renewal (a lease regained while a
+    /// cleaner moves the worker's entries is no lease to start under).
     fn check_lease(&self, node: &NodeInner) -> Result<()> {
         if !self.holds_lease(node) {
             return Err(lease_lost());
+        }
+        if self
+            .cleanup_claimed
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(Error::Unavailable(fred::error::Error::new(
+                fred::error::ErrorKind::Timeout,
+                "a cleanup claim stands on the worker",
+            )));
         }
         Ok(())
     }

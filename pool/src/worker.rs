@@ -90,6 +90,10 @@ pub(crate) struct WorkerInner {
     /// Set while the node's lease is lost: no job may start, and one that
     /// started meanwhile is stopped at once.
     pub(crate) lease_lost: std::sync::atomic::AtomicBool,
+    /// Set while the last renewal found another node's cleanup claim on
+    /// this worker: its cleaner may be moving its inbox entries (a fresh
+    /// one among them), so no job starts here, whatever the lease says.
+    pub(crate) cleanup_claimed: std::sync::atomic::AtomicBool,
     /// Cancelled when the lease lapses, which cancels every handler
     /// `start` under way (see [`WorkerInner::start_handler`]); replaced by
     /// a fresh one before the lease is taken as held again.
@@ -163,6 +167,7 @@ impl Worker {
             seen: SeenEntries::default(),
             rewind: RewindState::default(),
             lease_lost: std::sync::atomic::AtomicBool::new(false),
+            cleanup_claimed: std::sync::atomic::AtomicBool::new(false),
             lease_lapse: std::sync::Mutex::new(CancellationToken::new()),
             start_interrupt: std::sync::Mutex::new((0, CancellationToken::new())),
             stop_timeout: inner.options.stop_timeout,

@@ -186,6 +186,9 @@ pub(crate) struct Renewal {
     pub(crate) server_ms: u64,
     /// The workers Redis does not know (not renewed).
     pub(crate) unknown: Vec<String>,
+    /// The workers renewed under another node's cleanup claim: their
+    /// cleaner may be moving their inbox entries, so they start nothing.
+    pub(crate) claimed: Vec<String>,
     /// Nothing was renewed: the node had heard no reply for over a TTL
     /// (see `keepalive.lua`).
     pub(crate) unheard: bool,
@@ -253,17 +256,19 @@ impl PoolStore {
             .and_then(|v| v.as_string())
             .and_then(|s| s.parse().ok())
             .unwrap_or_default();
-        // Worker ids are strings; the refusal is the integer 0.
+        // The refusal is the integer 0 in place of the lists.
         let unheard = matches!(reply.get(1), Some(Value::Integer(_)));
-        let unknown = reply
-            .into_iter()
-            .skip(1)
-            .filter(|v| !matches!(v, Value::Integer(_)))
-            .filter_map(|v| v.as_string())
-            .collect();
+        let ids = |at: usize| -> Vec<String> {
+            match reply.get(at) {
+                Some(Value::Array(ids)) => ids.iter().filter_map(|v| v.as_string()).collect(),
+                _ => Vec::new(),
+            }
+        };
+        let (unknown, claimed) = (ids(1), ids(2));
         Ok(Renewal {
             server_ms,
             unknown,
+            claimed,
             unheard,
         })
     }

@@ -605,6 +605,7 @@ async fn forget_in_redis(client: &fred::prelude::Client, hashes: &[String], key:
 
 mod batches;
 mod claim_in_recovery;
+mod claimed_worker;
 mod cleaned_rollback;
 mod cleaner_custody;
 mod cleanup_empty_ring;

@@ -5,9 +5,14 @@
 --       7 worker ttl ms, 8 cleanup channel, 9 server time (ms) of the last
 --       renewal whose reply the node heard ('0': none yet), 10.. worker ids
 --       (bounded by the node's worker count)
--- Returns {now_ms, unknown worker ids...}: workers no longer registered
--- (cleaned up, or Redis lost its data) are not renewed. Finding the pool's
--- epoch gone (data loss) opens the recovery window.
+-- Returns {now_ms, {unknown worker ids...}, {claimed worker ids...}}:
+-- workers no longer registered (cleaned up, or Redis lost its data) are not
+-- renewed; workers renewed under another node's cleanup claim are named,
+-- for their cleaner may be moving their inbox entries, so they start
+-- nothing until a renewal finds the claim gone (chaos soak seed 1598: a
+-- worker whose lease came back after Redis refused writes started a fresh
+-- entry its cleaner moved on, and both ran it). Finding the pool's epoch
+-- gone (data loss) opens the recovery window.
 -- Returns {now_ms, 0} and renews nothing when the node has heard no reply
 -- for more than a TTL: its link fails one way (commands arrive, replies do
 -- not), so it has stopped its jobs for want of a renewal it heard, and
@@ -30,7 +35,7 @@ local heard = tonumber(ARGV[9]) or 0
 if heard > 0 and now_n - heard > ttl then
   return {now, 0}
 end
-local unknown = {now}
+local unknown, claimed = {}, {}
 -- This node's own claim on a worker it is closing (`retire_worker`): the
 -- close takes the worker out of the ring and removes it when done, and a
 -- close may take longer than a TTL (slow stops, a recovery). Cleared
@@ -47,6 +52,8 @@ for i = 10, #ARGV do
     local claim = redis.call('HGET', KEYS[13], w)
     if claim and claim ~= closing and now_n - claim_since(claim) > ttl then
       rmap_batch_del(unclaimed, w)
+    elseif claim and claim ~= closing then
+      claimed[#claimed + 1] = w
     end
   else
     unknown[#unknown + 1] = w
@@ -55,4 +62,4 @@ end
 rmap_batch_flush(renewed)
 rmap_batch_flush(unclaimed)
 rmap_set(KEYS[11], KEYS[12], ARGV[5], ARGV[6], now)
-return unknown
+return {now, unknown, claimed}

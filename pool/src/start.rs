@@ -330,7 +330,6 @@ impl WorkerInner {
         }
     }
 
-    /// `Unavailable` ("lease lost") unless this worker holds its lease now.
     /// A start entry this worker read and could not claim because Redis no
     /// longer shows the worker or the entry: a cleaner moved it (its copy
     /// elsewhere is the live one), or Redis lost its data between the read
@@ -476,21 +475,11 @@ impl WorkerInner {
         }
     }
 
-    /// `Unavailable` unless this worker holds its lease and no cleanup
-    /// claim stood on it at the last renewal (a lease regained while a
-    /// cleaner moves the worker's entries is no lease to start under).
+    /// `Unavailable` ("lease lost") unless a run may start here now
+    /// ([`WorkerInner::may_start`]).
     fn check_lease(&self, node: &NodeInner) -> Result<()> {
-        if !self.holds_lease(node) {
+        if !self.may_start(node) {
             return Err(lease_lost());
-        }
-        if self
-            .cleanup_claimed
-            .load(std::sync::atomic::Ordering::SeqCst)
-        {
-            return Err(Error::Unavailable(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                "a cleanup claim stands on the worker",
-            )));
         }
         Ok(())
     }

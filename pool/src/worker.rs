@@ -360,6 +360,16 @@ impl WorkerInner {
         !self.lease_lost.load(std::sync::atomic::Ordering::SeqCst) && node.lease_valid()
     }
 
+    /// Whether a run may start here now: the lease holds, and no cleanup
+    /// claim stood on the worker at the last renewal (a lease regained
+    /// while a cleaner moves the worker's entries is none to start under).
+    pub(crate) fn may_start(&self, node: &NodeInner) -> bool {
+        self.holds_lease(node)
+            && !self
+                .cleanup_claimed
+                .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Whether `key` runs here or is held suspended (a lease loss moves a
     /// job from one set to the other under the suspended set's lock, which
     /// this holds, so a job in transit is never in neither).

@@ -369,9 +369,10 @@ impl WorkerInner {
             self.lifecycle.forget(&key);
             return;
         };
-        if !self.holds_lease(&node) {
-            // No start without a lease; the watchdog suspends the job and
-            // the resume restarts it, else try again shortly.
+        if !self.may_start(&node) {
+            // No start without a lease (nor under a cleanup claim); the
+            // watchdog suspends the job and the resume restarts it, else
+            // try again shortly.
             self.clone().restart_after(key, token, RETRY_AFTER);
             return;
         }

@@ -315,6 +315,21 @@ impl Fleet {
         self.running.get(key).is_some_and(|p| !p.is_empty())
     }
 
+    /// Where `key` runs (per the ledgers of live processes): each process
+    /// and its workers running it, with whether the process is up.
+    pub(crate) fn holders(&self, key: &str) -> Vec<(u32, bool, Vec<String>)> {
+        let up: HashSet<u32> = self.up().into_iter().collect();
+        let mut holders: Vec<(u32, bool, Vec<String>)> = self
+            .running
+            .get(key)
+            .into_iter()
+            .flatten()
+            .map(|(pid, workers)| (*pid, up.contains(pid), workers.iter().cloned().collect()))
+            .collect();
+        holders.sort();
+        holders
+    }
+
     /// Kills every process (reaping them) and drops the proxies.
     pub(crate) async fn kill_all(&mut self) {
         for mut m in self.members.drain(..) {

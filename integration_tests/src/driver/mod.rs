@@ -340,6 +340,9 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    if final_recovery.is_none() {
+        run.report_unconverged();
+    }
     let end_ns = mono_ns();
     let driver_ledger = dir.join("driver.jsonl");
     let mut ledgers = vec![read_ledger(&driver_ledger)?];
@@ -472,6 +475,30 @@ impl Run {
                 .keys_in(KeyState::Stopped)
                 .iter()
                 .all(|k| !self.fleet.runs_anywhere(k))
+    }
+
+    /// Logs what keeps the pool from converging at the end of the
+    /// recovery window: keys believed running that run on no member that
+    /// is up, and keys believed stopped that run somewhere (a few each).
+    fn report_unconverged(&mut self) {
+        let missing = self.not_running();
+        let stopped_running: Vec<String> = self
+            .load
+            .keys_in(KeyState::Stopped)
+            .into_iter()
+            .filter(|k| self.fleet.runs_anywhere(k))
+            .collect();
+        tracing::warn!(
+            missing = missing.len(),
+            stopped_but_running = stopped_running.len(),
+            "final convergence not reached"
+        );
+        for key in missing.iter().take(10) {
+            tracing::warn!(key, holders = ?self.fleet.holders(key), "believed running, runs on no member that is up");
+        }
+        for key in stopped_running.iter().take(10) {
+            tracing::warn!(key, holders = ?self.fleet.holders(key), "believed stopped, runs (process, up, workers)");
+        }
     }
 
     /// Whether every key the dispatchers believe running runs on a member

@@ -334,9 +334,21 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     load.settle_unknown().await;
     let window_start = Instant::now();
     let mut final_recovery = None;
+    // Until it converges: when the keys that kept it changed, and which
+    // (a key lost with a killed holder and Redis's data never runs again,
+    // which the check below finds; the pool has converged without it).
+    let mut missing_since: Vec<(Duration, Vec<String>)> = Vec::new();
     while window_start.elapsed() < options.recovery_window {
-        if final_recovery.is_none() && run.converged() {
-            final_recovery = Some(window_start.elapsed());
+        if final_recovery.is_none() {
+            match run.missing_when_stops_hold() {
+                Some(missing) if missing.is_empty() => {
+                    final_recovery = Some(window_start.elapsed());
+                }
+                Some(missing) if missing_since.last().is_none_or(|(_, m)| *m != missing) => {
+                    missing_since.push((window_start.elapsed(), missing));
+                }
+                _ => {}
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -364,6 +376,15 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
             ..CheckOptions::for_ttl(options.ttl)
         },
     );
+    if final_recovery.is_none() {
+        final_recovery = missing_since
+            .iter()
+            .find(|(_, missing)| missing.iter().all(|k| report.lost_with_killed_holder.contains(k)))
+            .map(|(at, missing)| {
+                tracing::info!(keys = missing.len(), "the keys that kept the pool from converging were all lost with a killed holder and Redis's data");
+                *at
+            });
+    }
     run.fleet.kill_all().await;
     for closing in run.closing.drain(..) {
         closing.abort();
@@ -468,13 +489,16 @@ fn still_unrecovered(
 impl Run {
     /// Whether every key the dispatchers believe running runs on a member
     /// that is up, and no key believed stopped runs anywhere.
-    fn converged(&mut self) -> bool {
-        self.recovered()
-            && self
-                .load
-                .keys_in(KeyState::Stopped)
-                .iter()
-                .all(|k| !self.fleet.runs_anywhere(k))
+    /// The keys believed running that run on no member that is up, once
+    /// no key believed stopped runs anywhere (`None` while one does): the
+    /// pool has converged when this is empty.
+    fn missing_when_stops_hold(&mut self) -> Option<Vec<String>> {
+        let stops_hold = self
+            .load
+            .keys_in(KeyState::Stopped)
+            .iter()
+            .all(|k| !self.fleet.runs_anywhere(k));
+        stops_hold.then(|| self.not_running())
     }
 
     /// Logs what keeps the pool from converging at the end of the
@@ -499,12 +523,6 @@ impl Run {
         for key in stopped_running.iter().take(10) {
             tracing::warn!(key, holders = ?self.fleet.holders(key), "believed stopped, runs (process, up, workers)");
         }
-    }
-
-    /// Whether every key the dispatchers believe running runs on a member
-    /// that is up.
-    fn recovered(&mut self) -> bool {
-        self.not_running().is_empty()
     }
 
     /// The keys believed running that run on no member that is up.

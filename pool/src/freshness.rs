@@ -5,7 +5,10 @@
 //! stale (its key may run elsewhere) only if
 //!
 //! * a cleaner moved the entry to another worker, which needs this worker
-//!   to be silent for a TTL of server time, so its lease lapsed first;
+//!   to be silent for a TTL of server time, so its lease lapsed first (and
+//!   a lease that comes back while the cleaner's claim stands is none to
+//!   start under: the renewal names the claimed worker, which starts
+//!   nothing until the claim is gone, and the doubt is raised then);
 //! * its pending guard was removed: past the guard's deadline (the stale
 //!   pending sweep), or with all of Redis's data.
 //!

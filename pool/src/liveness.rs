@@ -134,7 +134,7 @@ impl NodeInner {
     /// while it stood may have been moved since, and is claimed in Redis
     /// before it starts.
     pub(crate) fn note_cleanup_claims(&self, claimed: &[String]) {
-        let mut cleared = false;
+        let mut cleared = Vec::new();
         for worker in self.workers.iter() {
             let now = claimed.iter().any(|id| id == worker.key());
             let was = worker.cleanup_claimed.swap(now, Ordering::SeqCst);
@@ -147,11 +147,16 @@ impl NodeInner {
                 );
             } else if was && !now {
                 tracing::info!(node = %self.id, worker = %worker.key(), "the cleanup claim on the worker is gone");
-                cleared = true;
+                cleared.push(worker.value().clone());
             }
         }
-        if cleared {
+        if !cleared.is_empty() {
             self.freshness.invalidate("cleanup claim gone");
+        }
+        // The entries refused meanwhile wait in the inbox: read at once,
+        // not after the delay their failures grew.
+        for worker in cleared {
+            worker.rewind_soon(self);
         }
     }
 }

@@ -17,6 +17,12 @@ use crate::worker::WorkerInner;
 pub(crate) struct RewindState {
     scheduled: std::sync::atomic::AtomicBool,
     failures: std::sync::atomic::AtomicU32,
+    /// Cuts a scheduled rewind's delay short: what held the entries back
+    /// is over (the lease is back, a cleanup claim is gone), and a delay
+    /// grown while it lasted (up to 5 s) would let their pending guards
+    /// run out first (chaos soak seed 1601: entries refused while the pool
+    /// recovered waited out their guards after it had).
+    soon: tokio::sync::Notify,
 }
 
 impl RewindState {
@@ -55,9 +61,12 @@ impl WorkerInner {
         )
     }
 
-    /// Reads the inbox again after the shortest delay (the lease is back).
+    /// Reads the inbox again after the shortest delay (the lease is back,
+    /// or a cleanup claim on the worker is gone), also when a rewind is
+    /// scheduled already with a longer one.
     pub(crate) fn rewind_soon(self: &Arc<Self>, node: &NodeInner) {
         self.rewind.succeeded();
+        self.rewind.soon.notify_one();
         self.clone().rewind(node);
     }
 
@@ -74,6 +83,7 @@ impl WorkerInner {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}
+                () = self.rewind.soon.notified() => {}
             }
             self.rewind.started();
             let Some(node) = self.node() else { return };

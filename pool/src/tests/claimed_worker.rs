@@ -69,14 +69,32 @@ async fn a_worker_under_a_cleanup_claim_starts_nothing_until_it_is_gone() {
         "a worker under a cleanup claim started a job"
     );
 
-    // The claim goes (the cleaner gave up): the entry starts.
+    // The claim goes (the cleaner gave up): once a renewal finds it gone,
+    // the entry starts at once, not after the delay its refusals grew
+    // (up to 5 s; its pending guard may run out first).
     let _: i64 = client.hdel(&cleanup, worker.id()).await.unwrap();
+    wait_until(
+        Duration::from_secs(15),
+        "a renewal found the claim gone",
+        || {
+            let claimed = worker.inner.cleanup_claimed.load(Ordering::SeqCst);
+            async move { !claimed }
+        },
+    )
+    .await
+    .unwrap();
+    let gone = tokio::time::Instant::now();
     wait_until(Duration::from_secs(15), "the job started", || {
         let runs = worker.job_token("k").is_some();
         async move { runs }
     })
     .await
     .unwrap();
+    assert!(
+        gone.elapsed() < Duration::from_secs(2),
+        "the job started {:?} after the claim was found gone",
+        gone.elapsed()
+    );
     assert_eq!(handler.starts.load(Ordering::SeqCst), 1);
     tokio::time::timeout(Duration::from_secs(15), dispatch)
         .await

@@ -126,6 +126,7 @@ impl NodeInner {
                     // an error held back at the last resume are asked for
                     // again at every renewal.
                     self.resume_wanted.notify_one();
+                    self.rewinds_due();
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(node = %self.id, error = %e, "keep-alive failed");

@@ -49,6 +49,26 @@ impl RewindState {
     }
 }
 
+impl NodeInner {
+    /// At a renewal: every worker's scheduled rewind runs now rather than
+    /// after its grown delay (up to 5 s), so an entry refused while the
+    /// pool recovered, or while the lease was lost, is read again within a
+    /// renewal period of the refusal's end, well within its pending guard;
+    /// one that still fails schedules the next with its delay grown on.
+    pub(crate) fn rewinds_due(&self) {
+        for worker in self.workers.iter() {
+            if worker
+                .rewind
+                .failures
+                .load(std::sync::atomic::Ordering::Acquire)
+                > 0
+            {
+                worker.rewind.soon.notify_one();
+            }
+        }
+    }
+}
+
 impl WorkerInner {
     /// Events that failed since the last one that succeeded, and whether a
     /// rewind is waiting to run.
@@ -71,7 +91,8 @@ impl WorkerInner {
     }
 
     /// Reads the inbox again from its oldest entry, after a delay that grows
-    /// while events keep failing (100 ms doubling up to 5 s). Entries still
+    /// while events keep failing (100 ms doubling up to 5 s; cut short at
+    /// the node's next renewal, [`NodeInner::rewinds_due`]). Entries still
     /// there are the ones not handled yet; those queued or just finished
     /// are skipped by `seen`. Without a lease nothing is re-read: resuming
     /// after the lease is back rewinds every worker.

@@ -193,21 +193,22 @@ async fn a_stop_of_an_older_dispatch_leaves_a_newer_dispatchs_run() {
     let run = worker.job_token("k").expect("the newer dispatch runs");
     let stops = handler.stops.load(Ordering::SeqCst);
 
+    let payloads = node.inner.store.maps.payloads_key();
+    let stop_older = |within: u64| {
+        let node = node.clone();
+        async move {
+            let dispatch = crate::codec::stamp_us(older_stamp);
+            (node.inner)
+                .stop_dispatch("k", dispatch, Duration::from_secs(within))
+                .await
+        }
+    };
+
     // Redis shows the older dispatch's payload under the newer run's record.
-    let _: i64 = client
-        .hset(node.inner.store.maps.payloads_key(), ("k", older))
-        .await
-        .unwrap();
+    let _: i64 = client.hset(payloads, ("k", older)).await.unwrap();
     // The stop of the older dispatch is asked again; it is not done while
     // that payload routes it to the newer run's worker.
-    let asked = node
-        .inner
-        .stop_dispatch(
-            "k",
-            crate::codec::stamp_us(older_stamp),
-            Duration::from_secs(1),
-        )
-        .await;
+    let asked = stop_older(1).await;
     assert_eq!(
         (worker.job_token("k"), handler.stops.load(Ordering::SeqCst)),
         (Some(run), stops),
@@ -216,18 +217,8 @@ async fn a_stop_of_an_older_dispatch_leaves_a_newer_dispatchs_run() {
 
     // Once the newer run's payload is back (its worker re-asserts it), the
     // older dispatch is found nowhere: the stop is done.
-    let _: i64 = client
-        .hset(node.inner.store.maps.payloads_key(), ("k", newer))
-        .await
-        .unwrap();
-    let asked = node
-        .inner
-        .stop_dispatch(
-            "k",
-            crate::codec::stamp_us(older_stamp),
-            Duration::from_secs(5),
-        )
-        .await;
+    let _: i64 = client.hset(payloads, ("k", newer)).await.unwrap();
+    let asked = stop_older(5).await;
     assert!(asked.is_ok(), "the older dispatch's stop: {asked:?}");
     assert_eq!(
         (worker.job_token("k"), handler.stops.load(Ordering::SeqCst)),

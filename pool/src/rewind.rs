@@ -47,6 +47,13 @@ impl RewindState {
     pub(crate) fn succeeded(&self) {
         self.failures.store(0, std::sync::atomic::Ordering::Release);
     }
+
+    /// As if `n` events had failed in a row: the next rewind's delay is
+    /// the one grown by them.
+    #[cfg(test)]
+    pub(crate) fn failed_in_a_row(&self, n: u32) {
+        self.failures.store(n, std::sync::atomic::Ordering::Release);
+    }
 }
 
 impl NodeInner {

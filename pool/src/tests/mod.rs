@@ -645,6 +645,7 @@ mod requested_stop_first;
 mod reregistered_reconcile;
 mod restart_between;
 mod resume;
+mod rewind_at_renewal;
 mod ring_view;
 mod silent_link;
 mod slow_starts;

@@ -493,12 +493,16 @@ impl Run {
     /// no key believed stopped runs anywhere (`None` while one does): the
     /// pool has converged when this is empty.
     fn missing_when_stops_hold(&mut self) -> Option<Vec<String>> {
+        // The ledgers read first: judged on the view of an earlier read,
+        // a key stopped since would keep the stops from holding, and the
+        // view, refreshed only past that point, would never change.
+        let missing = self.not_running();
         let stops_hold = self
             .load
             .keys_in(KeyState::Stopped)
             .iter()
             .all(|k| !self.fleet.runs_anywhere(k));
-        stops_hold.then(|| self.not_running())
+        stops_hold.then_some(missing)
     }
 
     /// Logs what keeps the pool from converging at the end of the

@@ -26,17 +26,6 @@ async fn claim(client: &fred::prelude::Client, node: &Node, worker: &str) {
         .unwrap();
 }
 
-/// Waits for `renewals` more renewals of `node`'s keep-alives.
-async fn renewals(node: &Node, renewals: usize) {
-    let mut renewed = node.inner.last_renewal.subscribe();
-    for _ in 0..renewals {
-        tokio::time::timeout(Duration::from_secs(10), renewed.changed())
-            .await
-            .expect("a renewal within 10 s")
-            .unwrap();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_under_a_cleanup_claim_starts_nothing_until_it_is_gone() {
     let server = RedisServer::start().unwrap();

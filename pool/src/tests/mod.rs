@@ -221,6 +221,17 @@ async fn flushall(client: &fred::prelude::Client) {
         .unwrap();
 }
 
+/// Waits for `renewals` more renewals of `node`'s keep-alives.
+async fn renewals(node: &Node, renewals: usize) {
+    let mut renewed = node.inner.last_renewal.subscribe();
+    for _ in 0..renewals {
+        tokio::time::timeout(Duration::from_secs(10), renewed.changed())
+            .await
+            .expect("a renewal within 10 s")
+            .unwrap();
+    }
+}
+
 /// Marks `worker`'s lease lost and dispatches `key` from `node` in a task;
 /// returns once the start reached the worker and was refused: it failed,
 /// is still in the inbox, and the rewind after the failure found no lease

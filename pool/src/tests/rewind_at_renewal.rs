@@ -7,15 +7,6 @@
 
 use super::*;
 
-/// Waits for the next renewal of `node`'s keep-alives.
-async fn next_renewal(node: &Node) {
-    let mut renewed = node.inner.last_renewal.subscribe();
-    tokio::time::timeout(Duration::from_secs(10), renewed.changed())
-        .await
-        .expect("a renewal within 10 s")
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewind_scheduled_with_a_grown_delay_runs_at_the_next_renewal() {
     let server = RedisServer::start().unwrap();
@@ -26,7 +17,7 @@ async fn a_rewind_scheduled_with_a_grown_delay_runs_at_the_next_renewal() {
     let node = Node::join(&client, &name, options).await.unwrap();
     let worker = Worker::new(&node, Counting::default()).await.unwrap();
     // Right after a renewal, so that none can have cut anything short yet.
-    next_renewal(&node).await;
+    renewals(&node, 1).await;
 
     // Six events failed in a row: the next rewind waits 5 s.
     worker.inner.rewind.failed_in_a_row(6);
@@ -37,7 +28,7 @@ async fn a_rewind_scheduled_with_a_grown_delay_runs_at_the_next_renewal() {
         "the rewind waits its delay until a renewal"
     );
 
-    next_renewal(&node).await;
+    renewals(&node, 1).await;
     let renewed = std::time::Instant::now();
     wait_until(
         Duration::from_secs(1),

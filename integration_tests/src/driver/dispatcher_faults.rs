@@ -67,7 +67,7 @@ impl Run {
         let until = Instant::now() + JOIN_FOR;
         loop {
             let joined = match &via {
-                Some(proxy_url) => match flotilla_testkit::client(proxy_url).await {
+                Some(proxy_url) => match super::node_client(proxy_url, &options).await {
                     Ok(client) => Box::pin(Node::join(&client, &pool, options.clone()))
                         .await
                         .map_err(|e| e.to_string()),

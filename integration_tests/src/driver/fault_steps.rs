@@ -137,7 +137,7 @@ impl Run {
         keys.truncate(5);
         let (url, pool, options) = &self.transient;
         // Redis may be down (overlapping faults): the process still goes.
-        let joined = match flotilla_testkit::client(url).await {
+        let joined = match super::node_client(url, options).await {
             Ok(client) => flotilla_pool::Node::join(&client, pool, options.clone())
                 .await
                 .map_err(|e| e.to_string()),

@@ -263,7 +263,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         let proxy = FaultProxy::start(addr)
             .await
             .map_err(|e| flotilla_testkit::Error::Startup(format!("proxy: {e}")))?;
-        let client = flotilla_testkit::client(&proxy.url()).await?;
+        let client = node_client(&proxy.url(), &node_options).await?;
         nodes.push(Node::join(&client, &pool, node_options).await?);
         dispatcher_proxies.push(proxy);
     }
@@ -484,6 +484,21 @@ fn still_unrecovered(
             ))
         })
         .collect()
+}
+
+/// A client for one of the driver's nodes (a dispatcher, the short-lived
+/// client of `stop-leave`): the test client's settings with the reconnect
+/// policy the pool recommends for `options`' TTL (the test client's pauses
+/// grow to 100 ms, past a tenth of a 600 ms TTL, and the pool warns).
+pub(crate) async fn node_client(
+    url: &str,
+    options: &NodeOptions,
+) -> Result<flotilla_pool::fred::prelude::Client, flotilla_testkit::Error> {
+    let mut builder = flotilla_testkit::builder(url)?;
+    builder.set_policy(flotilla_pool::reconnect_policy(options));
+    let client = builder.build()?;
+    client.init().await?;
+    Ok(client)
 }
 
 impl Run {

@@ -136,6 +136,10 @@ struct Remembered {
     /// payload, the counter at or above the token): never given back, and
     /// every run up to that counter is over.
     ended_at: Option<u64>,
+    /// Given back after a loss, asked about and passed on at a close;
+    /// `false` for a run given up while yielding
+    /// ([`Handoffs::record_yielded`]).
+    give_back: bool,
 }
 
 impl Handoffs {
@@ -151,11 +155,24 @@ impl Handoffs {
         self.remember(orphan, keep.max(KEEP));
     }
 
+    /// Remembers for `keep` a run given up to the promoted side's answer
+    /// while this node's writes went to a primary that stalled through its
+    /// failover (its suspended jobs re-assert yielding): that side may be
+    /// replaced in turn by one that still records the run here (a second
+    /// failover promoting a replica of the stalled branch), and releasing
+    /// that record must leave the payload ([`passed_on`](Self::passed_on)).
+    /// Its token is from the stalled branch and says nothing of the
+    /// other's, so it is neither given back after a loss nor asked about
+    /// nor passed on at a close, and refuses no start entry.
+    pub(crate) fn record_yielded(&self, given_up: HandedOff, keep: Duration) {
+        self.remember_as(given_up, keep.max(KEEP), None, false);
+    }
+
     /// Remembers what a closing worker left here (see `custody.rs`) for
     /// `keep`: a job passed on, or with `ended_at`, a run Redis showed
     /// ended at that counter.
     pub(crate) fn take_over(&self, handed: HandedOff, keep: Duration, ended_at: Option<u64>) {
-        self.remember_as(handed, keep, ended_at);
+        self.remember_as(handed, keep, ended_at, true);
     }
 
     /// Everything remembered, to leave with a worker that stays when this
@@ -167,16 +184,22 @@ impl Handoffs {
         inner
             .recent
             .iter()
-            .filter(|r| r.until > now)
+            .filter(|r| r.until > now && r.give_back)
             .map(|r| (r.handed.clone(), r.until - now, r.ended_at))
             .collect()
     }
 
     fn remember(&self, handed: HandedOff, keep: Duration) {
-        self.remember_as(handed, keep, None);
+        self.remember_as(handed, keep, None, true);
     }
 
-    fn remember_as(&self, handed: HandedOff, keep: Duration, ended_at: Option<u64>) {
+    fn remember_as(
+        &self,
+        handed: HandedOff,
+        keep: Duration,
+        ended_at: Option<u64>,
+        give_back: bool,
+    ) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         // Oldest first; an orphan kept longer holds back the pruning of
@@ -210,9 +233,11 @@ impl Handoffs {
             inner.ends.retain(|_, (until, _)| *until > now);
         }
         let until = now + keep;
-        let newest = inner.newest.entry(handed.key.clone()).or_insert((until, 0));
-        if handed.token >= newest.1 {
-            *newest = (until.max(newest.0), handed.token);
+        if give_back {
+            let newest = inner.newest.entry(handed.key.clone()).or_insert((until, 0));
+            if handed.token >= newest.1 {
+                *newest = (until.max(newest.0), handed.token);
+            }
         }
         if let Some(counter) = ended_at {
             inner.note_end(&handed.key, until, counter);
@@ -221,6 +246,7 @@ impl Handoffs {
             until,
             handed,
             ended_at,
+            give_back,
         });
     }
 
@@ -233,7 +259,7 @@ impl Handoffs {
             .recent
             .iter()
             .rev()
-            .filter(|r| r.until > now && r.ended_at.is_none())
+            .filter(|r| r.until > now && r.ended_at.is_none() && r.give_back)
             .map(|r| r.handed.clone())
             .collect()
     }
@@ -246,7 +272,7 @@ impl Handoffs {
         inner
             .recent
             .iter()
-            .filter(|r| r.until > now && r.ended_at.is_none())
+            .filter(|r| r.until > now && r.ended_at.is_none() && r.give_back)
             .map(|r| (r.handed.key.clone(), r.handed.token))
             .collect()
     }
@@ -397,6 +423,29 @@ mod tests {
         );
         let keys: Vec<String> = handoffs.remembered().into_iter().map(|h| h.key).collect();
         assert_eq!(keys, ["c", "b", "a"]);
+    }
+
+    /// A run given up while yielding keeps its payload on a release, and
+    /// nothing else: its token is the stalled branch's.
+    #[test]
+    fn a_run_given_up_while_yielding_is_only_passed_on() {
+        let handoffs = Handoffs::default();
+        handoffs.record_yielded(
+            HandedOff {
+                key: "y".into(),
+                token: 8,
+                admitted: 0,
+                body: Bytes::from_static(b"x"),
+            },
+            Duration::ZERO, // kept for KEEP at least
+        );
+        assert!(handoffs.passed_on("y", 7));
+        assert!(handoffs.passed_on("y", 8));
+        assert!(!handoffs.passed_on("y", 9));
+        assert!(handoffs.remembered().is_empty(), "not given back");
+        assert!(handoffs.unsettled().is_empty(), "not asked about");
+        assert!(handoffs.everything().is_empty(), "not passed on at a close");
+        assert!(!handoffs.supersede("y", 1), "refuses no start entry");
     }
 
     #[test]

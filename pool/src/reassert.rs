@@ -120,7 +120,7 @@ impl NodeInner {
 
     /// What the worker keeps of a job it re-asserted, by the outcome.
     fn after_reassert(&self, worker: &WorkerInner, key: &str, job: &LocalJob, outcome: Reasserted) {
-        if outcome == Reasserted::Lost && !self.store.diverged() {
+        if outcome == Reasserted::Lost {
             // Given up to a newer run that Redis records elsewhere, or that
             // ended. The answer may come from a primary that stalled
             // through its failover and is demoted next, its writes gone:
@@ -130,13 +130,24 @@ impl NodeInner {
             // as stale leaves the payload for the orphan sweep
             // (`release_stale.lua`); a newer run that ended is settled as
             // ended within a round (`handoffs_ended.lua`) and the payload
-            // then goes with the record. Not while suspended jobs
-            // re-assert yielding: their tokens are from the stalled
-            // branch and say nothing on this side, whose answer stands.
-            worker.handed_off.record_orphan(
-                crate::handoffs::HandedOff::of(key, job.token + 1, job),
-                self.orphan_exposure(),
-            );
+            // then goes with the record.
+            let given_up = crate::handoffs::HandedOff::of(key, job.token + 1, job);
+            if self.store.diverged() {
+                // This node wrote to a primary that stalled through its
+                // failover: the answer is the promoted side's, and a second
+                // failover may promote a replica of the stalled branch,
+                // which records the run here (chaos soak seed 1605: eight
+                // jobs released with their payloads, then admitted again as
+                // new). Remembered only to keep that payload: the token is
+                // the stalled branch's and says nothing of this side's.
+                worker
+                    .handed_off
+                    .record_yielded(given_up, self.orphan_exposure());
+            } else {
+                worker
+                    .handed_off
+                    .record_orphan(given_up, self.orphan_exposure());
+            }
         }
         if matches!(outcome, Reasserted::Pending | Reasserted::Unclaimed) {
             if outcome == Reasserted::Pending {

@@ -34,6 +34,27 @@ async fn one_worker_pool(name: &str) -> (RedisServer, fred::prelude::Client, Nod
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_given_up_to_a_run_the_next_primary_never_saw_runs_again() {
+    given_up_to_a_run_the_next_primary_never_saw(false).await;
+}
+
+/// The same when the answer came from the promoted side to a node that
+/// wrote to the stalled primary (its suspended jobs re-assert yielding),
+/// and a second failover then promotes a replica of the stalled branch,
+/// which records the jobs here. Chaos soak seed 1605 (`--sentinel`): a
+/// worker process paused through one failover woke on the stalled primary,
+/// gave `job-1299` up on the promoted side, and released its record and
+/// payload on the side promoted next; the load admitted it again as new
+/// 17 s later (`I3` double admission, eight keys).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_given_up_while_yielding_runs_again_when_the_next_primary_records_it_here() {
+    given_up_to_a_run_the_next_primary_never_saw(true).await;
+}
+
+/// Two jobs (one running, one suspended) given up to newer runs recorded
+/// elsewhere, then recorded here again by the side promoted next: released
+/// as stale, they keep their payloads and run again. `diverged`: the node
+/// had written to a primary that stalled through its failover.
+async fn given_up_to_a_run_the_next_primary_never_saw(diverged: bool) {
     let (_server, client, node, worker) = one_worker_pool("forgotten-jobs").await;
     let keys = ["running", "suspended"];
     for key in keys {
@@ -59,6 +80,9 @@ async fn a_job_given_up_to_a_run_the_next_primary_never_saw_runs_again() {
             .hset(&fencing, (*key, newer.to_string()))
             .await
             .unwrap();
+    }
+    if diverged {
+        node.inner.store.diverged_for(Duration::from_secs(60));
     }
     {
         let _ops = worker.inner.ops.write().await;

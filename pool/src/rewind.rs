@@ -62,15 +62,14 @@ impl NodeInner {
     /// pool recovered, or while the lease was lost, is read again within a
     /// renewal period of the refusal's end, well within its pending guard;
     /// one that still fails schedules the next with its delay grown on.
+    /// A worker with no rewind scheduled is not woken: the wake-up would
+    /// be kept and let its next rewind skip the delay that paces it.
     pub(crate) fn rewinds_due(&self) {
+        use std::sync::atomic::Ordering::Acquire;
         for worker in self.workers.iter() {
-            if worker
-                .rewind
-                .failures
-                .load(std::sync::atomic::Ordering::Acquire)
-                > 0
-            {
-                worker.rewind.soon.notify_one();
+            let rewind = &worker.rewind;
+            if rewind.scheduled.load(Acquire) && rewind.failures.load(Acquire) > 0 {
+                rewind.soon.notify_one();
             }
         }
     }

@@ -63,6 +63,7 @@ impl Run {
             // end within the usual limit.
             let since = Instant::now();
             let mut recovered = None;
+            self.still_missing.clear();
             self.observe(
                 since,
                 since + self.options.recovery_limit,
@@ -619,8 +620,10 @@ impl Run {
                 let worst = self.recovery.entry(kind).or_default();
                 if d >= *worst {
                     *worst = d;
-                    let mut last = std::mem::take(&mut self.still_missing);
-                    last.truncate(LAST_KEYS_SHOWN);
+                    let last = std::mem::take(&mut self.still_missing)
+                        .into_keys()
+                        .take(LAST_KEYS_SHOWN)
+                        .collect();
                     self.last_to_recover.insert(kind, last);
                 }
             }

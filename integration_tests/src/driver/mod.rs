@@ -142,9 +142,9 @@ pub(crate) struct Run {
     recovery: BTreeMap<FaultKind, Duration>,
     /// The keys that came back last in each kind's worst recovery.
     last_to_recover: BTreeMap<FaultKind, Vec<String>>,
-    /// While a fault's recovery is observed: the keys still not running
-    /// at the last poll.
-    still_missing: Vec<String>,
+    /// While a fault's recovery is observed: the keys not running at the
+    /// last poll, each with the first poll since which it has not been.
+    still_missing: BTreeMap<String, Instant>,
     /// Recoveries that did not end in time, each with the keys it missed
     /// and when it found them missing (`mono_ns`).
     unrecovered: Vec<Unrecovered>,
@@ -300,7 +300,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         faults: BTreeMap::new(),
         recovery: BTreeMap::new(),
         last_to_recover: BTreeMap::new(),
-        still_missing: Vec::new(),
+        still_missing: BTreeMap::new(),
         unrecovered: Vec::new(),
         cuts: 0,
         failed_primary: None,

@@ -83,6 +83,10 @@ struct Cli {
     /// Worker processes killed in the failover section.
     #[arg(long, default_value_t = 5)]
     kills: usize,
+    /// Jobs dispatched per kill in the failover section (the victim, one of
+    /// three workers, takes about a third of them).
+    #[arg(long, default_value_t = 150)]
+    failover_jobs: usize,
     /// Running jobs of the scale section.
     #[arg(long, default_value_t = 100_000)]
     scale_jobs: usize,
@@ -172,6 +176,8 @@ pub struct Opts {
     pub ttl_ms: u64,
     /// `--kills`.
     pub kills: usize,
+    /// `--failover-jobs`.
+    pub failover_jobs: usize,
     /// `--scale-jobs`.
     pub scale_jobs: usize,
     /// `--scale-workers`.
@@ -275,6 +281,7 @@ async fn bench(cli: Cli) -> Result<bool, BoxError> {
         concurrency: cli.concurrency.max(1),
         ttl_ms: cli.ttl_ms,
         kills: cli.kills.max(1),
+        failover_jobs: cli.failover_jobs.max(1),
         scale_jobs: cli.scale_jobs.max(1),
         scale_workers: cli.scale_workers.max(1),
         idle_jobs: cli.idle_jobs.max(1),

@@ -126,6 +126,7 @@ impl NodeInner {
                 Receiver {
                     worker: to,
                     inbox: self.inbox(to)?.key(),
+                    floor_ms: self.server_clock.now_at_least(),
                 },
                 self.options.dispatch_timeout + self.options.ack_grace,
                 self.options.worker_ttl,

@@ -12,7 +12,6 @@ use crate::report::{Figure, Report};
 use crate::{BoxError, Ctx};
 
 const SURVIVORS: usize = 2;
-const JOBS_PER_ROUND: usize = 150;
 
 /// Runs the section.
 pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
@@ -44,7 +43,7 @@ pub async fn run(ctx: &Ctx, report: &mut Report) -> Result<(), BoxError> {
             }
         })
         .await?;
-        for i in 0..JOBS_PER_ROUND {
+        for i in 0..ctx.opts.failover_jobs {
             let key = format!("f{round}-{i}");
             node.dispatch_job(&key, &b"{}"[..]).await?;
             keys.push(key);

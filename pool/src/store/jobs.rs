@@ -219,11 +219,16 @@ pub(crate) struct Requeue<'a> {
     pub(crate) cleaner: Option<&'a str>,
 }
 
-/// The worker a job is handed to, and its inbox stream key.
+/// The worker a job is handed to, its inbox stream key, and the least
+/// server time (ms) it can be now by the caller's own clock (`None`:
+/// unknown), by which with `TIME` the worker's silence is judged (see
+/// `server_clock.rs`: a forward step of the server's clock must not make
+/// every worker look silent until it renews).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Receiver<'a> {
     pub(crate) worker: &'a str,
     pub(crate) inbox: &'a str,
+    pub(crate) floor_ms: Option<u64>,
 }
 
 /// One inbox entry to move from one worker's inbox to another's.
@@ -394,6 +399,7 @@ impl PoolStore {
                 Mover::OwnerPastLease | Mover::Cleaner(_) => self.revision_floor(),
                 Mover::Owner => String::new(),
             }),
+            Value::from(to.floor_ms.map(|ms| ms.to_string()).unwrap_or_default()),
         ]);
         let reply: Value = self
             .scripts

@@ -15,6 +15,7 @@ async fn hand(f: &Fixture, key: &str, from: &str, to: &str, mover: Mover<'_>) ->
     let to = Receiver {
         worker: to,
         inbox: &inbox,
+        floor_ms: None,
     };
     f.store
         .handoff(key, from, to, TTL, TTL, mover)

@@ -115,3 +115,46 @@ async fn a_job_goes_to_no_worker_silent_for_over_a_ttl() {
         OrphanRequeue::Ok { .. }
     ));
 }
+
+/// After a forward step of the server's wall clock every keep-alive looks
+/// a step old until its worker renews. A caller that bounds server time on
+/// its own clock (`server_clock.rs`) judges the target's silence by that
+/// bound too, as a cleanup's claim is judged: a cleanup's hand-offs are not
+/// refused until every target has renewed (chaos soak seed 1613: a killed
+/// process's jobs waited a renewal period, and an empty restart took those
+/// not moved yet).
+#[tokio::test]
+async fn a_target_silent_only_by_a_stepped_clock_takes_a_job_from_a_caller_that_knows_the_time() {
+    let f = &r_runs_on_w1_beside("w2").await;
+    let s = &f.store;
+    // The server's clock stepped two TTLs ahead since "w2" last renewed,
+    // a second ago by the caller's clock.
+    let step = 2 * TTL.as_millis() as u64;
+    let renewed = server_now_ms(f).await - step - 1_000;
+    s.maps
+        .keepalive
+        .set("w2", &renewed.to_string())
+        .await
+        .unwrap();
+    let inbox = &f.inbox("w2");
+    let hand = |floor_ms| async move {
+        let to = Receiver {
+            worker: "w2",
+            inbox,
+            floor_ms,
+        };
+        s.handoff("r", "w1", to, TTL, TTL, Mover::Owner)
+            .await
+            .unwrap()
+            .0
+    };
+    // By `TIME` alone, "w2" is silent for over two TTLs; so it is by a bound of
+    // the caller's that shows it silent for over a TTL.
+    assert_eq!(hand(None).await, Handoff::NoTarget);
+    let late = renewed + TTL.as_millis() as u64 + 1_000;
+    assert_eq!(hand(Some(late)).await, Handoff::NoTarget);
+    // By the caller's clock, server time is at most a second past the
+    // renewal: "w2" takes the job.
+    let moved = hand(Some(renewed + 1_000)).await;
+    assert!(matches!(moved, Handoff::Ok { .. }), "{moved:?}");
+}

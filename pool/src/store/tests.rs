@@ -149,6 +149,7 @@ impl Fixture {
         let to = Receiver {
             worker: to,
             inbox: &inbox,
+            floor_ms: None,
         };
         let ttl = TTL;
         self.store

@@ -285,10 +285,19 @@ end
 -- for up to a TTL, and a job moved to it would start nowhere until a
 -- cleanup finds it dead. A live worker renews or registers again within
 -- a renewal interval of the loss, and is a target from then on.
-local function worker_current(worker, cleanup, keepalive, ttl)
+-- `floor` (optional): the least server time (ms) the caller's own clock
+-- says it can be now. Silence is then judged by the smaller of `TIME` and
+-- it, as a cleanup's claim is (`claim_cleanup.lua`): after a forward step
+-- of the server's wall clock every keep-alive looks a step old until its
+-- worker renews, and a cleanup's hand-offs, refused meanwhile, came a
+-- renewal period late (chaos soak seed 1613: a killed process's jobs not
+-- moved yet were lost to an empty restart 2.4 s after the kill).
+local function worker_current(worker, cleanup, keepalive, ttl, floor)
   if not worker_active(worker, cleanup) then return false end
   local last = last_renewal(worker, mget(WORKERS, worker), keepalive)
-  if now_ms() - last > ttl then return false end
+  local now = now_ms()
+  if floor and floor < now then now = floor end
+  if now - last > ttl then return false end
   local epoch = control_field(C_EPOCH)
   local lost_at = epoch and tonumber(string.match(epoch, '^(%d+) ') or '0') or 0
   return last >= lost_at

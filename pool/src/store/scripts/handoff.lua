@@ -9,7 +9,10 @@
 --       10 the cleaner's node id when a cleanup moves a dead worker's job
 --       ('' otherwise): its claim on the worker must still be its own,
 --       11 the revisions the caller has seen (`went_back`) when the expected
---       owner held the job past its lease, or a cleaner moves it ('' otherwise)
+--       owner held the job past its lease, or a cleaner moves it ('' otherwise),
+--       12 the least server time (ms) it can be now by the caller's own
+--       clock ('': unknown), for judging the target's silence (see
+--       `worker_current`)
 -- Returns {'ok', token} (with the job's stored payload for a cleaner,
 --       which remembers the job until its new owner started it: the dead
 --       worker cannot give it back after a loss) | {'not_owner'} | {'no_target'} (the target is gone,
@@ -50,7 +53,7 @@ elseif ARGV[11] ~= '' and (went_back(ARGV[11], tonumber(ARGV[9]), KEYS[12])
   -- older hash's listing can name those jobs again.
   return {'recovering'}
 end
-if not worker_current(target, KEYS[10], KEYS[11], tonumber(ARGV[9])) then
+if not worker_current(target, KEYS[10], KEYS[11], tonumber(ARGV[9]), tonumber(ARGV[12])) then
   return {'no_target'}
 end
 -- Enqueued first: with nothing to hand on (a start recorded during a

@@ -105,6 +105,7 @@ impl NodeInner {
                 requeue,
                 worker_ttl: self.options.worker_ttl,
                 pending_ttl: self.options.pending_ttl(),
+                floor_ms: self.server_clock.now_at_least(),
             })
             .await
     }

@@ -134,6 +134,7 @@ async fn a_cleaner_whose_claim_is_gone_moves_nothing() {
         },
         worker_ttl: TTL,
         pending_ttl: TTL,
+        floor_ms: None,
     };
     // Another node holds the claim (it took it over, or w1 came back and
     // cleared this cleaner's, and a new one was made).
@@ -277,6 +278,7 @@ async fn a_cleanup_under_way_moves_nothing_while_the_pool_recovers() {
         },
         worker_ttl: TTL,
         pending_ttl: TTL,
+        floor_ms: None,
     };
     assert_eq!(s.move_entry(entry).await.unwrap(), Moved::Recovering);
     assert_eq!(f.entry_ids("w1").await, std::slice::from_ref(&queued));
@@ -345,6 +347,7 @@ async fn a_start_a_cleaner_moves_gets_a_fresh_pending_deadline() {
         },
         worker_ttl: TTL,
         pending_ttl: TTL,
+        floor_ms: None,
     };
     assert_eq!(s.move_entry(entry).await.unwrap(), Moved::Ok);
     let moved: String = s.client.hget(&pending_hash, "q").await.unwrap();

@@ -251,6 +251,9 @@ pub(crate) struct EntryMove<'a> {
     /// How long a start a cleaner moves may wait for its new owner's claim
     /// (its pending guard's fresh deadline).
     pub(crate) pending_ttl: Duration,
+    /// The least server time (ms) it can be now by the caller's own clock
+    /// (`None`: unknown): see [`Receiver`].
+    pub(crate) floor_ms: Option<u64>,
 }
 
 impl PoolStore {
@@ -489,6 +492,7 @@ impl PoolStore {
                 String::new()
             }),
             Value::from(entry.pending_ttl.as_millis().to_string()),
+            Value::from(entry.floor_ms.map(|ms| ms.to_string()).unwrap_or_default()),
         ]);
         let reply: String = self
             .scripts

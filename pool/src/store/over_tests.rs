@@ -52,6 +52,7 @@ async fn moved_by_cleaner(f: &Fixture, key: &str) -> (Moved, Option<u64>) {
         },
         worker_ttl: TTL,
         pending_ttl: TTL,
+        floor_ms: None,
     };
     f.store.move_entry_token(entry).await.unwrap()
 }

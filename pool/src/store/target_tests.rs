@@ -157,4 +157,17 @@ async fn a_target_silent_only_by_a_stepped_clock_takes_a_job_from_a_caller_that_
     // renewal: "w2" takes the job.
     let moved = hand(Some(renewed + 1_000)).await;
     assert!(matches!(moved, Handoff::Ok { .. }), "{moved:?}");
+
+    // The same for an entry moved on (a cleanup's, a forward).
+    f.admitted("q", "w1").await;
+    let queued = f.entry_ids("w1").await[0].clone();
+    assert_eq!(
+        f.move_entry_judged(&queued, "w1", "w2", Some(late)).await,
+        Moved::NoTarget
+    );
+    assert_eq!(
+        f.move_entry_judged(&queued, "w1", "w2", Some(renewed + 1_000))
+            .await,
+        Moved::Ok
+    );
 }

@@ -161,6 +161,18 @@ impl Fixture {
 
     /// Moves entry `id` of `from`'s inbox to `to`'s.
     async fn move_entry(&self, id: &str, from: &str, to: &str) -> Moved {
+        self.move_entry_judged(id, from, to, None).await
+    }
+
+    /// [`move_entry`](Self::move_entry) by a caller whose own clock bounds
+    /// server time at `floor_ms`.
+    async fn move_entry_judged(
+        &self,
+        id: &str,
+        from: &str,
+        to: &str,
+        floor_ms: Option<u64>,
+    ) -> Moved {
         let (from_inbox, to_inbox) = (self.inbox(from), self.inbox(to));
         let entry = EntryMove {
             from,
@@ -173,6 +185,7 @@ impl Fixture {
             requeue: Requeue::default(),
             worker_ttl: TTL,
             pending_ttl: TTL,
+            floor_ms,
         };
         self.store.move_entry(entry).await.unwrap()
     }

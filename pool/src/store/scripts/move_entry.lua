@@ -8,7 +8,9 @@
 --       worker's entry ('' otherwise): its claim must still be its own
 --       on 11 the source worker id, 12 worker ttl ms (the recovery window),
 --       13 the revisions the cleaner has seen (`went_back`; '' otherwise),
---       14 pending ttl ms (a moved start's fresh guard deadline)
+--       14 pending ttl ms (a moved start's fresh guard deadline), 15 the
+--       least server time (ms) it can be now by the caller's own clock ('':
+--       unknown), for judging the target's silence (see `worker_current`)
 -- A start entry moved by a cleaner gets a new fencing token (entry and
 -- pending guard alike): the dead or silent worker may have started it just
 -- before it went quiet (a start is recorded after the handler's `start`),
@@ -48,7 +50,7 @@ if ARGV[10] ~= '' and ARGV[5] == 'start' and key and key ~= '' then
     return 'ended'
   end
 end
-if not worker_current(ARGV[7], KEYS[11], KEYS[12], tonumber(ARGV[12])) then
+if not worker_current(ARGV[7], KEYS[11], KEYS[12], tonumber(ARGV[12]), tonumber(ARGV[15])) then
   return 'no_target'
 end
 if redis.call('XDEL', KEYS[9], ARGV[4]) == 0 then

@@ -10,7 +10,8 @@
 --       worker, 7 pending ttl ms, 8 inbox maxlen, 9 worker ttl ms (the
 --       recovery window after a data loss), 10 grace ms, 11 the least
 --       server time (ms) it can be now by the caller's clock (the grace is
---       judged by the smaller of that and `TIME`, see `sweep_orphans.lua`)
+--       judged by the smaller of that and `TIME`, see `sweep_orphans.lua`;
+--       so is the target's silence, see `worker_current`)
 -- A dispatch marked over (a stop or end made to stand again after a rollback, see
 -- `dispatch_over`) is ended instead: {'ended'}.
 -- Returns {'ok', token} | {'ended'} | {'changed'} (not the orphan the sweep saw, or not
@@ -35,7 +36,7 @@ if what ~= state .. ' ' .. (redis.call('HGET', FENCING, key) or '0')
   return {'changed'}
 end
 if recovering(tonumber(ARGV[9])) then return {'recovering'} end
-if not worker_current(target, KEYS[10], KEYS[12], tonumber(ARGV[9])) then
+if not worker_current(target, KEYS[10], KEYS[12], tonumber(ARGV[9]), tonumber(ARGV[11])) then
   return {'no_target'}
 end
 if redis.call('HEXISTS', PAYLOADS, key) == 0 then

@@ -78,6 +78,9 @@ pub(crate) struct NodeInner {
     pub(crate) tasks: TaskTracker,
     pub(crate) cancel: CancellationToken,
     pub(crate) closed: AtomicBool,
+    /// Cancelled when the close that set `closed` has ended (or was
+    /// dropped): a second `close` waits for it.
+    pub(crate) close_done: CancellationToken,
     /// When the node last (re)connected to Redis: it judges nobody dead for
     /// one TTL after that.
     pub(crate) connected_at: Mutex<Instant>,
@@ -297,6 +300,7 @@ impl Node {
             tasks: TaskTracker::new(),
             cancel: CancellationToken::new(),
             closed: AtomicBool::new(false),
+            close_done: CancellationToken::new(),
             connected_at: Mutex::new(Instant::now()),
             server_clock,
             server_seen: Mutex::new(server_seen),
@@ -404,8 +408,12 @@ impl Node {
     /// loss of Redis's data), and the close waits until those have read it.
     /// The workers all leave the ring first and then retire together: a
     /// job moves once, to a worker of another node, and the close takes
-    /// one round of stops whatever the number of workers. Idempotent.
-    /// Returns within `worker_shutdown_ttl + redis_timeout` even while
+    /// one round of stops whatever the number of workers. Idempotent: a
+    /// call while another close runs (a pool shutdown closes every node on
+    /// its own) returns once that close has ended, so a process that exits
+    /// after it leaves nothing behind (a demo worker process exited while
+    /// the shutdown's close still ran, and the pool's shutdown waited its
+    /// 10 s deadline for the node's entry). Returns within `worker_shutdown_ttl + redis_timeout` even while
     /// Redis is down: the handlers are stopped all the same, and
     /// what Redis did not take is requeued by the cleanup of the dead
     /// workers after their TTL.
@@ -414,10 +422,13 @@ impl Node {
     /// Redis errors while handing jobs over (the jobs are then requeued by
     /// the cleanup of the dead worker after its TTL; nothing is lost).
     pub async fn close(&self) -> Result<()> {
+        let options = &self.inner.options;
         if self.inner.closed.swap(true, Ordering::AcqRel) {
+            let bound = options.worker_shutdown_ttl + options.redis_timeout;
+            let _ = tokio::time::timeout(bound, self.inner.close_done.cancelled()).await;
             return Ok(());
         }
-        let options = &self.inner.options;
+        let _ended = self.inner.close_done.clone().drop_guard();
         let until = Instant::now() + options.worker_shutdown_ttl + options.redis_timeout;
         let workers: Vec<Arc<WorkerInner>> = self
             .inner

@@ -622,6 +622,7 @@ mod cleaner_custody;
 mod cleanup_empty_ring;
 mod clock_step;
 mod close_custody;
+mod concurrent_close;
 mod data_loss;
 mod dead_owner_stop;
 mod departed_worker;

@@ -7,10 +7,10 @@
 //! the pass also runs every cleanup interval, to move a job that started
 //! there from an entry queued before the drain.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
@@ -25,6 +25,16 @@ use crate::worker::{LocalJob, WorkerInner};
 /// Wait after a ring change before moving jobs, so that a burst of joins
 /// moves each job once.
 const SETTLE: Duration = Duration::from_millis(100);
+
+/// Entries a rebalance lets wait in a new owner's inbox, per worker lane
+/// of this node (see [`NodeInner::backlog_limit`]).
+const BACKLOG_PER_LANE: usize = 2;
+
+/// The fewest entries a rebalance lets wait in a new owner's inbox.
+const MIN_BACKLOG: usize = 8;
+
+/// How often a rebalance looks again at new owners' inboxes that are full.
+const BACKLOG_POLL: Duration = Duration::from_millis(20);
 
 impl NodeInner {
     pub(crate) async fn rebalance_loop(self: Arc<Self>) {
@@ -65,67 +75,132 @@ impl NodeInner {
 
     /// Hands off every local job whose ring owner is another worker.
     /// Returns whether some stay here for now: their new owner does not
-    /// read its inbox yet (see [`Self::current_targets`]).
+    /// read its inbox yet, or its inbox stayed full (see
+    /// [`Self::rebalance_worker`]).
     pub(crate) async fn rebalance(&self) -> bool {
         let workers: Vec<Arc<WorkerInner>> =
             self.workers.iter().map(|w| w.value().clone()).collect();
         let mut jobs_wait = false;
         for worker in workers {
+            jobs_wait |= self.rebalance_worker(&worker).await;
+        }
+        jobs_wait
+    }
+
+    /// Hands off `worker`'s jobs that hash elsewhere, a few at a time per
+    /// new owner: a job is stopped for an owner only while fewer than
+    /// [`Self::backlog_limit`] entries wait in its inbox. A returning
+    /// worker is owed a share of every other's jobs at once, and it starts
+    /// them at its own pace (its lanes, its handler's start time): stopped
+    /// all at once, the last of hundreds waited seconds in its inbox,
+    /// running nowhere (chaos soak seed 1618: 4 lanes, starts of up to
+    /// 60 ms, ~660 jobs back after a deaf link, keys down for up to 7 s).
+    /// Paced, a job keeps running here until its new owner is about to
+    /// start it. Returns whether some stay here for now: their owner does
+    /// not read its inbox, or its inbox did not drain for a cleanup
+    /// interval (the pass at the next tick goes on).
+    async fn rebalance_worker(&self, worker: &Arc<WorkerInner>) -> bool {
+        let limit = self.backlog_limit();
+        let mut waiting_since: Option<Instant> = None;
+        // Keys this pass tried: one whose hand-off failed runs here again
+        // and waits for the next pass, not stopped again at once.
+        let mut tried: HashSet<String> = HashSet::new();
+        let mut noted = false;
+        loop {
             let ring = self.ring.load_full();
-            if !ring.contains(&worker.id) && !self.drained.load().contains(&worker.id) {
-                continue; // leaving or being cleaned: not ours to move
+            if worker.cancel.is_cancelled()
+                || (!ring.contains(&worker.id) && !self.drained.load().contains(&worker.id))
+            {
+                return false; // leaving or being cleaned: not ours to move
             }
             let moving: Vec<String> = worker
                 .jobs
                 .iter()
                 .filter(|e| ring.owner(e.key()).is_some_and(|o| o != worker.id))
+                .filter(|e| !tried.contains(e.key()))
                 .map(|e| e.key().clone())
                 .collect();
             if moving.is_empty() {
-                continue;
+                return false;
             }
-            let current = self.current_targets(&ring, &moving).await;
-            let waiting = moving.len();
-            let moving: Vec<String> = moving
-                .into_iter()
-                .filter(|key| ring.owner(key).is_some_and(|o| current.contains(o)))
-                .collect();
-            if moving.len() < waiting {
-                jobs_wait = true;
+            let mut room = self.targets_room(&ring, &moving, limit).await;
+            let (mut now, mut full, mut not_current) = (Vec::new(), 0, 0);
+            for key in moving {
+                match ring.owner(&key).and_then(|o| room.get_mut(o)) {
+                    None => not_current += 1,
+                    Some(0) => full += 1,
+                    Some(left) => {
+                        *left -= 1;
+                        now.push(key);
+                    }
+                }
+            }
+            if not_current > 0 && !noted {
+                noted = true;
                 tracing::info!(
                     worker = %worker.id,
-                    jobs = waiting - moving.len(),
+                    jobs = not_current,
                     "jobs stay here until their new owner reads its inbox"
                 );
             }
-            if moving.is_empty() {
+            if now.is_empty() {
+                if full == 0 {
+                    return not_current > 0;
+                }
+                // Every owner's inbox is full: look again shortly, for at
+                // most a cleanup interval without progress.
+                let since = *waiting_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= self.options.cleanup_interval {
+                    tracing::info!(
+                        worker = %worker.id,
+                        jobs = full,
+                        "jobs stay here while their new owners' inboxes are full"
+                    );
+                    return true;
+                }
+                tokio::select! {
+                    _ = worker.cancel.cancelled() => return false,
+                    () = tokio::time::sleep(BACKLOG_POLL) => {}
+                }
                 continue;
             }
-            tracing::info!(worker = %worker.id, jobs = moving.len(), "rebalancing");
+            waiting_since = None;
+            if tried.is_empty() {
+                tracing::info!(worker = %worker.id, jobs = now.len() + full, "rebalancing");
+            } else {
+                tracing::debug!(worker = %worker.id, jobs = now.len(), left = full, "rebalancing more");
+            }
+            tried.extend(now.iter().cloned());
             // Many hand-offs at once (each stops its job before moving it,
             // under the key's lock): a worker with hundreds of jobs to move
             // is done in a few stop times, not one stop time per job.
-            futures::stream::iter(moving)
-                .for_each_concurrent(HANDOFFS_IN_FLIGHT, |key| {
-                    let worker = &worker;
-                    async move {
-                        if !worker.cancel.is_cancelled() {
-                            self.hand_off_local(worker, &key).await;
-                        }
+            futures::stream::iter(now)
+                .for_each_concurrent(HANDOFFS_IN_FLIGHT, |key| async move {
+                    if !worker.cancel.is_cancelled() {
+                        self.hand_off_local(worker, &key).await;
                     }
                 })
                 .await;
         }
-        jobs_wait
     }
 
-    /// The ring owners of `keys` a job may be handed to now: each reads
-    /// its inbox and has renewed since the pool last found its data lost
-    /// (`targets_current.lua`). A registration a rollback brought back,
-    /// of a worker whose process has left, is in the ring until a cleanup
-    /// removes it; a job stopped for it would be refused and started here
-    /// again. On an error, every owner: `handoff.lua` checks again.
-    async fn current_targets(&self, ring: &Ring, keys: &[String]) -> HashSet<String> {
+    /// How many entries a rebalance lets wait in a new owner's inbox: two
+    /// per lane of this node's workers (a pool's nodes usually share their
+    /// options), within [`MIN_BACKLOG`] and [`HANDOFFS_IN_FLIGHT`].
+    fn backlog_limit(&self) -> u64 {
+        let limit = self.options.worker_lanes.saturating_mul(BACKLOG_PER_LANE);
+        limit.clamp(MIN_BACKLOG, HANDOFFS_IN_FLIGHT) as u64
+    }
+
+    /// The ring owners of `keys` a job may be handed to now, each with the
+    /// number of jobs it may be handed in this round (`limit` less the
+    /// entries in its inbox). A target reads its inbox and has renewed
+    /// since the pool last found its data lost (`targets_current.lua`). A
+    /// registration a rollback brought back, of a worker whose process has
+    /// left, is in the ring until a cleanup removes it; a job stopped for
+    /// it would be refused and started here again. On an error, every
+    /// owner, with room for `limit`: `handoff.lua` checks again.
+    async fn targets_room(&self, ring: &Ring, keys: &[String], limit: u64) -> HashMap<String, u64> {
         let owners: Vec<String> = keys
             .iter()
             .filter_map(|key| ring.owner(key))
@@ -133,19 +208,26 @@ impl NodeInner {
             .into_iter()
             .map(str::to_string)
             .collect();
+        let mut asked = Vec::with_capacity(owners.len());
+        for owner in &owners {
+            match self.inbox(owner) {
+                Ok(inbox) => asked.push((owner.clone(), inbox.key().to_string())),
+                Err(e) => tracing::debug!(owner, error = %e, "no inbox for a ring owner"),
+            }
+        }
         match self
             .store
-            .targets_current(&owners, self.options.worker_ttl)
+            .targets_current(&asked, self.options.worker_ttl)
             .await
         {
-            Ok(flags) => owners
+            Ok(queued) => asked
                 .into_iter()
-                .zip(flags)
-                .filter_map(|(owner, current)| current.then_some(owner))
+                .zip(queued)
+                .filter_map(|((owner, _), queued)| queued.map(|n| (owner, limit.saturating_sub(n))))
                 .collect(),
             Err(e) => {
                 tracing::debug!(error = %e, "could not ask which workers read their inbox");
-                owners.into_iter().collect()
+                owners.into_iter().map(|o| (o, limit)).collect()
             }
         }
     }

@@ -419,26 +419,29 @@ impl PoolStore {
         Ok((Handoff::parse(reply)?, stored))
     }
 
-    /// Which of `workers` a job may be handed to now (`targets_current.lua`):
-    /// each reads its inbox and renewed since the pool last found its data
-    /// lost. A hint for whom to stop a job for: `handoff` checks again.
+    /// Which of `workers` (each with its inbox stream key) a job may be
+    /// handed to now (`targets_current.lua`): each reads its inbox and
+    /// renewed since the pool last found its data lost. For each, `None`
+    /// (not a target now) or the number of entries in its inbox. A hint for
+    /// whom to stop a job for, and how many at once: `handoff` checks again.
     pub(crate) async fn targets_current(
         &self,
-        workers: &[String],
+        workers: &[(String, String)],
         worker_ttl: Duration,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Option<u64>>> {
         const WHAT: &str = "targets_current reply";
         let mut keys = self.maps.base_keys();
         keys.push(self.maps.cleanup.keys_info().hash.clone());
         keys.push(self.maps.keepalive.keys_info().hash.clone());
+        keys.extend(workers.iter().map(|(_, inbox)| inbox.clone()));
         let mut args = self.maps.base_args_with_ttl(worker_ttl);
-        args.extend(workers.iter().map(|w| Value::from(w.as_str())));
+        args.extend(workers.iter().map(|(w, _)| Value::from(w.as_str())));
         let reply: Value = self
             .scripts
             .targets_current
             .run(&self.client, keys, args, self.timeout)
             .await?;
-        let flags = match reply {
+        let lengths = match reply {
             Value::Array(items) => items,
             Value::Null => Vec::new(),
             other => {
@@ -448,13 +451,23 @@ impl PoolStore {
                 });
             }
         };
-        if flags.len() != workers.len() {
+        if lengths.len() != workers.len() {
             return Err(Error::Malformed {
                 what: WHAT,
-                reason: format!("{} flags for {} workers", flags.len(), workers.len()),
+                reason: format!("{} answers for {} workers", lengths.len(), workers.len()),
             });
         }
-        Ok(flags.iter().map(|f| f.as_i64() == Some(1)).collect())
+        lengths
+            .iter()
+            .map(|v| match v.as_i64() {
+                Some(-1) => Ok(None),
+                Some(n) if n >= 0 => Ok(Some(n as u64)),
+                _ => Err(Error::Malformed {
+                    what: WHAT,
+                    reason: format!("expected -1 or an inbox length, got {v:?}"),
+                }),
+            })
+            .collect()
     }
 
     /// Moves one inbox entry to another worker's inbox (the status alone).

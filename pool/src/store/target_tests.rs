@@ -14,6 +14,14 @@ async fn server_now_ms(f: &Fixture) -> u64 {
     call::server_time_ms(&f.store.client).await.unwrap()
 }
 
+/// Workers and their inboxes, as a rebalance asks about them.
+fn asked(f: &Fixture, workers: &[&str]) -> Vec<(String, String)> {
+    workers
+        .iter()
+        .map(|w| (w.to_string(), f.inbox(w)))
+        .collect()
+}
+
 /// A store with worker "w1" running job "r", and worker `other`
 /// registered.
 async fn r_runs_on_w1_beside(other: &str) -> Fixture {
@@ -45,9 +53,14 @@ async fn a_job_goes_only_to_a_worker_that_renewed_since_the_last_loss() {
     s.begin_recovery(TTL).await.unwrap();
     f.register("w1").await;
 
-    let asked = ["w-back".to_string(), "w1".to_string()];
+    let asked = asked(f, &["w-back", "w1"]);
     assert_eq!(
-        s.targets_current(&asked, TTL).await.unwrap(),
+        s.targets_current(&asked, TTL)
+            .await
+            .unwrap()
+            .iter()
+            .map(Option::is_some)
+            .collect::<Vec<_>>(),
         vec![false, true],
         "who a rebalance would stop a job for"
     );
@@ -169,5 +182,39 @@ async fn a_target_silent_only_by_a_stepped_clock_takes_a_job_from_a_caller_that_
         f.move_entry_judged(&queued, "w1", "w2", Some(renewed + 1_000))
             .await,
         Moved::Ok
+    );
+}
+
+#[tokio::test]
+async fn a_target_is_answered_with_the_entries_queued_in_its_inbox() {
+    let f = &r_runs_on_w1_beside("w2").await;
+    let s = &f.store;
+    let queued = |n: usize| async move {
+        for i in 0..n {
+            let _: String = s
+                .client
+                .xadd(
+                    f.inbox("w2"),
+                    false,
+                    None,
+                    "*",
+                    vec![("start", format!("e{i}"))],
+                )
+                .await
+                .unwrap();
+        }
+    };
+    queued(3).await;
+    assert_eq!(
+        s.targets_current(&asked(f, &["w2", "w-none"]), TTL)
+            .await
+            .unwrap(),
+        vec![Some(3), None],
+        "a rebalance stops jobs for an owner by how many entries wait for it"
+    );
+    queued(2).await;
+    assert_eq!(
+        s.targets_current(&asked(f, &["w2"]), TTL).await.unwrap(),
+        vec![Some(5)]
     );
 }

@@ -642,6 +642,7 @@ mod misplaced_start;
 mod node_restart;
 mod one_recovery;
 mod outage_return;
+mod paced_rebalance;
 mod pending_admission;
 mod reassert_batches;
 mod reassert_during_handoffs;

@@ -109,9 +109,27 @@ async fn a_slow_starting_owner_is_handed_its_share_a_few_jobs_at_a_time() {
     // of its start on b. Handed all at once, the last waited for the
     // starts of all the others (owed × 100 ms); paced, for the few queued
     // before it.
-    let steps = steps.lock().unwrap();
+    let worst = worst_gap(&steps.lock().unwrap(), &owed);
+    let bound = START_TAKES * 14;
+    println!(
+        "{} jobs handed to b; the longest ran nowhere for {worst:?} (bound {bound:?}, \
+         all at once: about {:?})",
+        owed.len(),
+        START_TAKES * owed.len() as u32
+    );
+    assert!(
+        worst < bound,
+        "a job ran nowhere for {worst:?} while b started the others"
+    );
+    b.close().await.unwrap();
+    a.close().await.unwrap();
+}
+
+/// The longest time one of `owed` ran nowhere: from its stop on a to the
+/// beginning of its start on b (each once, in that order).
+fn worst_gap(steps: &[Step], owed: &[String]) -> Duration {
     let mut worst = Duration::ZERO;
-    for key in &owed {
+    for key in owed {
         let of = |worker: &str, start: bool| {
             steps
                 .iter()
@@ -128,18 +146,5 @@ async fn a_slow_starting_owner_is_handed_its_share_a_few_jobs_at_a_time() {
         );
         worst = worst.max(starts[0] - stops[0]);
     }
-    let bound = START_TAKES * 14;
-    println!(
-        "{} jobs handed to b; the longest ran nowhere for {worst:?} (bound {bound:?}, \
-         all at once: about {:?})",
-        owed.len(),
-        START_TAKES * owed.len() as u32
-    );
-    assert!(
-        worst < bound,
-        "a job ran nowhere for {worst:?} while b started the others"
-    );
-    drop(steps);
-    b.close().await.unwrap();
-    a.close().await.unwrap();
+    worst
 }

@@ -109,6 +109,7 @@ impl NodeInner {
         loop {
             let ring = self.ring.load_full();
             if worker.cancel.is_cancelled()
+                || self.cancel.is_cancelled()
                 || (!ring.contains(&worker.id) && !self.drained.load().contains(&worker.id))
             {
                 return false; // leaving or being cleaned: not ours to move
@@ -160,6 +161,7 @@ impl NodeInner {
                 }
                 tokio::select! {
                     _ = worker.cancel.cancelled() => return false,
+                    _ = self.cancel.cancelled() => return false,
                     () = tokio::time::sleep(BACKLOG_POLL) => {}
                 }
                 continue;

@@ -73,73 +73,51 @@ impl NodeInner {
         }
     }
 
-    /// Hands off every local job whose ring owner is another worker.
-    /// Returns whether some stay here for now: their new owner does not
-    /// read its inbox yet, or its inbox stayed full (see
-    /// [`Self::rebalance_worker`]).
+    /// Hands off every local job whose ring owner is another worker, a few
+    /// at a time per new owner: a job is stopped for an owner only while
+    /// fewer than [`Self::backlog_limit`] entries wait in its inbox. A
+    /// returning worker is owed a share of every other's jobs at once, and
+    /// it starts them at its own pace (its lanes, its handler's start
+    /// time): stopped all at once, the last of hundreds waited seconds in
+    /// its inbox, running nowhere (chaos soak seed 1618: 4 lanes, starts of
+    /// up to 60 ms, ~660 jobs back after a deaf link, keys down for up to
+    /// 7 s). Paced, a job keeps running here until its new owner is about
+    /// to start it. One pass serves all local workers, so that a slow owner
+    /// holds back only the jobs owed to it. Returns whether some stay here
+    /// for now: their owner does not read its inbox, or its inbox did not
+    /// drain for a cleanup interval (the pass at the next tick goes on).
     pub(crate) async fn rebalance(&self) -> bool {
-        let workers: Vec<Arc<WorkerInner>> =
-            self.workers.iter().map(|w| w.value().clone()).collect();
-        let mut jobs_wait = false;
-        for worker in workers {
-            jobs_wait |= self.rebalance_worker(&worker).await;
-        }
-        jobs_wait
-    }
-
-    /// Hands off `worker`'s jobs that hash elsewhere, a few at a time per
-    /// new owner: a job is stopped for an owner only while fewer than
-    /// [`Self::backlog_limit`] entries wait in its inbox. A returning
-    /// worker is owed a share of every other's jobs at once, and it starts
-    /// them at its own pace (its lanes, its handler's start time): stopped
-    /// all at once, the last of hundreds waited seconds in its inbox,
-    /// running nowhere (chaos soak seed 1618: 4 lanes, starts of up to
-    /// 60 ms, ~660 jobs back after a deaf link, keys down for up to 7 s).
-    /// Paced, a job keeps running here until its new owner is about to
-    /// start it. Returns whether some stay here for now: their owner does
-    /// not read its inbox, or its inbox did not drain for a cleanup
-    /// interval (the pass at the next tick goes on).
-    async fn rebalance_worker(&self, worker: &Arc<WorkerInner>) -> bool {
         let limit = self.backlog_limit();
         let mut waiting_since: Option<Instant> = None;
-        // Keys this pass tried: one whose hand-off failed runs here again
+        // Jobs this pass tried: one whose hand-off failed runs here again
         // and waits for the next pass, not stopped again at once.
-        let mut tried: HashSet<String> = HashSet::new();
+        let mut tried: HashSet<(String, String)> = HashSet::new();
         let mut noted = false;
         loop {
-            let ring = self.ring.load_full();
-            if worker.cancel.is_cancelled()
-                || self.cancel.is_cancelled()
-                || (!ring.contains(&worker.id) && !self.drained.load().contains(&worker.id))
-            {
-                return false; // leaving or being cleaned: not ours to move
+            if self.cancel.is_cancelled() {
+                return false;
             }
-            let moving: Vec<String> = worker
-                .jobs
-                .iter()
-                .filter(|e| ring.owner(e.key()).is_some_and(|o| o != worker.id))
-                .filter(|e| !tried.contains(e.key()))
-                .map(|e| e.key().clone())
-                .collect();
+            let ring = self.ring.load_full();
+            let moving = self.jobs_to_move(&ring, &tried);
             if moving.is_empty() {
                 return false;
             }
-            let mut room = self.targets_room(&ring, &moving, limit).await;
+            let keys: Vec<&str> = moving.iter().map(|(_, key)| key.as_str()).collect();
+            let mut room = self.targets_room(&ring, &keys, limit).await;
             let (mut now, mut full, mut not_current) = (Vec::new(), 0, 0);
-            for key in moving {
+            for (worker, key) in moving {
                 match ring.owner(&key).and_then(|o| room.get_mut(o)) {
                     None => not_current += 1,
                     Some(0) => full += 1,
                     Some(left) => {
                         *left -= 1;
-                        now.push(key);
+                        now.push((worker, key));
                     }
                 }
             }
             if not_current > 0 && !noted {
                 noted = true;
                 tracing::info!(
-                    worker = %worker.id,
                     jobs = not_current,
                     "jobs stay here until their new owner reads its inbox"
                 );
@@ -153,14 +131,12 @@ impl NodeInner {
                 let since = *waiting_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= self.options.cleanup_interval {
                     tracing::info!(
-                        worker = %worker.id,
                         jobs = full,
                         "jobs stay here while their new owners' inboxes are full"
                     );
                     return true;
                 }
                 tokio::select! {
-                    _ = worker.cancel.cancelled() => return false,
                     _ = self.cancel.cancelled() => return false,
                     () = tokio::time::sleep(BACKLOG_POLL) => {}
                 }
@@ -168,22 +144,51 @@ impl NodeInner {
             }
             waiting_since = None;
             if tried.is_empty() {
-                tracing::info!(worker = %worker.id, jobs = now.len() + full, "rebalancing");
+                tracing::info!(jobs = now.len() + full, "rebalancing");
             } else {
-                tracing::debug!(worker = %worker.id, jobs = now.len(), left = full, "rebalancing more");
+                tracing::debug!(jobs = now.len(), left = full, "rebalancing more");
             }
-            tried.extend(now.iter().cloned());
+            tried.extend(now.iter().map(|(w, key)| (w.id.clone(), key.clone())));
             // Many hand-offs at once (each stops its job before moving it,
             // under the key's lock): a worker with hundreds of jobs to move
             // is done in a few stop times, not one stop time per job.
             futures::stream::iter(now)
-                .for_each_concurrent(HANDOFFS_IN_FLIGHT, |key| async move {
+                .for_each_concurrent(HANDOFFS_IN_FLIGHT, |(worker, key)| async move {
                     if !worker.cancel.is_cancelled() {
-                        self.hand_off_local(worker, &key).await;
+                        self.hand_off_local(&worker, &key).await;
                     }
                 })
                 .await;
         }
+    }
+
+    /// The local jobs whose ring owner is another worker, with their
+    /// workers: of every worker in the ring or drained (one leaving or
+    /// being cleaned up is not ours to move), less those `tried`.
+    fn jobs_to_move(
+        &self,
+        ring: &Ring,
+        tried: &HashSet<(String, String)>,
+    ) -> Vec<(Arc<WorkerInner>, String)> {
+        let drained = self.drained.load();
+        let mut moving = Vec::new();
+        for worker in self.workers.iter() {
+            let worker = worker.value();
+            if worker.cancel.is_cancelled()
+                || (!ring.contains(&worker.id) && !drained.contains(&worker.id))
+            {
+                continue;
+            }
+            for job in worker.jobs.iter() {
+                let key = job.key();
+                if ring.owner(key).is_some_and(|o| o != worker.id)
+                    && !tried.contains(&(worker.id.clone(), key.clone()))
+                {
+                    moving.push((worker.clone(), key.clone()));
+                }
+            }
+        }
+        moving
     }
 
     /// How many entries a rebalance lets wait in a new owner's inbox: two
@@ -202,7 +207,7 @@ impl NodeInner {
     /// left, is in the ring until a cleanup removes it; a job stopped for
     /// it would be refused and started here again. On an error, every
     /// owner, with room for `limit`: `handoff.lua` checks again.
-    async fn targets_room(&self, ring: &Ring, keys: &[String], limit: u64) -> HashMap<String, u64> {
+    async fn targets_room(&self, ring: &Ring, keys: &[&str], limit: u64) -> HashMap<String, u64> {
         let owners: Vec<String> = keys
             .iter()
             .filter_map(|key| ring.owner(key))

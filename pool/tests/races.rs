@@ -6,9 +6,9 @@ mod support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use flotilla_pool::{Error, LeasePolicy, Node, Worker};
+use flotilla_pool::{Error, LeasePolicy, Worker};
 use flotilla_testkit::FaultProxy;
-use support::{Env, Ledger, eventually, fast};
+use support::{Env, Ledger, eventually, fast, victim};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_dispatch_of_one_key_admits_once() {
@@ -137,22 +137,11 @@ async fn thousand_jobs_balance_and_adding_a_worker_moves_about_a_seventh() {
     }
 }
 
-/// A node whose connection to Redis goes through a proxy we can cut: a
-/// stand-in for a crashed or partitioned process.
-async fn proxied_node(env: &Env, proxy: &FaultProxy, options: flotilla_pool::NodeOptions) -> Node {
-    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
-    Node::join(&client, &env.pool, options).await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_cleaners_requeue_a_dead_workers_jobs_once() {
     let env = Env::new("race-clean");
     let ledger = Ledger::default();
-    let proxy = FaultProxy::start(env.server.addr()).await.unwrap();
-    let doomed = proxied_node(&env, &proxy, fast()).await;
-    let victim = Worker::new(&doomed, ledger.handler("victim"))
-        .await
-        .unwrap();
+    let (proxy, doomed, victim) = victim(&env, &ledger).await;
     let cleaners = vec![
         env.node(fast()).await,
         env.node(fast()).await,
@@ -233,7 +222,9 @@ async fn partitioned_worker_hands_over_and_rejoins(name: &str, fail: fn(&FaultPr
     let env = Env::new(name);
     let ledger = Ledger::default();
     let proxy = FaultProxy::start(env.server.addr()).await.unwrap();
-    let far = proxied_node(&env, &proxy, fast().lease_policy(LeasePolicy::StopJobs)).await;
+    let far = env
+        .proxied_node(&proxy, fast().lease_policy(LeasePolicy::StopJobs))
+        .await;
     let far_worker = Worker::new(&far, ledger.handler("far")).await.unwrap();
     let near = env.node(fast()).await;
     let _near_worker = Worker::new(&near, ledger.handler("near")).await.unwrap();
@@ -343,7 +334,7 @@ async fn a_worker_closed_while_cut_off_hands_over_no_job_before_its_stop_ends() 
     let ledger = Ledger::default();
     let proxy = FaultProxy::start(env.server.addr()).await.unwrap();
     let ttl = Duration::from_secs(3);
-    let far = proxied_node(&env, &proxy, fast().worker_ttl(ttl)).await;
+    let far = env.proxied_node(&proxy, fast().worker_ttl(ttl)).await;
     // Stops within the stop budget (TTL / 6 = 500 ms), long enough for the
     // close to get through once the link heals.
     let far_worker = Worker::new(&far, ledger.slow_stop_handler("far", 350, 450))

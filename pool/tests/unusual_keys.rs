@@ -10,9 +10,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flotilla_pool::{Error, Node, Worker};
-use flotilla_testkit::FaultProxy;
-use support::{Env, Ledger, eventually, fast};
+use flotilla_pool::{Error, Worker};
+use support::{Env, Ledger, eventually, fast, victim};
 
 /// Keys the scripts split, match or compare somewhere if they mishandled
 /// them: separators of their records ("<worker> <token>", "stop <token>"),
@@ -53,20 +52,11 @@ fn payload(i: usize) -> Bytes {
     }
 }
 
-async fn proxied_node(env: &Env, proxy: &FaultProxy) -> Node {
-    let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
-    Node::join(&client, &env.pool, fast()).await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unusual_keys_and_payloads_run_once_move_once_and_stop() {
     let env = Env::new("odd-keys");
     let ledger = Ledger::default();
-    let proxy = FaultProxy::start(env.server.addr()).await.unwrap();
-    let doomed = proxied_node(&env, &proxy).await;
-    let victim = Worker::new(&doomed, ledger.handler("victim"))
-        .await
-        .unwrap();
+    let (proxy, doomed, victim) = victim(&env, &ledger).await;
     let node = env.node(fast()).await;
     let _survivor = Worker::new(&node, ledger.handler("survivor"))
         .await

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use flotilla_pool::{Handler, HandlerError, Job, Node, NodeOptions};
-use flotilla_testkit::RedisServer;
+use flotilla_pool::{Handler, HandlerError, Job, Node, NodeOptions, Worker};
+use flotilla_testkit::{FaultProxy, RedisServer};
 
 /// One start or stop seen by a handler.
 #[derive(Debug, Clone)]
@@ -209,6 +209,22 @@ impl Env {
         let client = flotilla_testkit::client(&self.server.url()).await.unwrap();
         Node::join(&client, &self.pool, options).await.unwrap()
     }
+
+    /// A node of the pool whose connections go through `proxy`, which the
+    /// test can cut: a stand-in for a crashed or partitioned process.
+    pub async fn proxied_node(&self, proxy: &FaultProxy, options: NodeOptions) -> Node {
+        let client = flotilla_testkit::client(&proxy.url()).await.unwrap();
+        Node::join(&client, &self.pool, options).await.unwrap()
+    }
+}
+
+/// A worker named "victim" recording into `ledger`, on a node behind a
+/// proxy of its own ([`Env::proxied_node`], [`fast`] timings).
+pub async fn victim(env: &Env, ledger: &Ledger) -> (FaultProxy, Node, Worker) {
+    let proxy = FaultProxy::start(env.server.addr()).await.unwrap();
+    let node = env.proxied_node(&proxy, fast()).await;
+    let worker = Worker::new(&node, ledger.handler("victim")).await.unwrap();
+    (proxy, node, worker)
 }
 
 /// Short timings for tests.

@@ -13,8 +13,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{FaultSpan, Interval};
-use crate::ledger::FaultKind;
+use super::{CheckOptions, FaultSpan, Interval};
+use crate::ledger::{FaultKind, Record};
 
 /// What [`cut_short`] reads beside the run itself.
 pub(super) struct Runs<'a> {
@@ -31,6 +31,48 @@ pub(super) struct Runs<'a> {
     /// How soon after the failure a kill keeps the process from logging
     /// the final one, ns.
     pub(super) notice: u64,
+}
+
+impl<'a> Runs<'a> {
+    /// The runs, failures and logged final failures of a run's ledgers.
+    pub(super) fn of(
+        driver: &[(u64, &'a Record)],
+        intervals: &'a [Interval],
+        faults: &'a [FaultSpan],
+        options: &CheckOptions,
+    ) -> Runs<'a> {
+        Runs {
+            by_key: intervals.iter().fold(HashMap::new(), |mut by_key, iv| {
+                by_key
+                    .entry(iv.key.as_str())
+                    .or_insert_with(Vec::new)
+                    .push(iv);
+                by_key
+            }),
+            faults,
+            failed: driver
+                .iter()
+                .filter_map(|(_, r)| match r {
+                    Record::Ended {
+                        key,
+                        token,
+                        outcome,
+                        ..
+                    } if outcome == "failed" => Some((key.as_str(), *token)),
+                    _ => None,
+                })
+                .collect(),
+            finished: driver
+                .iter()
+                .filter_map(|(_, r)| match r {
+                    Record::Finished { key, token } => Some((key.as_str(), *token)),
+                    _ => None,
+                })
+                .collect(),
+            restart_within: options.restart_within.as_nanos() as u64,
+            notice: options.notice_within.as_nanos() as u64,
+        }
+    }
 }
 
 /// Whether run `token` of `key`, which failed at `at`, was the key's final

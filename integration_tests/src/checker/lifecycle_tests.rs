@@ -498,3 +498,38 @@ fn a_final_failure_whose_log_a_kill_cut_short_ends_the_pair() {
         assert_eq!(r.final_failures_cut_short, 0);
     }
 }
+
+/// The same final failure cut short, with no later dispatch: at the end of
+/// the run the key must run nowhere, as after a recorded finish, rather
+/// than count as lost (chaos soak seed 1621: `job-4148` failed for the
+/// second time in a row 2 ms before its process was killed; the cleanup of
+/// its worker found nothing of the key, and the end check reported
+/// `I2 lost: job-4148 runs nowhere`). Without the kill it is lost.
+#[test]
+fn a_final_failure_whose_log_a_kill_cut_short_is_not_lost_at_the_end() {
+    let key = "job-2223";
+    let run = |kill: bool| {
+        let w = vec![
+            start_admitted(10, 110, key, "a", 1, 100),
+            ended(10, 200, key, "a", 1, "failed"),
+            start_admitted(10, 300, key, "a", 2, 100),
+            ended(10, 400, key, "a", 2, "failed"),
+        ];
+        let mut d = vec![dispatch_sent(100, key), admit(150, key)];
+        if kill {
+            d.push(fault(402, FaultKind::Kill, 10, false));
+        }
+        let options = CheckOptions {
+            final_failures: true,
+            ..at_end(10_000)
+        };
+        check(&[w, d], &options)
+    };
+    let r = run(true);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.final_failures_cut_short, 1);
+    assert_eq!(r.left_with_final_failure_cut_short, [key]);
+    assert!(r.not_expected_to_run(key));
+    let r = run(false);
+    assert_eq!(kinds(&r), vec!["not_running"], "{:?}", r.violations);
+}

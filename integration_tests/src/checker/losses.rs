@@ -95,37 +95,7 @@ pub(super) fn check_admissions(
                     .all(|iv| out_of_reach(iv.pid, lost_by + notice, t.saturating_sub(notice)))
         })
     };
-    let runs = final_failures::Runs {
-        by_key: intervals.iter().fold(HashMap::new(), |mut by_key, iv| {
-            by_key
-                .entry(iv.key.as_str())
-                .or_insert_with(Vec::new)
-                .push(iv);
-            by_key
-        }),
-        faults,
-        failed: driver
-            .iter()
-            .filter_map(|(_, r)| match r {
-                Record::Ended {
-                    key,
-                    token,
-                    outcome,
-                    ..
-                } if outcome == "failed" => Some((key.as_str(), *token)),
-                _ => None,
-            })
-            .collect(),
-        finished: driver
-            .iter()
-            .filter_map(|(_, r)| match r {
-                Record::Finished { key, token } => Some((key.as_str(), *token)),
-                _ => None,
-            })
-            .collect(),
-        restart_within: options.restart_within.as_nanos() as u64,
-        notice,
-    };
+    let runs = final_failures::Runs::of(driver, intervals, faults, options);
     // key → when a dispatch of it was last sent, and when a run of it
     // last finished on its own.
     let mut last_sent: HashMap<&str, u64> = HashMap::new();
@@ -444,7 +414,10 @@ pub(super) fn check_running_at(
     options: &CheckOptions,
     report: &mut Report,
 ) {
+    let runs = final_failures::Runs::of(driver, intervals, faults, options);
     let mut expect: BTreeMap<&str, (u64, Expect)> = BTreeMap::new();
+    // Keys whose final failure a kill cut short, and when.
+    let mut cut_short: HashMap<&str, u64> = HashMap::new();
     // `--lifecycle` runs: per key, the last dispatch sent, the last run
     // that finished on its own (reported or recorded) and the last that
     // failed (restarted by the pool after a backoff).
@@ -505,6 +478,22 @@ pub(super) fn check_running_at(
                 finished.insert(key, *t);
                 (key, Expect::Unknown)
             }
+            // A final failure whose log a kill cut short (see
+            // `final_failures.rs`): the key left the pool, as on a
+            // recorded finish, and must run nowhere.
+            Record::Ended {
+                key,
+                token,
+                outcome,
+                ..
+            } if outcome == "failed"
+                && options.final_failures
+                && final_failures::cut_short(key, *token, *t, &runs) =>
+            {
+                expect.insert(key.as_str(), (*t, Expect::Stopped));
+                cut_short.insert(key.as_str(), *t);
+                continue;
+            }
             Record::Ended { key, .. } => {
                 failed.insert(key, *t);
                 continue;
@@ -542,6 +531,11 @@ pub(super) fn check_running_at(
     }
     let windows = killed_holder_windows(options);
     for (key, (since, e)) in expect {
+        if matches!(e, Expect::Stopped) && cut_short.get(key) == Some(&since) {
+            report
+                .left_with_final_failure_cut_short
+                .push(key.to_string());
+        }
         match e {
             Expect::Running if !running.contains_key(key) => {
                 let restarting = failed.get(key).is_some_and(|f| {

@@ -174,6 +174,11 @@ pub struct Report {
     /// ledger's `Finished` line): the key's pair ends at the failure, as
     /// at a finish. Counted, not flagged.
     pub final_failures_cut_short: usize,
+    /// Keys the dispatcher believes running whose last run was such a
+    /// final failure, at the I2 check instant: they left the pool and must
+    /// run nowhere (a recovery or the final convergence does not wait for
+    /// them).
+    pub left_with_final_failure_cut_short: Vec<String>,
     /// Keys admitted and not running at the I2 check instant because their
     /// last run failed within `restart_within` before it (the pool waits
     /// out a backoff before the restart).
@@ -184,5 +189,23 @@ impl Report {
     /// Whether no invariant was broken.
     pub fn ok(&self) -> bool {
         self.violations.is_empty()
+    }
+
+    /// Whether a key believed running may run nowhere at the check
+    /// instant: lost to two faults, or gone with a final failure whose log
+    /// a kill cut short.
+    pub fn not_expected_to_run(&self, key: &str) -> bool {
+        self.lost_with_killed_holder.iter().any(|k| k == key)
+            || self
+                .left_with_final_failure_cut_short
+                .iter()
+                .any(|k| k == key)
+    }
+
+    /// The keys of [`not_expected_to_run`](Self::not_expected_to_run).
+    pub fn not_expected_to_run_keys(&self) -> Vec<String> {
+        let mut keys = self.lost_with_killed_holder.clone();
+        keys.extend(self.left_with_final_failure_cut_short.iter().cloned());
+        keys
     }
 }

@@ -379,7 +379,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     if final_recovery.is_none() {
         final_recovery = missing_since
             .iter()
-            .find(|(_, missing)| missing.iter().all(|k| report.lost_with_killed_holder.contains(k)))
+            .find(|(_, missing)| missing.iter().all(|k| report.not_expected_to_run(k)))
             .map(|(at, missing)| {
                 tracing::info!(keys = missing.len(), "the keys that kept the pool from converging were all lost with a killed holder and Redis's data");
                 *at
@@ -417,7 +417,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
                     ..CheckOptions::for_ttl(options.ttl)
                 },
             )
-            .lost_with_killed_holder
+            .not_expected_to_run_keys()
         }),
         final_convergence: final_recovery,
         dispatch_ok: stats.dispatch_ok,

@@ -9,6 +9,8 @@
 //!   finish), for runs with `--lifecycle`.
 //! * [`process`]: spawns `flotilla-test-worker` processes (killed on drop)
 //!   and signals them (`SIGKILL`, `SIGSTOP`/`SIGCONT`, `SIGTERM`).
+//! * [`requests`]: dispatches and stops sent through a worker process's
+//!   own node (`chaos --requests-from-workers`).
 //! * [`driver`]: the chaos driver: dispatchers, worker processes behind
 //!   fault proxies, a fault schedule, a recovery window and the checker.
 //!
@@ -33,3 +35,4 @@ pub mod driver;
 pub mod ledger;
 pub mod lifecycle;
 pub mod process;
+pub mod requests;

@@ -8,7 +8,9 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::requests::Requester;
 
 /// The line a worker process prints once its workers are registered,
 /// followed by their ids as a JSON array.
@@ -47,6 +49,9 @@ pub struct WorkerSpec {
     /// Lanes per worker (`NodeOptions::worker_lanes`); 0: the library's
     /// default.
     pub worker_lanes: usize,
+    /// The process takes dispatches and stops on its stdin (`--requests`,
+    /// see [`crate::requests`]).
+    pub requests: bool,
 }
 
 /// A running worker process.
@@ -58,6 +63,9 @@ pub struct WorkerProcess {
     pub workers: Vec<String>,
     /// Its ledger file.
     pub ledger: PathBuf,
+    /// Its request channel, when started with
+    /// [`requests`](WorkerSpec::requests).
+    pub requester: Option<Requester>,
 }
 
 /// Errors of spawning or signalling a worker process.
@@ -82,6 +90,7 @@ pub struct StartingWorker {
     pid: u32,
     lines: Lines<BufReader<ChildStdout>>,
     ledger: PathBuf,
+    stdin: Option<ChildStdin>,
 }
 
 impl StartingWorker {
@@ -117,14 +126,22 @@ impl StartingWorker {
                 )));
             }
         };
-        // Keep draining stdout so the child never blocks on a full pipe.
+        // Keep draining stdout so the child never blocks on a full pipe
+        // (its replies, when it takes requests).
         let mut lines = self.lines;
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let requester = match self.stdin {
+            Some(stdin) => Some(Requester::new(pid, stdin, lines)),
+            None => {
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                None
+            }
+        };
         Ok(WorkerProcess {
             child: self.child,
             pid,
             workers,
             ledger: self.ledger,
+            requester,
         })
     }
 
@@ -175,6 +192,9 @@ impl WorkerProcess {
                 .arg("--worker-lanes")
                 .arg(spec.worker_lanes.to_string());
         }
+        if spec.requests {
+            command.arg("--requests");
+        }
         let mut child = command
             .arg("--redis")
             .arg(&spec.redis_url)
@@ -190,7 +210,11 @@ impl WorkerProcess {
             .arg(spec.stop_ms.0.to_string())
             .arg("--stop-max-ms")
             .arg(spec.stop_ms.1.max(spec.stop_ms.0).to_string())
-            .stdin(Stdio::null())
+            .stdin(if spec.requests {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -200,11 +224,13 @@ impl WorkerProcess {
         let Some(stdout) = child.stdout.take() else {
             return Err(ProcessError::NotReady("no stdout".into()));
         };
+        let stdin = child.stdin.take();
         Ok(StartingWorker {
             child,
             pid,
             lines: BufReader::new(stdout).lines(),
             ledger: spec.ledger.clone(),
+            stdin,
         })
     }
 

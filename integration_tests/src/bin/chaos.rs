@@ -119,6 +119,11 @@ struct Args {
     /// default (16).
     #[arg(long, default_value_t = 0)]
     worker_lanes: usize,
+    /// Half the dispatches and stops go through the worker processes' own
+    /// nodes (each process takes them on its stdin), which meet the faults
+    /// while the calls are in flight.
+    #[arg(long)]
+    requests_from_workers: bool,
     /// With --sentinel: how many replicas the primary has.
     #[arg(long, default_value_t = 1)]
     sentinel_replicas: usize,
@@ -184,6 +189,7 @@ async fn main() -> ExitCode {
         .fixed_node_ids(args.fixed_node_ids)
         .start_max_ms(args.start_max_ms)
         .worker_lanes(args.worker_lanes)
+        .requests_from_workers(args.requests_from_workers)
         .sentinel_replicas(args.sentinel_replicas, args.min_replicas_to_write)
         .load(args.load_tasks, Duration::from_millis(args.load_pace_ms));
     let with_sentinel = [

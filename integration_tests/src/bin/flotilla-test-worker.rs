@@ -25,7 +25,9 @@ use flotilla_integration_tests::clock::ServerClock;
 use flotilla_integration_tests::ledger::{LedgerWriter, Record};
 use flotilla_integration_tests::lifecycle::{self, FINISHED_TARGET, FinishedLayer, RunTimers};
 use flotilla_integration_tests::process::READY_PREFIX;
-use flotilla_pool::{Handler, HandlerError, Job, Node, NodeOptions, Worker};
+use flotilla_integration_tests::requests::{self, Op, Outcome};
+use flotilla_pool::{DispatchOptions, Handler, HandlerError, Job, Node, NodeOptions, Worker};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -81,6 +83,11 @@ struct Args {
     /// default.
     #[arg(long, default_value_t = 0)]
     worker_lanes: usize,
+    /// Take dispatches and stops on stdin and answer them on stdout, once
+    /// ready (see `flotilla_integration_tests::requests`): the node that
+    /// calls is this process's own, which holds jobs and meets the faults.
+    #[arg(long)]
+    requests: bool,
 }
 
 /// Records starts and stops; runs nothing else (a job "runs" between them).
@@ -415,6 +422,9 @@ async fn run(
         writeln!(out, "{READY_PREFIX}{}", serde_json::to_string(&ids)?)?;
         out.flush()?;
     }
+    if args.requests {
+        tokio::spawn(serve_requests(node.clone(), cancel.clone()));
+    }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {
@@ -424,6 +434,57 @@ async fn run(
     cancel.cancel();
     node.close().await?;
     Ok(())
+}
+
+/// Carries out the driver's requests (stdin lines) on `node`, each in a
+/// task of its own so a slow one holds no other back, and prints each
+/// reply line on stdout; until stdin ends or `cancel`.
+async fn serve_requests(node: Node, cancel: CancellationToken) {
+    let (replies_tx, mut replies) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        let mut out = tokio::io::stdout();
+        while let Some(line) = replies.recv().await {
+            let written = async {
+                out.write_all(line.as_bytes()).await?;
+                out.flush().await
+            };
+            if written.await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        let line = tokio::select! {
+            _ = cancel.cancelled() => return,
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => line,
+                _ => return,
+            },
+        };
+        let Some((id, op)) = requests::parse_request(&line) else {
+            eprintln!("flotilla-test-worker: not a request: {line:?}");
+            continue;
+        };
+        let node = node.clone();
+        let replies = replies_tx.clone();
+        tokio::spawn(async move {
+            let result = match &op {
+                Op::Dispatch {
+                    key,
+                    fail_for_good: true,
+                } => {
+                    let options = DispatchOptions::default()
+                        .restart_policy(lifecycle::final_failure_policy());
+                    node.dispatch_job_with(key, &b"chaos"[..], &options).await
+                }
+                Op::Dispatch { key, .. } => node.dispatch_job(key, &b"chaos"[..]).await,
+                Op::Stop { key } => node.stop_job(key).await,
+            };
+            let outcome = Outcome::of(&result, node.id());
+            let _ = replies.send(format!("{}\n", requests::reply_line(id, &outcome)));
+        });
+    }
 }
 
 /// Records the pool's active workers (the ring) as this process sees them,

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use flotilla_testkit::FaultProxy;
@@ -11,6 +12,7 @@ use flotilla_testkit::FaultProxy;
 use crate::clock::mono_ns;
 use crate::ledger::{LedgerTail, Record};
 use crate::process::{ProcessError, StartingWorker, WorkerProcess, WorkerSpec};
+use crate::requests::Requester;
 
 /// What a worker process is going through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +54,9 @@ pub(crate) struct Fleet {
     /// Lanes per worker of the processes started
     /// (`NodeOptions::worker_lanes`; 0: the library's default).
     pub(crate) worker_lanes: usize,
+    /// Where the request channel of each process started goes, when the
+    /// processes take requests (`--requests-from-workers`).
+    pub(crate) requesters: Option<Arc<Mutex<Vec<Requester>>>>,
     /// The node ids of processes that ended, free to be taken again.
     free_node_ids: Vec<String>,
     /// pid → the fixed node id its process runs under.
@@ -97,6 +102,7 @@ impl Fleet {
             fixed_node_ids: false,
             start_max_ms: 0,
             worker_lanes: 0,
+            requesters: None,
             free_node_ids: Vec::new(),
             node_ids: HashMap::new(),
             dir,
@@ -116,6 +122,11 @@ impl Fleet {
         let (starting, proxy) = self.start(redis).await?;
         let process = starting.ready(Duration::from_secs(30)).await?;
         let pid = process.pid();
+        if let (Some(requesters), Some(requester)) = (&self.requesters, &process.requester)
+            && let Ok(mut all) = requesters.lock()
+        {
+            all.push(requester.clone());
+        }
         self.members.push(Member {
             process,
             proxy,
@@ -150,6 +161,7 @@ impl Fleet {
             lifecycle: self.lifecycle,
             start_max_ms: self.start_max_ms,
             worker_lanes: self.worker_lanes,
+            requests: self.requesters.is_some(),
             node_id: self.fixed_node_ids.then(|| {
                 self.free_node_ids
                     .pop()

@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use flotilla_pool::{DispatchOptions, Error, Node};
+use flotilla_pool::{DispatchOptions, Node};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
 use crate::ledger::{LedgerWriter, Record};
 use crate::lifecycle::{fails_for_good, final_failure_policy};
+use crate::requests::{Op, Outcome, Requester};
 
 /// What the dispatchers last learnt about a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +36,22 @@ pub(crate) struct LoadStats {
     pub(crate) stop_not_found: u64,
     pub(crate) stop_errors: u64,
     pub(crate) races: u64,
+    /// Dispatches and stops sent through a worker process's node.
+    pub(crate) via_workers: u64,
 }
+
+/// The node a dispatch or stop goes through.
+#[derive(Debug, Clone)]
+enum Via {
+    /// One of the driver's dispatching nodes (by place).
+    Dispatcher(usize),
+    /// A worker process's own node (`--requests-from-workers`).
+    Process(Requester),
+}
+
+/// How long the driver waits for a worker process's reply: past the
+/// process's own dispatch timeout (5 s) and a stop's settling pauses.
+const PROCESS_REPLY_WAIT: Duration = Duration::from_secs(15);
 
 /// Key states and counters shared by the load tasks and the driver.
 #[derive(Debug, Clone)]
@@ -63,6 +79,10 @@ pub(crate) struct Load {
     /// Dispatch the keys that [`fails_for_good`] with
     /// [`final_failure_policy`] (`--fail-for-good`).
     fail_for_good: bool,
+    /// The worker processes' request channels, when half the operations
+    /// go through them (`--requests-from-workers`); the fleet adds each
+    /// process it starts, and a process that exited is passed over.
+    requesters: Option<Arc<Mutex<Vec<Requester>>>>,
 }
 
 impl Load {
@@ -80,7 +100,30 @@ impl Load {
             nodes: Arc::new(nodes.into_iter().map(RwLock::new).collect()),
             ledger,
             fail_for_good: false,
+            requesters: None,
         }
+    }
+
+    /// Sends half the operations through the worker processes whose
+    /// channels `requesters` holds.
+    pub(crate) fn via_workers(mut self, requesters: Arc<Mutex<Vec<Requester>>>) -> Load {
+        self.requesters = Some(requesters);
+        self
+    }
+
+    /// A worker process to send an operation through, or `None` (none
+    /// takes requests, or the roll picked a dispatcher).
+    fn process(&self, rng: &mut StdRng) -> Option<Requester> {
+        let requesters = self.requesters.as_ref()?;
+        if !rng.random_bool(0.5) {
+            return None;
+        }
+        let mut live = requesters.lock().ok()?;
+        live.retain(|r| !r.is_closed());
+        if live.is_empty() {
+            return None;
+        }
+        Some(live[rng.random_range(0..live.len())].clone())
     }
 
     /// Sets whether the keys that [`fails_for_good`] are dispatched with
@@ -190,12 +233,19 @@ impl Load {
                 .unwrap_or(false);
             if claimed {
                 let roll: f64 = rng.random();
-                let node = rng.random_range(0..self.nodes.len());
+                let via = match self.process(&mut rng) {
+                    Some(process) => Via::Process(process),
+                    None => Via::Dispatcher(rng.random_range(0..self.nodes.len())),
+                };
                 match self.state(key) {
-                    KeyState::Stopped | KeyState::Unknown if roll < 0.15 => self.race(key).await,
-                    KeyState::Stopped | KeyState::Unknown => self.dispatch(node, key).await,
-                    KeyState::Running if roll < 0.35 => self.stop(node, key).await,
-                    KeyState::Running if roll < 0.45 => self.dispatch(node, key).await,
+                    KeyState::Stopped | KeyState::Unknown if roll < 0.15 => {
+                        self.race(key, &mut rng).await
+                    }
+                    KeyState::Stopped | KeyState::Unknown => self.dispatch_via(&via, key).await,
+                    KeyState::Running if roll < 0.35 => {
+                        self.stop_via(&via, key).await;
+                    }
+                    KeyState::Running if roll < 0.45 => self.dispatch_via(&via, key).await,
                     KeyState::Running => {}
                 }
                 if let Ok(mut b) = self.busy.lock() {
@@ -209,41 +259,63 @@ impl Load {
         }
     }
 
-    /// Dispatches `key` from every node at once (I3).
-    async fn race(&self, key: &str) {
+    /// Dispatches `key` from every dispatching node at once, and from a
+    /// worker process too when operations go through them (I3).
+    async fn race(&self, key: &str, rng: &mut StdRng) {
         self.count(|s| s.races += 1);
-        futures::future::join_all((0..self.nodes.len()).map(|n| self.dispatch(n, key))).await;
+        let mut vias: Vec<Via> = (0..self.nodes.len()).map(Via::Dispatcher).collect();
+        vias.extend(self.process(rng).map(Via::Process));
+        futures::future::join_all(vias.iter().map(|via| self.dispatch_via(via, key))).await;
     }
 
-    /// Dispatches `key` from node `n` and records the outcome.
+    /// Dispatches `key` from dispatching node `n` and records the outcome.
     pub(crate) async fn dispatch(&self, n: usize, key: &str) {
-        let node = self.node(n);
+        self.dispatch_via(&Via::Dispatcher(n), key).await;
+    }
+
+    /// Dispatches `key` through `via` and records the outcome.
+    async fn dispatch_via(&self, via: &Via, key: &str) {
         let sent_at = crate::clock::mono_ns();
         self.ledger.record(Record::DispatchSent {
             key: key.to_string(),
         });
-        let result = if self.fail_for_good && fails_for_good(key) {
-            let options = DispatchOptions::default().restart_policy(final_failure_policy());
-            node.dispatch_job_with(key, &b"chaos"[..], &options).await
-        } else {
-            node.dispatch_job(key, &b"chaos"[..]).await
+        let fail_for_good = self.fail_for_good && fails_for_good(key);
+        let outcome = match via {
+            Via::Dispatcher(n) => {
+                let node = self.node(*n);
+                let result = if fail_for_good {
+                    let options = DispatchOptions::default().restart_policy(final_failure_policy());
+                    node.dispatch_job_with(key, &b"chaos"[..], &options).await
+                } else {
+                    node.dispatch_job(key, &b"chaos"[..]).await
+                };
+                Outcome::of(&result, node.id())
+            }
+            Via::Process(process) => {
+                self.count(|s| s.via_workers += 1);
+                let op = Op::Dispatch {
+                    key: key.to_string(),
+                    fail_for_good,
+                };
+                process.call(&op, PROCESS_REPLY_WAIT).await
+            }
         };
-        if matches!(result, Ok(()) | Err(Error::JobExists(_)))
+        if matches!(outcome, Outcome::Ok(_) | Outcome::Exists)
             && let Ok(mut since) = self.running_since.lock()
         {
             since.insert(key.to_string(), sent_at);
         }
-        match result {
-            Ok(()) => {
+        match outcome {
+            Outcome::Ok(node) => {
                 self.ledger.record(Record::Admit {
                     key: key.to_string(),
-                    node: node.id().to_string(),
+                    node,
                 });
                 self.stop_doubt(key, false);
                 self.set(key, KeyState::Running);
                 self.count(|s| s.dispatch_ok += 1);
             }
-            Err(Error::JobExists(_)) => {
+            Outcome::Exists => {
                 self.ledger.record(Record::Exists {
                     key: key.to_string(),
                 });
@@ -257,7 +329,7 @@ impl Load {
                 self.set(key, state);
                 self.count(|s| s.dispatch_exists += 1);
             }
-            Err(e) => {
+            Outcome::NotFound | Outcome::Failed(_) => {
                 // The job may or may not start.
                 self.ledger.record(Record::DispatchUnknown {
                     key: key.to_string(),
@@ -265,7 +337,11 @@ impl Load {
                 if self.state(key) != KeyState::Running {
                     self.set(key, KeyState::Unknown);
                 }
-                self.count(|s| *s.dispatch_errors.entry(error_kind(&e)).or_default() += 1);
+                let kind = match outcome {
+                    Outcome::Failed(kind) => kind,
+                    _ => "other: not found".into(),
+                };
+                self.count(|s| *s.dispatch_errors.entry(kind).or_default() += 1);
             }
         }
     }
@@ -284,7 +360,9 @@ impl Load {
             if !claimed {
                 continue;
             }
-            if self.state(key) == KeyState::Running && self.stop_with(node, key).await == "ok" {
+            if self.state(key) == KeyState::Running
+                && matches!(self.stop_with(node, key).await, Outcome::Ok(_))
+            {
                 stopped.push(key.clone());
             }
             if let Ok(mut b) = self.busy.lock() {
@@ -294,35 +372,58 @@ impl Load {
         stopped
     }
 
-    /// Stops `key` from node `n` and records the outcome.
-    async fn stop(&self, n: usize, key: &str) {
-        self.stop_with(&self.node(n), key).await;
+    /// Stops `key` through `node` (not one of the load's), records the
+    /// outcome and returns it.
+    async fn stop_with(&self, node: &Node, key: &str) -> Outcome {
+        self.stop_by(key, async {
+            Outcome::of(&node.stop_job(key).await, node.id())
+        })
+        .await
     }
 
-    /// Stops `key` through `node`, records the outcome and returns it
-    /// (`ok`, `not_found` or `unknown`).
-    async fn stop_with(&self, node: &Node, key: &str) -> &'static str {
+    /// Stops `key` through `via`, records the outcome and returns it.
+    async fn stop_via(&self, via: &Via, key: &str) -> Outcome {
+        self.stop_by(key, async {
+            match via {
+                Via::Dispatcher(n) => {
+                    let node = self.node(*n);
+                    Outcome::of(&node.stop_job(key).await, node.id())
+                }
+                Via::Process(process) => {
+                    self.count(|s| s.via_workers += 1);
+                    let op = Op::Stop {
+                        key: key.to_string(),
+                    };
+                    process.call(&op, PROCESS_REPLY_WAIT).await
+                }
+            }
+        })
+        .await
+    }
+
+    /// Records a stop of `key`, made by `call`, and its outcome.
+    async fn stop_by(&self, key: &str, call: impl Future<Output = Outcome>) -> Outcome {
         if let Ok(mut s) = self.stopping.lock() {
             s.insert(key.to_string());
         }
         self.ledger.record(Record::StopSent {
             key: key.to_string(),
         });
-        let result = node.stop_job(key).await;
-        let outcome = match result {
-            Ok(()) => {
+        let outcome = call.await;
+        let word = match &outcome {
+            Outcome::Ok(_) => {
                 self.count(|s| s.stop_ok += 1);
                 self.stop_doubt(key, false);
                 self.set(key, KeyState::Stopped);
                 "ok"
             }
-            Err(Error::JobNotFound(_)) => {
+            Outcome::NotFound => {
                 self.count(|s| s.stop_not_found += 1);
                 self.stop_doubt(key, false);
                 self.set(key, KeyState::Stopped);
                 "not_found"
             }
-            Err(_) => {
+            Outcome::Exists | Outcome::Failed(_) => {
                 self.count(|s| s.stop_errors += 1);
                 self.stop_doubt(key, true);
                 self.set(key, KeyState::Unknown);
@@ -331,7 +432,7 @@ impl Load {
         };
         self.ledger.record(Record::StopDone {
             key: key.to_string(),
-            outcome: outcome.into(),
+            outcome: word.into(),
         });
         // After the state above: a check in between sees the key stopped.
         if let Ok(mut s) = self.stopping.lock() {
@@ -353,22 +454,10 @@ impl Load {
     pub(crate) async fn settle_unknown(&self) {
         for key in self.keys_in(KeyState::Unknown) {
             if self.in_doubt(&key) {
-                self.stop(0, &key).await;
+                self.stop_via(&Via::Dispatcher(0), &key).await;
             } else {
                 self.dispatch(0, &key).await;
             }
         }
-    }
-}
-
-fn error_kind(e: &Error) -> String {
-    match e {
-        Error::Timeout(_) => "timeout".into(),
-        Error::Unavailable(_) => "unavailable".into(),
-        Error::WritesRefused(_) => "writes refused".into(),
-        Error::NoActiveWorker(_) => "no active worker".into(),
-        Error::PoolFull(_) => "pool full".into(),
-        Error::StartFailed { .. } => "start failed".into(),
-        other => format!("other: {other}").chars().take(60).collect(),
     }
 }

@@ -281,14 +281,21 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     fleet.fixed_node_ids = options.fixed_node_ids;
     fleet.start_max_ms = options.start_max_ms;
     fleet.worker_lanes = options.worker_lanes;
+    let requesters = options
+        .requests_from_workers
+        .then(|| Arc::new(Mutex::new(Vec::new())));
+    fleet.requesters = requesters.clone();
     if sentinels.is_some() {
         fleet.redis_url = Some(url.clone());
     }
     for _ in 0..options.worker_processes {
         fleet.add(addr).await?;
     }
-    let load =
+    let mut load =
         Load::new(nodes.clone(), options.keys, ledger.clone()).fail_for_good(options.fail_for_good);
+    if let Some(requesters) = requesters {
+        load = load.via_workers(requesters);
+    }
     let mut run = Run {
         rng: StdRng::seed_from_u64(options.seed),
         options: options.clone(),
@@ -427,6 +434,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         stop_not_found: stats.stop_not_found,
         stop_errors: stats.stop_errors,
         races: stats.races,
+        via_workers: stats.via_workers,
         running_at_end: load.keys_in(KeyState::Running).len(),
         violations: report.violations.iter().map(ToString::to_string).collect(),
         report,

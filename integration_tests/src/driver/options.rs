@@ -101,6 +101,11 @@ pub struct ChaosOptions {
     /// `min-replicas-to-write` on every server (0: off; with a lag of 1 s).
     /// Default: 1 replica, off.
     pub sentinel_replicas: (usize, u32),
+    /// Half the dispatches and stops go through the worker processes' own
+    /// nodes (see [`crate::requests`]) instead of the two dispatching
+    /// nodes: the node asking holds jobs and meets the faults (cut, paused,
+    /// killed, deaf) while its calls are in flight. Default: off.
+    pub requests_from_workers: bool,
 }
 
 impl Default for ChaosOptions {
@@ -135,6 +140,7 @@ impl Default for ChaosOptions {
             start_max_ms: 0,
             worker_lanes: 0,
             sentinel_replicas: (1, 0),
+            requests_from_workers: false,
         }
     }
 }
@@ -218,6 +224,12 @@ impl ChaosOptions {
     /// Sets [`sentinel_replicas`](Self::sentinel_replicas).
     pub fn sentinel_replicas(mut self, replicas: usize, min_to_write: u32) -> Self {
         self.sentinel_replicas = (replicas, min_to_write);
+        self
+    }
+
+    /// Sets [`requests_from_workers`](Self::requests_from_workers).
+    pub fn requests_from_workers(mut self, on: bool) -> Self {
+        self.requests_from_workers = on;
         self
     }
 

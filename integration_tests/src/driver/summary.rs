@@ -44,6 +44,8 @@ pub struct ChaosSummary {
     pub stop_errors: u64,
     /// Concurrent dispatches of one key from both nodes.
     pub races: u64,
+    /// Dispatches and stops sent through a worker process's node.
+    pub via_workers: u64,
     /// Keys believed running at the end.
     pub running_at_end: usize,
     /// Every violation, as text.
@@ -114,6 +116,10 @@ impl ChaosSummary {
                 errors.to_string(),
             ),
             ("concurrent dispatch races", self.races.to_string()),
+            (
+                "dispatches and stops through worker processes",
+                self.via_workers.to_string(),
+            ),
             (
                 "stops Ok / not found / failed",
                 format!(
@@ -226,6 +232,7 @@ impl ChaosSummary {
             "stop_not_found": self.stop_not_found,
             "stop_errors": self.stop_errors,
             "races": self.races,
+            "via_workers": self.via_workers,
             "running_at_end": self.running_at_end,
             "intervals": self.report.intervals,
             "stale_windows": self.report.stale_windows,

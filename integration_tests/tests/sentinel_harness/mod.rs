@@ -40,6 +40,7 @@ pub async fn worker_process(ha: &Sentinels, dir: &Path, pool: &str, i: usize) ->
         node_id: None,
         start_max_ms: 0,
         worker_lanes: 0,
+        requests: false,
         binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
         redis_url: ha.url(),
         pool: pool.to_string(),

@@ -105,6 +105,7 @@ impl Harness {
                 node_id: None,
                 start_max_ms: 0,
                 worker_lanes: 0,
+                requests: false,
                 binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
                 redis_url: proxy.as_ref().map_or_else(|| server.url(), FaultProxy::url),
                 pool: pool.clone(),

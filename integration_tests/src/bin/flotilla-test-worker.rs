@@ -294,7 +294,8 @@ async fn main() -> ExitCode {
 const JOIN_WINDOW: Duration = Duration::from_secs(25);
 
 /// `Node::connect` through Sentinel, tried again while the Sentinels name
-/// no server that answers as primary: each attempt waits its own
+/// no server that answers as primary, or the primary refuses writes (too
+/// few replicas for `min-replicas-to-write`): each attempt waits its own
 /// `redis_timeout`, and a Sentinel that still names a demoted primary after
 /// a failover fails every attempt that asks it until it learns the new one.
 async fn connect_through_sentinel(
@@ -305,7 +306,12 @@ async fn connect_through_sentinel(
     loop {
         match Node::connect(&args.redis, &args.pool, options.clone()).await {
             Ok(node) => return Ok(node),
-            Err(e @ flotilla_pool::Error::Unavailable(_)) if started.elapsed() < JOIN_WINDOW => {
+            // A primary refuses writes while it has too few replicas
+            // (`min-replicas-to-write`), e.g. one restarting after a
+            // failover: joining again is what a supervisor would do.
+            Err(
+                e @ (flotilla_pool::Error::Unavailable(_) | flotilla_pool::Error::WritesRefused(_)),
+            ) if started.elapsed() < JOIN_WINDOW => {
                 eprintln!("flotilla-test-worker: joining again after: {e}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

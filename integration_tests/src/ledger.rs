@@ -129,6 +129,10 @@ pub enum Record {
         key: String,
         /// `ok`, `not_found` or `unknown` (an error that leaves it open).
         outcome: String,
+        /// The worker process whose node asked (`--requests-from-workers`);
+        /// absent: one of the driver's dispatching nodes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        via: Option<u32>,
     },
     /// The driver injected a fault (`end: false`) or ended one (`end: true`).
     Fault {

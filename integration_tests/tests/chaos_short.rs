@@ -385,3 +385,30 @@ async fn chaos_short_slow_starts() {
     assert!(summary.dispatch_ok > 30, "{}", summary.table());
     assert!(summary.passed(), "{}", summary.table());
 }
+
+/// Half the dispatches and stops sent through the worker processes' own
+/// nodes (`--requests-from-workers`): the node asking holds jobs, and is
+/// cut, paused, killed or closed while its calls are in flight, and the
+/// stops it was answered for must hold through the rollbacks after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_requests_from_the_workers() {
+    let faults = vec![
+        FaultKind::Cut,
+        FaultKind::Pause,
+        FaultKind::Kill,
+        FaultKind::CutRollback,
+        FaultKind::Rollback,
+        FaultKind::StopLeave,
+        FaultKind::AddWorker,
+    ];
+    let summary = run(options(40, faults)
+        .requests_from_workers(true)
+        .lean_nodes(true)
+        .overlap(true))
+    .await
+    .expect("chaos harness");
+    println!("{}", summary.table());
+    assert!(summary.via_workers > 50, "{}", summary.table());
+    assert!(summary.dispatch_ok > 30, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}

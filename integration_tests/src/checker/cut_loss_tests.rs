@@ -147,3 +147,74 @@ fn a_loss_begun_between_an_admission_and_its_ok_counts_with_a_killed_holder() {
     let r = run(1_500);
     assert_eq!(kinds(&r), vec!["not_running"], "{:?}", r.violations);
 }
+
+/// Chaos soak seed 1624 (`--requests-from-workers`): a stop of "k" asked
+/// through a worker process's node, answered `Ok`; Redis went back to
+/// before it, and the process was killed 38 ms later. When that process
+/// both asked for the stop and ran the run it stopped, nothing else
+/// remembered the stop: the runs after it are counted, not flagged. The
+/// same stop asked by a dispatching node, or by a process that stayed up,
+/// must hold.
+#[test]
+fn a_stop_undone_with_the_process_that_asked_and_stopped_killed_is_counted() {
+    let stop_done = |via: Option<u32>| {
+        super::tests::line(
+            1,
+            60,
+            Record::StopDone {
+                key: "k".into(),
+                outcome: "ok".into(),
+                via,
+            },
+        )
+    };
+    let sent = super::tests::line(1, 40, Record::StopSent { key: "k".into() });
+    let held = vec![start(10, 5, "k", "a", 1), stop(10, 50, "k", "a")];
+    let again = vec![start(20, 3_000, "k", "b", 2)];
+    let loss_and_kill = vec![
+        untargeted(200, FaultKind::Rollback, false),
+        untargeted(230, FaultKind::Rollback, true),
+        fault(268, FaultKind::Kill, 10, false),
+    ];
+    let driver = |via| vec![admit(1, "k"), sent.clone(), stop_done(via)];
+    let r = check(
+        &[
+            held.clone(),
+            again.clone(),
+            driver(Some(10)),
+            loss_and_kill.clone(),
+        ],
+        &CheckOptions::default(),
+    );
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.stops_lost_with_their_holders, 1);
+    // A dispatching node asked: it makes the stop stand again.
+    let r = check(
+        &[
+            held.clone(),
+            again.clone(),
+            driver(None),
+            loss_and_kill.clone(),
+        ],
+        &CheckOptions::default(),
+    );
+    assert_eq!(kinds(&r), vec!["stop_undone"]);
+    // Another process asked, and it stayed up.
+    let r = check(
+        &[held.clone(), again.clone(), driver(Some(30)), loss_and_kill],
+        &CheckOptions::default(),
+    );
+    assert_eq!(kinds(&r), vec!["stop_undone"]);
+    // The process that asked was killed, the one that stopped the run was
+    // not: its stop tombstone makes the stop stand again.
+    let kill_asker = vec![
+        untargeted(200, FaultKind::Rollback, false),
+        untargeted(230, FaultKind::Rollback, true),
+        fault(268, FaultKind::Kill, 30, false),
+    ];
+    let r = check(
+        &[held, again, driver(Some(30)), kill_asker],
+        &CheckOptions::default(),
+    );
+    assert_eq!(kinds(&r), vec!["stop_undone"]);
+}

@@ -121,10 +121,11 @@ fn admitted_since(iv: &Interval, since: u64, sent: &[u64]) -> bool {
     })
 }
 
-/// What tells whether a finish's holder was out of reach.
-struct Holder<'a> {
-    faults: &'a [FaultSpan],
-    notice: u64,
+/// What tells whether a finish's holder (or a stop's, `stops.rs`) was out
+/// of reach.
+pub(super) struct Holder<'a> {
+    pub(super) faults: &'a [FaultSpan],
+    pub(super) notice: u64,
 }
 
 impl Holder<'_> {
@@ -133,7 +134,7 @@ impl Holder<'_> {
     /// or out of reach, or became so within `notice` of the loss (before
     /// its next renewal could find the loss and make the finish stand
     /// again).
-    fn lost_with(&self, pid: u32, at: u64, before: u64) -> bool {
+    pub(super) fn lost_with(&self, pid: u32, at: u64, before: u64) -> bool {
         self.faults
             .iter()
             .filter(|f| f.kind.loses_data() && at < f.from && f.from < before)

@@ -507,7 +507,7 @@ pub(super) fn check_running_at(
                 continue;
             }
             Record::DispatchUnknown { key } | Record::StopSent { key } => (key, Expect::Unknown),
-            Record::StopDone { key, outcome } if outcome == "ok" || outcome == "not_found" => {
+            Record::StopDone { key, outcome, .. } if outcome == "ok" || outcome == "not_found" => {
                 (key, Expect::Stopped)
             }
             Record::StopDone { key, .. } => (key, Expect::Unknown),

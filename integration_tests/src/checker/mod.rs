@@ -250,7 +250,7 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
         v
     };
     losses::check_admissions(&driver, &intervals, &faults, options, &mut report);
-    stops::check_stops_hold(&driver, &intervals, options, &mut report);
+    stops::check_stops_hold(&driver, &intervals, &faults, options, &mut report);
     let notice = options.notice_within.as_nanos() as u64;
     finishes::check_finishes_hold(
         ledgers,
@@ -535,7 +535,7 @@ fn check_moves(
                 requests.entry(key).or_default().push((*t, u64::MAX));
                 continue;
             }
-            Record::StopDone { key, outcome } => (key, outcome != "unknown"),
+            Record::StopDone { key, outcome, .. } => (key, outcome != "unknown"),
             Record::Admit { key, .. } => (key, true),
             _ => continue,
         };

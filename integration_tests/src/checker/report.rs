@@ -162,6 +162,12 @@ pub struct Report {
     /// and Redis lost its data before anything restarted the key (see
     /// `lost_with_killed_holder`). Counted, not flagged.
     pub lost_with_killed_holder: Vec<String>,
+    /// Stop answers undone after Redis lost data while the worker process
+    /// whose node asked for the stop, and the processes of the runs it
+    /// stopped, had been killed or were out of reach from the loss on:
+    /// two faults took every memory of the stop (see `stops.rs`). Counted,
+    /// not flagged.
+    pub stops_lost_with_their_holders: usize,
     /// Finishes recorded by the pool (`--lifecycle` runs) checked to hold.
     pub finishes_checked: usize,
     /// Recorded finishes undone after Redis lost data while the process

@@ -4,18 +4,33 @@
 //! This catches what the end-of-run I2 check cannot: a `JobNotFound` for a
 //! job that was in fact alive (Redis had forgotten it) and a stop undone
 //! later in the run, whatever the key's state at the end.
+//!
+//! A stop is remembered by the node that asked for it (it makes the stop
+//! stand again when Redis loses data), by the worker that stopped the run
+//! (its stop tombstones) and by Redis. A stop asked through a worker
+//! process's node (`--requests-from-workers`) is undone without a fault
+//! of the pool when Redis lost data after the answer while that process
+//! and the processes of the runs it stopped were killed or out of reach
+//! (see [`Holder::lost_with`]): counted (`stops_lost_with_their_holders`),
+//! not flagged. A dispatching node's stop has no such excuse.
 
 use std::collections::HashMap;
 
-use super::{CheckOptions, Interval, Report, Violation};
+use super::finishes::Holder;
+use super::{CheckOptions, FaultSpan, Interval, Report, Violation};
 use crate::ledger::Record;
 
 pub(super) fn check_stops_hold(
     driver: &[(u64, &Record)],
     intervals: &[Interval],
+    faults: &[FaultSpan],
     options: &CheckOptions,
     report: &mut Report,
 ) {
+    let holder = Holder {
+        faults,
+        notice: options.notice_within.as_nanos() as u64,
+    };
     let grace = options.stop_grace.as_nanos() as u64;
     let mut by_key: HashMap<&str, Vec<&Interval>> = HashMap::new();
     for iv in intervals {
@@ -29,8 +44,14 @@ pub(super) fn check_stops_hold(
             admits.entry(key.as_str()).or_default().push(*t);
         }
     }
+    // key → when its last stop was sent.
+    let mut stop_sent: HashMap<&str, u64> = HashMap::new();
     for (t, r) in driver {
-        let Record::StopDone { key, outcome } = r else {
+        if let Record::StopSent { key } = r {
+            stop_sent.insert(key.as_str(), *t);
+            continue;
+        }
+        let Record::StopDone { key, outcome, via } = r else {
             continue;
         };
         if outcome != "ok" && outcome != "not_found" {
@@ -53,6 +74,26 @@ pub(super) fn check_stops_hold(
                 continue;
             }
             let ran_in_window = iv.start < until && iv.end.is_none_or(|e| e > from);
+            if ran_in_window
+                && let Some(via) = via
+                && holder.lost_with(*via, *t, iv.start)
+            {
+                // The runs the stop ended: open when it was sent, ended by
+                // its answer (and its grace).
+                let sent = stop_sent.get(key.as_str()).copied().unwrap_or(*t);
+                let stopped = by_key
+                    .get(key.as_str())
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| s.start <= *t && s.end.is_some_and(|e| e >= sent && e <= from));
+                if stopped
+                    .into_iter()
+                    .all(|s| holder.lost_with(s.pid, *t, iv.start))
+                {
+                    report.stops_lost_with_their_holders += 1;
+                    continue;
+                }
+            }
             if ran_in_window {
                 report.violations.push(Violation::StopUndone {
                     outcome: outcome.clone(),

@@ -267,6 +267,7 @@ fn lost_and_leaked_jobs_are_reported_at_the_end() {
             Record::StopDone {
                 key: "stopped".into(),
                 outcome: "ok".into(),
+                via: None,
             },
         ),
         admit(10, "unknown"),
@@ -283,6 +284,7 @@ fn lost_and_leaked_jobs_are_reported_at_the_end() {
             Record::StopDone {
                 key: "unknown".into(),
                 outcome: "unknown".into(),
+                via: None,
             },
         ),
     ];
@@ -399,6 +401,7 @@ fn moves_must_follow_the_ring() {
             Record::StopDone {
                 key: stays.clone(),
                 outcome: "ok".into(),
+                via: None,
             },
         ),
     ];
@@ -456,6 +459,7 @@ fn stop_done(at: u64, key: &str, outcome: &str) -> Line {
         Record::StopDone {
             key: key.into(),
             outcome: outcome.into(),
+            via: None,
         },
     )
 }

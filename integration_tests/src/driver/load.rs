@@ -375,7 +375,7 @@ impl Load {
     /// Stops `key` through `node` (not one of the load's), records the
     /// outcome and returns it.
     async fn stop_with(&self, node: &Node, key: &str) -> Outcome {
-        self.stop_by(key, async {
+        self.stop_by(key, None, async {
             Outcome::of(&node.stop_job(key).await, node.id())
         })
         .await
@@ -383,7 +383,11 @@ impl Load {
 
     /// Stops `key` through `via`, records the outcome and returns it.
     async fn stop_via(&self, via: &Via, key: &str) -> Outcome {
-        self.stop_by(key, async {
+        let pid = match via {
+            Via::Dispatcher(_) => None,
+            Via::Process(process) => Some(process.pid()),
+        };
+        self.stop_by(key, pid, async {
             match via {
                 Via::Dispatcher(n) => {
                     let node = self.node(*n);
@@ -401,8 +405,14 @@ impl Load {
         .await
     }
 
-    /// Records a stop of `key`, made by `call`, and its outcome.
-    async fn stop_by(&self, key: &str, call: impl Future<Output = Outcome>) -> Outcome {
+    /// Records a stop of `key`, made by `call` through the node of worker
+    /// process `via` (`None`: a dispatching node), and its outcome.
+    async fn stop_by(
+        &self,
+        key: &str,
+        via: Option<u32>,
+        call: impl Future<Output = Outcome>,
+    ) -> Outcome {
         if let Ok(mut s) = self.stopping.lock() {
             s.insert(key.to_string());
         }
@@ -433,6 +443,7 @@ impl Load {
         self.ledger.record(Record::StopDone {
             key: key.to_string(),
             outcome: word.into(),
+            via,
         });
         // After the state above: a check in between sees the key stopped.
         if let Ok(mut s) = self.stopping.lock() {

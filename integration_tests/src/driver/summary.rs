@@ -152,8 +152,11 @@ impl ChaosSummary {
                 self.report.moves_checked.to_string(),
             ),
             (
-                "stop answers checked to hold",
-                self.report.stops_checked.to_string(),
+                "stop answers checked to hold (undone with the worker processes that asked and stopped killed or cut off and Redis's data)",
+                format!(
+                    "{} ({})",
+                    self.report.stops_checked, self.report.stops_lost_with_their_holders
+                ),
             ),
             (
                 "recorded finishes checked to hold (undone with their holder killed or cut off and Redis's data)",
@@ -240,6 +243,7 @@ impl ChaosSummary {
             "lost_with_killed_holder": self.report.lost_with_killed_holder,
             "moves_checked": self.report.moves_checked,
             "stops_checked": self.report.stops_checked,
+            "stops_lost_with_their_holders": self.report.stops_lost_with_their_holders,
             "finishes_checked": self.report.finishes_checked,
             "finishes_lost_with_their_holder": self.report.finishes_lost_with_their_holder,
             "final_failures_cut_short": self.report.final_failures_cut_short,

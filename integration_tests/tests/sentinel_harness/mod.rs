@@ -143,6 +143,7 @@ impl HaHarness {
         self.driver.record(Record::StopDone {
             key: key.to_string(),
             outcome: outcome.into(),
+            via: None,
         });
         outcome
     }

@@ -258,6 +258,7 @@ mod stop_target_tests {
                 reply: None,
                 hops: 0,
             }),
+            server: None,
         }
     }
 

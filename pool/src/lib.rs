@@ -29,6 +29,7 @@ mod options;
 mod owner_requests;
 mod pool_view;
 mod primary_check;
+mod reader_follow;
 mod reassert;
 mod rebalance;
 mod recorder;

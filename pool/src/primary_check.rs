@@ -52,7 +52,7 @@ pub(crate) struct PrimaryCheck {
     service: String,
     timeout: Duration,
     /// When the node last forced its client to reconnect on a verdict.
-    last_reconnect: std::sync::Mutex<Option<Instant>>,
+    pub(crate) last_reconnect: std::sync::Mutex<Option<Instant>>,
     /// When the node last warned that no Sentinel answered.
     last_silence_warning: std::sync::Mutex<Option<Instant>>,
     /// Whether the connections were opened.
@@ -278,7 +278,7 @@ fn ran_on<'a>(before: Option<&Server>, after: Option<&'a Server>, sureness: Sure
 const SILENCE_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// Whether `every` has passed since `last` (then set to now).
-fn once_per(last: &std::sync::Mutex<Option<Instant>>, every: Duration) -> bool {
+pub(crate) fn once_per(last: &std::sync::Mutex<Option<Instant>>, every: Duration) -> bool {
     let mut last = last
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -290,7 +290,7 @@ fn once_per(last: &std::sync::Mutex<Option<Instant>>, every: Duration) -> bool {
 }
 
 /// `host:port` as the Sentinels write it.
-fn address(server: &Server) -> String {
+pub(crate) fn address(server: &Server) -> String {
     format!("{}:{}", server.host, server.port)
 }
 
@@ -406,26 +406,7 @@ impl NodeInner {
                 "stop answer not trusted: replies are read from another server than the \
                  commands go to; the reader reconnects"
             );
-            // At most once per TTL, shared with the reconnects after a
-            // superseded server (which move the reader too): a stop asks
-            // again every few milliseconds meanwhile.
-            let due = self
-                .primary_check
-                .as_ref()
-                .is_some_and(|c| once_per(&c.last_reconnect, self.options.worker_ttl));
-            if due {
-                let reader = self.reader.clone();
-                let timeout = self.options.redis_timeout;
-                self.tasks.spawn(async move {
-                    match tokio::time::timeout(timeout, reader.reconnect()).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            tracing::warn!(error = %e, "the reply reader's reconnection failed")
-                        }
-                        Err(_) => tracing::warn!("the reply reader did not reconnect in time"),
-                    }
-                });
-            }
+            self.move_reader_soon();
             return false;
         }
         true

@@ -208,8 +208,12 @@ impl WorkerInner {
         // key, whatever its replica says. A fresh one cannot be stale and
         // is recorded after the start (see `freshness.rs`).
         // A forwarded or moved entry (one hop or more) is never fresh: its
-        // stream id is the time of the move, not of the admission.
-        let mut fresh = entry.hops == 0 && node.start_is_fresh(&event.id);
+        // stream id is the time of the move, not of the admission. Nor is
+        // one read from another server than the commands go to (behind
+        // Sentinel, a primary that woke after its failover).
+        let mut fresh = entry.hops == 0
+            && node.start_is_fresh(&event.id)
+            && node.read_where_commands_go(event.server.as_ref());
         if !fresh {
             node.metrics.start_claims.increment(1);
             let claim = node

@@ -7,6 +7,7 @@
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use fred::prelude::Server;
 use fred::types::Value;
 
 use crate::Error;
@@ -31,6 +32,13 @@ pub struct Event {
     pub topic: Option<String>,
     /// The payload, byte-exact.
     pub payload: Bytes,
+    /// The server whose `XREAD` reply carried the event, as the reader's
+    /// connection knew it when the reply came (`None`: not known, or not
+    /// read by a [`crate::Reader`]). Behind Sentinel a reader's connection
+    /// can stay on a primary that was failed over, and woke, while the
+    /// caller's commands go to the promoted one: events read there are
+    /// another server's, and the caller can tell by this.
+    pub server: Option<Server>,
 }
 
 impl Event {
@@ -111,6 +119,7 @@ pub(crate) fn decode(stream: &str, id: String, fields: Value) -> Result<Event, E
         name,
         topic,
         payload,
+        server: None,
     })
 }
 

@@ -351,6 +351,10 @@ impl Shared {
 
     /// Delivers one read's events; `false` when the reader must stop.
     async fn deliver(&self, reply: Value, plan: &Plan) -> bool {
+        // The server that answered: the one the dedicated connection is on
+        // now, just after its reply (a reconnect in between is a new
+        // connection, which answered nothing yet).
+        let server = self.conn.active_connections().into_iter().next();
         for (key, entries) in parse_xread(reply) {
             let Some((_, name, epoch)) = plan.iter().find(|(k, _, _)| *k == key) else {
                 continue;
@@ -361,7 +365,10 @@ impl Shared {
             let mut done = Vec::new();
             for (id, fields) in entries {
                 let event = match fields.map(|f| decode(name, id.clone(), f)) {
-                    Some(Ok(event)) => event,
+                    Some(Ok(mut event)) => {
+                        event.server.clone_from(&server);
+                        event
+                    }
                     Some(Err(e)) => {
                         tracing::warn!(stream = %name, id = %id, error = %e, "skipping malformed stream entry");
                         done.push(id);

@@ -170,6 +170,7 @@ async fn start_in_hand(node: &Node, worker: &Worker, key: &str, token: u64) {
         name: crate::codec::EV_START.to_string(),
         topic: None,
         payload: payload.clone(),
+        server: None,
     };
     node.inner.freshness.invalidate("test");
     let entry = crate::codec::StartEntry::parse(&payload).unwrap();
@@ -670,3 +671,4 @@ mod sweeper;
 mod unclaimed_start;
 mod undone_on_dead_worker;
 mod unrecorded_start;
+mod woken_primary_entries;

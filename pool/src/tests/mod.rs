@@ -159,6 +159,16 @@ fn start_entry(key: &str, token: u64) -> Vec<u8> {
     entry
 }
 
+/// Sends `signal` (`STOP`, `CONT`) to process `pid` (a Redis server's,
+/// to stall it through a failover).
+pub(super) fn signal(signal: &str, pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
 /// Hands `worker` a start entry of `key` with `token` as if read from its
 /// inbox before a doubt (so it is claimed in Redis before it starts), and
 /// lets it handle the entry.

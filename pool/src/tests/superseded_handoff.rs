@@ -105,15 +105,6 @@ async fn a_record_from_before_a_hand_off_goes_without_the_payload() {
     node.close().await.unwrap();
 }
 
-/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
-fn signal(signal: &str, pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{signal} {pid}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ends_a_superseded_primary_shows_of_jobs_passed_on_are_not_kept() {
     let ha = Sentinels::start().unwrap();

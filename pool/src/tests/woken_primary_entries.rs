@@ -14,15 +14,6 @@ use flotilla_testkit::Sentinels;
 
 use super::*;
 
-/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
-fn signal(signal: &str, pid: u32) {
-    let status = std::process::Command::new("kill")
-        .args([format!("-{signal}"), pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{signal} {pid}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_entry_read_from_a_woken_primary_is_claimed_not_started() {
     let ha = Sentinels::start().unwrap();

@@ -26,17 +26,27 @@ impl NodeInner {
             return true;
         }
         let commands = self.store.client.active_connections().into_iter().next();
-        if commands.is_some() && commands.as_ref() == read_from {
-            return true;
+        match (commands.as_ref(), read_from) {
+            (Some(commands), Some(read_from)) if commands == read_from => return true,
+            (Some(commands), Some(read_from)) => {
+                // Logged once per reader move, not per entry: a woken
+                // primary may hand over hundreds meanwhile.
+                if self.move_reader_soon() {
+                    tracing::info!(
+                        node = %self.id,
+                        commands = %address(commands),
+                        read_from = %address(read_from),
+                        "an inbox entry read from another server than the commands go to is \
+                         claimed before it starts; the reader reconnects"
+                    );
+                }
+            }
+            // Either server unknown (a connection between two attempts):
+            // claimed first, nothing moved.
+            _ => {
+                tracing::debug!(node = %self.id, "an inbox entry read while a server is not known is claimed before it starts")
+            }
         }
-        tracing::info!(
-            node = %self.id,
-            commands = ?commands.as_ref().map(address),
-            read_from = ?read_from.map(address),
-            "an inbox entry read from another server than the commands go to is claimed \
-             before it starts; the reader reconnects"
-        );
-        self.move_reader_soon();
         false
     }
 
@@ -44,13 +54,14 @@ impl NodeInner {
     /// Sentinels name: at most once per TTL, shared with the reconnects
     /// after a superseded server (which move the reader too), since a stop
     /// asks again, and entries arrive, every few milliseconds meanwhile.
-    pub(crate) fn move_reader_soon(&self) {
+    /// Returns whether it moves the reader now.
+    pub(crate) fn move_reader_soon(&self) -> bool {
         let due = self
             .primary_check
             .as_ref()
             .is_some_and(|c| once_per(&c.last_reconnect, self.options.worker_ttl));
         if !due {
-            return;
+            return false;
         }
         let reader = self.reader.clone();
         let timeout = self.options.redis_timeout;
@@ -61,5 +72,6 @@ impl NodeInner {
                 Err(_) => tracing::warn!("the reader did not reconnect in time"),
             }
         });
+        true
     }
 }

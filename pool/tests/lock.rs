@@ -438,9 +438,9 @@ async fn redis_restart_with_persistence_keeps_one_holder() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     server.kill();
     // Down for three op timeouts (500 ms): an attempt sent in the first
-    // two times out before Redis is back, whatever the restart takes. With
-    // an outage as long as the op timeout, every attempt could wait out
-    // the restart and succeed, reporting nothing (a CI run under load).
+    // two times out before Redis is back, whatever the restart takes. An
+    // outage as long as the op timeout left no margin, and a CI run under
+    // load saw no attempt fail inside it.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     server.start_again().expect("restart");
     let restarted = Instant::now();

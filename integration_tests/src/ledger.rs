@@ -323,11 +323,17 @@ pub enum FaultKind {
     /// and of every key moved, finished or dispatched in between the
     /// older state.
     RollbackFar,
+    /// An operator drains one worker, or every worker, of the busiest
+    /// process (`Node::drain_worker` on a dispatching node): its jobs hand
+    /// off to the others; with half the drains the process's link fails
+    /// (recorded as a [`FaultKind::Cut`]) while it hands them off; 1–3
+    /// TTLs later the workers are undrained and take their share back.
+    Drain,
 }
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 34] = [
+    pub const ALL: [FaultKind; 35] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -362,6 +368,7 @@ impl FaultKind {
         FaultKind::ClockStep,
         FaultKind::FrozenFailover,
         FaultKind::RollbackFar,
+        FaultKind::Drain,
     ];
 
     /// Whether Redis loses writes in this fault: restarted empty, rolled
@@ -391,7 +398,7 @@ impl FaultKind {
     /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
     /// `stop-leave`, `cut-flush-join`, `rollback-twice`, `loss-kill`, `oom`,
     /// `read-only`, `drop-clients`, `restart-dispatcher`, `clock-step`,
-    /// `frozen-failover`, `rollback-far`).
+    /// `frozen-failover`, `rollback-far`, `drain`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -428,6 +435,7 @@ impl FaultKind {
             FaultKind::ClockStep => "clock-step",
             FaultKind::FrozenFailover => "frozen-failover",
             FaultKind::RollbackFar => "rollback-far",
+            FaultKind::Drain => "drain",
         }
     }
 
@@ -520,6 +528,7 @@ impl FaultKind {
             FaultKind::ClockStep => "redis's wall clock steps (+1-30 s or -0.2-1 TTL)",
             FaultKind::FrozenFailover => "sentinel failover (sigstop primary, it wakes)",
             FaultKind::RollbackFar => "rollback redis far (8-25 s, the fleet changed)",
+            FaultKind::Drain => "drain workers, undrain 1-3 TTLs later",
         }
     }
 }

@@ -412,3 +412,25 @@ async fn chaos_short_requests_from_the_workers() {
     assert!(summary.dispatch_ok > 30, "{}", summary.table());
     assert!(summary.passed(), "{}", summary.table());
 }
+
+/// Operators' drains (`Node::drain_worker`) of the busiest process's
+/// workers, half of them with that process cut off while it hands its jobs
+/// off, then undrains that bring jobs back, among kills, cuts and a Redis
+/// that goes back in time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_drains_under_partitions() {
+    let faults = vec![
+        FaultKind::Drain,
+        FaultKind::Cut,
+        FaultKind::Drain,
+        FaultKind::PauseRollback,
+        FaultKind::AddWorker,
+    ];
+    let summary = run(options(45, faults).lean_nodes(true).overlap(true))
+        .await
+        .expect("chaos harness");
+    println!("{}", summary.table());
+    let drains = summary.faults.get(&FaultKind::Drain).copied().unwrap_or(0);
+    assert!(drains >= 3, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}

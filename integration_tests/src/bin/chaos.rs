@@ -39,8 +39,8 @@ struct Args {
     /// flap, cut-one, deaf, cut-remove, join-kill, pause-remove,
     /// cut-dispatcher, flush, stop-leave, cut-flush-join, rollback-twice,
     /// loss-kill, oom, read-only, drop-clients, restart-dispatcher,
-    /// clock-step, frozen-failover, rollback-far (default: all that apply; failover and
-    /// frozen-failover only with --sentinel).
+    /// clock-step, frozen-failover, rollback-far, drain (default: all that
+    /// apply; failover and frozen-failover only with --sentinel).
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Vec<FaultKind>,
     /// Worker TTL of every node (ms); with `--recheck`, the TTL the run
@@ -199,6 +199,7 @@ async fn main() -> ExitCode {
         FaultKind::RemoveWorker,
         FaultKind::Failover,
         FaultKind::FrozenFailover,
+        FaultKind::Drain,
     ];
     if args.sentinel {
         options = options.sentinel(true).faults(with_sentinel.to_vec());

@@ -501,7 +501,7 @@ async fn watch_ring(node: Node, ledger: LedgerWriter, cancel: CancellationToken)
         let mut active: Vec<String> = node
             .pool_workers()
             .into_iter()
-            .filter(|w| !w.cleaning)
+            .filter(|w| !w.cleaning && !w.drained)
             .map(|w| w.id)
             .collect();
         active.sort();

@@ -19,7 +19,7 @@ const LAST_KEYS_SHOWN: usize = 5;
 
 /// The ways a link fails in which Redis hears nothing from the worker:
 /// refused (a crashed peer), black-holed, frozen.
-const SILENT_FAILURES: [ProxyMode; 3] =
+pub(super) const SILENT_FAILURES: [ProxyMode; 3] =
     [ProxyMode::Refuse, ProxyMode::BlackHole, ProxyMode::Freeze];
 
 /// Those and a deaf link (commands run, replies held).
@@ -109,6 +109,7 @@ impl Run {
             | FaultKind::PauseRollback
             | FaultKind::CutRemove
             | FaultKind::PauseRemove
+            | FaultKind::Drain
                 if self.fleet.up().len() <= 2 =>
             {
                 FaultKind::AddWorker
@@ -600,6 +601,13 @@ impl Run {
             }
             FaultKind::RollbackFar => {
                 target = self.rollback_far().await?;
+                since = Instant::now();
+            }
+            FaultKind::Drain => {
+                target = self.drain_busiest(since, &mut recovered).await?;
+                if target.is_none() {
+                    return Ok(());
+                }
                 since = Instant::now();
             }
         }

@@ -12,6 +12,7 @@
 //! ```
 
 mod dispatcher_faults;
+mod drain_faults;
 mod fault_steps;
 mod faults;
 mod fleet;

@@ -11,7 +11,6 @@ use rand::seq::SliceRandom;
 use tokio::time::Instant;
 
 use super::faults::SILENT_FAILURES;
-use super::fleet::Health;
 use super::{ChaosError, Run};
 use crate::ledger::FaultKind;
 
@@ -63,15 +62,11 @@ impl Run {
             self.observe(since, Instant::now() + wait, false, recovered)
                 .await;
             let mode = SILENT_FAILURES[self.rng.random_range(0..SILENT_FAILURES.len())];
-            if let Some(m) = self.fleet.member(pid) {
-                m.proxy.set_mode(mode);
-                m.health = Health::Cut;
-                self.record(FaultKind::Cut, Some(pid), false);
-                let cut_at = Instant::now();
-                self.observe(since, cut_at + ttl * 2, false, recovered)
-                    .await;
-                self.heal_link(FaultKind::Cut, pid);
-            }
+            self.degrade_link(FaultKind::Cut, pid, mode);
+            let cut_at = Instant::now();
+            self.observe(since, cut_at + ttl * 2, false, recovered)
+                .await;
+            self.heal_link(FaultKind::Cut, pid);
         } else {
             let hold = self.rng.random_range(ttl..=ttl * 3);
             self.observe(since, since + hold, false, recovered).await;

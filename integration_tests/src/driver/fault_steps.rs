@@ -105,12 +105,17 @@ impl Run {
     pub(super) fn degrade_busiest_link(&mut self, kind: FaultKind, mode: ProxyMode) -> Option<u32> {
         self.fleet.refresh();
         let pid = self.fleet.busiest_up()?;
+        self.degrade_link(kind, pid, mode);
+        Some(pid)
+    }
+
+    /// Puts the link of `pid` in `mode` and records the fault's start.
+    pub(super) fn degrade_link(&mut self, kind: FaultKind, pid: u32, mode: ProxyMode) {
         if let Some(m) = self.fleet.member(pid) {
             m.proxy.set_mode(mode);
             m.health = Health::Cut;
         }
         self.record(kind, Some(pid), false);
-        Some(pid)
     }
 
     /// Puts the busiest process's link in `mode` for `hold` from `since`,

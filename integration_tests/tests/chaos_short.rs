@@ -415,8 +415,8 @@ async fn chaos_short_requests_from_the_workers() {
 
 /// Operators' drains (`Node::drain_worker`) of the busiest process's
 /// workers, half of them with that process cut off while it hands its jobs
-/// off, then undrains that bring jobs back, among kills, cuts and a Redis
-/// that goes back in time.
+/// off, then undrains that bring jobs back, among cuts, pauses during
+/// which Redis goes back in time, and added processes, overlapping.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_short_drains_under_partitions() {
     let faults = vec![

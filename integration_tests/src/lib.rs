@@ -32,6 +32,7 @@
 pub mod checker;
 pub mod clock;
 pub mod driver;
+mod fault_kind;
 pub mod ledger;
 pub mod lifecycle;
 pub mod process;

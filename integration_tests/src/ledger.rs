@@ -107,6 +107,17 @@ pub enum Record {
         key: String,
         /// Dispatching node.
         node: String,
+        /// The dispatch's idempotency window (ms), if it had one (see
+        /// [`crate::windows`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window_ms: Option<u64>,
+    },
+    /// A dispatch with an idempotency window returned `AlreadyDispatched`:
+    /// the key was admitted less than a window ago and neither runs nor
+    /// waits to start.
+    Recent {
+        /// Job key.
+        key: String,
     },
     /// `dispatch_job` returned `JobExists`: the key runs or is pending.
     Exists {

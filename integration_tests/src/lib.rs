@@ -11,6 +11,8 @@
 //!   and signals them (`SIGKILL`, `SIGSTOP`/`SIGCONT`, `SIGTERM`).
 //! * [`requests`]: dispatches and stops sent through a worker process's
 //!   own node (`chaos --requests-from-workers`).
+//! * [`windows`]: dispatches with an idempotency window
+//!   (`chaos --window-ms`), whose promise the checker holds them to.
 //! * [`driver`]: the chaos driver: dispatchers, worker processes behind
 //!   fault proxies, a fault schedule, a recovery window and the checker.
 //!
@@ -37,3 +39,4 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod process;
 pub mod requests;
+pub mod windows;

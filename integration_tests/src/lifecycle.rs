@@ -49,7 +49,7 @@ pub enum KeyClass {
 }
 
 /// FNV-1a of `key`: every process computes the same classes.
-fn key_hash(key: &str) -> u64 {
+pub(crate) fn key_hash(key: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.as_bytes() {
         h ^= u64::from(*b);

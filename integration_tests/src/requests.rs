@@ -5,9 +5,11 @@
 //! one reply line on its stdout.
 //!
 //! ```text
-//! request: <id> dispatch <key> <0|1>   (1: with the final-failure policy)
+//! request: <id> dispatch <key> <0|1> <window ms>
+//!            (1: with the final-failure policy; window 0: none)
 //!          <id> stop <key>
-//! reply:   <id> ok <node id> | <id> exists | <id> not_found | <id> error <kind>
+//! reply:   <id> ok <node id> | <id> exists | <id> recent | <id> not_found
+//!          | <id> error <kind>
 //! ```
 //!
 //! The driver's ledger records each request as it records its own nodes'
@@ -28,13 +30,15 @@ use tokio::sync::oneshot;
 /// What a request asks of the worker process's node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
-    /// `dispatch_job` of the key; with the final-failure policy
-    /// ([`crate::lifecycle::final_failure_policy`]) when `fail_for_good`.
+    /// `dispatch_job_with` of the key, with
+    /// [`crate::windows::dispatch_options`].
     Dispatch {
         /// Job key.
         key: String,
         /// Dispatch with the final-failure policy.
         fail_for_good: bool,
+        /// The dispatch's idempotency window in ms (0: none).
+        window_ms: u64,
     },
     /// `stop_job` of the key.
     Stop {
@@ -50,6 +54,8 @@ pub enum Outcome {
     Ok(String),
     /// `JobExists`.
     Exists,
+    /// `AlreadyDispatched` (a dispatch with an idempotency window).
+    Recent,
     /// `JobNotFound`.
     NotFound,
     /// Any other error, by kind ([`error_kind`]), or no answer: the
@@ -63,6 +69,7 @@ impl Outcome {
         match result {
             Ok(()) => Outcome::Ok(node.to_string()),
             Err(Error::JobExists(_)) => Outcome::Exists,
+            Err(Error::AlreadyDispatched { .. }) => Outcome::Recent,
             Err(Error::JobNotFound(_)) => Outcome::NotFound,
             Err(e) => Outcome::Failed(error_kind(e)),
         }
@@ -89,8 +96,15 @@ pub fn error_kind(e: &Error) -> String {
 /// A request line (without its newline).
 pub fn request_line(id: u64, op: &Op) -> String {
     match op {
-        Op::Dispatch { key, fail_for_good } => {
-            format!("{id} dispatch {key} {}", u8::from(*fail_for_good))
+        Op::Dispatch {
+            key,
+            fail_for_good,
+            window_ms,
+        } => {
+            format!(
+                "{id} dispatch {key} {} {window_ms}",
+                u8::from(*fail_for_good)
+            )
         }
         Op::Stop { key } => format!("{id} stop {key}"),
     }
@@ -104,6 +118,7 @@ pub fn parse_request(line: &str) -> Option<(u64, Op)> {
         ("dispatch", key, Some(flag)) => Op::Dispatch {
             key: key.to_string(),
             fail_for_good: flag == "1",
+            window_ms: parts.next()?.parse().ok()?,
         },
         ("stop", key, None) => Op::Stop {
             key: key.to_string(),
@@ -118,6 +133,7 @@ pub fn reply_line(id: u64, outcome: &Outcome) -> String {
     match outcome {
         Outcome::Ok(node) => format!("{id} ok {node}"),
         Outcome::Exists => format!("{id} exists"),
+        Outcome::Recent => format!("{id} recent"),
         Outcome::NotFound => format!("{id} not_found"),
         Outcome::Failed(kind) => format!("{id} error {kind}"),
     }
@@ -131,6 +147,7 @@ pub fn parse_reply(line: &str) -> Option<(u64, Outcome)> {
     let outcome = match word {
         "ok" => Outcome::Ok(tail.to_string()),
         "exists" => Outcome::Exists,
+        "recent" => Outcome::Recent,
         "not_found" => Outcome::NotFound,
         "error" => Outcome::Failed(tail.to_string()),
         _ => return None,
@@ -244,10 +261,12 @@ mod tests {
             Op::Dispatch {
                 key: "job-0042".into(),
                 fail_for_good: true,
+                window_ms: 0,
             },
             Op::Dispatch {
                 key: "job-0001".into(),
                 fail_for_good: false,
+                window_ms: 1500,
             },
             Op::Stop {
                 key: "job-0007".into(),
@@ -258,12 +277,15 @@ mod tests {
         for outcome in [
             Outcome::Ok("n-proc-3".into()),
             Outcome::Exists,
+            Outcome::Recent,
             Outcome::NotFound,
             Outcome::Failed("writes refused".into()),
         ] {
             assert_eq!(parse_reply(&reply_line(12, &outcome)), Some((12, outcome)));
         }
-        assert_eq!(parse_request("x dispatch job-1 0"), None);
+        assert_eq!(parse_request("x dispatch job-1 0 0"), None);
+        assert_eq!(parse_request("1 dispatch job-1 0"), None);
+        assert_eq!(parse_request("1 dispatch job-1 0 soon"), None);
         assert_eq!(parse_request("1 stop job-1 extra"), None);
         assert_eq!(parse_request("1 start job-1"), None);
         assert_eq!(parse_reply("3 maybe"), None);

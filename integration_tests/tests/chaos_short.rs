@@ -434,3 +434,37 @@ async fn chaos_short_drains_under_partitions() {
     assert!(drains >= 3, "{}", summary.table());
     assert!(summary.passed(), "{}", summary.table());
 }
+
+/// A third of the keys dispatched with an idempotency window
+/// (`--window-ms`), half the requests through the worker processes, with
+/// runs that finish and fail on their own: no windowed admission of a key
+/// may follow another within the window where Redis kept its data and
+/// clock, through cuts, kills, a frozen Redis, a cut dispatcher, and a
+/// rollback and a clock step (which may forget a marker, and are excused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_windowed_dispatches() {
+    let faults = vec![
+        FaultKind::Cut,
+        FaultKind::Kill,
+        FaultKind::FreezeRedis,
+        FaultKind::CutDispatcher,
+        FaultKind::Rollback,
+        FaultKind::ClockStep,
+        FaultKind::AddWorker,
+    ];
+    let summary = run(options(45, faults)
+        .keys(120)
+        .ttl(Duration::from_secs(1))
+        .window_ms(3_000)
+        .lifecycle(true)
+        .fail_for_good(true)
+        .requests_from_workers(true)
+        .lean_nodes(true)
+        .overlap(true))
+    .await
+    .expect("chaos harness");
+    println!("{}", summary.table());
+    assert!(summary.windowed_ok > 20, "{}", summary.table());
+    assert!(summary.dispatch_recent > 10, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}

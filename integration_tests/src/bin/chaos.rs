@@ -124,6 +124,11 @@ struct Args {
     /// while the calls are in flight.
     #[arg(long)]
     requests_from_workers: bool,
+    /// A third of the keys are dispatched with an idempotency window this
+    /// long (ms); the checker requires no second windowed admission of a
+    /// key within it where Redis kept its data and clock. 0: none.
+    #[arg(long, default_value_t = 0)]
+    window_ms: u64,
     /// With --sentinel: how many replicas the primary has.
     #[arg(long, default_value_t = 1)]
     sentinel_replicas: usize,
@@ -190,6 +195,7 @@ async fn main() -> ExitCode {
         .start_max_ms(args.start_max_ms)
         .worker_lanes(args.worker_lanes)
         .requests_from_workers(args.requests_from_workers)
+        .window_ms(args.window_ms)
         .sentinel_replicas(args.sentinel_replicas, args.min_replicas_to_write)
         .load(args.load_tasks, Duration::from_millis(args.load_pace_ms));
     let with_sentinel = [

@@ -26,7 +26,8 @@ use flotilla_integration_tests::ledger::{LedgerWriter, Record};
 use flotilla_integration_tests::lifecycle::{self, FINISHED_TARGET, FinishedLayer, RunTimers};
 use flotilla_integration_tests::process::READY_PREFIX;
 use flotilla_integration_tests::requests::{self, Op, Outcome};
-use flotilla_pool::{DispatchOptions, Handler, HandlerError, Job, Node, NodeOptions, Worker};
+use flotilla_integration_tests::windows;
+use flotilla_pool::{Handler, HandlerError, Job, Node, NodeOptions, Worker};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -478,13 +479,12 @@ async fn serve_requests(node: Node, cancel: CancellationToken) {
             let result = match &op {
                 Op::Dispatch {
                     key,
-                    fail_for_good: true,
+                    fail_for_good,
+                    window_ms,
                 } => {
-                    let options = DispatchOptions::default()
-                        .restart_policy(lifecycle::final_failure_policy());
+                    let options = windows::dispatch_options(*fail_for_good, *window_ms);
                     node.dispatch_job_with(key, &b"chaos"[..], &options).await
                 }
-                Op::Dispatch { key, .. } => node.dispatch_job(key, &b"chaos"[..]).await,
                 Op::Stop { key } => node.stop_job(key).await,
             };
             let outcome = Outcome::of(&result, node.id());

@@ -113,7 +113,7 @@ pub(super) fn check_admissions(
                 last_sent.insert(key, *t);
                 *in_flight.entry(key).or_default() += 1;
             }
-            Record::Exists { key } | Record::DispatchUnknown { key } => {
+            Record::Exists { key } | Record::DispatchUnknown { key } | Record::Recent { key } => {
                 if let Some(n) = in_flight.get_mut(key.as_str()) {
                     *n = n.saturating_sub(1);
                 }

@@ -56,6 +56,9 @@
 //!   the key runs nowhere (after `stop_grace`) until it is dispatched
 //!   again: a `JobNotFound` for a key that runs, or a stop undone later in
 //!   the run, is a violation ([`Violation::StopUndone`]).
+//! * **Windows** (I3): a windowed dispatch does not admit a key less than
+//!   a window after another windowed admission of it, unless Redis lost its
+//!   data or its clock stepped in between (see `windows.rs`).
 //! * **I4**: a worker stops a key on its own (no stop request, no fault or
 //!   lease loss on its process nearby) only when, in its process's view of
 //!   the ring around that moment, the key's owner is another worker
@@ -75,6 +78,7 @@ mod finishes;
 mod losses;
 mod report;
 mod stops;
+mod windows;
 
 /// Which timestamps to compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,6 +242,7 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
                         | Record::DispatchSent { .. }
                         | Record::Exists { .. }
                         | Record::DispatchUnknown { .. }
+                        | Record::Recent { .. }
                         | Record::StopSent { .. }
                         | Record::StopDone { .. }
                         | Record::Ended { .. }
@@ -251,6 +256,7 @@ pub fn check(ledgers: &[Vec<Line>], options: &CheckOptions) -> Report {
     };
     losses::check_admissions(&driver, &intervals, &faults, options, &mut report);
     stops::check_stops_hold(&driver, &intervals, &faults, options, &mut report);
+    windows::check_windows(&driver, &faults, &mut report);
     let notice = options.notice_within.as_nanos() as u64;
     finishes::check_finishes_hold(
         ledgers,

@@ -62,6 +62,19 @@ pub enum Violation {
         /// The run that followed.
         interval: Interval,
     },
+    /// I3 with an idempotency window: a windowed dispatch admitted a key
+    /// less than a window after another windowed admission of it, with
+    /// Redis's data and clock kept in between.
+    WindowBroken {
+        /// Job key.
+        key: String,
+        /// The earliest the first admission can have been made, ns.
+        first_earliest: u64,
+        /// When the second admission's `Ok` came back, ns.
+        second: u64,
+        /// The first admission's window, ms.
+        window_ms: u64,
+    },
     /// I4: a worker gave up a key it still owned in every ring view nearby.
     NeedlessMove {
         /// Job key.
@@ -124,6 +137,17 @@ impl fmt::Display for Violation {
                 "I2 finish undone: run {token} finished (recorded) at {:.1} ms, yet {} ran after it",
                 ms(*finished_at),
                 iv(interval)
+            ),
+            Violation::WindowBroken {
+                key,
+                first_earliest,
+                second,
+                window_ms,
+            } => write!(
+                f,
+                "I3 window broken: {key} admitted at {:.1} ms or later, and again by {:.1} ms, within its {window_ms} ms window",
+                ms(*first_earliest),
+                ms(*second)
             ),
             Violation::NeedlessMove { key, worker, at } => write!(
                 f,
@@ -189,6 +213,14 @@ pub struct Report {
     /// last run failed within `restart_within` before it (the pool waits
     /// out a backoff before the restart).
     pub restarting_at_end: usize,
+    /// Admissions of dispatches with an idempotency window.
+    pub windowed_admissions: usize,
+    /// `AlreadyDispatched` answers.
+    pub window_refusals: usize,
+    /// Windowed admissions of a key within the window of the one before,
+    /// with a loss of Redis's data or a step of its clock in between (the
+    /// marker forgotten or expired early): counted, not flagged.
+    pub window_readmissions_excused: usize,
 }
 
 impl Report {

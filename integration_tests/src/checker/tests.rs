@@ -84,6 +84,7 @@ pub(super) fn admit(at: u64, key: &str) -> Line {
         Record::Admit {
             key: key.into(),
             node: "d".into(),
+            window_ms: None,
         },
     )
 }
@@ -110,6 +111,7 @@ pub(super) fn kinds(report: &Report) -> Vec<&'static str> {
             Violation::NeedlessMove { .. } => "needless",
             Violation::StopUndone { .. } => "stop_undone",
             Violation::FinishUndone { .. } => "finish_undone",
+            Violation::WindowBroken { .. } => "window_broken",
         })
         .collect()
 }
@@ -521,3 +523,6 @@ mod readmission_tests;
 
 #[path = "lifecycle_tests.rs"]
 mod lifecycle_tests;
+
+#[path = "windows_tests.rs"]
+mod windows_tests;

@@ -6,14 +6,15 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use flotilla_pool::{DispatchOptions, Node};
+use flotilla_pool::Node;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
 use crate::ledger::{LedgerWriter, Record};
-use crate::lifecycle::{fails_for_good, final_failure_policy};
+use crate::lifecycle::fails_for_good;
 use crate::requests::{Op, Outcome, Requester};
+use crate::windows::{dispatch_options, windowed};
 
 /// What the dispatchers last learnt about a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +32,10 @@ pub(crate) enum KeyState {
 pub(crate) struct LoadStats {
     pub(crate) dispatch_ok: u64,
     pub(crate) dispatch_exists: u64,
+    /// Admissions (`Ok`) of dispatches with an idempotency window.
+    pub(crate) windowed_ok: u64,
+    /// `AlreadyDispatched` answers.
+    pub(crate) dispatch_recent: u64,
     pub(crate) dispatch_errors: BTreeMap<String, u64>,
     pub(crate) stop_ok: u64,
     pub(crate) stop_not_found: u64,
@@ -77,8 +82,11 @@ pub(crate) struct Load {
     nodes: Arc<Vec<RwLock<Node>>>,
     ledger: LedgerWriter,
     /// Dispatch the keys that [`fails_for_good`] with
-    /// [`final_failure_policy`] (`--fail-for-good`).
+    /// [`crate::lifecycle::final_failure_policy`] (`--fail-for-good`).
     fail_for_good: bool,
+    /// The idempotency window (ms) of the dispatches of [`windowed`] keys;
+    /// 0: none (`--window-ms`).
+    window_ms: u64,
     /// The worker processes' request channels, when half the operations
     /// go through them (`--requests-from-workers`); the fleet adds each
     /// process it starts, and a process that exited is passed over.
@@ -100,6 +108,7 @@ impl Load {
             nodes: Arc::new(nodes.into_iter().map(RwLock::new).collect()),
             ledger,
             fail_for_good: false,
+            window_ms: 0,
             requesters: None,
         }
     }
@@ -126,8 +135,15 @@ impl Load {
         Some(live[rng.random_range(0..live.len())].clone())
     }
 
+    /// Dispatches the [`windowed`] keys with an idempotency window of
+    /// `window_ms` (0: none).
+    pub(crate) fn window_ms(mut self, window_ms: u64) -> Load {
+        self.window_ms = window_ms;
+        self
+    }
+
     /// Sets whether the keys that [`fails_for_good`] are dispatched with
-    /// [`final_failure_policy`].
+    /// [`crate::lifecycle::final_failure_policy`].
     pub(crate) fn fail_for_good(mut self, on: bool) -> Load {
         self.fail_for_good = on;
         self
@@ -280,15 +296,12 @@ impl Load {
             key: key.to_string(),
         });
         let fail_for_good = self.fail_for_good && fails_for_good(key);
+        let window_ms = if windowed(key) { self.window_ms } else { 0 };
         let outcome = match via {
             Via::Dispatcher(n) => {
                 let node = self.node(*n);
-                let result = if fail_for_good {
-                    let options = DispatchOptions::default().restart_policy(final_failure_policy());
-                    node.dispatch_job_with(key, &b"chaos"[..], &options).await
-                } else {
-                    node.dispatch_job(key, &b"chaos"[..]).await
-                };
+                let options = dispatch_options(fail_for_good, window_ms);
+                let result = node.dispatch_job_with(key, &b"chaos"[..], &options).await;
                 Outcome::of(&result, node.id())
             }
             Via::Process(process) => {
@@ -296,6 +309,7 @@ impl Load {
                 let op = Op::Dispatch {
                     key: key.to_string(),
                     fail_for_good,
+                    window_ms,
                 };
                 process.call(&op, PROCESS_REPLY_WAIT).await
             }
@@ -310,10 +324,24 @@ impl Load {
                 self.ledger.record(Record::Admit {
                     key: key.to_string(),
                     node,
+                    window_ms: (window_ms > 0).then_some(window_ms),
                 });
                 self.stop_doubt(key, false);
                 self.set(key, KeyState::Running);
-                self.count(|s| s.dispatch_ok += 1);
+                self.count(|s| {
+                    s.dispatch_ok += 1;
+                    s.windowed_ok += u64::from(window_ms > 0);
+                });
+            }
+            Outcome::Recent => {
+                // Admitted less than a window ago, and neither running nor
+                // waiting to start now: what the load believed of the key
+                // stands (a key it believed running and finds so is a
+                // loss, which the final check sees).
+                self.ledger.record(Record::Recent {
+                    key: key.to_string(),
+                });
+                self.count(|s| s.dispatch_recent += 1);
             }
             Outcome::Exists => {
                 self.ledger.record(Record::Exists {
@@ -433,7 +461,7 @@ impl Load {
                 self.set(key, KeyState::Stopped);
                 "not_found"
             }
-            Outcome::Exists | Outcome::Failed(_) => {
+            Outcome::Exists | Outcome::Recent | Outcome::Failed(_) => {
                 self.count(|s| s.stop_errors += 1);
                 self.stop_doubt(key, true);
                 self.set(key, KeyState::Unknown);

@@ -292,8 +292,9 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     for _ in 0..options.worker_processes {
         fleet.add(addr).await?;
     }
-    let mut load =
-        Load::new(nodes.clone(), options.keys, ledger.clone()).fail_for_good(options.fail_for_good);
+    let mut load = Load::new(nodes.clone(), options.keys, ledger.clone())
+        .fail_for_good(options.fail_for_good)
+        .window_ms(options.window_ms);
     if let Some(requesters) = requesters {
         load = load.via_workers(requesters);
     }
@@ -430,6 +431,8 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         final_convergence: final_recovery,
         dispatch_ok: stats.dispatch_ok,
         dispatch_exists: stats.dispatch_exists,
+        windowed_ok: stats.windowed_ok,
+        dispatch_recent: stats.dispatch_recent,
         dispatch_errors: stats.dispatch_errors,
         stop_ok: stats.stop_ok,
         stop_not_found: stats.stop_not_found,

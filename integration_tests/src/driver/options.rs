@@ -106,6 +106,11 @@ pub struct ChaosOptions {
     /// nodes: the node asking holds jobs and meets the faults (cut, paused,
     /// killed, deaf) while its calls are in flight. Default: off.
     pub requests_from_workers: bool,
+    /// A third of the keys ([`windowed`](crate::windows::windowed)) are
+    /// dispatched with an idempotency window this long (ms), and the
+    /// checker requires that no windowed admission of a key follows another
+    /// within it where Redis kept its data and clock. Default: 0 (none).
+    pub window_ms: u64,
 }
 
 impl Default for ChaosOptions {
@@ -141,6 +146,7 @@ impl Default for ChaosOptions {
             worker_lanes: 0,
             sentinel_replicas: (1, 0),
             requests_from_workers: false,
+            window_ms: 0,
         }
     }
 }
@@ -224,6 +230,12 @@ impl ChaosOptions {
     /// Sets [`sentinel_replicas`](Self::sentinel_replicas).
     pub fn sentinel_replicas(mut self, replicas: usize, min_to_write: u32) -> Self {
         self.sentinel_replicas = (replicas, min_to_write);
+        self
+    }
+
+    /// Sets [`window_ms`](Self::window_ms).
+    pub fn window_ms(mut self, window_ms: u64) -> Self {
+        self.window_ms = window_ms;
         self
     }
 

@@ -34,6 +34,10 @@ pub struct ChaosSummary {
     pub dispatch_ok: u64,
     /// `dispatch_job` returned `JobExists`.
     pub dispatch_exists: u64,
+    /// Admissions (`Ok`) of dispatches with an idempotency window.
+    pub windowed_ok: u64,
+    /// `AlreadyDispatched` answers (dispatches with a window).
+    pub dispatch_recent: u64,
     /// Other dispatch errors, by kind.
     pub dispatch_errors: BTreeMap<String, u64>,
     /// `stop_job` returned `Ok`.
@@ -111,6 +115,13 @@ impl ChaosSummary {
         let rows = [
             ("jobs dispatched (Ok)", self.dispatch_ok.to_string()),
             ("dispatch → JobExists", self.dispatch_exists.to_string()),
+            (
+                "windowed: Ok / AlreadyDispatched / within a window after a loss",
+                format!(
+                    "{} / {} / {}",
+                    self.windowed_ok, self.dispatch_recent, self.report.window_readmissions_excused
+                ),
+            ),
             (
                 "dispatch errors (timeout/unavailable/...)",
                 errors.to_string(),
@@ -230,6 +241,9 @@ impl ChaosSummary {
             "final_convergence_ms": self.final_convergence.map(|d| d.as_millis()),
             "dispatch_ok": self.dispatch_ok,
             "dispatch_exists": self.dispatch_exists,
+            "windowed_ok": self.windowed_ok,
+            "dispatch_recent": self.dispatch_recent,
+            "window_readmissions_excused": self.report.window_readmissions_excused,
             "dispatch_errors": self.dispatch_errors,
             "stop_ok": self.stop_ok,
             "stop_not_found": self.stop_not_found,

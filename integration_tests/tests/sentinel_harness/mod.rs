@@ -114,6 +114,7 @@ impl HaHarness {
             Ok(()) => self.driver.record(Record::Admit {
                 key: key.to_string(),
                 node: self.node.id().to_string(),
+                window_ms: None,
             }),
             Err(Error::JobExists(_)) => self.driver.record(Record::Exists {
                 key: key.to_string(),

@@ -170,6 +170,7 @@ impl Harness {
             self.driver.record(Record::Admit {
                 key: key.clone(),
                 node: self.node.id().to_string(),
+                window_ms: None,
             });
         }
     }

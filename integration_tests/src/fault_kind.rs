@@ -147,6 +147,13 @@ pub enum FaultKind {
     /// write gets `READONLY`, reads run, and the blocking reads it served
     /// are dropped when it turns replica.
     ReadOnly,
+    /// Redis holds every write for 0.5–2 worker TTLs (`CLIENT PAUSE …
+    /// WRITE`, what a `FAILOVER` command or an operator's pause does):
+    /// reads, blocking reads of the inboxes and published messages go on
+    /// while every function call (renewals, starts, admissions, cleanups)
+    /// waits unanswered; then the held calls run all at once, late, in
+    /// order, on a server whose clock moved on. Nothing is lost.
+    PauseWrites,
     /// Redis closes every client's connection, 1–3 times 0–0.5 TTL apart
     /// (a proxy or load balancer in front of it restarting): commands in
     /// flight may or may not have run, and subscribers miss what is
@@ -190,7 +197,7 @@ pub enum FaultKind {
 
 impl FaultKind {
     /// Every kind, in schedule order.
-    pub const ALL: [FaultKind; 35] = [
+    pub const ALL: [FaultKind; 36] = [
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Cut,
@@ -220,6 +227,7 @@ impl FaultKind {
         FaultKind::LossKill,
         FaultKind::OutOfMemory,
         FaultKind::ReadOnly,
+        FaultKind::PauseWrites,
         FaultKind::DropClients,
         FaultKind::RestartDispatcher,
         FaultKind::ClockStep,
@@ -255,7 +263,7 @@ impl FaultKind {
     /// `join-kill`, `pause-remove`, `cut-dispatcher`, `flush`,
     /// `stop-leave`, `cut-flush-join`, `rollback-twice`, `loss-kill`, `oom`,
     /// `read-only`, `drop-clients`, `restart-dispatcher`, `clock-step`,
-    /// `frozen-failover`, `rollback-far`, `drain`).
+    /// `frozen-failover`, `rollback-far`, `drain`, `pause-writes`).
     pub fn cli_name(self) -> &'static str {
         match self {
             FaultKind::Kill => "kill",
@@ -287,6 +295,7 @@ impl FaultKind {
             FaultKind::LossKill => "loss-kill",
             FaultKind::OutOfMemory => "oom",
             FaultKind::ReadOnly => "read-only",
+            FaultKind::PauseWrites => "pause-writes",
             FaultKind::DropClients => "drop-clients",
             FaultKind::RestartDispatcher => "restart-dispatcher",
             FaultKind::ClockStep => "clock-step",
@@ -333,6 +342,7 @@ impl FaultKind {
             self,
             FaultKind::OutOfMemory
                 | FaultKind::ReadOnly
+                | FaultKind::PauseWrites
                 | FaultKind::FreezeRedis
                 | FaultKind::FrozenFailover
         )
@@ -380,6 +390,7 @@ impl FaultKind {
             FaultKind::LossKill => "data loss, sigkill worker while it recovers",
             FaultKind::OutOfMemory => "redis out of memory (writes refused)",
             FaultKind::ReadOnly => "redis a read-only replica (writes refused)",
+            FaultKind::PauseWrites => "redis holds writes (client pause write)",
             FaultKind::DropClients => "redis drops every client connection",
             FaultKind::RestartDispatcher => "a dispatcher restarts under its node id",
             FaultKind::ClockStep => "redis's wall clock steps (+1-30 s or -0.2-1 TTL)",

@@ -468,3 +468,36 @@ async fn chaos_short_windowed_dispatches() {
     assert!(summary.dispatch_recent > 10, "{}", summary.table());
     assert!(summary.passed(), "{}", summary.table());
 }
+
+/// Redis holding every write (`CLIENT PAUSE … WRITE`) for 0.5–2 TTLs while
+/// reads, blocking inbox reads and messages go on, among cuts, kills,
+/// process pauses and added processes, overlapping: the held renewals,
+/// starts and cleanups run late and all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_paused_writes() {
+    let faults = vec![
+        FaultKind::PauseWrites,
+        FaultKind::Cut,
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::AddWorker,
+    ];
+    let summary = run(options(45, faults)
+        .ttl(Duration::from_secs(1))
+        .stop_ms(0, 150)
+        .lifecycle(true)
+        .requests_from_workers(true)
+        .lean_nodes(true)
+        .overlap(true))
+    .await
+    .expect("chaos harness");
+    println!("{}", summary.table());
+    let paused = summary
+        .faults
+        .get(&FaultKind::PauseWrites)
+        .copied()
+        .unwrap_or(0);
+    assert!(paused >= 3, "{}", summary.table());
+    assert!(summary.dispatch_ok > 30, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}

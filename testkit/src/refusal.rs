@@ -1,6 +1,6 @@
 //! Redis refusing work while it keeps running and keeps its data: writes
-//! refused (out of memory, or turned into a read-only replica) and every
-//! client's connection dropped at once. No data is lost in any of them; what
+//! refused (out of memory, or turned into a read-only replica), writes
+//! held (a client pause), and every client's connection dropped at once. No data is lost in any of them; what
 //! they test is that every background task takes an error reply or a
 //! closed connection in its stride, and that nobody runs a job twice when
 //! the writes that keep leases alive fail for a while.
@@ -75,6 +75,32 @@ impl RedisServer {
         command(self.port(), &request(args), b"+OK")
     }
 
+    /// Holds every write for up to `limit_ms` (`CLIENT PAUSE <ms> WRITE`,
+    /// what a `FAILOVER` or an operator's pause does), until
+    /// [`RedisServer::unpause`]: a client's write command, and every
+    /// function call, waits without an answer while reads, blocking reads
+    /// and published messages go on; when the pause ends, the held
+    /// commands run, late, in order. Keys do not expire meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when the server does not take the command.
+    pub fn pause_writes(&self, limit_ms: u64) -> Result<(), Error> {
+        let ms = limit_ms.to_string();
+        command(
+            self.port(),
+            &request(&["CLIENT", "PAUSE", &ms, "WRITE"]),
+            b"+OK",
+        )
+    }
+
+    /// Ends a [`RedisServer::pause_writes`] (`CLIENT UNPAUSE`).
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when the server does not take the command.
+    pub fn unpause(&self) -> Result<(), Error> {
+        command(self.port(), &request(&["CLIENT", "UNPAUSE"]), b"+OK")
+    }
+
     /// Closes the connection of every client but the one that asks
     /// (`CLIENT KILL TYPE normal`, then `pubsub`): as a proxy or load
     /// balancer in front of Redis restarting, or a server-side idle
@@ -118,6 +144,35 @@ mod tests {
             command(port, &request(&["SET", "b", "x"]), b"+OK").unwrap();
             command(port, &request(&["GET", "a"]), b"$4\r\nkept").unwrap();
         }
+    }
+
+    #[test]
+    fn paused_writes_wait_while_reads_run_then_land() {
+        use std::io::{Read, Write};
+        let server = RedisServer::start_with(ServerOptions::default())
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        let port = server.port();
+        command(port, &request(&["SET", "a", "kept"]), b"+OK").unwrap();
+        server.pause_writes(30_000).unwrap();
+        let mut writer = std::net::TcpStream::connect(server.addr()).unwrap();
+        writer.write_all(&request(&["SET", "b", "late"])).unwrap();
+        writer
+            .set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let held = matches!(
+            writer.read(&mut buf),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)
+        );
+        assert!(held, "a write was answered during the pause");
+        command(port, &request(&["GET", "a"]), b"$4\r\nkept").unwrap();
+        server.unpause().unwrap();
+        writer
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let n = writer.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"+OK\r\n");
+        command(port, &request(&["GET", "b"]), b"$4\r\nlate").unwrap();
     }
 
     #[test]

@@ -573,6 +573,10 @@ impl Run {
                 self.refuse_writes(kind).await?;
                 since = Instant::now();
             }
+            FaultKind::PauseWrites => {
+                self.pause_writes().await?;
+                since = Instant::now();
+            }
             FaultKind::DropClients => {
                 self.drop_clients().await?;
                 since = Instant::now();

@@ -1,8 +1,8 @@
 //! Faults in which Redis keeps running and keeps its data but refuses
-//! work: writes refused (out of memory, or a read-only replica) and every
-//! client's connection closed at once. Nobody can renew a lease or take a
-//! job while writes are refused, so recovery is timed from the moment
-//! Redis takes writes again.
+//! work: writes refused (out of memory, or a read-only replica), writes
+//! held (a client pause), and every client's connection closed at once.
+//! Nobody can renew a lease or take a job while writes are refused or
+//! held, so recovery is timed from the moment Redis takes writes again.
 
 use std::time::Duration;
 
@@ -29,6 +29,22 @@ impl Run {
         // Recorded before the writes come back: from here on they may land.
         self.record(kind, None, true);
         self.on_server(move |s| s.accept_writes(refusal)).await?;
+        Ok(())
+    }
+
+    /// [`FaultKind::PauseWrites`]: returns once Redis runs writes again.
+    pub(super) async fn pause_writes(&mut self) -> Result<(), ChaosError> {
+        let ttl = self.options.ttl;
+        let hold = self.rng.random_range(ttl / 2..=ttl * 2);
+        // The pause also ends by itself a TTL later, should the unpause
+        // below not get through.
+        let limit = u64::try_from((hold + ttl).as_millis()).unwrap_or(u64::MAX);
+        self.on_server(move |s| s.pause_writes(limit)).await?;
+        self.record(FaultKind::PauseWrites, None, false);
+        tokio::time::sleep(hold).await;
+        // Recorded before the writes run: from here on they may land.
+        self.record(FaultKind::PauseWrites, None, true);
+        self.on_server(|s| s.unpause()).await?;
         Ok(())
     }
 

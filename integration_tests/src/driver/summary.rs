@@ -196,7 +196,12 @@ impl ChaosSummary {
             ("violations (I1–I4)", self.violations.len().to_string()),
             ("worst recovery time", ms(self.worst_recovery())),
         ];
+        // The windowed row only for runs with windows (`--window-ms`).
+        let windowed = self.windowed_ok + self.dispatch_recent > 0;
         for (k, v) in rows {
+            if k.starts_with("windowed") && !windowed {
+                continue;
+            }
             let _ = writeln!(t, "| {k} | {v} |");
         }
         for (k, v) in &self.dispatch_errors {

@@ -336,8 +336,8 @@ impl Load {
             Outcome::Recent => {
                 // Admitted less than a window ago, and neither running nor
                 // waiting to start now: what the load believed of the key
-                // stands (a key it believed running and finds so is a
-                // loss, which the final check sees).
+                // stands (a key believed running that is refused so was
+                // lost, which the final I2 check sees).
                 self.ledger.record(Record::Recent {
                     key: key.to_string(),
                 });

@@ -11,6 +11,9 @@
 //!   and signals them (`SIGKILL`, `SIGSTOP`/`SIGCONT`, `SIGTERM`).
 //! * [`requests`]: dispatches and stops sent through a worker process's
 //!   own node (`chaos --requests-from-workers`).
+//! * [`schedules`]: a schedule run by the worker processes
+//!   (`chaos --schedule-keys`), whose starts and stops the checker holds
+//!   to what it holds dispatches and stops to.
 //! * [`windows`]: dispatches with an idempotency window
 //!   (`chaos --window-ms`), whose promise the checker holds them to.
 //! * [`driver`]: the chaos driver: dispatchers, worker processes behind
@@ -39,4 +42,5 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod process;
 pub mod requests;
+pub mod schedules;
 pub mod windows;

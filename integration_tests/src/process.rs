@@ -11,6 +11,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::requests::Requester;
+use crate::schedules::ScheduleSpec;
 
 /// The line a worker process prints once its workers are registered,
 /// followed by their ids as a JSON array.
@@ -52,6 +53,8 @@ pub struct WorkerSpec {
     /// The process takes dispatches and stops on its stdin (`--requests`,
     /// see [`crate::requests`]).
     pub requests: bool,
+    /// The process runs the chaos schedule (see [`crate::schedules`]).
+    pub schedule: Option<ScheduleSpec>,
 }
 
 /// A running worker process.
@@ -194,6 +197,9 @@ impl WorkerProcess {
         }
         if spec.requests {
             command.arg("--requests");
+        }
+        if let Some(schedule) = &spec.schedule {
+            command.args(schedule.args());
         }
         let mut child = command
             .arg("--redis")

@@ -501,3 +501,34 @@ async fn chaos_short_paused_writes() {
     assert!(summary.dispatch_ok > 30, "{}", summary.table());
     assert!(summary.passed(), "{}", summary.table());
 }
+
+/// A schedule run by the worker processes (`--schedule-keys`): its leader
+/// is one of the processes the faults cut off, pause, kill and remove, and
+/// Redis is rolled back and frozen meanwhile; the leader keeps starting
+/// the keys that come back into the wanted set and stopping those that
+/// leave it. Its starts and stops are held to I1–I3 as dispatches and
+/// stops are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_short_scheduled_jobs() {
+    let faults = vec![
+        FaultKind::Cut,
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::Rollback,
+        FaultKind::FreezeRedis,
+        FaultKind::RemoveWorker,
+        FaultKind::AddWorker,
+    ];
+    let summary = run(options(45, faults)
+        .ttl(Duration::from_secs(1))
+        .schedule_keys(32)
+        .lifecycle(true)
+        .lean_nodes(true)
+        .overlap(true))
+    .await
+    .expect("chaos harness");
+    println!("{}", summary.table());
+    assert!(summary.scheduled.0 > 20, "{}", summary.table());
+    assert!(summary.scheduled.1 > 20, "{}", summary.table());
+    assert!(summary.passed(), "{}", summary.table());
+}

@@ -129,6 +129,12 @@ struct Args {
     /// key within it where Redis kept its data and clock. 0: none.
     #[arg(long, default_value_t = 0)]
     window_ms: u64,
+    /// Every worker process runs a schedule over this many keys
+    /// (`sched-0` …) whose wanted set rotates during the fault phase; its
+    /// leader's starts and stops are checked like dispatches and stops.
+    /// 0: none.
+    #[arg(long, default_value_t = 0)]
+    schedule_keys: usize,
     /// With --sentinel: how many replicas the primary has.
     #[arg(long, default_value_t = 1)]
     sentinel_replicas: usize,
@@ -196,6 +202,7 @@ async fn main() -> ExitCode {
         .worker_lanes(args.worker_lanes)
         .requests_from_workers(args.requests_from_workers)
         .window_ms(args.window_ms)
+        .schedule_keys(args.schedule_keys)
         .sentinel_replicas(args.sentinel_replicas, args.min_replicas_to_write)
         .load(args.load_tasks, Duration::from_millis(args.load_pace_ms));
     let with_sentinel = [

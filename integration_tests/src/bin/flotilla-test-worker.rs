@@ -26,6 +26,7 @@ use flotilla_integration_tests::ledger::{LedgerWriter, Record};
 use flotilla_integration_tests::lifecycle::{self, FINISHED_TARGET, FinishedLayer, RunTimers};
 use flotilla_integration_tests::process::READY_PREFIX;
 use flotilla_integration_tests::requests::{self, Op, Outcome};
+use flotilla_integration_tests::schedules::{ScheduleSpec, ScheduledLoad};
 use flotilla_integration_tests::windows;
 use flotilla_pool::{Handler, HandlerError, Job, Node, NodeOptions, Worker};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -89,6 +90,36 @@ struct Args {
     /// calls is this process's own, which holds jobs and meets the faults.
     #[arg(long)]
     requests: bool,
+    /// Run the chaos schedule over this many keys (see
+    /// `flotilla_integration_tests::schedules`); 0: no schedule.
+    #[arg(long, default_value_t = 0)]
+    schedule_keys: usize,
+    /// The schedule's interval (ms).
+    #[arg(long, default_value_t = 1000)]
+    schedule_interval_ms: u64,
+    /// How often the schedule's unwanted keys change (ms).
+    #[arg(long, default_value_t = 6000)]
+    schedule_rotate_ms: u64,
+    /// Wall-clock time (ms since the UNIX epoch) after which they stop
+    /// changing.
+    #[arg(long, default_value_t = 0)]
+    schedule_rotate_until_ms: u64,
+    /// The schedule's leader lease TTL (ms).
+    #[arg(long, default_value_t = 2000)]
+    schedule_leader_ttl_ms: u64,
+}
+
+impl Args {
+    /// The schedule to run, if any.
+    fn schedule(&self) -> Option<ScheduleSpec> {
+        (self.schedule_keys > 0).then(|| ScheduleSpec {
+            keys: self.schedule_keys,
+            interval: Duration::from_millis(self.schedule_interval_ms),
+            rotate: Duration::from_millis(self.schedule_rotate_ms),
+            rotate_until_ms: self.schedule_rotate_until_ms,
+            leader_ttl: Duration::from_millis(self.schedule_leader_ttl_ms),
+        })
+    }
 }
 
 /// Records starts and stops; runs nothing else (a job "runs" between them).
@@ -432,6 +463,10 @@ async fn run(
     if args.requests {
         tokio::spawn(serve_requests(node.clone(), cancel.clone()));
     }
+    let scheduled = match args.schedule() {
+        Some(spec) => Some(ScheduledLoad::start(&node, ledger.clone(), spec).await?),
+        None => None,
+    };
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {
@@ -439,6 +474,9 @@ async fn run(
         _ = int.recv() => {}
     }
     cancel.cancel();
+    if let Some(scheduled) = scheduled {
+        scheduled.close().await;
+    }
     node.close().await?;
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::clock::mono_ns;
 use crate::ledger::{LedgerTail, Record};
 use crate::process::{ProcessError, StartingWorker, WorkerProcess, WorkerSpec};
 use crate::requests::Requester;
+use crate::schedules::ScheduleSpec;
 
 /// What a worker process is going through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +58,8 @@ pub(crate) struct Fleet {
     /// Where the request channel of each process started goes, when the
     /// processes take requests (`--requests-from-workers`).
     pub(crate) requesters: Option<Arc<Mutex<Vec<Requester>>>>,
+    /// The schedule every process started runs (`--schedule-keys`).
+    pub(crate) schedule: Option<ScheduleSpec>,
     /// The node ids of processes that ended, free to be taken again.
     free_node_ids: Vec<String>,
     /// pid → the fixed node id its process runs under.
@@ -103,6 +106,7 @@ impl Fleet {
             start_max_ms: 0,
             worker_lanes: 0,
             requesters: None,
+            schedule: None,
             free_node_ids: Vec::new(),
             node_ids: HashMap::new(),
             dir,
@@ -162,6 +166,7 @@ impl Fleet {
             start_max_ms: self.start_max_ms,
             worker_lanes: self.worker_lanes,
             requests: self.requesters.is_some(),
+            schedule: self.schedule,
             node_id: self.fixed_node_ids.then(|| {
                 self.free_node_ids
                     .pop()

@@ -37,7 +37,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::checker::{CheckOptions, TimeBase, check};
 use crate::clock::{ServerClock, mono_ns};
-use crate::ledger::{FaultKind, LedgerWriter, Line, read_ledger};
+use crate::ledger::{FaultKind, LedgerWriter, Line, Record, read_ledger};
+use crate::schedules::{ScheduleSpec, wall_ms};
 use fleet::Fleet;
 use load::{KeyState, Load};
 pub use options::ChaosOptions;
@@ -282,6 +283,13 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     fleet.fixed_node_ids = options.fixed_node_ids;
     fleet.start_max_ms = options.start_max_ms;
     fleet.worker_lanes = options.worker_lanes;
+    fleet.schedule = (options.schedule_keys > 0).then(|| {
+        ScheduleSpec::for_ttl(
+            options.schedule_keys,
+            options.ttl,
+            wall_ms() + options.duration.as_millis() as u64,
+        )
+    });
     let requesters = options
         .requests_from_workers
         .then(|| Arc::new(Mutex::new(Vec::new())));
@@ -433,6 +441,7 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
         dispatch_exists: stats.dispatch_exists,
         windowed_ok: stats.windowed_ok,
         dispatch_recent: stats.dispatch_recent,
+        scheduled: scheduled_counts(&ledgers[1..]),
         dispatch_errors: stats.dispatch_errors,
         stop_ok: stats.stop_ok,
         stop_not_found: stats.stop_not_found,
@@ -446,6 +455,20 @@ pub async fn run(options: ChaosOptions) -> Result<ChaosSummary, ChaosError> {
     };
     drop(temp);
     Ok(summary)
+}
+
+/// The admissions and stops the schedule's leaders recorded in the worker
+/// processes' ledgers (only the schedule writes those there).
+fn scheduled_counts(worker_ledgers: &[Vec<Line>]) -> (u64, u64) {
+    let mut counts = (0, 0);
+    for line in worker_ledgers.iter().flatten() {
+        match line.record {
+            Record::Admit { .. } => counts.0 += 1,
+            Record::StopDone { .. } => counts.1 += 1,
+            _ => {}
+        }
+    }
+    counts
 }
 
 /// A recovery that did not end in time.

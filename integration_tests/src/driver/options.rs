@@ -111,6 +111,13 @@ pub struct ChaosOptions {
     /// checker requires that no windowed admission of a key follows another
     /// within it where Redis kept its data and clock. Default: 0 (none).
     pub window_ms: u64,
+    /// Every worker process runs a schedule over this many keys
+    /// (`sched-0` …, see [`crate::schedules`]): its leader, one of the
+    /// processes the faults hit, starts the wanted keys and stops the
+    /// quarter it no longer wants, a quarter that changes every 3 TTLs
+    /// until the fault phase ends; the checker holds those starts and
+    /// stops to the invariants. Default: 0 (no schedule).
+    pub schedule_keys: usize,
 }
 
 impl Default for ChaosOptions {
@@ -147,6 +154,7 @@ impl Default for ChaosOptions {
             sentinel_replicas: (1, 0),
             requests_from_workers: false,
             window_ms: 0,
+            schedule_keys: 0,
         }
     }
 }
@@ -236,6 +244,12 @@ impl ChaosOptions {
     /// Sets [`window_ms`](Self::window_ms).
     pub fn window_ms(mut self, window_ms: u64) -> Self {
         self.window_ms = window_ms;
+        self
+    }
+
+    /// Sets [`schedule_keys`](Self::schedule_keys).
+    pub fn schedule_keys(mut self, keys: usize) -> Self {
+        self.schedule_keys = keys;
         self
     }
 

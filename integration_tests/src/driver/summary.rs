@@ -38,6 +38,9 @@ pub struct ChaosSummary {
     pub windowed_ok: u64,
     /// `AlreadyDispatched` answers (dispatches with a window).
     pub dispatch_recent: u64,
+    /// Admissions and stops of scheduled keys the schedule's leaders
+    /// recorded (`--schedule-keys`).
+    pub scheduled: (u64, u64),
     /// Other dispatch errors, by kind.
     pub dispatch_errors: BTreeMap<String, u64>,
     /// `stop_job` returned `Ok`.
@@ -123,6 +126,10 @@ impl ChaosSummary {
                 ),
             ),
             (
+                "scheduled: started / stopped (recorded by the leaders)",
+                format!("{} / {}", self.scheduled.0, self.scheduled.1),
+            ),
+            (
                 "dispatch errors (timeout/unavailable/...)",
                 errors.to_string(),
             ),
@@ -196,10 +203,14 @@ impl ChaosSummary {
             ("violations (I1–I4)", self.violations.len().to_string()),
             ("worst recovery time", ms(self.worst_recovery())),
         ];
-        // The windowed row only for runs with windows (`--window-ms`).
+        // The windowed and scheduled rows only for runs with windows
+        // (`--window-ms`) or a schedule (`--schedule-keys`).
         let windowed = self.windowed_ok + self.dispatch_recent > 0;
+        let scheduled = self.scheduled != (0, 0);
         for (k, v) in rows {
-            if k.starts_with("windowed") && !windowed {
+            if (k.starts_with("windowed") && !windowed)
+                || (k.starts_with("scheduled") && !scheduled)
+            {
                 continue;
             }
             let _ = writeln!(t, "| {k} | {v} |");
@@ -249,6 +260,8 @@ impl ChaosSummary {
             "windowed_ok": self.windowed_ok,
             "dispatch_recent": self.dispatch_recent,
             "window_readmissions_excused": self.report.window_readmissions_excused,
+            "scheduled_started": self.scheduled.0,
+            "scheduled_stopped": self.scheduled.1,
             "dispatch_errors": self.dispatch_errors,
             "stop_ok": self.stop_ok,
             "stop_not_found": self.stop_not_found,

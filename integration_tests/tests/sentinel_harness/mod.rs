@@ -41,6 +41,7 @@ pub async fn worker_process(ha: &Sentinels, dir: &Path, pool: &str, i: usize) ->
         start_max_ms: 0,
         worker_lanes: 0,
         requests: false,
+        schedule: None,
         binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
         redis_url: ha.url(),
         pool: pool.to_string(),

@@ -106,6 +106,7 @@ impl Harness {
                 start_max_ms: 0,
                 worker_lanes: 0,
                 requests: false,
+                schedule: None,
                 binary: env!("CARGO_BIN_EXE_flotilla-test-worker").into(),
                 redis_url: proxy.as_ref().map_or_else(|| server.url(), FaultProxy::url),
                 pool: pool.clone(),

@@ -17,11 +17,12 @@
 //! * once the run is published ([`Schedule::runs`]): a [`Record::Admit`]
 //!   for each key it started and a [`Record::StopDone`] (`ok`, asked by
 //!   this process) for each it stopped. A run's records are written only
-//!   when they come within half an interval of its producer call: later
-//!   (the process was paused or cut off meanwhile), another leader may
-//!   already have stopped or started the key again, and a late line would
-//!   misstate the order. Skipped runs weaken the check; they never make it
-//!   stricter than the pool's promise.
+//!   while no later run has begun anywhere in the pool (the schedule's
+//!   ticker in Redis, `fl:{pool}:ticker:schedule:chaos`, still holds the
+//!   run's slot): later (the process was paused or cut off meanwhile),
+//!   another leader may already have stopped or started the key again,
+//!   and a late line would misstate the order. Skipped runs weaken the
+//!   check; they never make it stricter than the pool's promise.
 //!
 //! The checker then holds scheduled keys to what it holds dispatched keys
 //! to: never two runs at once (I1), an admitted key runs until stopped
@@ -29,9 +30,10 @@
 //! holds until the next dispatch is sent.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use flotilla_pool::fred::prelude::{Client, KeysInterface};
 use flotilla_pool::{Node, Schedule, ScheduleOptions, ScheduleRun};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -123,25 +125,10 @@ pub fn wall_ms() -> u64 {
 /// What the producer and the run recorder share.
 #[derive(Debug, Default)]
 struct Progress {
-    /// When the producer last ran.
-    produced_at: Option<Instant>,
     /// The slot of the last run recorded or skipped.
     last_slot: Option<u64>,
-    /// The node's runs, once the schedule exists.
-    runs: Option<watch::Receiver<Option<ScheduleRun>>>,
-}
-
-impl Progress {
-    /// Marks the latest published run as handled (recorded or too late).
-    fn settle_latest(&mut self) {
-        let latest = self
-            .runs
-            .as_ref()
-            .and_then(|runs| runs.borrow().as_ref().map(|run| run.slot));
-        if latest > self.last_slot {
-            self.last_slot = latest;
-        }
-    }
+    /// How many times the producer ran.
+    produced: u64,
 }
 
 /// The schedule of one worker process, and the task recording its runs.
@@ -167,16 +154,13 @@ impl ScheduledLoad {
             move || {
                 let (wanted, unwanted) = spec.wanted_at(wall_ms());
                 if let Ok(mut p) = progress.lock() {
-                    // A run published but not recorded by now is too late
-                    // to record; and the records below are this run's.
-                    p.settle_latest();
+                    p.produced += 1;
                     for key in &wanted {
                         ledger.record(Record::DispatchSent { key: key.clone() });
                     }
                     for key in &unwanted {
                         ledger.record(Record::StopSent { key: key.clone() });
                     }
-                    p.produced_at = Some(Instant::now());
                 }
                 let jobs: Vec<(String, Bytes)> = wanted
                     .into_iter()
@@ -192,15 +176,12 @@ impl ScheduledLoad {
             .schedule_with(SCHEDULE_NAME, spec.interval, options, producer)
             .await?;
         let runs = schedule.runs();
-        if let Ok(mut p) = progress.lock() {
-            p.runs = Some(runs.clone());
-        }
         let recorder = tokio::spawn(record_runs(
             runs,
             progress,
             ledger,
             node.id().to_string(),
-            spec.interval / 2,
+            (node.client().clone(), ticker_key(node.pool())),
         ));
         Ok(ScheduledLoad { schedule, recorder })
     }
@@ -213,28 +194,56 @@ impl ScheduledLoad {
     }
 }
 
-/// Writes each published run's admissions and stops, if it comes within
-/// `fresh` of its producer call (see the module doc).
+/// The schedule's ticker in Redis: the last slot run pool-wide.
+fn ticker_key(pool: &str) -> String {
+    format!("fl:{{{pool}}}:ticker:schedule:{SCHEDULE_NAME}")
+}
+
+/// Writes each published run's admissions and stops, while no later run
+/// has begun (see the module doc).
 async fn record_runs(
     mut runs: watch::Receiver<Option<ScheduleRun>>,
     progress: Arc<Mutex<Progress>>,
     ledger: LedgerWriter,
     node: String,
-    fresh: Duration,
+    (client, ticker): (Client, String),
 ) {
     let pid = std::process::id();
     while runs.changed().await.is_ok() {
         let Some(run) = runs.borrow_and_update().clone() else {
             continue;
         };
-        let Ok(mut p) = progress.lock() else {
-            return;
+        let produced = {
+            let Ok(mut p) = progress.lock() else {
+                return;
+            };
+            if p.last_slot >= Some(run.slot) {
+                continue;
+            }
+            p.last_slot = Some(run.slot);
+            p.produced
         };
-        if p.last_slot >= Some(run.slot) {
+        if run.started.is_empty() && run.stopped.is_empty() {
             continue;
         }
-        p.last_slot = Some(run.slot);
-        if p.produced_at.is_none_or(|at| at.elapsed() > fresh) {
+        let ticked = tokio::time::timeout(
+            Duration::from_millis(200),
+            client.get::<Option<String>, _>(&ticker),
+        )
+        .await;
+        let Ok(Ok(ticked)) = ticked else {
+            continue;
+        };
+        let latest = ticked.and_then(|slot| slot.parse::<u64>().ok());
+        if latest.is_none_or(|latest| latest > run.slot) {
+            continue;
+        }
+        // A later run of this process may have begun since the ticker
+        // was read: its producer's lines came first.
+        let Ok(p) = progress.lock() else {
+            return;
+        };
+        if p.produced != produced {
             continue;
         }
         for key in run.started {
@@ -251,6 +260,7 @@ async fn record_runs(
                 via: Some(pid),
             });
         }
+        drop(p);
     }
 }
 

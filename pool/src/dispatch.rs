@@ -145,7 +145,7 @@ impl Node {
     pub async fn stop_job(&self, key: &str) -> Result<()> {
         self.inner.check_open()?;
         check_name("job key", key)?;
-        self.inner.stop_key(key, None).await
+        self.inner.stop_key(key, None, None).await
     }
 
     /// Sends `payload` to the handler's `notify` on the worker running job
@@ -173,7 +173,7 @@ impl Node {
         loop {
             match self
                 .inner
-                .to_owner(key, EV_NOTIFY, body.clone(), None)
+                .to_owner(key, EV_NOTIFY, body.clone(), None, None)
                 .await?
             {
                 Routed::Pending => pause.wait().await?,

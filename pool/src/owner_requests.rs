@@ -12,6 +12,7 @@ use crate::codec::{self, EV_STOP, KeyedRequest, ReplyTo};
 use crate::error::{Error, Result};
 use crate::lifecycle::FinalEnd;
 use crate::node::NodeInner;
+use crate::options::ScheduleFence;
 use crate::primary_check::Judged;
 use crate::store;
 
@@ -68,7 +69,14 @@ impl NodeInner {
     /// owner's handler `stop` returned. `dispatch`: only the job of that
     /// dispatch (its payload's creation time, ms), wherever it runs now;
     /// another dispatch of the key, or none, is [`Error::JobNotFound`].
-    pub(crate) async fn stop_key(self: &Arc<Self>, key: &str, dispatch: Option<u64>) -> Result<()> {
+    /// `leader`: a schedule's stop, refused with [`Error::NotLeader`] once
+    /// its leader is deposed (checked as each attempt is routed).
+    pub(crate) async fn stop_key(
+        self: &Arc<Self>,
+        key: &str,
+        dispatch: Option<u64>,
+        leader: Option<&ScheduleFence>,
+    ) -> Result<()> {
         let mut pause = SettlePause::new(self.options.dispatch_timeout);
         // A worker stopped its run of the key though Redis had lost the
         // run's record (`stopped.lua`): the stop is done, and a later
@@ -88,7 +96,7 @@ impl NodeInner {
                 }),
                 hops: 0,
             });
-            match self.to_owner(key, EV_STOP, body, dispatch).await {
+            match self.to_owner(key, EV_STOP, body, dispatch, leader).await {
                 Ok(Routed::Queued) => {}
                 Ok(Routed::Stopped(token)) => {
                     self.waiters.remove(&request);
@@ -228,13 +236,15 @@ impl NodeInner {
 
     /// Queues `event` at the owner of job `key` (stop, notify).
     /// `dispatch`: only the job of that dispatch (its payload's creation
-    /// time, ms), whatever worker runs it now.
+    /// time, ms), whatever worker runs it now. `leader`: a schedule
+    /// leader's request, refused with [`Error::NotLeader`] once deposed.
     pub(crate) async fn to_owner(
         &self,
         key: &str,
         event: &str,
         body: Bytes,
         dispatch: Option<u64>,
+        leader: Option<&ScheduleFence>,
     ) -> Result<Routed> {
         // The replica's owner, where the node mirrors the jobs map, is a
         // guess the script checks; without one the script names the owner
@@ -258,6 +268,7 @@ impl NodeInner {
                 event,
                 dispatch,
                 server_floor_ms,
+                leader: leader.map(|fence| (fence.lock_key.as_str(), fence.token)),
             };
             let routed = self
                 .store
@@ -270,6 +281,10 @@ impl NodeInner {
                 store::Routed::NotFound(Some(token)) => return Ok(Routed::NotFound(token)),
                 store::Routed::NotFound(None) => return Err(Error::JobNotFound(key.to_string())),
                 store::Routed::Moved(now) => owner = now,
+                store::Routed::NotLeader => {
+                    let name = leader.map(|fence| fence.name.clone()).unwrap_or_default();
+                    return Err(Error::NotLeader(name));
+                }
             }
         }
         Err(Error::JobNotFound(key.to_string()))
@@ -359,7 +374,7 @@ impl NodeInner {
         loop {
             let stopped = tokio::select! {
                 _ = self.cancel.cancelled() => return Err(None),
-                stopped = self.stop_key(key, Some(dispatch)) => stopped,
+                stopped = self.stop_key(key, Some(dispatch), None) => stopped,
             };
             match stopped {
                 Ok(()) | Err(Error::JobNotFound(_)) => return Ok(()),

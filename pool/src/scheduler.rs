@@ -14,8 +14,10 @@
 //!   previous one started. Jobs started by anyone else are never stopped.
 //! * **Fenced.** That admission also checks that the lease's holder record
 //!   still carries this leader's token; a deposed leader's dispatch is
-//!   refused ([`Error::NotLeader`]) and its run ends. Dropping a key from
-//!   the job set is fenced the same way.
+//!   refused ([`Error::NotLeader`]) and its run ends. Its stops (each
+//!   attempt, as it is routed to the job's worker) and dropping a key from
+//!   the job set are fenced the same way: a leader paused or cut off past
+//!   its lease cannot stop a job its successor wants.
 //! * **Never dies.** Producer errors and panics are logged and reported in
 //!   [`ScheduleRun::producer_error`]; the next interval runs again.
 //!
@@ -484,10 +486,12 @@ impl Runner {
             .map(|key| {
                 let fence = Fence {
                     node: self.node.clone(),
-                    name: self.name.clone(),
-                    record_key: self.record_key.clone(),
-                    lock_key: self.lock_key.clone(),
-                    token,
+                    leader: ScheduleFence {
+                        name: self.name.clone(),
+                        record_key: self.record_key.clone(),
+                        lock_key: self.lock_key.clone(),
+                        token,
+                    },
                 };
                 async move {
                     let result = fence.stop_and_forget(&key).await;
@@ -513,19 +517,24 @@ impl Runner {
 /// can run concurrently).
 struct Fence {
     node: Node,
-    name: String,
-    record_key: String,
-    lock_key: String,
-    token: u64,
+    leader: ScheduleFence,
 }
 
 impl Fence {
     /// Stops `key` (if it runs) and then drops it from the schedule's job
     /// set. Stopping first means a crash in between leaves a stopped job
     /// recorded (forgotten by the next run), never a running job unrecorded.
-    /// Returns whether the job was running.
+    /// Returns whether the job was running. Each attempt to stop it is
+    /// refused ([`Error::NotLeader`]) once this leader is deposed.
     async fn stop_and_forget(&self, key: &str) -> Result<bool> {
-        let stopped = match self.node.stop_job(key).await {
+        self.node.inner.check_open()?;
+        crate::keys::check_name("job key", key)?;
+        let stopped = match self
+            .node
+            .inner
+            .stop_key(key, None, Some(&self.leader))
+            .await
+        {
             Ok(()) => true,
             Err(Error::JobNotFound(_)) => false,
             Err(error) => return Err(error),
@@ -541,15 +550,15 @@ impl Fence {
             .inner
             .store
             .forget_scheduled(
-                &self.record_key,
-                &self.lock_key,
-                self.token,
+                &self.leader.record_key,
+                &self.leader.lock_key,
+                self.leader.token,
                 key,
                 self.node.inner.options.dispatch_timeout,
             )
             .await?;
         if forgot == crate::store::Forgot::NotLeader {
-            return Err(Error::NotLeader(self.name.clone()));
+            return Err(Error::NotLeader(self.leader.name.clone()));
         }
         Ok(())
     }

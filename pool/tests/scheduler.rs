@@ -352,3 +352,125 @@ async fn producer_errors_panics_and_bad_keys_do_not_kill_the_schedule() {
     schedule.close().await.expect("close");
     node.close().await.unwrap();
 }
+
+/// A leader whose lease Redis lost (here deleted; a clock step or a
+/// rollback does the same) still believes it leads until its next
+/// renewal. Its run, begun before, wants a job stopped that its successor
+/// wants kept: the stop is refused (fenced as its admissions are), and
+/// the job runs on, started once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deposed_leaders_stop_never_reaches_a_job_its_successor_wants() {
+    let env = Env::new("sched-fence");
+    let ledger = Ledger::default();
+    let node = env.node(fast()).await;
+    let _worker = Worker::new(&node, ledger.handler("w0")).await.unwrap();
+    let keys: Vec<String> = (0..4).map(|i| format!("job-{i}")).collect();
+    // The leader's producer, once armed, wants job-0 gone, says so, and
+    // waits for the test before its run goes on.
+    let armed = Arc::new(Mutex::new(false));
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    // A long lease: the deposed leader's next renewal, which would tell
+    // it, comes seconds later.
+    let options = ScheduleOptions::default()
+        .leader_ttl(Duration::from_secs(6))
+        .follower_poll(Duration::from_millis(50));
+    let mut schedules = Vec::new();
+    let mut nodes = Vec::new();
+    for i in 0..2 {
+        let scheduler = env.node(fast().client_only(true)).await;
+        let (keys, armed, entered, release) = (
+            keys.clone(),
+            Arc::clone(&armed),
+            Arc::clone(&entered),
+            Arc::clone(&release),
+        );
+        let producer = move || {
+            let gated = std::mem::take(&mut *armed.lock().unwrap());
+            let jobs: ScheduledJobs = keys
+                .iter()
+                .filter(|k| !gated || k.as_str() != "job-0")
+                .map(|k| (k.clone(), Bytes::new()))
+                .collect();
+            let (entered, release) = (Arc::clone(&entered), Arc::clone(&release));
+            async move {
+                if gated {
+                    entered.notify_one();
+                    release.notified().await;
+                }
+                Ok(jobs)
+            }
+        };
+        let schedule = scheduler
+            .schedule_with("sync", INTERVAL, options.clone(), producer)
+            .await
+            .expect("schedule");
+        eventually("a leader", Duration::from_secs(5), || {
+            i > 0 || schedule.is_leader()
+        })
+        .await;
+        schedules.push(Some(schedule));
+        nodes.push(scheduler);
+    }
+    eventually("all jobs running", Duration::from_secs(5), || {
+        ledger.running_keys().len() == 4
+    })
+    .await;
+    let first = leaders(&schedules)[0];
+    *armed.lock().unwrap() = true;
+    entered.notified().await;
+    // Redis loses the lease; the other node takes it.
+    let lock = format!("fl:{{{}}}:lock:schedule:sync", env.pool);
+    let redis = flotilla_testkit::client(&env.server.url()).await.unwrap();
+    let _: i64 = redis.del(&lock).await.unwrap();
+    eventually("a new leader", Duration::from_secs(3), || {
+        leaders(&schedules).iter().any(|&i| i != first)
+    })
+    .await;
+    assert!(
+        schedules[first].as_ref().is_some_and(Schedule::is_leader),
+        "the deposed leader already knows (its renewal came early)"
+    );
+    let mut runs = schedules[first].as_ref().unwrap().runs();
+    runs.borrow_and_update();
+    release.notify_one();
+    let report = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            runs.changed().await.unwrap();
+            if let Some(run) = runs.borrow_and_update().clone() {
+                return run;
+            }
+        }
+    })
+    .await
+    .expect("the deposed leader's run ended");
+    assert!(report.stopped.is_empty(), "{report:?}");
+    assert!(report.interrupted, "{report:?}");
+    // Two runs of the new leader later, job-0 still runs, started once.
+    let successor = leaders(&schedules)
+        .into_iter()
+        .find(|&i| i != first)
+        .expect("the new leader");
+    let mut successor_runs = schedules[successor].as_ref().unwrap().runs();
+    successor_runs.borrow_and_update();
+    for _ in 0..2 {
+        tokio::time::timeout(Duration::from_secs(5), successor_runs.changed())
+            .await
+            .expect("a run of the new leader")
+            .unwrap();
+    }
+    assert_eq!(ledger.running_keys().len(), 4);
+    assert_eq!(
+        ledger.starts("job-0"),
+        1,
+        "job-0 was stopped and started again"
+    );
+    assert!(ledger.violations().is_empty(), "{:?}", ledger.violations());
+    for schedule in schedules.into_iter().flatten() {
+        let _ = schedule.close().await;
+    }
+    for node in nodes {
+        let _ = node.close().await;
+    }
+    node.close().await.unwrap();
+}

@@ -30,6 +30,7 @@ async fn stop(
         event: "stop",
         dispatch,
         server_floor_ms: floor_ms,
+        leader: None,
     };
     f.store
         .to_owner_of(key, request, body(key), TTL)

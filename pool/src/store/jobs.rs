@@ -28,6 +28,10 @@ pub(crate) struct OwnerRequest<'a> {
     /// caller's clock (`server_clock.rs`), with which the script judges
     /// the owner dead.
     pub(crate) server_floor_ms: Option<u64>,
+    /// A schedule leader's request (its lease's lock key and fencing
+    /// token): refused ([`Routed::NotLeader`]) unless the lock still
+    /// carries the token, atomically with the routing.
+    pub(crate) leader: Option<(&'a str, u64)>,
 }
 
 /// Where `to_owner.lua` put a request.
@@ -48,6 +52,8 @@ pub(crate) enum Routed {
     NotFound(Option<u64>),
     /// Another worker owns the job now (`"-"`: none).
     Moved(String),
+    /// The request's schedule leader was deposed: nothing was done.
+    NotLeader,
 }
 
 /// A stop a worker carried out, for `stopped.lua`.
@@ -276,6 +282,7 @@ impl PoolStore {
             event,
             dispatch: None,
             server_floor_ms: None,
+            leader: None,
         };
         self.to_owner_of(key, request, body, worker_ttl).await
     }
@@ -296,12 +303,16 @@ impl PoolStore {
             event,
             dispatch,
             server_floor_ms,
+            leader,
         } = request;
         const WHAT: &str = "to_owner reply";
         let mut keys = self.maps.base_keys();
         keys.push(owner_inbox.to_string());
         keys.push(self.maps.keepalive_revision_key());
         keys.push(self.maps.keepalive.keys_info().hash.clone());
+        if let Some((lock, _)) = leader {
+            keys.push(lock.to_string());
+        }
         let mut args = self.maps.base_args();
         args.extend([
             Value::from(key),
@@ -313,6 +324,11 @@ impl PoolStore {
             Value::from(self.revision_floor()),
             Value::from(dispatch.unwrap_or(0).to_string()),
             Value::from(server_floor_ms.map(|ms| ms.to_string()).unwrap_or_default()),
+            Value::from(
+                leader
+                    .map(|(_, token)| token.to_string())
+                    .unwrap_or_default(),
+            ),
         ]);
         let reply: Value = self
             .scripts
@@ -333,6 +349,7 @@ impl PoolStore {
                 reason: "a stop without its tombstone token".into(),
             })?),
             "not_found" => Routed::NotFound(token()),
+            "not_leader" => Routed::NotLeader,
             "moved" => Routed::Moved(
                 rest.first()
                     .and_then(Value::as_string)

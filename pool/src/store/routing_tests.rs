@@ -197,6 +197,7 @@ async fn a_request_for_one_dispatch_reaches_only_that_dispatch() {
             event: "stop",
             dispatch: Some(dispatch),
             server_floor_ms: None,
+            leader: None,
         };
         s.to_owner_of("j1", request, body("j1"), TTL).await.unwrap()
     };
@@ -218,6 +219,7 @@ async fn a_request_for_one_dispatch_reaches_only_that_dispatch() {
         event: "stop",
         dispatch: Some(created),
         server_floor_ms: None,
+        leader: None,
     };
     assert_eq!(
         s.to_owner_of("absent", request, body("absent"), TTL)
@@ -225,4 +227,53 @@ async fn a_request_for_one_dispatch_reaches_only_that_dispatch() {
             .unwrap(),
         Routed::NotFound(None)
     );
+}
+
+/// A schedule leader's stop is routed only while the lease's lock still
+/// carries the leader's token: a deposed leader's is refused, with nothing
+/// done (the run keeps going, no tombstone), as its admissions are.
+#[tokio::test]
+async fn a_deposed_schedule_leaders_stop_is_refused() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    f.admitted("j1", "w1").await;
+    let ids = f.entry_ids("w1").await;
+    let token = match s.job_records("j1").await.unwrap().2 {
+        Some(guard) => records::pending_guard(&guard).unwrap().0,
+        None => panic!("no guard"),
+    };
+    let start = f.start("j1", token, "w1", &ids[0]);
+    assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
+    let lock = keys::lock(Some(&s.pool), &keys::schedule_lease("nightly"));
+    let _: () = s.client.hset(&lock, ("token", "7")).await.unwrap();
+    let route = |leader: u64| {
+        let lock = lock.clone();
+        async move {
+            let request = OwnerRequest {
+                owner: "w1",
+                owner_inbox: &f.inbox("w1"),
+                event: "stop",
+                dispatch: None,
+                server_floor_ms: None,
+                leader: Some((&lock, leader)),
+            };
+            s.to_owner_of("j1", request, body("j1"), TTL).await.unwrap()
+        }
+    };
+    let queued = f.entry_ids("w1").await.len();
+    // Deposed (the lock carries another leader's token, or none).
+    assert_eq!(route(6).await, Routed::NotLeader);
+    let _: () = s.client.del(&lock).await.unwrap();
+    assert_eq!(route(7).await, Routed::NotLeader);
+    assert_eq!(f.entry_ids("w1").await.len(), queued, "nothing queued");
+    assert_eq!(
+        s.job_records("j1").await.unwrap().1.as_deref(),
+        Some(format!("w1 {token}").as_str()),
+        "the run's record is untouched"
+    );
+    // Still leading: the stop goes to the worker.
+    let _: () = s.client.hset(&lock, ("token", "7")).await.unwrap();
+    assert_eq!(route(7).await, Routed::Queued);
+    assert_eq!(f.entry_ids("w1").await.len(), queued + 1);
 }

@@ -7,7 +7,8 @@
 --       (its payload's creation time, ms; '0': any): only a job of that
 --       dispatch is reached, whatever worker runs it now, 12 the least
 --       server time (ms) it can be now by the caller's own clock ('':
---       none; see `claim_cleanup.lua`)
+--       none; see `claim_cleanup.lua`), 13 a schedule leader's fencing
+--       token ('': not a schedule's request) whose lease lock is KEYS[12]
 -- Returns {'ok'} | {'pending'} (admitted or being moved, not started yet;
 --       or Redis lost its data and the job may run on a worker that has
 --       not re-asserted it yet; or an orphan a notify waits for; or a
@@ -17,10 +18,14 @@
 --       worker: done here; the token left as its tombstone) |
 --       {'not_found'} (a notify) |
 --       {'not_found', token} (a stop: the token left as its tombstone) |
---       {'moved', owner}
+--       {'moved', owner} | {'not_leader'} (the schedule's leader that
+--       asked was deposed: nothing done, as for its admissions)
 -- Redis went back in time and no replica may have noticed yet: the record
 -- (or its absence) may be older than the run that goes on somewhere; wait
 -- for the workers to re-assert what they run.
+if ARGV[13] ~= '' and redis.call('HGET', KEYS[12], 'token') ~= ARGV[13] then
+  return {'not_leader'}
+end
 if went_back(ARGV[10], tonumber(ARGV[9]), KEYS[10]) then return {'pending'} end
 
 -- Ends `key` here: record, guard and payload go, and the fencing counter

@@ -14,26 +14,26 @@
 //!   wanted key (the run is about to dispatch the missing ones) and a
 //!   [`Record::StopSent`] for every unwanted one (it is about to stop those
 //!   it started);
-//! * once the run is published ([`Schedule::runs`]): a [`Record::Admit`]
-//!   for each key it started and a [`Record::StopDone`] (`ok`, asked by
-//!   this process) for each it stopped. A run's records are written only
-//!   while no later run has begun anywhere in the pool (the schedule's
-//!   ticker in Redis, `fl:{pool}:ticker:schedule:chaos`, still holds the
-//!   run's slot): later (the process was paused or cut off meanwhile),
-//!   another leader may already have stopped or started the key again,
-//!   and a late line would misstate the order. Skipped runs weaken the
-//!   check; they never make it stricter than the pool's promise.
+//! * once the run is published ([`Schedule::runs`]), or at the latest
+//!   when the producer runs next on this process (so before that call's
+//!   lines): a [`Record::Admit`] for each key it started and a
+//!   [`Record::StopDone`] (`ok`, asked by this process) for each it
+//!   stopped — only while the lease's lock in Redis still carries the
+//!   token the run was made under: otherwise another leader may already
+//!   have stopped or started the keys again, and late lines would
+//!   misstate the order. Skipped runs weaken the check; they never make it
+//!   stricter than the pool's promise.
 //!
 //! The checker then holds scheduled keys to what it holds dispatched keys
 //! to: never two runs at once (I1), an admitted key runs until stopped
 //! (I2), no second admission without a stop between (I3), and a stop
 //! holds until the next dispatch is sent.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use flotilla_pool::fred::prelude::{Client, KeysInterface};
+use flotilla_pool::fred::prelude::{Client, HashesInterface};
 use flotilla_pool::{Node, Schedule, ScheduleOptions, ScheduleRun};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -122,13 +122,68 @@ pub fn wall_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// What the producer and the run recorder share.
+/// Writes a node's published runs in its ledger, each once, before the
+/// lines of the node's next producer call.
+#[derive(Debug)]
+struct Recorder {
+    ledger: LedgerWriter,
+    node: String,
+    client: Client,
+    /// The schedule's leader-lease lock (its holder record).
+    lock_key: String,
+    state: tokio::sync::Mutex<RecorderState>,
+}
+
 #[derive(Debug, Default)]
-struct Progress {
+struct RecorderState {
     /// The slot of the last run recorded or skipped.
     last_slot: Option<u64>,
-    /// How many times the producer ran.
-    produced: u64,
+    /// The node's runs, once the schedule exists.
+    runs: Option<watch::Receiver<Option<ScheduleRun>>>,
+}
+
+impl Recorder {
+    /// Records the latest published run unless done already, if the lease
+    /// it ran under is still this node's (no other leader can have acted
+    /// on its keys since).
+    async fn record_latest(&self, state: &mut RecorderState) {
+        let Some(run) = state.runs.as_ref().and_then(|runs| runs.borrow().clone()) else {
+            return;
+        };
+        if state.last_slot >= Some(run.slot) {
+            return;
+        }
+        state.last_slot = Some(run.slot);
+        if run.started.is_empty() && run.stopped.is_empty() {
+            return;
+        }
+        let holder = tokio::time::timeout(
+            Duration::from_millis(200),
+            self.client
+                .hget::<Option<String>, _, _>(&self.lock_key, "token"),
+        )
+        .await;
+        let Ok(Ok(Some(token))) = holder else {
+            return;
+        };
+        if token != run.leader_token.to_string() {
+            return;
+        }
+        for key in run.started {
+            self.ledger.record(Record::Admit {
+                key,
+                node: self.node.clone(),
+                window_ms: None,
+            });
+        }
+        for key in run.stopped {
+            self.ledger.record(Record::StopDone {
+                key,
+                outcome: "ok".into(),
+                via: Some(std::process::id()),
+            });
+        }
+    }
 }
 
 /// The schedule of one worker process, and the task recording its runs.
@@ -148,25 +203,38 @@ impl ScheduledLoad {
         ledger: LedgerWriter,
         spec: ScheduleSpec,
     ) -> flotilla_pool::Result<Self> {
-        let progress = Arc::new(Mutex::new(Progress::default()));
+        let recorder = Arc::new(Recorder {
+            ledger,
+            node: node.id().to_string(),
+            client: node.client().clone(),
+            lock_key: format!("fl:{{{}}}:lock:schedule:{SCHEDULE_NAME}", node.pool()),
+            state: tokio::sync::Mutex::default(),
+        });
         let producer = {
-            let (progress, ledger) = (progress.clone(), ledger.clone());
+            let recorder = recorder.clone();
             move || {
                 let (wanted, unwanted) = spec.wanted_at(wall_ms());
-                if let Ok(mut p) = progress.lock() {
-                    p.produced += 1;
+                let recorder = recorder.clone();
+                async move {
+                    let mut state = recorder.state.lock().await;
+                    // The last run first, if its lines are not written yet.
+                    recorder.record_latest(&mut state).await;
                     for key in &wanted {
-                        ledger.record(Record::DispatchSent { key: key.clone() });
+                        recorder
+                            .ledger
+                            .record(Record::DispatchSent { key: key.clone() });
                     }
                     for key in &unwanted {
-                        ledger.record(Record::StopSent { key: key.clone() });
+                        recorder
+                            .ledger
+                            .record(Record::StopSent { key: key.clone() });
                     }
+                    drop(state);
+                    Ok(wanted
+                        .into_iter()
+                        .map(|key| (key, Bytes::from_static(b"scheduled")))
+                        .collect())
                 }
-                let jobs: Vec<(String, Bytes)> = wanted
-                    .into_iter()
-                    .map(|key| (key, Bytes::from_static(b"scheduled")))
-                    .collect();
-                async move { Ok(jobs) }
             }
         };
         let options = ScheduleOptions::default()
@@ -175,14 +243,14 @@ impl ScheduledLoad {
         let schedule = node
             .schedule_with(SCHEDULE_NAME, spec.interval, options, producer)
             .await?;
-        let runs = schedule.runs();
-        let recorder = tokio::spawn(record_runs(
-            runs,
-            progress,
-            ledger,
-            node.id().to_string(),
-            (node.client().clone(), ticker_key(node.pool())),
-        ));
+        let mut runs = schedule.runs();
+        recorder.state.lock().await.runs = Some(runs.clone());
+        let recorder = tokio::spawn(async move {
+            while runs.changed().await.is_ok() {
+                let mut state = recorder.state.lock().await;
+                recorder.record_latest(&mut state).await;
+            }
+        });
         Ok(ScheduledLoad { schedule, recorder })
     }
 
@@ -191,76 +259,6 @@ impl ScheduledLoad {
         let _ = self.schedule.close().await;
         self.recorder.abort();
         let _ = self.recorder.await;
-    }
-}
-
-/// The schedule's ticker in Redis: the last slot run pool-wide.
-fn ticker_key(pool: &str) -> String {
-    format!("fl:{{{pool}}}:ticker:schedule:{SCHEDULE_NAME}")
-}
-
-/// Writes each published run's admissions and stops, while no later run
-/// has begun (see the module doc).
-async fn record_runs(
-    mut runs: watch::Receiver<Option<ScheduleRun>>,
-    progress: Arc<Mutex<Progress>>,
-    ledger: LedgerWriter,
-    node: String,
-    (client, ticker): (Client, String),
-) {
-    let pid = std::process::id();
-    while runs.changed().await.is_ok() {
-        let Some(run) = runs.borrow_and_update().clone() else {
-            continue;
-        };
-        let produced = {
-            let Ok(mut p) = progress.lock() else {
-                return;
-            };
-            if p.last_slot >= Some(run.slot) {
-                continue;
-            }
-            p.last_slot = Some(run.slot);
-            p.produced
-        };
-        if run.started.is_empty() && run.stopped.is_empty() {
-            continue;
-        }
-        let ticked = tokio::time::timeout(
-            Duration::from_millis(200),
-            client.get::<Option<String>, _>(&ticker),
-        )
-        .await;
-        let Ok(Ok(ticked)) = ticked else {
-            continue;
-        };
-        let latest = ticked.and_then(|slot| slot.parse::<u64>().ok());
-        if latest.is_none_or(|latest| latest > run.slot) {
-            continue;
-        }
-        // A later run of this process may have begun since the ticker
-        // was read: its producer's lines came first.
-        let Ok(p) = progress.lock() else {
-            return;
-        };
-        if p.produced != produced {
-            continue;
-        }
-        for key in run.started {
-            ledger.record(Record::Admit {
-                key,
-                node: node.clone(),
-                window_ms: None,
-            });
-        }
-        for key in run.stopped {
-            ledger.record(Record::StopDone {
-                key,
-                outcome: "ok".into(),
-                via: Some(pid),
-            });
-        }
-        drop(p);
     }
 }
 

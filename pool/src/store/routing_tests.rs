@@ -237,14 +237,7 @@ async fn a_deposed_schedule_leaders_stop_is_refused() {
     let f = &fixture().await;
     let s = &f.store;
     f.register("w1").await;
-    f.admitted("j1", "w1").await;
-    let ids = f.entry_ids("w1").await;
-    let token = match s.job_records("j1").await.unwrap().2 {
-        Some(guard) => records::pending_guard(&guard).unwrap().0,
-        None => panic!("no guard"),
-    };
-    let start = f.start("j1", token, "w1", &ids[0]);
-    assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
+    let token = f.running("j1", "w1").await;
     let lock = keys::lock(Some(&s.pool), &keys::schedule_lease("nightly"));
     let _: () = s.client.hset(&lock, ("token", "7")).await.unwrap();
     let route = |leader: u64| {

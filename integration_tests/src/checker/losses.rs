@@ -424,13 +424,28 @@ pub(super) fn check_running_at(
     let mut sent: HashMap<&str, u64> = HashMap::new();
     let mut finished: HashMap<&str, u64> = HashMap::new();
     let mut failed: HashMap<&str, u64> = HashMap::new();
+    // Per key, a dispatch sent and not answered by the check instant: a
+    // schedule's run still going on then (a schedule keeps running
+    // through the recovery window; the driver's load is settled before
+    // it), or one whose answer its leader could not record.
+    let mut unanswered: HashMap<&str, u64> = HashMap::new();
     for (t, r) in driver {
         if *t > end {
             break;
         }
+        if let Record::Admit { key, .. }
+        | Record::Exists { key }
+        | Record::Recent { key }
+        | Record::DispatchUnknown { key }
+        | Record::StopSent { key }
+        | Record::StopDone { key, .. } = r
+        {
+            unanswered.remove(key.as_str());
+        }
         let (key, e) = match r {
             Record::DispatchSent { key } => {
                 sent.insert(key, *t);
+                unanswered.insert(key, *t);
                 continue;
             }
             // `JobExists` for a dispatch sent before the key finished: the
@@ -558,6 +573,8 @@ pub(super) fn check_running_at(
                     })
                 }
             }
+            // Stopped or finished, then sent again: it may run.
+            Expect::Stopped if unanswered.get(key).is_some_and(|at| *at > since) => {}
             Expect::Stopped => {
                 for iv in running.get(key).into_iter().flatten() {
                     report.violations.push(Violation::StoppedStillRunning {

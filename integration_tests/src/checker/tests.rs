@@ -526,3 +526,47 @@ mod lifecycle_tests;
 
 #[path = "windows_tests.rs"]
 mod windows_tests;
+
+/// A key stopped, then sent again (a schedule's run under way at the
+/// check instant, or one its leader could not record): it may run then.
+/// Answered `Ok` or not sent at all, the stop or the admission governs.
+#[test]
+fn a_dispatch_unanswered_at_the_check_instant_leaves_a_stopped_key_open() {
+    let stop_sent = |at: u64, key: &str| line(1, at, Record::StopSent { key: key.into() });
+    let d = vec![
+        admit(10, "resent"),
+        stop_sent(25, "resent"),
+        stop_done(30, "resent", "ok"),
+        dispatch_sent(40, "resent"),
+        admit(10, "answered"),
+        stop_sent(25, "answered"),
+        stop_done(30, "answered", "ok"),
+        dispatch_sent(40, "answered"),
+        admit(45, "answered"),
+        admit(10, "stays-stopped"),
+        dispatch_sent(20, "stays-stopped"),
+        stop_sent(25, "stays-stopped"),
+        stop_done(30, "stays-stopped", "ok"),
+    ];
+    let w = vec![
+        start(10, 41, "resent", "a", 2),
+        start(10, 41, "answered", "a", 2),
+        start(10, 41, "stays-stopped", "a", 2),
+    ];
+    let r = check(
+        &[w, d],
+        &CheckOptions {
+            end_ns: Some(100 * MS),
+            ..CheckOptions::default()
+        },
+    );
+    let flagged: Vec<String> = r
+        .violations
+        .iter()
+        .map(|v| match v {
+            Violation::StoppedStillRunning { interval } => interval.key.clone(),
+            other => format!("{other}"),
+        })
+        .collect();
+    assert_eq!(flagged, vec!["stays-stopped".to_string()]);
+}

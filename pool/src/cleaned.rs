@@ -191,7 +191,7 @@ impl NodeInner {
             if left.is_empty() {
                 continue;
             }
-            self.make_stand(left.into_iter(), StopKind::Run, |key, token, _| {
+            self.make_stand(left.into_iter(), StopKind::Run, |_: &str, _| None, |key, token, _| {
                 tracing::info!(
                     key,
                     token,

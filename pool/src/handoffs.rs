@@ -264,16 +264,21 @@ impl Handoffs {
             .collect()
     }
 
-    /// The `(key, token)` of each job [`remembered`](Self::remembered)
-    /// gives, to ask Redis whether its run ended.
-    pub(crate) fn unsettled(&self) -> Vec<(String, u64)> {
+    /// The `(key, token, admission stamp µs)` of each job
+    /// [`remembered`](Self::remembered) gives, to ask Redis whether its run
+    /// ended.
+    pub(crate) fn unsettled(&self) -> Vec<(String, u64, u64)> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         inner
             .recent
             .iter()
             .filter(|r| r.until > now && r.ended_at.is_none() && r.give_back)
-            .map(|r| (r.handed.key.clone(), r.handed.token))
+            .map(|r| {
+                let handed = &r.handed;
+                let admitted = crate::codec::stamp_us(handed.admitted);
+                (handed.key.clone(), handed.token, admitted)
+            })
             .collect()
     }
 
@@ -468,7 +473,7 @@ mod tests {
         assert_eq!(keys, ["c", "b"]);
         assert_eq!(
             handoffs.unsettled(),
-            [("b".to_string(), 6), ("c".to_string(), 9)]
+            [("b".to_string(), 6, 0), ("c".to_string(), 9, 0)]
         );
         assert!(
             handoffs.supersede("a", 4),

@@ -50,7 +50,8 @@ pub(crate) fn payloads(pool: &str) -> String {
 pub(crate) const EPOCH_FIELD: &str = "\nepoch";
 
 /// Prefix of the fencing hash's field that marks a key's dispatches over
-/// up to a token (`ENDED` in `scripts/base.lua`, which alone writes it):
+/// up to an admission stamp or a stop's token (`ENDED` in
+/// `scripts/base.lua`, which alone writes it, at every end of a dispatch):
 /// the field is this prefix and the job key. Tests read it.
 #[cfg(test)]
 pub(crate) const ENDED_FIELD_PREFIX: &str = "\nended ";

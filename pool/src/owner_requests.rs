@@ -104,7 +104,7 @@ impl NodeInner {
                         pause.wait().await?;
                         continue;
                     }
-                    self.stops_requested.record(key, token);
+                    self.remember_stop(key, token, dispatch);
                     self.count_stop(dispatch);
                     return Ok(());
                 }
@@ -125,7 +125,7 @@ impl NodeInner {
                     // Redis lost its data may hold a suspended copy, and
                     // another loss may take the tombstone that keeps it out:
                     // made to stand again then, like a stop answered `Ok`.
-                    self.stops_requested.record(key, token);
+                    self.remember_stop(key, token, dispatch);
                     return self.not_found_after(key, stopped_here, dispatch).await;
                 }
                 Err(Error::JobNotFound(_)) => {
@@ -156,7 +156,7 @@ impl NodeInner {
                     // "ok <token>": the stopped run's token (older workers
                     // answer "ok" alone; nothing to remember then).
                     if let Ok(token) = reply.message.parse::<u64>() {
-                        self.stops_requested.record(key, token);
+                        self.remember_stop(key, token, dispatch);
                     }
                     return Ok(());
                 }
@@ -166,7 +166,7 @@ impl NodeInner {
                     // the next routing): remembered like a stop answered
                     // `Ok` (see above).
                     if let Ok(token) = reply.message.parse::<u64>() {
-                        self.stops_requested.record(key, token);
+                        self.remember_stop(key, token, dispatch);
                     }
                     if stopped_here {
                         return Ok(());
@@ -178,7 +178,7 @@ impl NodeInner {
                 // lost the run's record: again, for whatever runs it now.
                 "retry" => {
                     if let Ok(token) = reply.message.parse::<u64>() {
-                        self.stops_requested.record(key, token);
+                        self.remember_stop(key, token, dispatch);
                         stopped_here = true;
                     }
                     pause.wait().await?;
@@ -190,6 +190,17 @@ impl NodeInner {
                     });
                 }
             }
+        }
+    }
+
+    /// Remembers a stop this node was answered for, to make it stand again
+    /// after Redis went back in time: a stop of one dispatch (`dispatch`)
+    /// ends that dispatch alone, not a newer one whose runs took tokens
+    /// below the stop's (see `stop_stands.lua`).
+    fn remember_stop(&self, key: &str, token: u64, dispatch: Option<u64>) {
+        match dispatch.filter(|d| codec::stamp_is_exact(*d)) {
+            Some(admitted) => self.stops_requested.record_dispatch(key, token, admitted),
+            None => self.stops_requested.record(key, token),
         }
     }
 

@@ -505,6 +505,17 @@ impl NodeInner {
             // One that came back here is re-asserted with the worker's jobs.
             .filter(|handed| !worker.jobs.contains_key(&handed.key))
             .collect();
+        self.give_back_passed_on(worker, remembered).await
+    }
+
+    /// Gives back the payloads of `remembered`, jobs `worker` passed on,
+    /// where Redis holds nothing newer of them (`handoff_stands.lua`); one
+    /// given back is an orphan, remembered as such.
+    async fn give_back_passed_on(
+        &self,
+        worker: &WorkerInner,
+        remembered: Vec<crate::handoffs::HandedOff>,
+    ) -> Result<()> {
         let batches = crate::batch::bounded(remembered, STOPS_BATCH, GIVE_BACK_BYTES, |handed| {
             handed.key.len() + handed.body.len()
         });
@@ -563,7 +574,7 @@ impl NodeInner {
         for jobs in unsettled.chunks(crate::handoffs::SETTLE_BATCH) {
             let asked = self.commands_server();
             let answer = self.store.handoffs_ended(jobs).await?;
-            if (!answer.ended.is_empty() || !answer.waiting.is_empty())
+            if (!answer.ended.is_empty() || !answer.waiting.is_empty() || !answer.passed.is_empty())
                 && !self.handoff_ends_hold(asked.as_ref()).await
             {
                 return Ok(());
@@ -580,6 +591,21 @@ impl NodeInner {
                 .map(|(at, admitted_us)| (jobs[at].0.clone(), jobs[at].1, admitted_us))
                 .collect();
             worker.handed_off.keep_waiting(&waiting);
+            if !answer.passed.is_empty() {
+                // Only ends of older dispatches passed these (a rollback
+                // took their admission): Redis holds nothing of them, the
+                // worker the only copy.
+                let passed: Vec<&(String, u64, u64)> =
+                    answer.passed.iter().map(|at| &jobs[*at]).collect();
+                let give: Vec<crate::handoffs::HandedOff> = worker
+                    .handed_off
+                    .remembered()
+                    .into_iter()
+                    .filter(|h| passed.iter().any(|p| p.0 == h.key && p.1 == h.token))
+                    .collect();
+                tracing::info!(worker = %worker.id, jobs = give.len(), "jobs passed on that only older dispatches' ends outranked: given back");
+                self.give_back_passed_on(worker, give).await?;
+            }
         }
         Ok(())
     }

@@ -44,7 +44,8 @@ impl NodeInner {
     pub(crate) async fn requested_stops_stand(self: &Arc<Self>) -> Result<()> {
         let stops = self.stops_requested.recent(STOPS_REMEMBERED);
         let (count, began) = (stops.len(), std::time::Instant::now());
-        self.make_stand(stops.into_iter(), StopKind::Dispatch, |key, token, status| {
+        let dispatch_of = |key: &str, token| self.stops_requested.dispatch_of(key, token);
+        self.make_stand(stops.into_iter(), StopKind::Dispatch, dispatch_of, |key, token, status| {
             match status {
                 StopStands::Undone(dispatch) => self.stop_undone(key, token, dispatch),
                 _ => tracing::info!(key, token, node = %self.id, "a stop asked from this node and lost by Redis stands again"),
@@ -99,7 +100,8 @@ impl NodeInner {
         }
         stops.sort_unstable();
         stops.dedup();
-        self.make_stand(stops.into_iter(), StopKind::Dispatch, |key, token, status| {
+        let dispatch_of = |key: &str, token| self.stops_requested.dispatch_of(key, token);
+        self.make_stand(stops.into_iter(), StopKind::Dispatch, dispatch_of, |key, token, status| {
             tracing::info!(key, token, worker = %worker.id, status = ?status, "a stop asked from this node of a run the worker holds stands again before it re-asserts");
         })
         .await
@@ -190,9 +192,11 @@ impl NodeInner {
                 tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback")
             }
         };
-        self.make_stand(whole.into_iter(), StopKind::Dispatch, log)
+        let dispatch_of = |key: &str, token| worker.stopped.dispatch_of(key, token);
+        self.make_stand(whole.into_iter(), StopKind::Dispatch, dispatch_of, log)
             .await?;
-        self.make_stand(runs.into_iter(), StopKind::Run, log).await
+        self.make_stand(runs.into_iter(), StopKind::Run, |_: &str, _| None, log)
+            .await
     }
 
     /// The part of [`stops_stand`](Self::stops_stand) that need not wait
@@ -220,22 +224,33 @@ impl NodeInner {
     /// Runs `stop_stands.lua` for `stops` of `kind`, [`STOPS_BATCH`] per
     /// call and [`STOP_CALLS_IN_FLIGHT`] calls at a time; `changed` hears
     /// of each that took something away or was undone.
+    /// `dispatch_of`: the admission stamp of the one dispatch a stop ended,
+    /// when it ended one (see [`StopTombstones::dispatch_of`]).
+    ///
+    /// [`StopTombstones::dispatch_of`]: crate::tombstones::StopTombstones::dispatch_of
     pub(crate) async fn make_stand(
         &self,
         stops: impl Iterator<Item = (String, u64)>,
         kind: StopKind,
+        dispatch_of: impl Fn(&str, u64) -> Option<u64>,
         changed: impl Fn(&str, u64, StopStands) + Sync,
     ) -> Result<()> {
-        let stops: Vec<(String, u64)> = stops.collect();
+        let stops: Vec<(String, u64, u64)> = stops
+            .map(|(key, token)| {
+                let dispatch = dispatch_of(&key, token).unwrap_or(0);
+                (key, token, dispatch)
+            })
+            .collect();
         let changed = &changed;
         futures::stream::iter(stops.chunks(STOPS_BATCH).map(Ok))
             .try_for_each_concurrent(STOP_CALLS_IN_FLIGHT, |batch| async move {
-                let batch: Vec<(&str, u64)> = batch.iter().map(|(k, t)| (k.as_str(), *t)).collect();
+                let batch: Vec<(&str, u64, u64)> =
+                    batch.iter().map(|(k, t, d)| (k.as_str(), *t, *d)).collect();
                 let statuses = self
                     .store
                     .stops_stand_yielding(&batch, kind, self.store.diverged())
                     .await?;
-                for ((key, token), status) in batch.into_iter().zip(statuses) {
+                for ((key, token, _), status) in batch.into_iter().zip(statuses) {
                     if matches!(status, StopStands::Removed | StopStands::Undone(_)) {
                         changed(key, token, status);
                     }

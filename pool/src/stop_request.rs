@@ -50,7 +50,7 @@ impl WorkerInner {
             event,
             &req,
             (held, held_past_lease),
-            target.run,
+            target,
             kept.map(|j| j.0),
         )
         .await
@@ -86,7 +86,7 @@ impl WorkerInner {
         event: &Event,
         req: &KeyedRequest,
         (held, held_past_lease): (Option<u64>, bool),
-        target: Option<u64>,
+        target: StopFor,
         kept: Option<u64>,
     ) -> Result<()> {
         let reply = match &req.reply {
@@ -106,8 +106,9 @@ impl WorkerInner {
                 held,
                 held_past_lease,
                 worker_ttl: node.options.worker_ttl,
-                target,
+                target: target.run,
                 kept,
+                dispatch: target.dispatch,
             })
             .await?;
         node.metrics.jobs_stopped.increment(1);

@@ -84,9 +84,24 @@ impl StopTombstones {
     /// Whether the newest stop of `key` remembered, at `token`, ended its
     /// whole dispatch ([`record_dispatch`](Self::record_dispatch)).
     pub(crate) fn ended_dispatch(&self, key: &str, token: u64) -> bool {
+        self.dispatch_of(key, token).is_some()
+    }
+
+    /// The admission stamp (µs) of the dispatch the newest stop of `key`
+    /// remembered, at `token`, ended, when it ended one
+    /// ([`record_dispatch`](Self::record_dispatch)). Made to stand again,
+    /// the stop ends that dispatch and older ones, not a newer dispatch
+    /// whose runs took tokens below `token` (see `stop_stands.lua`).
+    pub(crate) fn dispatch_of(&self, key: &str, token: u64) -> Option<u64> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.tokens.get(key) == Some(&token)
-            && inner.dispatches.get(key).is_some_and(|(_, t)| *t == token)
+        if inner.tokens.get(key) != Some(&token) {
+            return None;
+        }
+        inner
+            .dispatches
+            .get(key)
+            .filter(|(_, t)| *t == token)
+            .map(|(admitted, _)| crate::codec::stamp_us(*admitted))
     }
 
     /// The stops recorded within `within` (key, newest stopped token).

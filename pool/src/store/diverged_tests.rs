@@ -137,7 +137,7 @@ async fn a_stop_from_the_woken_side_leaves_the_run_the_promoted_side_moved_the_j
     let running = format!("w2 {moved}");
     for kind in [StopKind::Run, StopKind::Dispatch] {
         assert_eq!(
-            s.stops_stand_yielding(&[("moved", woken_token)], kind, true)
+            s.stops_stand_yielding(&[("moved", woken_token, 0)], kind, true)
                 .await
                 .unwrap(),
             vec![StopStands::Newer],
@@ -148,7 +148,7 @@ async fn a_stop_from_the_woken_side_leaves_the_run_the_promoted_side_moved_the_j
         assert!(s.payload("moved").await.unwrap().is_some(), "{kind:?}");
     }
     assert_eq!(
-        s.stops_stand_yielding(&[("moved", woken_token)], StopKind::Run, false)
+        s.stops_stand_yielding(&[("moved", woken_token, 0)], StopKind::Run, false)
             .await
             .unwrap(),
         vec![StopStands::Removed]

@@ -106,12 +106,12 @@ async fn a_hand_off_ended_only_once_its_key_is_gone_at_or_past_its_token() {
         .await
         .unwrap();
     let asked = [
-        ("e1".to_string(), pending),
-        ("e2".to_string(), stopped),
-        ("e2".to_string(), counter + 1),
-        ("e3".to_string(), 7),
-        ("unknown".to_string(), 1), // no counter: Redis forgot the key
-        ("e4".to_string(), 9),
+        ("e1".to_string(), pending, 0),
+        ("e2".to_string(), stopped, 0),
+        ("e2".to_string(), counter + 1, 0),
+        ("e3".to_string(), 7, 0),
+        ("unknown".to_string(), 1, 0), // no counter: Redis forgot the key
+        ("e4".to_string(), 9, 0),
     ];
     let answer = s.handoffs_ended(&asked).await.unwrap();
     assert_eq!(answer.ended, [(1, counter)]);
@@ -121,7 +121,7 @@ async fn a_hand_off_ended_only_once_its_key_is_gone_at_or_past_its_token() {
     // creation time of 0.)
     assert_eq!(answer.waiting, [(0, created_of(s, "e1").await), (3, 0)]);
     let answer = s.handoffs_ended(&[]).await.unwrap();
-    assert!(answer.ended.is_empty() && answer.waiting.is_empty());
+    assert!(answer.ended.is_empty() && answer.waiting.is_empty() && answer.passed.is_empty());
 }
 
 /// After an empty restart, the payload a hand-off of an older run gives

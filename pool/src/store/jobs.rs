@@ -87,6 +87,10 @@ pub(crate) struct StopDone<'a> {
     /// or running after the lease lapsed): a cleanup may have moved it on
     /// writes Redis lost since (`Retry` while the pool recovers).
     pub(crate) held_past_lease: bool,
+    /// For a stop of one dispatch, that dispatch's admission stamp (µs):
+    /// the stop ended it alone, not a newer dispatch of the key that a
+    /// worker may hold after Redis lost its admission.
+    pub(crate) dispatch: Option<u64>,
 }
 
 call::status!(
@@ -376,6 +380,7 @@ impl PoolStore {
             Value::from(done.target.unwrap_or(0).to_string()),
             Value::from(done.kept.unwrap_or(0).to_string()),
             Value::from(if done.held_past_lease { "1" } else { "0" }),
+            Value::from(done.dispatch.unwrap_or(0).to_string()),
         ]);
         let status: String = self
             .scripts

@@ -521,6 +521,7 @@ async fn a_stop_made_while_the_pool_recovers_waits_and_outranks_runs_issued_befo
                 reply: None,
                 held: Some(older),
                 held_past_lease,
+                dispatch: None,
                 worker_ttl: TTL,
                 target: Some(older),
                 kept: None,

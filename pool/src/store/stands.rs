@@ -95,6 +95,10 @@ pub(crate) struct HandoffsSettled {
     /// Waiting to start (a payload, no record): each position, and the
     /// admission stamp (µs) of the payload Redis holds (the only copy).
     pub(crate) waiting: Vec<(usize, u64)>,
+    /// Nothing of the key left, its counter raised past the token only by
+    /// the ends of older dispatches (after a rollback): each position. The
+    /// worker gives such a job back (`handoff_stands.lua`).
+    pub(crate) passed: Vec<usize>,
 }
 
 impl PoolStore {
@@ -146,15 +150,23 @@ impl PoolStore {
         )
     }
 
-    /// Which of `jobs`, `(key, token)` a worker remembers passing on, ended
-    /// since (see `handoffs_ended.lua`): each one's position in `jobs` and
-    /// the key's fencing counter, up to which every run is over; and which
-    /// still wait to start anywhere.
-    pub(crate) async fn handoffs_ended(&self, jobs: &[(String, u64)]) -> Result<HandoffsSettled> {
+    /// Which of `jobs`, `(key, token, admission stamp µs)` a worker
+    /// remembers passing on, ended since (see `handoffs_ended.lua`): each
+    /// one's position in `jobs` and the key's fencing counter, up to which
+    /// every run is over; which still wait to start anywhere; and which
+    /// only ends of older dispatches passed.
+    pub(crate) async fn handoffs_ended(
+        &self,
+        jobs: &[(String, u64, u64)],
+    ) -> Result<HandoffsSettled> {
         const WHAT: &str = "handoffs_ended reply";
         let mut args = self.maps.base_args();
-        for (key, token) in jobs {
-            args.extend([Value::from(key.as_str()), Value::from(token.to_string())]);
+        for (key, token, admitted) in jobs {
+            args.extend([
+                Value::from(key.as_str()),
+                Value::from(token.to_string()),
+                Value::from(admitted.to_string()),
+            ]);
         }
         let reply: Vec<Value> = self
             .scripts
@@ -166,7 +178,7 @@ impl PoolStore {
             Some(Value::Null) => Ok(&[][..]),
             other => Err(crate::error::Error::Malformed {
                 what: WHAT,
-                reason: format!("expected two arrays, got {other:?} at {at}"),
+                reason: format!("expected three arrays, got {other:?} at {at}"),
             }),
         };
         let position = |values: &[Value], at: usize| {
@@ -180,7 +192,7 @@ impl PoolStore {
                     reason: format!("no pair {pair} among {}", jobs.len()),
                 })
         };
-        let (ended, waiting) = (list(0)?, list(1)?);
+        let (ended, waiting, passed) = (list(0)?, list(1)?, list(2)?);
         Ok(HandoffsSettled {
             ended: (0..ended.len() / 2)
                 .map(|i| {
@@ -197,6 +209,9 @@ impl PoolStore {
                         super::call::u64_at(waiting, 2 * i + 1, WHAT)?,
                     ))
                 })
+                .collect::<Result<_>>()?,
+            passed: (0..passed.len())
+                .map(|i| position(passed, i))
                 .collect::<Result<_>>()?,
         })
     }
@@ -218,7 +233,8 @@ impl PoolStore {
         stops: &[(&str, u64)],
         kind: StopKind,
     ) -> Result<Vec<StopStands>> {
-        self.stops_stand_yielding(stops, kind, false).await
+        let stops: Vec<(&str, u64, u64)> = stops.iter().map(|(k, t)| (*k, *t, 0)).collect();
+        self.stops_stand_yielding(&stops, kind, false).await
     }
 
     /// [`stop_stands_batch`](Self::stop_stands_batch) for stops a node made
@@ -226,9 +242,12 @@ impl PoolStore {
     /// stalled through its failover, where some of them may have been
     /// carried out under tokens the promoted side's do not compare with
     /// (`stop_stands.lua` then leaves every record and guard).
+    /// Each stop is `(key, token, dispatch)`: `dispatch`, the admission
+    /// stamp (µs) of the one dispatch the stop ended (0: every dispatch
+    /// admitted before `token`, as a stop of the key ends).
     pub(crate) async fn stops_stand_yielding(
         &self,
-        stops: &[(&str, u64)],
+        stops: &[(&str, u64, u64)],
         kind: StopKind,
         yielding: bool,
     ) -> Result<Vec<StopStands>> {
@@ -237,13 +256,14 @@ impl PoolStore {
             StopKind::Dispatch => "1",
         };
         let mut args = self.maps.base_args();
-        args.reserve(1 + 3 * stops.len());
+        args.reserve(1 + 4 * stops.len());
         args.push(Value::from(if yielding { "yielding" } else { "" }));
-        for (key, stopped) in stops {
+        for (key, stopped, dispatch) in stops {
             args.extend([
                 Value::from(*key),
                 Value::from(stopped.to_string()),
                 Value::from_static_str(whole),
+                Value::from(dispatch.to_string()),
             ]);
         }
         let statuses: Vec<Value> = self

@@ -587,6 +587,9 @@ mod identity_tests;
 #[path = "give_back_tests.rs"]
 mod give_back_tests;
 
+#[path = "older_end_tests.rs"]
+mod older_end_tests;
+
 #[path = "drain_tests.rs"]
 mod drain_tests;
 

@@ -13,37 +13,42 @@ use fred::types::Value;
 
 use super::*;
 
-/// The pool's raw payload and fencing counter of `key`, as a state from
-/// before a stop holds them.
-async fn raw_state(client: &fred::prelude::Client, node: &Node, key: &str) -> (Value, Value) {
+/// The pool's raw payload, fencing counter and dispatch-over mark (see
+/// `ENDED` in `scripts/base.lua`) of `key`, as a state from before a stop
+/// holds them.
+async fn raw_state(client: &fred::prelude::Client, node: &Node, key: &str) -> [Value; 3] {
     let store = &node.inner.store;
+    let fencing = crate::keys::fencing(&node.inner.pool);
     let payload: Value = client.hget(store.maps.payloads_key(), key).await.unwrap();
-    let fencing: Value = client
-        .hget(crate::keys::fencing(&node.inner.pool), key)
-        .await
-        .unwrap();
-    assert!(!payload.is_null() && !fencing.is_null(), "{key} admitted");
-    (payload, fencing)
+    let counter: Value = client.hget(&fencing, key).await.unwrap();
+    let ended_field = format!("{}{key}", crate::keys::ENDED_FIELD_PREFIX);
+    let ended: Value = client.hget(&fencing, ended_field).await.unwrap();
+    assert!(!payload.is_null() && !counter.is_null(), "{key} admitted");
+    [payload, counter, ended]
 }
 
-/// Puts back `key`'s payload and counter from before its stop, as Redis
-/// going back in time does (the record it showed named a worker gone
+/// Puts back `key`'s payload, counter and mark from before its stop, as
+/// Redis going back in time does (the record it showed named a worker gone
 /// since, which a cleanup released): an orphan of the stopped dispatch,
 /// which the sweep requeues.
 async fn go_back(
     client: &fred::prelude::Client,
     node: &Node,
     key: &str,
-    (payload, fencing): (Value, Value),
+    [payload, counter, ended]: [Value; 3],
 ) {
+    let fencing = crate::keys::fencing(&node.inner.pool);
     let _: i64 = client
         .hset(node.inner.store.maps.payloads_key(), (key, payload))
         .await
         .unwrap();
-    let _: i64 = client
-        .hset(crate::keys::fencing(&node.inner.pool), (key, fencing))
-        .await
-        .unwrap();
+    let _: i64 = client.hset(&fencing, (key, counter)).await.unwrap();
+    let ended_field = format!("{}{key}", crate::keys::ENDED_FIELD_PREFIX);
+    if ended.is_null() {
+        let _: i64 = client.hdel(&fencing, ended_field).await.unwrap();
+    } else {
+        let _: i64 = client.hset(&fencing, (ended_field, ended)).await.unwrap();
+    }
 }
 
 /// Whether Redis holds a payload for `key`.
@@ -184,12 +189,12 @@ async fn a_stop_of_an_older_dispatch_leaves_a_newer_dispatchs_run() {
     let worker = Worker::new(&node, handler.clone()).await.unwrap();
 
     node.dispatch_job("k", &b"older"[..]).await.unwrap();
-    let (older, _) = raw_state(&client, &node, "k").await;
+    let [older, _, _] = raw_state(&client, &node, "k").await;
     let older_bytes = older.as_bytes().expect("a stored payload").to_vec();
     let (older_stamp, _) = crate::codec::split_stored(&older_bytes).expect("stamped");
     node.stop_job("k").await.unwrap();
     node.dispatch_job("k", &b"newer"[..]).await.unwrap();
-    let (newer, _) = raw_state(&client, &node, "k").await;
+    let [newer, _, _] = raw_state(&client, &node, "k").await;
     let run = worker.job_token("k").expect("the newer dispatch runs");
     let stops = handler.stops.load(Ordering::SeqCst);
 

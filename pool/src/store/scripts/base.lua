@@ -387,6 +387,30 @@ local function dispatch_over(key, stored)
   return stamp_is_exact(admitted)
 end
 
+-- Every end of a dispatch raises the key's `ENDED` mark to what it ended
+-- (`note_dispatch_end`): a stop of one dispatch, a run that finished, failed
+-- for good or was refused, to that dispatch's admission stamp; a stop of
+-- the whole key, to its tombstone (every dispatch admitted before the stop
+-- is over). Tokens are issued from the clock, so after a rollback a run of
+-- an *older* dispatch (moved by a cleanup on the state Redis went back to)
+-- and its end's tombstone take tokens above a run of a *newer* dispatch
+-- that Redis lost and a worker still holds: "a newer token and no payload"
+-- then no longer means the held dispatch ended (chaos soak seed 1645, chaos
+-- CI seed 7: the newer dispatch, its only copy held, was given up). The
+-- mark tells: a held copy of a dispatch admitted after it was not ended.
+local function note_dispatch_end(key, bound)
+  if bound and bound > 0 then mark_dispatch_over(key, bound) end
+end
+
+-- Whether the ends Redis knows of `key` ended only dispatches admitted
+-- before `admitted` (µs, an exact stamp; see `note_dispatch_end`). No mark
+-- (an end of a build before, or none): not known.
+local function only_older_ended(key, admitted)
+  if not stamp_is_exact(admitted) then return false end
+  local marked = tonumber(redis.call('HGET', FENCING, ENDED .. key) or '')
+  return marked ~= nil and marked < admitted
+end
+
 -- Ends the dispatch of `key` marked over instead of issuing a run of it:
 -- its payload and pending guard go, and the fencing counter rises just
 -- above every run issued, so no copy of one re-asserts. Not to a token

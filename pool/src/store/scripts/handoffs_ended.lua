@@ -18,15 +18,21 @@
 -- the worker keeps remembering one whose payload is of the admission it
 -- remembers, not only for the fixed time a start usually takes. (A newer
 -- admission's payload means the remembered run ended: not kept for it.)
+-- Unless every end Redis knows of the key was of a dispatch older than
+-- the remembered one (`note_dispatch_end`): after a rollback a run of an
+-- older dispatch, moved and ended, takes tokens from the clock above the
+-- one remembered. That job is named a third way: the worker gives its payload
+-- back (`handoff_stands.lua`), as Redis holds nothing of it.
 -- Reads only.
 -- KEYS: base
--- ARGV: base, then (job key, token) pairs from 4
--- Returns {{pair number (1-based), counter} for each ended job, flattened;
---          {pair number, payload's admission stamp in µs} for each job waiting to start,
---          flattened}
-local ended, waiting = {}, {}
+-- ARGV: base, then (job key, token, admission stamp in µs) triples from 4
+-- Returns {{triple number (1-based), counter} for each ended job, flattened;
+--          {triple number, payload's admission stamp in µs} for each job waiting to start,
+--          flattened;
+--          {triple number} for each job only older dispatches' ends passed}
+local ended, waiting, passed = {}, {}, {}
 local pair = 0
-for i = 4, #ARGV - 1, 2 do
+for i = 4, #ARGV - 2, 3 do
   pair = pair + 1
   local key = ARGV[i]
   -- A job someone runs is neither: its payload is not read (it may be
@@ -39,10 +45,14 @@ for i = 4, #ARGV - 1, 2 do
     else
       local current = tonumber(redis.call('HGET', FENCING, key) or '')
       if current and current >= tonumber(ARGV[i + 1]) and not mget(PENDING, key) then
-        ended[#ended + 1] = pair
-        ended[#ended + 1] = string.format('%d', current)
+        if only_older_ended(key, tonumber(ARGV[i + 2]) or 0) then
+          passed[#passed + 1] = pair
+        else
+          ended[#ended + 1] = pair
+          ended[#ended + 1] = string.format('%d', current)
+        end
       end
     end
   end
 end
-return {ended, waiting}
+return {ended, waiting, passed}

@@ -93,17 +93,28 @@ local function reassert_one(key, token_arg, stored_arg, state_arg)
   -- start. With a payload, that is an orphan (given back by a new owner
   -- that found its move lost): Redis may hold its only copy. Without one,
   -- the newer run ended (only an end takes the payload away).
+  -- Unless every end Redis knows of the key was of an older dispatch
+  -- (`note_dispatch_end`): after a rollback a run of an older dispatch, moved and then ended, takes
+  -- tokens from the clock above this run of a newer one, whose admission
+  -- Redis lost (chaos soak seed 1645). This run then goes on, or is left
+  -- to the orphan sweep, as if its token were the latest; the counter
+  -- stays where it is.
   if current > mine then
     if redis.call('HEXISTS', PAYLOADS, key) == 1 then return 'unclaimed' end
-    return 'lost'
+    if state_arg == 'yielding'
+        or not only_older_ended(key, payload_admitted(stored_arg)) then
+      return 'lost'
+    end
+  else
+    -- This run's token was issued: the counter never stays below it (a
+    -- hand-off of an older run, given back after the loss, then sees it
+    -- is not the latest).
+    redis.call('HSET', FENCING, key, token_arg)
   end
-  -- This run's token was issued: the counter never stays below it (a
-  -- hand-off of an older run, given back after the loss, then sees it is
-  -- not the latest).
-  redis.call('HSET', FENCING, key, token_arg)
   own_payload(key, stored_arg)
   if state_arg ~= 'running' and recovering(tonumber(ttl_arg)) then
-    redis.call('HSET', KEYS[9], key, string.format('%d - ', now_ms()) .. token_arg)
+    redis.call('HSET', KEYS[9], key,
+      string.format('%d - ', now_ms()) .. redis.call('HGET', FENCING, key))
     return 'orphaned'
   end
   mset(JOBS, key, worker .. ' ' .. token_arg)

@@ -28,12 +28,15 @@
 -- run the promoted side had moved the job to, its worker ran on, and a
 -- `stop_job` asked there again found nothing to stop).
 -- KEYS: base
--- ARGV: base, 4 'yielding' | '', then three per stop: job key, fencing token of the stopped
+-- ARGV: base, 4 'yielding' | '', then four per stop: job key, fencing token of the stopped
 -- run, '1' for the end of a whole dispatch (a stop `stop_job` asked for, a
 -- run a worker finished or failed for good, which Redis recorded as the
 -- dispatch's end) ('0': a run a worker stopped or ended, whose dispatch
--- may go on) (a recovery makes many stops stand in a few calls: until they
--- stand, a crash of the node that remembers them takes them along)
+-- may go on), and the admission stamp (µs) of the dispatch the stop ended
+-- when it ended one dispatch ('0': every dispatch admitted before the
+-- stopped token, as a stop of the key does) (a recovery makes many stops
+-- stand in a few calls: until they stand, a crash of the node that
+-- remembers them takes them along)
 -- Returns one status per stop: 'removed' | 'newer' | 'none' |
 -- 'undone <admitted>' (a newer run of the stopped dispatch, whose
 -- admission stamp, µs, is given)
@@ -42,16 +45,16 @@
 -- admission issued (`admit.lua`): at or below the stopped run's token for
 -- that dispatch, above it for any dispatch admitted after the stop, even
 -- within the same millisecond.
-local function undone(key, stopped)
+local function undone(key, stopped, bound)
   local stored = redis.call('HGET', PAYLOADS, key)
   if not stored then return nil end
   -- A stamp in ms (written by an earlier build) names no single dispatch.
   local admitted = tonumber(string.match(stored, '^(%d+) ') or '') or 0
-  if stamp_is_exact(admitted) and admitted <= stopped then
+  if stamp_is_exact(admitted) and admitted <= bound then
     -- The run issued after the stop goes on until its worker stops it; a
     -- cleanup or the orphan sweep that would issue another ends the
     -- dispatch instead (its worker may be dead).
-    mark_dispatch_over(key, stopped)
+    mark_dispatch_over(key, bound)
     return string.format('undone %d', admitted)
   end
   return nil
@@ -59,22 +62,39 @@ end
 
 local yielding = ARGV[4] == 'yielding'
 
-local function stand(key, stopped, whole)
+-- `bound`: every dispatch admitted at or before it is what the stop ended
+-- (the stopped run's own dispatch's stamp, for a stop of one dispatch or a
+-- worker's end of its run; the stop's token, for a stop of the key).
+local function stand(key, stopped, whole, bound)
   local j = mget(JOBS, key)
   local p = mget(PENDING, key)
   local recorded = j and tonumber(string.match(j, ' (%d+)$') or '') or 0
   local guarded = p and tonumber(string.match(p, '^(%d+)') or '') or 0
+  if whole then note_dispatch_end(key, bound) end
   if recorded > stopped or guarded > stopped or (yielding and (j or p)) then
-    return (whole and undone(key, stopped)) or 'newer'
+    return (whole and undone(key, stopped, bound)) or 'newer'
+  end
+  local current = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
+  -- A dispatch admitted after the one the stop ended, whose runs took
+  -- tokens below the stopped run's (a rollback took its admission; the
+  -- stopped run, of an older dispatch, was moved after it with a token from
+  -- the clock): its record, guard and payload stay, and its runs are not
+  -- fenced off (chaos CI seed 7: its orphan's payload taken by the stop of
+  -- an older dispatch's moved run, made to stand).
+  if bound < stopped then
+    local stored = redis.call('HGET', PAYLOADS, key)
+    if stored and stamp_is_exact(payload_admitted(stored))
+        and payload_admitted(stored) > bound then
+      return 'newer'
+    end
   end
   local removed = false
   if j then mdel(JOBS, key); removed = true end
   if p then mdel(PENDING, key); removed = true end
-  local current = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
   if whole and current > stopped then
     -- An orphan of the stopped dispatch with a run issued after the stop
     -- (a hand-off given back, a suspended run left to the sweep).
-    local again = undone(key, stopped)
+    local again = undone(key, stopped, bound)
     if again then return again end
   end
   local stored = current <= stopped and redis.call('HGET', PAYLOADS, key)
@@ -82,8 +102,9 @@ local function stand(key, stopped, whole)
     -- A payload admitted after the stop (its record or guard lost, or not
     -- re-asserted yet) has a stamp above the stopped run's token, which
     -- was issued at or after that run's own admission.
-    if removed or payload_admitted(stored) <= stopped then
+    if removed or payload_admitted(stored) <= bound then
       redis.call('HDEL', PAYLOADS, key)
+      note_dispatch_end(key, payload_admitted(stored))
       removed = true
     end
   end
@@ -95,7 +116,10 @@ local function stand(key, stopped, whole)
 end
 
 local statuses = {}
-for i = 5, #ARGV - 2, 3 do
-  statuses[#statuses + 1] = stand(ARGV[i], tonumber(ARGV[i + 1]) or 0, ARGV[i + 2] == '1')
+for i = 5, #ARGV - 3, 4 do
+  local stopped = tonumber(ARGV[i + 1]) or 0
+  local bound = tonumber(ARGV[i + 3]) or 0
+  if bound <= 0 or bound > stopped then bound = stopped end
+  statuses[#statuses + 1] = stand(ARGV[i], stopped, ARGV[i + 2] == '1', bound)
 end
 return statuses

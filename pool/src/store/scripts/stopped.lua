@@ -10,7 +10,8 @@
 --       run, or a run of another dispatch than a stop of one dispatch's),
 --       12 '1' when the worker held the run past its lease (suspended, or
 --       running after the lease lapsed), '0' when it ran under a lease that
---       held or none was held
+--       held or none was held, 13 the admission stamp (µs) of the dispatch
+--       a stop of one dispatch was sent for ('0': a stop of the key)
 -- The dispatcher's reply is "<request> <status>", with the stopped run's
 -- token after 'ok' ("<request> ok <token>"): the dispatcher remembers it,
 -- to make the stop stand again if Redis goes back in time (the worker that
@@ -63,6 +64,12 @@ elseif owner == ARGV[5] and held > 0 then
   -- reply carries the tombstone, which the dispatcher makes stand again.
   local _, text = next_token(key, math.max(recorded, held) + 1)
   stopped_token = tonumber(text)
+  -- A stop of one dispatch ended that dispatch alone: a newer one, held by
+  -- a worker under a token below this tombstone (Redis lost its
+  -- admission), is not over. A stop of the key ended every dispatch
+  -- admitted before it (`note_dispatch_end`).
+  local dispatch = tonumber(ARGV[13] or '0') or 0
+  note_dispatch_end(key, dispatch > 0 and dispatch or stopped_token)
   -- A run held past the worker's lease (suspended) may have been moved by a
   -- cleanup on writes a rollback lost, and the moved run may still be
   -- going on: while the pool recovers the dispatcher sends the stop again
@@ -80,7 +87,11 @@ elseif owner == ARGV[5] then
   -- the tombstone itself (`to_owner.lua`); the reply names the recorded
   -- run, so that "not found" then means the stop is done.
   mdel(JOBS, key)
-  redis.call('HDEL', PAYLOADS, key)
+  local stored = redis.call('HGET', PAYLOADS, key)
+  if stored then
+    redis.call('HDEL', PAYLOADS, key)
+    note_dispatch_end(key, payload_admitted(stored))
+  end
   stopped_token = recorded
   status = 'retry'
 elseif owner or mget(PENDING, key) then

@@ -46,9 +46,11 @@ local function end_here(key, ended, one_dispatch)
     text = string.format('%d', ended + 1)
     local current = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
     if current <= ended then keep_token(key, text) end
+    note_dispatch_end(key, stamp_us(tonumber(ARGV[11] or '0') or 0))
   else
     local _
     _, text = next_token(key, ended + 1)
+    note_dispatch_end(key, tonumber(text))
   end
   return {'stopped', text}
 end
@@ -109,6 +111,7 @@ if not j then
     if ARGV[6] == 'stop' then
       redis.call('HDEL', PAYLOADS, ARGV[4])
       local _, text = next_token(ARGV[4])
+      note_dispatch_end(ARGV[4], tonumber(text))
       return {'stopped', text}
     end
     return {'pending'}
@@ -121,6 +124,7 @@ if not j then
   -- again (stop_stands.lua).
   if ARGV[6] == 'stop' then
     local _, text = next_token(ARGV[4])
+    note_dispatch_end(ARGV[4], tonumber(text))
     return {'not_found', text}
   end
   return {'not_found'}

@@ -1,0 +1,237 @@
+//! A run of an *older* dispatch that a cleanup moves after Redis went back
+//! in time takes a token from the clock, above the run of a *newer*
+//! dispatch whose admission the rollback took and whose worker holds it
+//! (suspended on its lease loss). When the older dispatch's run then ends
+//! (its stop made to stand, its own finish), Redis shows a newer token and
+//! no payload: that must not pass for the end of the held dispatch, whose
+//! worker holds its only copy (chaos soak seed 1645, chaos CI seed 7:
+//! `job-0009` given up, then admitted again with no stop between).
+
+use fred::prelude::HashesInterface;
+
+use super::lifecycle::EndArgs;
+use super::*;
+
+const KEY: &str = "k";
+
+/// Dispatch A of `KEY` runs on "w1"; Redis lost dispatch B, newer, which
+/// "w1" holds suspended under token `b` (B's admission stamp). A is moved
+/// to "w3" with a token from the clock, above `b`, and starts there.
+/// Returns (A's admission stamp, B's stamp, B's stored payload, the moved
+/// run's token).
+async fn older_moved_over_newer_held(f: &Fixture) -> (u64, u64, Bytes, u64) {
+    let s = &f.store;
+    f.register("w1").await;
+    f.register("w3").await;
+    let a = f.running(KEY, "w1").await;
+    let b = a + 500;
+    let held = codec::stored(b, &body(KEY));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let moved = match f.handoff(KEY, "w1", "w3", None).await {
+        Handoff::Ok { token } => token,
+        other => panic!("not moved: {other:?}"),
+    };
+    assert!(moved > b, "a token from the clock: {moved} over {b}");
+    let id = f.entry_ids("w3").await.pop().unwrap();
+    let mut start = f.start(KEY, moved, "w3", &id);
+    start.admitted = a;
+    assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
+    (a, b, held, moved)
+}
+
+/// "w3" stops the moved run of A, for dispatch `dispatch` (`None`: a stop
+/// of the whole key).
+async fn stop_on_w3(f: &Fixture, moved: u64, dispatch: Option<u64>) {
+    let inbox = f.inbox("w3");
+    let stopped = f
+        .store
+        .stopped(StopDone {
+            key: KEY,
+            worker: "w3",
+            inbox: &inbox,
+            entry_id: "0-1",
+            reply: None,
+            held: Some(moved),
+            worker_ttl: TTL,
+            target: Some(moved),
+            kept: None,
+            held_past_lease: false,
+            dispatch,
+        })
+        .await
+        .unwrap();
+    assert_eq!(stopped, Stopped::Ok);
+}
+
+#[tokio::test]
+async fn a_held_newer_dispatch_outlives_the_end_of_an_older_ones_moved_run() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (a, b, held, moved) = older_moved_over_newer_held(f).await;
+    // A's stop made to stand again reaches its moved run: a stop of that
+    // one dispatch, whose tombstone is from the clock.
+    stop_on_w3(f, moved, Some(a)).await;
+    let fencing = keys::fencing(&s.pool);
+    let counter: u64 = s.client.hget(&fencing, KEY).await.unwrap();
+    assert!(counter > b, "a tombstone from the clock: {counter}");
+    let field = format!("{}{KEY}", keys::ENDED_FIELD_PREFIX);
+    let ended: u64 = s.client.hget(&fencing, &field).await.unwrap();
+    assert_eq!(ended, a, "A's end, and no other");
+    assert_eq!(
+        s.reassert(KEY, "w1", b, held.clone(), Reassert::Suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok,
+        "B was never stopped"
+    );
+    assert_eq!(s.payload(KEY).await.unwrap(), Some(held), "B's payload");
+    let (_, record, _) = s.job_records(KEY).await.unwrap();
+    assert_eq!(record.as_deref(), Some(format!("w1 {b}").as_str()));
+}
+
+#[tokio::test]
+async fn a_held_newer_dispatch_outlives_an_older_ones_finish() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (_, b, held, moved) = older_moved_over_newer_held(f).await;
+    let ended = s
+        .record_job_end(KEY, "w3", moved, EndArgs::Finished, false, TTL)
+        .await
+        .unwrap();
+    assert!(matches!(ended, EndRecorded::Finished { .. }), "{ended:?}");
+    assert_eq!(
+        s.reassert(KEY, "w1", b, held, Reassert::Suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok
+    );
+}
+
+/// A stop of the whole key (`stop_job`) after the newer admission ends
+/// every dispatch: the held copy is given up, as before.
+#[tokio::test]
+async fn a_stop_of_the_key_still_ends_a_held_newer_dispatch() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (_, b, held, moved) = older_moved_over_newer_held(f).await;
+    stop_on_w3(f, moved, None).await;
+    assert_eq!(
+        s.reassert(KEY, "w1", b, held, Reassert::Suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Lost
+    );
+}
+
+/// The end of a whole dispatch made to stand, with a token above what the
+/// last end covered, leaves nothing to tell which dispatch it ended: the
+/// held copy is given up, as before.
+#[tokio::test]
+async fn an_end_made_to_stand_past_the_last_ends_bound_ends_a_held_copy() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (a, b, held, moved) = older_moved_over_newer_held(f).await;
+    stop_on_w3(f, moved, Some(a)).await;
+    // B's own end, on a worker Redis lost the record of: its token is
+    // above B's admission.
+    s.stop_stands_batch(&[(KEY, b + 10)], StopKind::Dispatch)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.reassert(KEY, "w1", b, held, Reassert::Suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Lost
+    );
+}
+
+/// The other order: the held copy re-asserts while the older dispatch's
+/// moved run still goes on (given up, remembered as passed on), and that
+/// run ends after. The remembered copy is then not settled as ended but
+/// given back, an orphan for the sweep.
+#[tokio::test]
+async fn a_held_newer_dispatch_given_way_to_an_older_ones_run_is_given_back() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (a, b, held, moved) = older_moved_over_newer_held(f).await;
+    assert_eq!(
+        s.reassert(KEY, "w1", b, held.clone(), Reassert::Suspended, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Lost,
+        "a record of a newer token"
+    );
+    stop_on_w3(f, moved, Some(a)).await;
+    let asked = [(KEY.to_string(), b + 1, b)];
+    let answer = s.handoffs_ended(&asked).await.unwrap();
+    assert!(answer.ended.is_empty(), "{:?}", answer.ended);
+    assert_eq!(answer.passed, [0]);
+    assert_eq!(
+        s.handoff_stands(KEY, b + 1, held.clone()).await.unwrap(),
+        HandoffStands::Restored
+    );
+    assert_eq!(s.payload(KEY).await.unwrap(), Some(held));
+
+    // A stop of the key instead: ended, and not given back.
+    let f = &fixture().await;
+    let s = &f.store;
+    let (_, b, held, moved) = older_moved_over_newer_held(f).await;
+    stop_on_w3(f, moved, None).await;
+    let answer = s
+        .handoffs_ended(&[(KEY.to_string(), b + 1, b)])
+        .await
+        .unwrap();
+    assert_eq!(answer.ended.len(), 1, "{answer:?}");
+    assert!(answer.passed.is_empty());
+    assert_eq!(
+        s.handoff_stands(KEY, b + 1, held).await.unwrap(),
+        HandoffStands::Current
+    );
+}
+
+/// Made to stand again after another rollback, the stop of the older
+/// dispatch's moved run ends that dispatch alone: the newer dispatch's
+/// record and payload, back under its own older token, stay. As a stop of
+/// the key (no dispatch named) it ends every dispatch admitted before it,
+/// the newer one too (stopped again through its worker: `Undone`).
+#[tokio::test]
+async fn the_older_dispatchs_stop_made_to_stand_leaves_the_newer_one() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (a, b, held, moved) = older_moved_over_newer_held(f).await;
+    stop_on_w3(f, moved, Some(a)).await;
+    assert_eq!(
+        s.reassert(KEY, "w1", b, held.clone(), Reassert::Running, TTL)
+            .await
+            .unwrap(),
+        Reasserted::Ok
+    );
+    let statuses = s
+        .stops_stand_yielding(&[(KEY, moved, a)], StopKind::Dispatch, false)
+        .await
+        .unwrap();
+    assert_eq!(statuses, [StopStands::Newer]);
+    let (_, record, _) = s.job_records(KEY).await.unwrap();
+    assert_eq!(record.as_deref(), Some(format!("w1 {b}").as_str()));
+    assert_eq!(s.payload(KEY).await.unwrap(), Some(held));
+
+    let statuses = s
+        .stops_stand_yielding(&[(KEY, moved, 0)], StopKind::Dispatch, false)
+        .await
+        .unwrap();
+    // Its record is gone; the payload, above the counter's tombstone's
+    // reach, stays for the node to stop the dispatch through its worker.
+    assert_eq!(statuses, [StopStands::Undone(b)], "a stop of the key");
+    let ended: u64 = s
+        .client
+        .hget(
+            keys::fencing(&s.pool),
+            format!("{}{KEY}", keys::ENDED_FIELD_PREFIX),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        ended, moved,
+        "every dispatch admitted before the stop is over"
+    );
+}

@@ -63,6 +63,14 @@ async fn stop_on_w3(f: &Fixture, moved: u64, dispatch: Option<u64>) {
     assert_eq!(stopped, Stopped::Ok);
 }
 
+/// "w1" re-asserts its held copy of B.
+async fn held_reasserts(f: &Fixture, b: u64, held: &Bytes) -> Reasserted {
+    f.store
+        .reassert(KEY, "w1", b, held.clone(), Reassert::Suspended, TTL)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_held_newer_dispatch_outlives_the_end_of_an_older_ones_moved_run() {
     let f = &fixture().await;
@@ -78,9 +86,7 @@ async fn a_held_newer_dispatch_outlives_the_end_of_an_older_ones_moved_run() {
     let ended: u64 = s.client.hget(&fencing, &field).await.unwrap();
     assert_eq!(ended, a, "A's end, and no other");
     assert_eq!(
-        s.reassert(KEY, "w1", b, held.clone(), Reassert::Suspended, TTL)
-            .await
-            .unwrap(),
+        held_reasserts(f, b, &held).await,
         Reasserted::Ok,
         "B was never stopped"
     );
@@ -99,50 +105,27 @@ async fn a_held_newer_dispatch_outlives_an_older_ones_finish() {
         .await
         .unwrap();
     assert!(matches!(ended, EndRecorded::Finished { .. }), "{ended:?}");
-    assert_eq!(
-        s.reassert(KEY, "w1", b, held, Reassert::Suspended, TTL)
-            .await
-            .unwrap(),
-        Reasserted::Ok
-    );
+    assert_eq!(held_reasserts(f, b, &held).await, Reasserted::Ok);
 }
 
 /// A stop of the whole key (`stop_job`) after the newer admission ends
-/// every dispatch: the held copy is given up, as before.
+/// every dispatch, and so does the newer dispatch's own end made to stand
+/// again (its token is above its admission): the held copy is given up.
 #[tokio::test]
-async fn a_stop_of_the_key_still_ends_a_held_newer_dispatch() {
+async fn a_stop_of_the_key_or_the_newer_dispatchs_own_end_still_ends_it() {
     let f = &fixture().await;
-    let s = &f.store;
     let (_, b, held, moved) = older_moved_over_newer_held(f).await;
     stop_on_w3(f, moved, None).await;
-    assert_eq!(
-        s.reassert(KEY, "w1", b, held, Reassert::Suspended, TTL)
-            .await
-            .unwrap(),
-        Reasserted::Lost
-    );
-}
+    assert_eq!(held_reasserts(f, b, &held).await, Reasserted::Lost);
 
-/// The end of a whole dispatch made to stand, with a token above what the
-/// last end covered, leaves nothing to tell which dispatch it ended: the
-/// held copy is given up, as before.
-#[tokio::test]
-async fn an_end_made_to_stand_past_the_last_ends_bound_ends_a_held_copy() {
     let f = &fixture().await;
-    let s = &f.store;
     let (a, b, held, moved) = older_moved_over_newer_held(f).await;
     stop_on_w3(f, moved, Some(a)).await;
-    // B's own end, on a worker Redis lost the record of: its token is
-    // above B's admission.
-    s.stop_stands_batch(&[(KEY, b + 10)], StopKind::Dispatch)
+    f.store
+        .stop_stands_batch(&[(KEY, b + 10)], StopKind::Dispatch)
         .await
         .unwrap();
-    assert_eq!(
-        s.reassert(KEY, "w1", b, held, Reassert::Suspended, TTL)
-            .await
-            .unwrap(),
-        Reasserted::Lost
-    );
+    assert_eq!(held_reasserts(f, b, &held).await, Reasserted::Lost);
 }
 
 /// The other order: the held copy re-asserts while the older dispatch's
@@ -155,9 +138,7 @@ async fn a_held_newer_dispatch_given_way_to_an_older_ones_run_is_given_back() {
     let s = &f.store;
     let (a, b, held, moved) = older_moved_over_newer_held(f).await;
     assert_eq!(
-        s.reassert(KEY, "w1", b, held.clone(), Reassert::Suspended, TTL)
-            .await
-            .unwrap(),
+        held_reasserts(f, b, &held).await,
         Reasserted::Lost,
         "a record of a newer token"
     );

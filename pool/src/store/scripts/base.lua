@@ -402,6 +402,14 @@ local function note_dispatch_end(key, bound)
   if bound and bound > 0 then mark_dispatch_over(key, bound) end
 end
 
+-- Removes `key`'s payload, its dispatch over (see `note_dispatch_end`).
+local function end_stored_dispatch(key)
+  local stored = redis.call('HGET', PAYLOADS, key)
+  if not stored then return end
+  redis.call('HDEL', PAYLOADS, key)
+  note_dispatch_end(key, payload_admitted(stored))
+end
+
 -- Whether the ends Redis knows of `key` ended only dispatches admitted
 -- before `admitted` (µs, an exact stamp; see `note_dispatch_end`). No mark
 -- (an end of a build before, or none): not known.

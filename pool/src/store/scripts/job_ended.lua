@@ -69,16 +69,10 @@ local above = run + 1
 -- The run's end ends its dispatch alone: a newer dispatch a worker holds
 -- under an older token, its admission lost with Redis's data, goes on
 -- (`note_dispatch_end`). Its payload goes after the tombstone is issued.
-local function end_dispatch()
-  local stored = redis.call('HGET', PAYLOADS, key)
-  if not stored then return end
-  redis.call('HDEL', PAYLOADS, key)
-  note_dispatch_end(key, payload_admitted(stored))
-end
 if ARGV[7] == 'finished' then
   local _, tombstone = next_token(key, above)
   mdel(JOBS, key)
-  end_dispatch()
+  end_stored_dispatch(key)
   redis.call('HDEL', KEYS[9], key)
   return {'finished', tombstone}
 end
@@ -104,7 +98,7 @@ end
 if n > #delays then
   local _, tombstone = next_token(key, above)
   mdel(JOBS, key)
-  end_dispatch()
+  end_stored_dispatch(key)
   redis.call('HSET', KEYS[9], key,
     string.format('failed %d %s %d %s', n, ARGV[6], now_ms(), ARGV[8]))
   return {'failed', n, tombstone}

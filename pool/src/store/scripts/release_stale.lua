@@ -26,9 +26,5 @@ if ARGV[6] == 'handed' then return 'kept' end
 local token = tonumber(string.match(ARGV[5], ' (%d+)$') or '') or 0
 local current = tonumber(redis.call('HGET', FENCING, key) or '') or 0
 if current > token then return 'kept' end
-local stored = redis.call('HGET', PAYLOADS, key)
-if stored then
-  redis.call('HDEL', PAYLOADS, key)
-  note_dispatch_end(key, payload_admitted(stored))
-end
+end_stored_dispatch(key)
 return 'released'

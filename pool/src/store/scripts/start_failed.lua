@@ -6,21 +6,15 @@
 --       8 reply request (0: none), 9 error text
 -- Returns 'ok'
 local key, token = ARGV[4], ARGV[5]
--- The dispatch is over (`note_dispatch_end`).
-local function end_dispatch()
-  local stored = redis.call('HGET', PAYLOADS, key)
-  if not stored then return end
-  redis.call('HDEL', PAYLOADS, key)
-  note_dispatch_end(key, payload_admitted(stored))
-end
+-- The dispatch is over (`end_stored_dispatch`).
 if mget(JOBS, key) == ARGV[6] .. ' ' .. token then
   mdel(JOBS, key)
-  end_dispatch()
+  end_stored_dispatch(key)
 else
   local p = mget(PENDING, key)
   if p and string.sub(p, 1, #token + 1) == token .. ' ' then
     mdel(PENDING, key)
-    end_dispatch()
+    end_stored_dispatch(key)
   end
 end
 stream_remove(KEYS[9], ARGV[7])

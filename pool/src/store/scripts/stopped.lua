@@ -87,11 +87,7 @@ elseif owner == ARGV[5] then
   -- the tombstone itself (`to_owner.lua`); the reply names the recorded
   -- run, so that "not found" then means the stop is done.
   mdel(JOBS, key)
-  local stored = redis.call('HGET', PAYLOADS, key)
-  if stored then
-    redis.call('HDEL', PAYLOADS, key)
-    note_dispatch_end(key, payload_admitted(stored))
-  end
+  end_stored_dispatch(key)
   stopped_token = recorded
   status = 'retry'
 elseif owner or mget(PENDING, key) then

@@ -296,13 +296,7 @@ fn lost_and_leaked_jobs_are_reported_at_the_end() {
         start(10, 5, "ok", "a", 1),
         start(10, 5, "stopped", "a", 1),
     ];
-    let r = check(
-        &[w, d],
-        &CheckOptions {
-            end_ns: Some(100 * MS),
-            ..CheckOptions::default()
-        },
-    );
+    let r = check(&[w, d], &ending_at_100_ms());
     let mut k = kinds(&r);
     k.sort();
     assert_eq!(k, vec!["not_running", "stopped_running"]);
@@ -313,13 +307,7 @@ fn jobs_on_a_paused_process_do_not_count_as_running() {
     let d = vec![admit(10, "k")];
     let w = vec![start(10, 5, "k", "a", 1)];
     let f = vec![fault(50, FaultKind::Pause, 10, false)];
-    let r = check(
-        &[w, d, f],
-        &CheckOptions {
-            end_ns: Some(100 * MS),
-            ..CheckOptions::default()
-        },
-    );
+    let r = check(&[w, d, f], &ending_at_100_ms());
     assert_eq!(kinds(&r), vec!["not_running"]);
 }
 
@@ -553,13 +541,7 @@ fn a_dispatch_unanswered_at_the_check_instant_leaves_a_stopped_key_open() {
         start(10, 41, "answered", "a", 2),
         start(10, 41, "stays-stopped", "a", 2),
     ];
-    let r = check(
-        &[w, d],
-        &CheckOptions {
-            end_ns: Some(100 * MS),
-            ..CheckOptions::default()
-        },
-    );
+    let r = check(&[w, d], &ending_at_100_ms());
     let flagged: Vec<String> = r
         .violations
         .iter()
@@ -569,4 +551,13 @@ fn a_dispatch_unanswered_at_the_check_instant_leaves_a_stopped_key_open() {
         })
         .collect();
     assert_eq!(flagged, vec!["stays-stopped".to_string()]);
+}
+
+/// The default options of a run that ended 100 ms in (the end-of-run I2
+/// check is made then).
+fn ending_at_100_ms() -> CheckOptions {
+    CheckOptions {
+        end_ns: Some(100 * MS),
+        ..CheckOptions::default()
+    }
 }

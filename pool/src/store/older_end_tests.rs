@@ -63,6 +63,17 @@ async fn stop_on_w3(f: &Fixture, moved: u64, dispatch: Option<u64>) {
     assert_eq!(stopped, Stopped::Ok);
 }
 
+/// `KEY`'s dispatch-over mark: every dispatch admitted at or before it
+/// is over.
+async fn dispatch_over_mark(f: &Fixture) -> u64 {
+    let field = format!("{}{KEY}", keys::ENDED_FIELD_PREFIX);
+    f.store
+        .client
+        .hget(keys::fencing(&f.store.pool), field)
+        .await
+        .unwrap()
+}
+
 /// "w1" re-asserts its held copy of B.
 async fn held_reasserts(f: &Fixture, b: u64, held: &Bytes) -> Reasserted {
     f.store
@@ -79,12 +90,9 @@ async fn a_held_newer_dispatch_outlives_the_end_of_an_older_ones_moved_run() {
     // A's stop made to stand again reaches its moved run: a stop of that
     // one dispatch, whose tombstone is from the clock.
     stop_on_w3(f, moved, Some(a)).await;
-    let fencing = keys::fencing(&s.pool);
-    let counter: u64 = s.client.hget(&fencing, KEY).await.unwrap();
+    let counter: u64 = s.client.hget(keys::fencing(&s.pool), KEY).await.unwrap();
     assert!(counter > b, "a tombstone from the clock: {counter}");
-    let field = format!("{}{KEY}", keys::ENDED_FIELD_PREFIX);
-    let ended: u64 = s.client.hget(&fencing, &field).await.unwrap();
-    assert_eq!(ended, a, "A's end, and no other");
+    assert_eq!(dispatch_over_mark(f).await, a, "A's end, and no other");
     assert_eq!(
         held_reasserts(f, b, &held).await,
         Reasserted::Ok,
@@ -203,16 +211,9 @@ async fn the_older_dispatchs_stop_made_to_stand_leaves_the_newer_one() {
     // Its record is gone; the payload, above the counter's tombstone's
     // reach, stays for the node to stop the dispatch through its worker.
     assert_eq!(statuses, [StopStands::Undone(b)], "a stop of the key");
-    let ended: u64 = s
-        .client
-        .hget(
-            keys::fencing(&s.pool),
-            format!("{}{KEY}", keys::ENDED_FIELD_PREFIX),
-        )
-        .await
-        .unwrap();
     assert_eq!(
-        ended, moved,
+        dispatch_over_mark(f).await,
+        moved,
         "every dispatch admitted before the stop is over"
     );
 }

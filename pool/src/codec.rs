@@ -78,6 +78,12 @@ pub(crate) struct KeptJob {
     pub(crate) ended_at: Option<u64>,
     /// How much longer it is remembered (ms).
     pub(crate) keep_ms: u64,
+    /// With `ended_at`, what that end ended when it ended a whole dispatch
+    /// (the dispatch's admission stamp, µs, or a stop's tombstone for a
+    /// stop of the whole key); `None` from a build before (made to stand
+    /// as a run's end).
+    #[serde(default)]
+    pub(crate) ended_dispatch: Option<u64>,
 }
 
 /// A start entry: `"<token> <admitted> <hops> <request> <node>\n"` written
@@ -348,6 +354,7 @@ mod tests {
                     body: vec![0, 159, 146, 150],
                     ended_at: None,
                     keep_ms: 30_000,
+                    ended_dispatch: None,
                 },
                 KeptJob {
                     key: "j".into(),
@@ -356,11 +363,41 @@ mod tests {
                     body: Vec::new(),
                     ended_at: Some(9),
                     keep_ms: 120_000,
+                    ended_dispatch: Some(8),
                 },
             ],
         };
         let back: KeptJobs = decode("keep entry", &encode(&kept)).unwrap();
         assert_eq!(back, kept);
+        // An entry a build before wrote (no `ended_dispatch`) reads as a
+        // run's end.
+        #[derive(Serialize)]
+        struct Before {
+            key: String,
+            token: u64,
+            admitted: u64,
+            #[serde(with = "serde_bytes")]
+            body: Vec<u8>,
+            ended_at: Option<u64>,
+            keep_ms: u64,
+        }
+        #[derive(Serialize)]
+        struct BeforeJobs {
+            jobs: Vec<Before>,
+        }
+        let before = BeforeJobs {
+            jobs: vec![Before {
+                key: "j".into(),
+                token: 9,
+                admitted: 0,
+                body: Vec::new(),
+                ended_at: Some(9),
+                keep_ms: 120_000,
+            }],
+        };
+        let back: KeptJobs = decode("keep entry", &encode(&before)).unwrap();
+        assert_eq!(back.jobs[0].ended_at, Some(9));
+        assert_eq!(back.jobs[0].ended_dispatch, None);
         assert!(
             decode::<KeptJobs>(
                 "keep entry",

@@ -58,33 +58,43 @@ const CHECK_BATCH: usize = 256;
 /// Remembers here the jobs of a `keep` entry a closing worker left.
 pub(crate) fn keep_here(handed_off: &Handoffs, kept: KeptJobs) {
     for job in kept.jobs {
-        handed_off.take_over(
-            HandedOff {
-                key: job.key,
-                token: job.token,
-                admitted: job.admitted,
-                body: Bytes::from(job.body),
-            },
-            Duration::from_millis(job.keep_ms),
-            job.ended_at,
-        );
+        let handed = HandedOff {
+            key: job.key,
+            token: job.token,
+            admitted: job.admitted,
+            body: Bytes::from(job.body),
+        };
+        let keep = Duration::from_millis(job.keep_ms);
+        match (job.ended_at, job.ended_dispatch) {
+            (Some(counter), Some(dispatch)) => {
+                handed_off.take_over_dispatch_end(handed, keep, counter, dispatch)
+            }
+            (ended_at, _) => handed_off.take_over(handed, keep, ended_at),
+        }
     }
 }
 
-/// Adds `stops`, `(key, token)` of runs stopped lately, to `memory` as
-/// ends: whoever keeps them makes each stand after a rollback.
-pub(crate) fn remember_stops(memory: &Handoffs, stops: Vec<(String, u64)>) {
-    for (key, token) in stops {
-        memory.take_over(
-            HandedOff {
-                key,
-                token,
-                admitted: 0,
-                body: Bytes::new(),
-            },
-            ENDS_REMEMBERED,
-            Some(token),
-        );
+/// Adds `stops`, `(key, token, what it ended)` of runs stopped lately, to
+/// `memory` as ends: whoever keeps them makes each stand after a rollback.
+/// What a stop ended, when it ended a whole dispatch (a stop `stop_job`
+/// asked for, a worker's stop of the dispatch on request or its end for
+/// good), is that dispatch's admission stamp, or the stop's own token for
+/// a stop of the whole key: the keeper makes it stand as the stopper would
+/// have, recording that end in Redis (see [`Handoffs::ended_dispatch`]).
+pub(crate) fn remember_stops(memory: &Handoffs, stops: Vec<(String, u64, Option<u64>)>) {
+    for (key, token, dispatch) in stops {
+        let handed = HandedOff {
+            key,
+            token,
+            admitted: 0,
+            body: Bytes::new(),
+        };
+        match dispatch {
+            Some(dispatch) => {
+                memory.take_over_dispatch_end(handed, ENDS_REMEMBERED, token, dispatch)
+            }
+            None => memory.take_over(handed, ENDS_REMEMBERED, Some(token)),
+        }
     }
 }
 
@@ -135,7 +145,7 @@ impl NodeInner {
         let node_of = self.node_of_workers();
         // (receiving worker, a second copy) → jobs.
         let mut by_worker: HashMap<(String, bool), Vec<KeptJob>> = HashMap::new();
-        for (handed, keep, ended_at) in remembered {
+        for (handed, keep, ended_at, ended_dispatch) in remembered {
             // No other worker in the ring: nobody to leave it with, unless
             // the pool recovers from a loss and the others are not back yet
             // (see `leave_parcel`).
@@ -147,6 +157,7 @@ impl NodeInner {
                 body: handed.body.to_vec(),
                 ended_at,
                 keep_ms: u64::try_from(keep.as_millis()).unwrap_or(u64::MAX),
+                ended_dispatch,
             };
             // Kept twice, on two nodes where the pool has them: once this
             // process exits, this memory may be the only trace of a stop
@@ -465,7 +476,19 @@ impl NodeInner {
 
     async fn give_back_job(&self, job: &KeptJob, lost: bool) {
         let result = match job.ended_at {
-            Some(counter) if lost => self.store.stop_stands(&job.key, counter).await.map(|_| ()),
+            Some(counter) if lost => match job.ended_dispatch {
+                // As its keeper will (see `Handoffs::ended_dispatch`).
+                Some(dispatch) => self
+                    .store
+                    .stops_stand_yielding(
+                        &[(job.key.as_str(), counter, dispatch)],
+                        crate::store::StopKind::Dispatch,
+                        false,
+                    )
+                    .await
+                    .map(|_| ()),
+                None => self.store.stop_stands(&job.key, counter).await.map(|_| ()),
+            },
             Some(_) => Ok(()),
             None => self
                 .store

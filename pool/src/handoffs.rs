@@ -107,23 +107,61 @@ struct Inner {
     /// Per key, the highest counter of an end remembered and until when:
     /// looked up at every start (see [`Handoffs::ended_counter`]), where a
     /// scan of `recent` would cost one step per job remembered.
-    ends: HashMap<String, (Instant, u64)>,
+    ends: HashMap<String, End>,
+    /// Set by tests: [`settle`](crate::node::NodeInner::settle_handoffs)
+    /// rounds skip this worker, as a round that has not come yet.
+    #[cfg(test)]
+    settling_held: bool,
+}
+
+/// The newest end remembered of a key.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    until: Instant,
+    /// Every run of the key up to this counter is over.
+    counter: u64,
+    /// What the end at `counter` ended, when it ended a whole dispatch (a
+    /// stop left here by a closing worker or node): the bound
+    /// `stop_stands.lua` takes (see [`Handoffs::ended_dispatch`]).
+    dispatch: Option<u64>,
 }
 
 impl Inner {
-    fn note_end(&mut self, key: &str, until: Instant, counter: u64) {
-        note_end(&mut self.ends, key, until, counter);
+    fn note_end(&mut self, key: &str, until: Instant, counter: u64, dispatch: Option<u64>) {
+        note_end(&mut self.ends, key, until, counter, dispatch);
     }
 }
 
 /// Raises `key`'s end in `ends` to `counter`, remembered until `until` at
 /// least. Keeping a higher counter past an older entry's expiry never
 /// covers a newer run: new runs get tokens above the key's counter.
-fn note_end(ends: &mut HashMap<String, (Instant, u64)>, key: &str, until: Instant, counter: u64) {
+/// `dispatch` goes with `counter` (a higher counter's end replaces it).
+fn note_end(
+    ends: &mut HashMap<String, End>,
+    key: &str,
+    until: Instant,
+    counter: u64,
+    dispatch: Option<u64>,
+) {
     match ends.get_mut(key) {
-        Some(end) => *end = (end.0.max(until), end.1.max(counter)),
+        Some(end) => {
+            end.until = end.until.max(until);
+            if counter > end.counter {
+                end.counter = counter;
+                end.dispatch = dispatch;
+            } else if counter == end.counter {
+                end.dispatch = end.dispatch.max(dispatch);
+            }
+        }
         None => {
-            ends.insert(key.to_string(), (until, counter));
+            ends.insert(
+                key.to_string(),
+                End {
+                    until,
+                    counter,
+                    dispatch,
+                },
+            );
         }
     }
 }
@@ -136,6 +174,9 @@ struct Remembered {
     /// payload, the counter at or above the token): never given back, and
     /// every run up to that counter is over.
     ended_at: Option<u64>,
+    /// With `ended_at`, the end of a whole dispatch: its bound (see
+    /// [`End::dispatch`]), passed on at a close.
+    ended_dispatch: Option<u64>,
     /// Given back after a loss, asked about and passed on at a close;
     /// `false` for a run given up while yielding
     /// ([`Handoffs::record_yielded`]).
@@ -172,20 +213,62 @@ impl Handoffs {
     /// `keep`: a job passed on, or with `ended_at`, a run Redis showed
     /// ended at that counter.
     pub(crate) fn take_over(&self, handed: HandedOff, keep: Duration, ended_at: Option<u64>) {
-        self.remember_as(handed, keep, ended_at, true);
+        self.remember_as(handed, keep, ended_at.map(|c| (c, None)), true);
+    }
+
+    /// Remembers for `keep` a stop a closing worker or node left here, of
+    /// `handed.key` at `counter` (the stopped run's token, or the stop's
+    /// tombstone), which ended a whole dispatch: `dispatch` is that
+    /// dispatch's admission stamp (µs), or `counter` for a stop of the
+    /// whole key. Made to stand here as its stopper would have (see
+    /// [`ended_dispatch`](Self::ended_dispatch)).
+    pub(crate) fn take_over_dispatch_end(
+        &self,
+        handed: HandedOff,
+        keep: Duration,
+        counter: u64,
+        dispatch: u64,
+    ) {
+        self.remember_as(handed, keep, Some((counter, Some(dispatch))), true);
+    }
+
+    /// Holds this worker's settle rounds (see `Inner::settling_held`).
+    #[cfg(test)]
+    pub(crate) fn hold_settling(&self, held: bool) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .settling_held = held;
+    }
+
+    /// Whether a test holds this worker's settle rounds.
+    #[cfg(test)]
+    pub(crate) fn settling_held(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .settling_held
     }
 
     /// Everything remembered, to leave with a worker that stays when this
-    /// one closes: each job, how much longer it is remembered, and the
-    /// counter of its end where Redis showed one.
-    pub(crate) fn everything(&self) -> Vec<(HandedOff, Duration, Option<u64>)> {
+    /// one closes: each job, how much longer it is remembered, the counter
+    /// of its end where Redis showed one, and what that end ended when it
+    /// ended a whole dispatch.
+    pub(crate) fn everything(&self) -> Vec<(HandedOff, Duration, Option<u64>, Option<u64>)> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         inner
             .recent
             .iter()
             .filter(|r| r.until > now && r.give_back)
-            .map(|r| (r.handed.clone(), r.until - now, r.ended_at))
+            .map(|r| {
+                (
+                    r.handed.clone(),
+                    r.until - now,
+                    r.ended_at,
+                    r.ended_dispatch,
+                )
+            })
             .collect()
     }
 
@@ -197,7 +280,7 @@ impl Handoffs {
         &self,
         handed: HandedOff,
         keep: Duration,
-        ended_at: Option<u64>,
+        ended: Option<(u64, Option<u64>)>,
         give_back: bool,
     ) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -219,18 +302,14 @@ impl Handoffs {
             {
                 inner.newest.remove(&old.key);
             }
-            if inner
-                .ends
-                .get(&old.key)
-                .is_some_and(|(until, _)| *until <= now)
-            {
+            if inner.ends.get(&old.key).is_some_and(|end| end.until <= now) {
                 inner.ends.remove(&old.key);
             }
         }
         // Ends of entries dropped early (over `MAX`), rarely: a whole pass
         // only when the index outgrows what is remembered.
         if inner.ends.len() > inner.recent.len() {
-            inner.ends.retain(|_, (until, _)| *until > now);
+            inner.ends.retain(|_, end| end.until > now);
         }
         let until = now + keep;
         if give_back {
@@ -239,13 +318,14 @@ impl Handoffs {
                 *newest = (until.max(newest.0), handed.token);
             }
         }
-        if let Some(counter) = ended_at {
-            inner.note_end(&handed.key, until, counter);
+        if let Some((counter, dispatch)) = ended {
+            inner.note_end(&handed.key, until, counter, dispatch);
         }
         inner.recent.push_back(Remembered {
             until,
             handed,
-            ended_at,
+            ended_at: ended.map(|(counter, _)| counter),
+            ended_dispatch: ended.and_then(|(_, dispatch)| dispatch),
             give_back,
         });
     }
@@ -306,7 +386,7 @@ impl Handoffs {
                 let ended_at = r.ended_at.unwrap_or(0).max(*counter);
                 r.ended_at = Some(ended_at);
                 r.until = r.until.max(until);
-                note_end(ends, &r.handed.key, r.until, ended_at);
+                note_end(ends, &r.handed.key, r.until, ended_at, None);
             }
         }
     }
@@ -355,9 +435,29 @@ impl Handoffs {
         inner
             .ends
             .iter()
-            .filter(|(_, (until, _))| *until > now)
-            .map(|(key, (_, counter))| (key.clone(), *counter))
+            .filter(|(_, end)| end.until > now)
+            .map(|(key, end)| (key.clone(), end.counter))
             .collect()
+    }
+
+    /// What the end of `key` that [`ended`](Self::ended) names at
+    /// `counter` ended, when it ended a whole dispatch (a stop a closing
+    /// worker or node left here): the admission stamp of that dispatch, or
+    /// the stop's tombstone for a stop of the whole key. Made to stand as
+    /// such ([`StopKind::Dispatch`](crate::store::StopKind::Dispatch)), the
+    /// stop records that end in Redis as its stopper would have: a stop
+    /// made to stand as a run's only raises the counter, and a hand-off of
+    /// that dispatch given back after a loss would take it for an end of
+    /// an older dispatch only (CI seed 7, `stop-leave`: the stopped job ran
+    /// again).
+    pub(crate) fn ended_dispatch(&self, key: &str, counter: u64) -> Option<u64> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        inner
+            .ends
+            .get(key)
+            .filter(|end| end.until > now && end.counter == counter)
+            .and_then(|end| end.dispatch)
     }
 
     /// The counter Redis showed when a run of `key` this worker passed on
@@ -368,8 +468,8 @@ impl Handoffs {
         inner
             .ends
             .get(key)
-            .filter(|(until, _)| *until > now)
-            .map(|(_, counter)| *counter)
+            .filter(|end| end.until > now)
+            .map(|end| end.counter)
     }
 
     /// Whether this worker passed `key` on with token `token` or a newer

@@ -171,7 +171,11 @@ impl NodeInner {
     /// it over in Redis (a cleanup or the sweep ends it rather than moving
     /// it on: chaos soak seed 1586, finished jobs run again); the others
     /// (a run's end Redis did not record as the dispatch's, runs passed on
-    /// that ended elsewhere) as [`StopKind::Run`].
+    /// that ended elsewhere) as [`StopKind::Run`]. So are the stops a
+    /// closing worker or node left here, each as its stopper would have
+    /// made it stand ([`Handoffs::ended_dispatch`]).
+    ///
+    /// [`Handoffs::ended_dispatch`]: crate::handoffs::Handoffs::ended_dispatch
     async fn worker_stops_stand(
         &self,
         worker: &WorkerInner,
@@ -179,7 +183,7 @@ impl NodeInner {
     ) -> Result<()> {
         let (whole, runs): (Vec<_>, Vec<_>) = stops
             .into_iter()
-            .partition(|(key, token)| worker.stopped.ended_dispatch(key, *token));
+            .partition(|(key, token)| dispatch_of(worker, key, *token).is_some());
         let log = |key: &str, token: u64, status: StopStands| match status {
             StopStands::Undone(dispatch) => tracing::warn!(
                 key,
@@ -192,7 +196,7 @@ impl NodeInner {
                 tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback")
             }
         };
-        let dispatch_of = |key: &str, token| worker.stopped.dispatch_of(key, token);
+        let dispatch_of = |key: &str, token| dispatch_of(worker, key, token);
         self.make_stand(whole.into_iter(), StopKind::Dispatch, dispatch_of, log)
             .await?;
         self.make_stand(runs.into_iter(), StopKind::Run, |_: &str, _| None, log)
@@ -259,4 +263,17 @@ impl NodeInner {
             })
             .await
     }
+}
+
+/// What the stop of `key` at `token` that `worker` remembers ended, when it
+/// ended a whole dispatch: a stop it carried out ([`StopTombstones`]), or
+/// one a closing worker or node left with it ([`Handoffs::ended_dispatch`]).
+///
+/// [`StopTombstones`]: crate::tombstones::StopTombstones
+/// [`Handoffs::ended_dispatch`]: crate::handoffs::Handoffs::ended_dispatch
+fn dispatch_of(worker: &WorkerInner, key: &str, token: u64) -> Option<u64> {
+    worker
+        .stopped
+        .dispatch_of(key, token)
+        .or_else(|| worker.handed_off.ended_dispatch(key, token))
 }

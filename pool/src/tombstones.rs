@@ -81,12 +81,6 @@ impl StopTombstones {
             .map(|(_, token)| *token)
     }
 
-    /// Whether the newest stop of `key` remembered, at `token`, ended its
-    /// whole dispatch ([`record_dispatch`](Self::record_dispatch)).
-    pub(crate) fn ended_dispatch(&self, key: &str, token: u64) -> bool {
-        self.dispatch_of(key, token).is_some()
-    }
-
     /// The admission stamp (µs) of the dispatch the newest stop of `key`
     /// remembered, at `token`, ended, when it ended one
     /// ([`record_dispatch`](Self::record_dispatch)). Made to stand again,
@@ -167,17 +161,17 @@ mod tests {
     fn only_a_dispatchs_end_is_a_whole_dispatchs() {
         let t = StopTombstones::default();
         t.record("run", 5);
-        assert!(!t.ended_dispatch("run", 5));
+        assert!(t.dispatch_of("run", 5).is_none());
         let exact = 1_700_000_000_000_000;
         t.record_dispatch("over", 9, exact);
-        assert!(t.ended_dispatch("over", 9));
-        assert!(!t.ended_dispatch("over", 8));
+        assert!(t.dispatch_of("over", 9).is_some());
+        assert!(t.dispatch_of("over", 8).is_none());
         // A newer run's stop, not of a whole dispatch, is the newest.
         t.record("over", 12);
-        assert!(!t.ended_dispatch("over", 12));
+        assert!(t.dispatch_of("over", 12).is_none());
         // A stamp in ms names no single dispatch.
         t.record_dispatch("ms", 4, 1_700_000_000_000);
-        assert!(!t.ended_dispatch("ms", 4));
+        assert!(t.dispatch_of("ms", 4).is_none());
     }
 
     #[test]

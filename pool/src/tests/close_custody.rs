@@ -423,3 +423,111 @@ async fn a_close_does_not_wait_for_a_dead_worker() {
     );
     drop((wb, b));
 }
+
+/// A stop left with a worker that stays by the node that asked for it and
+/// the worker that carried it out (both closed), of a job that worker got
+/// by a hand-off from the one that stays (CI seed 7, `stop-leave`: the
+/// stopped job ran again). Redis goes back to before the job's dispatch,
+/// after the end of an older dispatch of the key. The worker that stays
+/// makes the stops stand, then gives back its hand-off, which it had not
+/// learnt ended (held here: its settle round had not come): the stops
+/// must record what they ended as their stoppers would have, or the
+/// counter they raise reads as the end of the older dispatch only, and the
+/// hand-off is given back and run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_left_with_the_giver_of_its_hand_off_ends_that_hand_off() {
+    let mut server =
+        RedisServer::start_with(flotilla_testkit::ServerOptions::default().aof(true)).unwrap();
+    let client = flotilla_testkit::client(&server.url()).await.unwrap();
+    let name = flotilla_testkit::unique_name("close-custody-handoff-stop");
+    let options = NodeOptions::default()
+        .worker_ttl(Duration::from_secs(2))
+        .dispatch_timeout(Duration::from_secs(5));
+    let requester = Node::join(&client, &name, options.clone()).await.unwrap();
+    let a = Node::join(&client, &name, options.clone()).await.unwrap();
+    let b = Node::join(&client, &name, options.clone()).await.unwrap();
+    let stays = Counting::default();
+    let wa = Worker::new(&a, stays.clone()).await.unwrap();
+    let wb = Worker::new(&b, Counting::default()).await.unwrap();
+    wait_until(Duration::from_secs(5), "both workers seen", || async {
+        requester.pool_workers().len() == 2 && a.pool_workers().len() == 2
+    })
+    .await
+    .unwrap();
+    let key = key_placed_on(&requester, &wb).await;
+    // An older dispatch, over before the state Redis goes back to.
+    requester.dispatch_job(&key, &b"old"[..]).await.unwrap();
+    requester.stop_job(&key).await.unwrap();
+    let snapshot = server.save_snapshot().unwrap();
+
+    // The dispatch runs on a, then is handed off to b.
+    requester.drain_worker(wb.id()).await.unwrap();
+    wait_until(Duration::from_secs(5), "b drained", || async {
+        requester.placement(&key).as_deref() == Some(wa.id())
+    })
+    .await
+    .unwrap();
+    requester.dispatch_job(&key, &b"new"[..]).await.unwrap();
+    wait_until(Duration::from_secs(5), "the job runs on a", || async {
+        wa.job_token(&key).is_some()
+    })
+    .await
+    .unwrap();
+    wa.inner.handed_off.hold_settling(true);
+    requester.undrain_worker(wb.id()).await.unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the job handed off to b",
+        || async { wb.job_token(&key).is_some() },
+    )
+    .await
+    .unwrap();
+    assert_eq!(stays.starts.load(Ordering::SeqCst), 1);
+    assert!(
+        wa.inner
+            .handed_off
+            .remembered()
+            .iter()
+            .any(|h| h.key == key),
+        "a remembers its hand-off"
+    );
+
+    // A short-lived client stops it and leaves; b is scaled down.
+    let visitor = Node::join(&client, &name, options).await.unwrap();
+    visitor.stop_job(&key).await.unwrap();
+    visitor.close().await.unwrap();
+    b.close().await.unwrap();
+    drop((wb, b, visitor));
+
+    server.roll_back(&snapshot).unwrap();
+    // Redis shows b's worker (gone) and nothing of the stopped dispatch:
+    // b's cleanup comes one TTL after the recovery window, by when a has
+    // made the stops stand and given back what it had to.
+    let workers = a.inner.store.maps.workers.keys_info().hash.clone();
+    let payloads = a.inner.store.maps.payloads_key().to_string();
+    let jobs = a.inner.store.maps.jobs_keys.hash.clone();
+    let outcome = wait_until(
+        Duration::from_secs(30),
+        "b's worker cleaned up, nothing of the stopped dispatch in Redis",
+        || async {
+            let registered: std::collections::HashMap<String, String> =
+                client.hgetall(&workers).await.unwrap_or_default();
+            let payload: Option<fred::types::Value> = client.hget(&payloads, &key).await.ok();
+            let record: Option<fred::types::Value> = client.hget(&jobs, &key).await.ok();
+            registered.len() == 1
+                && registered.contains_key(wa.id())
+                && payload.is_some_and(|p| p.is_null())
+                && record.is_some_and(|r| r.is_null())
+        },
+    )
+    .await;
+    assert_eq!(
+        stays.starts.load(Ordering::SeqCst),
+        1,
+        "{key}, stopped on request at b, runs again on a"
+    );
+    outcome.unwrap();
+    assert!(wa.job_token(&key).is_none());
+    requester.close().await.unwrap();
+    a.close().await.unwrap();
+}

@@ -405,7 +405,9 @@ fn stalled(faults: &[FaultSpan], from: u64, to: u64) -> u64 {
 
 /// I2 at `end`: a key the dispatcher last saw admitted runs on a live,
 /// unpaused process (unless two faults took every copy, counted in
-/// `lost_with_killed_holder`); one it last saw stopped runs nowhere.
+/// `lost_with_killed_holder`); one it last saw stopped runs nowhere
+/// (unless a stop asked through a worker process was lost with the
+/// processes that knew it, as the stops-hold check excuses: `stops.rs`).
 pub(super) fn check_running_at(
     end: u64,
     driver: &[(u64, &Record)],
@@ -429,6 +431,10 @@ pub(super) fn check_running_at(
     // through the recovery window; the driver's load is settled before
     // it), or one whose answer its leader could not record.
     let mut unanswered: HashMap<&str, u64> = HashMap::new();
+    // Per key, the last stop sent, and the last answered through a worker
+    // process: (that process, when sent, when answered).
+    let mut stop_sent: HashMap<&str, u64> = HashMap::new();
+    let mut stopped_via: HashMap<&str, (u32, u64, u64)> = HashMap::new();
     for (t, r) in driver {
         if *t > end {
             break;
@@ -521,8 +527,17 @@ pub(super) fn check_running_at(
             {
                 continue;
             }
-            Record::DispatchUnknown { key } | Record::StopSent { key } => (key, Expect::Unknown),
-            Record::StopDone { key, outcome, .. } if outcome == "ok" || outcome == "not_found" => {
+            Record::StopSent { key } => {
+                stop_sent.insert(key, *t);
+                (key, Expect::Unknown)
+            }
+            Record::DispatchUnknown { key } => (key, Expect::Unknown),
+            Record::StopDone { key, outcome, via } if outcome == "ok" || outcome == "not_found" => {
+                let asked = stop_sent.get(key.as_str()).copied().unwrap_or(*t);
+                match via {
+                    Some(via) => stopped_via.insert(key, (*via, asked, *t)),
+                    None => stopped_via.remove(key.as_str()),
+                };
                 (key, Expect::Stopped)
             }
             Record::StopDone { key, .. } => (key, Expect::Unknown),
@@ -576,7 +591,20 @@ pub(super) fn check_running_at(
             // Stopped or finished, then sent again: it may run.
             Expect::Stopped if unanswered.get(key).is_some_and(|at| *at > since) => {}
             Expect::Stopped => {
+                let holder = super::finishes::Holder {
+                    faults,
+                    notice: options.notice_within.as_nanos() as u64,
+                };
+                let runs: Vec<&Interval> = intervals.iter().filter(|iv| iv.key == key).collect();
+                let grace = options.stop_grace.as_nanos() as u64;
                 for iv in running.get(key).into_iter().flatten() {
+                    let stop = stopped_via.get(key).filter(|(_, _, at)| *at == since);
+                    if stop.is_some_and(|stop| {
+                        super::stops::lost_with_its_holders(&holder, &runs, *stop, grace, iv)
+                    }) {
+                        report.stops_lost_with_their_holders += 1;
+                        continue;
+                    }
                     report.violations.push(Violation::StoppedStillRunning {
                         interval: (*iv).clone(),
                     });

@@ -290,17 +290,36 @@ enum Exit {
     Crash,
 }
 
-async fn a_stop_stands_after_everyone_who_saw_it_left(exit: Exit) {
-    let mut server =
+/// A server that can go back to a snapshot, a client, and a pool's name
+/// and options (TTL 2 s) with three nodes joined.
+async fn rollback_pool(
+    name: &str,
+) -> (
+    RedisServer,
+    fred::prelude::Client,
+    String,
+    NodeOptions,
+    [Node; 3],
+) {
+    let server =
         RedisServer::start_with(flotilla_testkit::ServerOptions::default().aof(true)).unwrap();
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("close-custody-stop");
+    let name = flotilla_testkit::unique_name(name);
     let options = NodeOptions::default()
         .worker_ttl(Duration::from_secs(2))
         .dispatch_timeout(Duration::from_secs(5));
-    let requester = Node::join(&client, &name, options.clone()).await.unwrap();
-    let b = Node::join(&client, &name, options.clone()).await.unwrap();
-    let c = Node::join(&client, &name, options).await.unwrap();
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(Node::join(&client, &name, options.clone()).await.unwrap());
+    }
+    let Ok(nodes) = <[Node; 3]>::try_from(nodes) else {
+        unreachable!("three nodes joined")
+    };
+    (server, client, name, options, nodes)
+}
+
+async fn a_stop_stands_after_everyone_who_saw_it_left(exit: Exit) {
+    let (mut server, client, _, _, [requester, b, c]) = rollback_pool("close-custody-stop").await;
     let wb = Worker::new(&b, Counting::default()).await.unwrap();
     let stays = Counting::default();
     let wc = Worker::new(&c, stays.clone()).await.unwrap();
@@ -436,16 +455,8 @@ async fn a_close_does_not_wait_for_a_dead_worker() {
 /// hand-off is given back and run again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_left_with_the_giver_of_its_hand_off_ends_that_hand_off() {
-    let mut server =
-        RedisServer::start_with(flotilla_testkit::ServerOptions::default().aof(true)).unwrap();
-    let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("close-custody-handoff-stop");
-    let options = NodeOptions::default()
-        .worker_ttl(Duration::from_secs(2))
-        .dispatch_timeout(Duration::from_secs(5));
-    let requester = Node::join(&client, &name, options.clone()).await.unwrap();
-    let a = Node::join(&client, &name, options.clone()).await.unwrap();
-    let b = Node::join(&client, &name, options.clone()).await.unwrap();
+    let (mut server, client, name, options, [requester, a, b]) =
+        rollback_pool("close-custody-handoff-stop").await;
     let stays = Counting::default();
     let wa = Worker::new(&a, stays.clone()).await.unwrap();
     let wb = Worker::new(&b, Counting::default()).await.unwrap();

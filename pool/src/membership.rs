@@ -365,16 +365,10 @@ impl NodeInner {
                     // Its recent stops go with what it remembers: the
                     // worker that keeps them makes them stand after a
                     // rollback, as this one would have.
-                    let stops = worker
-                        .stopped
-                        .recent(crate::handoffs::ENDS_REMEMBERED)
-                        .into_iter()
-                        .map(|(key, token)| {
-                            let dispatch = worker.stopped.dispatch_of(&key, token);
-                            (key, token, dispatch)
-                        })
-                        .collect();
-                    crate::custody::remember_stops(&worker.handed_off, stops);
+                    crate::custody::remember_stops(
+                        &worker.handed_off,
+                        worker.stopped.recent_ends(crate::handoffs::ENDS_REMEMBERED),
+                    );
                     // Leaves time to unregister the worker.
                     let entrust_until = until
                         .checked_sub(self.options.redis_timeout)

@@ -464,16 +464,14 @@ impl Node {
         // The stops this node asked for go on being made to stand after a
         // rollback by the workers that stay: the workers that carried them
         // out may die without a close.
-        // Each a stop of a whole dispatch (see `custody::remember_stops`).
+        // Each ended a whole dispatch, or the key's: one not of a single
+        // dispatch ends what was admitted before its tombstone.
         let stops: Vec<(String, u64, Option<u64>)> = self
             .inner
             .stops_requested
-            .recent(crate::handoffs::ENDS_REMEMBERED)
+            .recent_ends(crate::handoffs::ENDS_REMEMBERED)
             .into_iter()
-            .map(|(key, token)| {
-                let dispatch = self.inner.stops_requested.dispatch_of(&key, token);
-                (key, token, Some(dispatch.unwrap_or(token)))
-            })
+            .map(|(key, token, dispatch)| (key, token, Some(dispatch.unwrap_or(token))))
             .collect();
         if !stops.is_empty() {
             let memory = crate::handoffs::Handoffs::default();

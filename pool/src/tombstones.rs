@@ -98,6 +98,19 @@ impl StopTombstones {
             .map(|(admitted, _)| crate::codec::stamp_us(*admitted))
     }
 
+    /// The stops recorded within `within`, each with what it ended when it
+    /// ended a whole dispatch ([`dispatch_of`](Self::dispatch_of)): what a
+    /// close leaves with the workers that stay (`custody::remember_stops`).
+    pub(crate) fn recent_ends(&self, within: Duration) -> Vec<(String, u64, Option<u64>)> {
+        self.recent(within)
+            .into_iter()
+            .map(|(key, token)| {
+                let dispatch = self.dispatch_of(&key, token);
+                (key, token, dispatch)
+            })
+            .collect()
+    }
+
     /// The stops recorded within `within` (key, newest stopped token).
     pub(crate) fn recent(&self, within: Duration) -> Vec<(String, u64)> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());

@@ -334,6 +334,13 @@ impl FaultKind {
         )
     }
 
+    /// Whether Redis answers no process at all while the fault lasts
+    /// (frozen): no process can re-assert what it runs then, as if each
+    /// were cut off.
+    pub fn answers_no_process(self) -> bool {
+        matches!(self, FaultKind::FreezeRedis)
+    }
+
     /// Whether Redis takes no write while the fault lasts (out of memory,
     /// read-only, frozen): no cleanup can move a dead worker's jobs then,
     /// so the failover bound runs only outside such faults.

@@ -115,6 +115,68 @@ fn a_readmission_while_every_holder_is_out_of_reach_since_a_loss_is_counted() {
     }
 }
 
+/// A frozen Redis answers nobody: a holder cut off since a rollback whose
+/// cut heals as Redis is frozen stays out of reach until Redis wakes
+/// (`chaos_short_scheduled_jobs`, seed 45: `job-0031`'s holder cut 9.6 ms
+/// after a rollback, the cut healed 0.1 ms before a `freeze-redis`, and a
+/// dispatch sent during the freeze was the first call Redis took on
+/// waking). Redis back for long enough before the second admission leaves
+/// it a violation, and so does a freeze with the holder in reach before it.
+#[test]
+fn a_readmission_while_redis_is_frozen_after_the_holders_cut_is_counted() {
+    let run = |cut_heals: u64, freeze_from: u64| {
+        let driver = vec![
+            admit(1000, "k"),
+            untargeted(3000, FaultKind::Rollback, false),
+            untargeted(3040, FaultKind::Rollback, true),
+            fault(3050, FaultKind::Cut, 7, false),
+            fault(cut_heals, FaultKind::Cut, 7, true),
+            untargeted(freeze_from, FaultKind::FreezeRedis, false),
+            untargeted(freeze_from + 1330, FaultKind::FreezeRedis, true),
+            admit(freeze_from + 1335, "k"),
+        ];
+        // "k" ran on process 7 until its lease lapsed during the cut, and
+        // there again from the second admission.
+        let workers = vec![
+            start(7, 1005, "k", "w7", 1),
+            stop(7, 3660, "k", "w7"),
+            start(7, freeze_from + 1334, "k", "w7", 2),
+        ];
+        check(&[driver, workers], &CheckOptions::default())
+    };
+    let r = run(5070, 5070);
+    assert!(r.ok(), "{:?}", r.violations);
+    assert_eq!(r.readmitted_after_loss, 1);
+    // Back in reach for 2 s before the freeze, or the freeze over long
+    // before the second admission.
+    let r = run(5070, 7070);
+    assert_eq!(kinds(&r), vec!["double"]);
+    let mut late = vec![
+        admit(1000, "k"),
+        untargeted(3000, FaultKind::Rollback, false),
+        untargeted(3040, FaultKind::Rollback, true),
+        fault(3050, FaultKind::Cut, 7, false),
+        fault(5070, FaultKind::Cut, 7, true),
+        untargeted(5070, FaultKind::FreezeRedis, false),
+        untargeted(6400, FaultKind::FreezeRedis, true),
+        admit(8400, "k"),
+    ];
+    let workers = vec![
+        start(7, 1005, "k", "w7", 1),
+        stop(7, 3660, "k", "w7"),
+        start(7, 8399, "k", "w7", 2),
+    ];
+    let r = check(&[late.clone(), workers.clone()], &CheckOptions::default());
+    assert_eq!(kinds(&r), vec!["double"]);
+    assert_eq!(r.readmitted_after_loss, 0);
+    // A freeze is no fault of one process: Redis frozen while the holder
+    // was in reach all along excuses nothing.
+    late.remove(4);
+    late.remove(3);
+    let r = check(&[late, workers], &CheckOptions::default());
+    assert_eq!(kinds(&r), vec!["double"]);
+}
+
 /// A holder paused for a graceful stop (`pause-remove`) is out of reach as
 /// a plain pause is (chaos soak seed 471, `--overlap`: an empty restart,
 /// the holder paused 1 ms after it and told to stop, the key dispatched

@@ -320,7 +320,10 @@ impl NodeInner {
                     tracing::info!(key, worker = %worker.id, "suspended job left to the orphan sweep");
                     worker.suspended.lock().await.remove(&key);
                 }
-                Reasserted::Lost | Reasserted::Pending | Reasserted::Unclaimed => {
+                Reasserted::Lost
+                | Reasserted::Pending
+                | Reasserted::Unclaimed
+                | Reasserted::Superseded(_) => {
                     tracing::info!(key, worker = %worker.id, outcome = outcome.as_str(), "suspended job given up: a newer run of it elsewhere");
                     worker.suspended.lock().await.remove(&key);
                 }
@@ -502,7 +505,10 @@ impl NodeInner {
                 tracing::info!(key, worker = %worker.id, "suspended job Redis did not hold left to the orphan sweep");
                 Ok(Restart::Left)
             }
-            Reasserted::Lost | Reasserted::Pending | Reasserted::Unclaimed => Ok(Restart::Moved),
+            Reasserted::Lost
+            | Reasserted::Pending
+            | Reasserted::Unclaimed
+            | Reasserted::Superseded(_) => Ok(Restart::Moved),
         }
     }
 

@@ -350,7 +350,10 @@ impl NodeInner {
                                 Ok(Reasserted::Orphaned) => {
                                     tracing::info!(key, worker = %worker.id, "closing: a job Redis did not hold left to the orphan sweep");
                                 }
-                                Ok(Reasserted::Lost | Reasserted::Pending | Reasserted::Unclaimed) => {}
+                                Ok(Reasserted::Lost
+                | Reasserted::Pending
+                | Reasserted::Unclaimed
+                | Reasserted::Superseded(_)) => {}
                                 Err(e) => {
                                     tracing::warn!(key, error = %e, "closing: giving back a job Redis did not hold failed");
                                 }

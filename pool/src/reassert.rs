@@ -149,6 +149,18 @@ impl NodeInner {
                     .record_orphan(given_up, self.orphan_exposure());
             }
         }
+        if let Reasserted::Superseded(older) = outcome {
+            // Kept as for a newer admission not started yet (below): Redis
+            // holds this dispatch only in the field that waits for the
+            // older run's end, and a second loss takes that too.
+            worker.handed_off.record_orphan(
+                crate::handoffs::HandedOff::of(key, job.token + 1, job),
+                self.orphan_exposure(),
+            );
+            if let Some(node) = worker.node() {
+                node.stop_superseded(key, job.token, older);
+            }
+        }
         if matches!(outcome, Reasserted::Pending | Reasserted::Unclaimed) {
             if outcome == Reasserted::Pending {
                 tracing::info!(key, worker = %worker.id, token = job.token, "re-asserted job gives way to a newer admission not started yet; kept until it starts");

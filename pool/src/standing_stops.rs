@@ -120,6 +120,29 @@ impl NodeInner {
             node = %self.id,
             "a stop Redis lost was undone by a newer run of its dispatch: stopping it again"
         );
+        self.stop_dispatch_in_background(key, dispatch);
+    }
+
+    /// Stops dispatch `older` (its admission stamp) of `key`, over before
+    /// the dispatch a worker of this node holds under `token` was admitted,
+    /// whose run Redis went back to and recorded over the held one (see
+    /// [`Reasserted::Superseded`](crate::store::Reasserted::Superseded)):
+    /// in the background, for up to [`UNDONE_STOPPED_WITHIN`]. The held
+    /// dispatch takes its place in Redis when it ends.
+    pub(crate) fn stop_superseded(self: &Arc<Self>, key: &str, token: u64, older: u64) {
+        tracing::warn!(
+            key,
+            token,
+            older,
+            node = %self.id,
+            "a run of an older dispatch holds a key over a newer one held here: stopping it"
+        );
+        self.stop_dispatch_in_background(key, older);
+    }
+
+    /// Stops dispatch `dispatch` of `key` through its worker, in the
+    /// background, asking again for up to [`UNDONE_STOPPED_WITHIN`].
+    fn stop_dispatch_in_background(self: &Arc<Self>, key: &str, dispatch: u64) {
         let node = self.clone();
         let key = key.to_string();
         self.tasks.spawn(async move {
@@ -128,13 +151,13 @@ impl NodeInner {
                 .await
             {
                 Ok(()) => {
-                    tracing::info!(key, dispatch, node = %node.id, "an undone stop stands again")
+                    tracing::info!(key, dispatch, node = %node.id, "a dispatch over for good is stopped")
                 }
                 Err(Some(e)) => tracing::warn!(
                     key,
                     dispatch,
                     error = %e,
-                    "an undone stop could not be carried out again: the job runs on"
+                    "a dispatch over for good could not be stopped: its run goes on"
                 ),
                 Err(None) => {}
             }

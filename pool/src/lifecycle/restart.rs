@@ -319,7 +319,10 @@ impl WorkerInner {
                 tracing::info!(key, worker = %self.id, "failed job Redis did not hold left to the orphan sweep");
                 Ok(None)
             }
-            Reasserted::Lost | Reasserted::Pending | Reasserted::Unclaimed => {
+            Reasserted::Lost
+            | Reasserted::Pending
+            | Reasserted::Unclaimed
+            | Reasserted::Superseded(_) => {
                 tracing::info!(key, "restart dropped: Redis names another run of the key");
                 Ok(None)
             }

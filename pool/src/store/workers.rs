@@ -35,27 +35,71 @@ pub(crate) enum Reassert {
     Suspended,
 }
 
-call::status!(
-    /// What `reassert.lua` decided.
-    Reasserted, "reassert reply" {
-        /// The worker owns the job (again).
-        Ok = "ok",
-        /// Another start of the job is newer: it is not the worker's.
-        Lost = "lost",
-        /// A newer admission or hand-off of the job, not started yet (its
-        /// pending guard), holds it: it is not the worker's, and Redis
-        /// alone holds the job until that start.
-        Pending = "pending",
-        /// A newer token was issued and Redis shows neither its run nor
-        /// its pending start, only the payload: an orphan (another worker
-        /// gave it back after a loss took its start). It is not the
-        /// worker's, and Redis may hold the only copy.
-        Unclaimed = "unclaimed",
-        /// Payload restored, ownership not taken (the orphan sweep
-        /// requeues it).
-        Orphaned = "orphaned",
+/// What `reassert.lua` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reasserted {
+    /// The worker owns the job (again).
+    Ok,
+    /// Another start of the job is newer: it is not the worker's.
+    Lost,
+    /// A newer admission or hand-off of the job, not started yet (its
+    /// pending guard), holds it: it is not the worker's, and Redis alone
+    /// holds the job until that start.
+    Pending,
+    /// A newer token was issued and Redis shows neither its run nor its
+    /// pending start, only the payload: an orphan (another worker gave it
+    /// back after a loss took its start). It is not the worker's, and
+    /// Redis may hold the only copy.
+    Unclaimed,
+    /// Payload restored, ownership not taken (the orphan sweep requeues
+    /// it).
+    Orphaned,
+    /// A run or pending start of an *older* dispatch (admitted at this
+    /// stamp, µs) holds the job with a newer token: the state Redis went
+    /// back to. That dispatch is marked over, and this run's payload takes
+    /// its place when its run ends; the caller stops that run. Not the
+    /// worker's meanwhile.
+    Superseded(u64),
+}
+
+impl Reasserted {
+    /// The script's word for this outcome (for logs).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Lost => "lost",
+            Self::Pending => "pending",
+            Self::Unclaimed => "unclaimed",
+            Self::Orphaned => "orphaned",
+            Self::Superseded(_) => "superseded",
+        }
     }
-);
+
+    /// Reads one of `reassert.lua`'s statuses.
+    fn parse(status: &str) -> Result<Self> {
+        Ok(match status {
+            "ok" => Self::Ok,
+            "lost" => Self::Lost,
+            "pending" => Self::Pending,
+            "unclaimed" => Self::Unclaimed,
+            "orphaned" => Self::Orphaned,
+            other => match other
+                .strip_prefix("superseded ")
+                .and_then(|stamp| stamp.parse().ok())
+            {
+                Some(older) => Self::Superseded(older),
+                None => return Err(call::unknown_status("reassert reply", other)),
+            },
+        })
+    }
+}
+
+/// Compares with the script's word.
+impl PartialEq<&str> for Reasserted {
+    fn eq(&self, word: &&str) -> bool {
+        self.as_str() == *word
+    }
+}
 
 /// What `resume.lua` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -676,6 +676,7 @@ mod slow_starts;
 mod stale_starts;
 mod stop_answers;
 mod stop_undone;
+mod superseded_dispatch;
 mod superseded_handoff;
 mod sweeper;
 mod unclaimed_start;

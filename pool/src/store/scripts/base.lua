@@ -402,12 +402,53 @@ local function note_dispatch_end(key, bound)
   if bound and bound > 0 then mark_dispatch_over(key, bound) end
 end
 
+-- A newer dispatch that waits for the run of an older one to end: a
+-- field of the fencing hash per key ('\nnext ' .. key) holding the newer
+-- dispatch's stored payload. A worker that re-asserts a run Redis lost
+-- (`reassert.lua`) may find a run of an *older* dispatch recorded over it
+-- with a newer token: the state Redis went back to showed that dispatch,
+-- ended before the newer one was admitted, and a cleanup moved it on. The
+-- older run stops (its dispatch is marked over, and the worker's node
+-- stops it through its worker); until it has, its record keeps the key
+-- known, and at its end the waiting payload takes the older one's place
+-- in the same call, an orphan for the sweep. Given up to the older run
+-- and given back a settle round after its end, the newer dispatch was
+-- known to no one in between, and admitted again (chaos_short seed 45:
+-- `sched-19`).
+local WAITING = '\nnext '
+
+-- Keeps `stored` to become `key`'s payload when the older dispatch's run
+-- recorded for the key ends (`take_up_waiting`).
+local function wait_for_older_end(key, stored)
+  local field = WAITING .. key
+  local waiting = redis.call('HGET', FENCING, field)
+  if not waiting or payload_admitted(waiting) < payload_admitted(stored) then
+    redis.call('HSET', FENCING, field, stored)
+  end
+end
+
+-- Called where an end took `key`'s payload, after the end was noted
+-- (`note_dispatch_end`): the newer dispatch waiting for it becomes the
+-- payload, unless the end reached it too (a stop of the key: the
+-- dispatch-over mark at or above its admission).
+local function take_up_waiting(key)
+  local field = WAITING .. key
+  local waiting = redis.call('HGET', FENCING, field)
+  if not waiting or redis.call('HEXISTS', PAYLOADS, key) == 1 then return end
+  redis.call('HDEL', FENCING, field)
+  local marked = tonumber(redis.call('HGET', FENCING, ENDED .. key) or '') or 0
+  if payload_admitted(waiting) > marked then
+    redis.call('HSET', PAYLOADS, key, waiting)
+  end
+end
+
 -- Removes `key`'s payload, its dispatch over (see `note_dispatch_end`).
 local function end_stored_dispatch(key)
   local stored = redis.call('HGET', PAYLOADS, key)
   if not stored then return end
   redis.call('HDEL', PAYLOADS, key)
   note_dispatch_end(key, payload_admitted(stored))
+  take_up_waiting(key)
 end
 
 -- Whether the ends Redis knows of `key` ended only dispatches admitted
@@ -429,6 +470,7 @@ local function end_dispatch_over(key)
   if mget(PENDING, key) then mdel(PENDING, key) end
   local current = tonumber(redis.call('HGET', FENCING, key) or '0') or 0
   keep_token(key, string.format('%d', current + 1))
+  take_up_waiting(key)
 end
 
 -- When a cleanup claim ("<node> <since_ms>") was made (0 when unreadable).

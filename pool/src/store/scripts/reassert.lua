@@ -34,7 +34,11 @@
 -- remembers what it gave way to, as for a hand-off, in case Redis loses
 -- that too) | 'unclaimed' (a newer token and a payload, but no record or
 -- guard: an orphan, remembered the same way, as Redis may hold its only
--- copy) | 'orphaned' (payload restored, ownership not taken)
+-- copy) | 'orphaned' (payload restored, ownership not taken) |
+-- 'superseded <admitted>' (a record or guard of an older dispatch, whose
+-- admission stamp is given, over this run with a newer token: that
+-- dispatch is marked over, and this run's payload waits for its end to
+-- take its place, `wait_for_older_end`; the caller stops it)
 local worker, ttl_arg = ARGV[4], ARGV[5]
 -- The payload is this run's unless Redis holds one of this admission or
 -- a newer one: a payload of an *older* admission (the state Redis went
@@ -46,6 +50,26 @@ local function own_payload(key, stored_arg)
   if not stored or payload_admitted(stored) < payload_admitted(stored_arg) then
     redis.call('HSET', PAYLOADS, key, stored_arg)
   end
+end
+-- A record or guard with a newer token than this run's, of a dispatch
+-- admitted *before* this run's (the payload Redis holds is that older
+-- one's): the state Redis went back to showed the older dispatch, which
+-- had ended before this one was admitted, and a cleanup moved it on with
+-- a token from the clock. It is over; this run's dispatch is not, and
+-- waits for the older run to end rather than be given up to it (chaos
+-- soak `chaos_short_scheduled_jobs` seed 45: `sched-19` given up to a
+-- finished dispatch's moved run, then unknown to Redis once that run was
+-- stopped, and admitted again). Not for a yielding worker, whose run's
+-- admission this side may never have seen.
+local function superseding(key, stored_arg, state_arg)
+  if state_arg == 'yielding' then return nil end
+  local stored = redis.call('HGET', PAYLOADS, key)
+  if not stored then return nil end
+  local older = payload_admitted(stored)
+  if older <= 0 or older >= payload_admitted(stored_arg) then return nil end
+  mark_dispatch_over(key, older)
+  wait_for_older_end(key, stored_arg)
+  return string.format('superseded %d', older)
 end
 local function reassert_one(key, token_arg, stored_arg, state_arg)
   local mine = tonumber(token_arg)
@@ -65,7 +89,9 @@ local function reassert_one(key, token_arg, stored_arg, state_arg)
       own_payload(key, stored_arg)
       return 'ok'
     end
-    if state_arg == 'yielding' or not (recorded and recorded < mine) then return 'lost' end
+    if state_arg == 'yielding' or not (recorded and recorded < mine) then
+      return superseding(key, stored_arg, state_arg) or 'lost'
+    end
     mdel(JOBS, key)
   end
   local p = mget(PENDING, key)
@@ -73,7 +99,9 @@ local function reassert_one(key, token_arg, stored_arg, state_arg)
     -- A guard with this worker's own token is its own start, admitted before
     -- the state Redis went back to and started after it: take it.
     local guarded = tonumber(string.match(p, '^(%d+)') or '')
-    if not (guarded and guarded <= mine) then return 'pending' end
+    if not (guarded and guarded <= mine) then
+      return superseding(key, stored_arg, state_arg) or 'pending'
+    end
     if state_arg == 'yielding' and guarded ~= mine then return 'pending' end
     mdel(PENDING, key)
   end

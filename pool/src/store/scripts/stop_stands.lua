@@ -105,6 +105,7 @@ local function stand(key, stopped, whole, bound)
     if removed or payload_admitted(stored) <= bound then
       redis.call('HDEL', PAYLOADS, key)
       note_dispatch_end(key, payload_admitted(stored))
+      take_up_waiting(key)
       removed = true
     end
   end

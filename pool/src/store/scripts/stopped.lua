@@ -70,6 +70,7 @@ elseif owner == ARGV[5] and held > 0 then
   -- admitted before it (`note_dispatch_end`).
   local dispatch = tonumber(ARGV[13] or '0') or 0
   note_dispatch_end(key, dispatch > 0 and dispatch or stopped_token)
+  take_up_waiting(key)
   -- A run held past the worker's lease (suspended) may have been moved by a
   -- cleanup on writes a rollback lost, and the moved run may still be
   -- going on: while the pool recovers the dispatcher sends the stop again

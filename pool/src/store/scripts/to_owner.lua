@@ -52,6 +52,7 @@ local function end_here(key, ended, one_dispatch)
     _, text = next_token(key, ended + 1)
     note_dispatch_end(key, tonumber(text))
   end
+  take_up_waiting(key)
   return {'stopped', text}
 end
 
@@ -112,6 +113,7 @@ if not j then
       redis.call('HDEL', PAYLOADS, ARGV[4])
       local _, text = next_token(ARGV[4])
       note_dispatch_end(ARGV[4], tonumber(text))
+      take_up_waiting(ARGV[4])
       return {'stopped', text}
     end
     return {'pending'}

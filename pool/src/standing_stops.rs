@@ -208,13 +208,21 @@ impl NodeInner {
             .into_iter()
             .partition(|(key, token)| dispatch_of(worker, key, *token).is_some());
         let log = |key: &str, token: u64, status: StopStands| match status {
-            StopStands::Undone(dispatch) => tracing::warn!(
-                key,
-                token,
-                dispatch,
-                worker = %worker.id,
-                "a dispatch that ended here has a newer run on the state Redis went back to: marked over"
-            ),
+            StopStands::Undone(dispatch) => {
+                tracing::warn!(
+                    key,
+                    token,
+                    dispatch,
+                    worker = %worker.id,
+                    "a dispatch that ended here has a newer run on the state Redis went back to: marked over"
+                );
+                // Marked over, it is ended instead of moved on by a cleanup
+                // or a hand-off; on a live worker that keeps it, only a
+                // stop ends it, as for a stop this node asked for.
+                if let Some(node) = worker.node() {
+                    node.stop_undone(key, token, dispatch);
+                }
+            }
             _ => {
                 tracing::info!(key, token, worker = %worker.id, "a stop Redis lost stands again after a rollback")
             }

@@ -41,11 +41,27 @@ impl Bodies {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_dispatch_outlives_an_older_dispatchs_run_recorded_over_it() {
-    let server = RedisServer::start().unwrap();
+/// Three nodes: a dispatcher, a holder (drained: it takes no
+/// placements) and a runner with two workers, where the older dispatch
+/// of a key ran on the first and was handed off to the second with a token
+/// from the clock.
+struct Setup {
+    requester: Node,
+    holder_node: Node,
+    runner_node: Node,
+    holder: Worker,
+    first: Bodies,
+    second: Bodies,
+    key: String,
+    /// The older dispatch's admission stamp.
+    older: u64,
+    /// Its run's token on the second worker.
+    moved: u64,
+}
+
+async fn older_dispatch_moved(server: &RedisServer, name: &str) -> Setup {
     let client = flotilla_testkit::client(&server.url()).await.unwrap();
-    let name = flotilla_testkit::unique_name("superseded-dispatch");
+    let name = flotilla_testkit::unique_name(name);
     let options = NodeOptions::default()
         .worker_ttl(Duration::from_secs(2))
         .dispatch_timeout(Duration::from_millis(300));
@@ -61,8 +77,6 @@ async fn a_held_dispatch_outlives_an_older_dispatchs_run_recorded_over_it() {
     })
     .await
     .unwrap();
-    // The holder takes no placements: the held dispatch runs on wc in the
-    // end, wherever the sweep requeues it.
     let key = key_placed_on(&requester, &wb).await;
     requester.drain_worker(holder.id()).await.unwrap();
     wait_until(Duration::from_secs(5), "the holder drained", || async {
@@ -72,8 +86,6 @@ async fn a_held_dispatch_outlives_an_older_dispatchs_run_recorded_over_it() {
     .unwrap();
     assert_eq!(requester.placement(&key).as_deref(), Some(wb.id()));
 
-    // The older dispatch runs on wb, then is handed off to wc with a
-    // token from the clock.
     requester.dispatch_job(&key, &b"old"[..]).await.unwrap();
     wait_until(
         Duration::from_secs(5),
@@ -97,13 +109,41 @@ async fn a_held_dispatch_outlives_an_older_dispatchs_run_recorded_over_it() {
     .await
     .unwrap();
     let moved = wc.job_token(&key).unwrap();
+    assert_eq!(second.started(), [b"old".to_vec()]);
+    Setup {
+        requester,
+        holder_node,
+        runner_node,
+        holder,
+        first,
+        second,
+        key,
+        older,
+        moved,
+    }
+}
+
+impl Setup {
+    async fn close(self) {
+        for node in [self.requester, self.holder_node, self.runner_node] {
+            node.close().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_dispatch_outlives_an_older_dispatchs_run_recorded_over_it() {
+    let server = RedisServer::start().unwrap();
+    let s = older_dispatch_moved(&server, "superseded-dispatch").await;
+    let (requester, key) = (&s.requester, &s.key);
 
     // The holder holds, suspended, a newer dispatch admitted in between
     // (after the older one ended) whose admission Redis lost.
-    let newer = older + 1_000;
+    let newer = s.older + 1_000;
     assert!(
-        moved > newer,
-        "a token from the clock: {moved} over {newer}"
+        s.moved > newer,
+        "a token from the clock: {} over {newer}",
+        s.moved
     );
     let held = crate::worker::LocalJob {
         token: newer,
@@ -115,20 +155,24 @@ async fn a_held_dispatch_outlives_an_older_dispatchs_run_recorded_over_it() {
             restart: None,
         }),
     };
-    holder
+    s.holder
         .inner
         .suspended
         .lock()
         .await
         .insert(key.clone(), held);
-    holder_node.inner.reconcile(&holder.inner).await.unwrap();
-    assert!(!holder.inner.runs_or_holds(&key).await, "given way");
+    s.holder_node
+        .inner
+        .reconcile(&s.holder.inner)
+        .await
+        .unwrap();
+    assert!(!s.holder.inner.runs_or_holds(key).await, "given way");
 
     // The older run stops, the newer dispatch starts on wc, and no
     // dispatch of the key is admitted again meanwhile.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !second.started().iter().any(|b| b == b"new") {
-        match requester.dispatch_job(&key, &b"again"[..]).await {
+    while !s.second.started().iter().any(|b| b == b"new") {
+        match requester.dispatch_job(key, &b"again"[..]).await {
             Ok(()) => panic!("{key} admitted again over the held dispatch"),
             Err(crate::Error::JobExists(_) | crate::Error::Timeout(_)) => {}
             Err(e) => panic!("unexpected answer: {e}"),
@@ -136,26 +180,62 @@ async fn a_held_dispatch_outlives_an_older_dispatchs_run_recorded_over_it() {
         assert!(
             std::time::Instant::now() < deadline,
             "the held dispatch never ran: wc started {:?}",
-            second.started()
+            s.second.started()
         );
         tokio::time::sleep(Duration::from_millis(50)).await; // dispatch pace
     }
     assert_eq!(
-        second.stops.load(Ordering::SeqCst),
+        s.second.stops.load(Ordering::SeqCst),
         1,
         "the old run stopped"
     );
     assert_eq!(
-        second.started(),
+        s.second.started(),
         [b"old".to_vec(), b"new".to_vec()],
         "the old dispatch stopped, the held one started"
     );
-    assert!(!first.started().iter().any(|b| b == b"again"));
+    assert!(!s.first.started().iter().any(|b| b == b"again"));
     assert!(matches!(
-        requester.dispatch_job(&key, &b"again"[..]).await,
+        requester.dispatch_job(key, &b"again"[..]).await,
         Err(crate::Error::JobExists(_))
     ));
-    for node in [requester, holder_node, runner_node] {
-        node.close().await.unwrap();
-    }
+    s.close().await;
+}
+
+/// A worker that ended a dispatch (finished, failed for good, stopped on
+/// request) finds, making that end stand again, a newer run of the same
+/// dispatch on a live worker (Redis went back to before the end, and a
+/// cleanup moved the run on): the dispatch is marked over, and the
+/// worker's node stops that run through its worker, as a node does for a
+/// stop it asked for. Marked over alone, the ended dispatch ran on there
+/// until a hand-off or a cleanup moved it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_ended_here_and_running_again_elsewhere_is_stopped() {
+    let server = RedisServer::start().unwrap();
+    let s = older_dispatch_moved(&server, "ended-runs-again").await;
+    let key = &s.key;
+    // The holder finished the dispatch under an older token of it.
+    s.holder
+        .inner
+        .stopped
+        .record_dispatch(key, s.older + 10, s.older);
+    s.holder_node
+        .inner
+        .stops_stand(&s.holder.inner, &std::collections::HashSet::new())
+        .await
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "the ended dispatch stopped",
+        || async { s.second.stops.load(Ordering::SeqCst) == 1 },
+    )
+    .await
+    .unwrap();
+    wait_until(Duration::from_secs(5), "nothing of it left", || async {
+        s.requester.inner.store.payload(key).await.ok() == Some(None)
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.second.started(), [b"old".to_vec()], "not started again");
+    s.close().await;
 }

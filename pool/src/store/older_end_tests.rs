@@ -300,3 +300,31 @@ async fn a_held_newer_dispatch_takes_the_place_of_an_older_ones_start() {
     assert_eq!(s.payload(KEY).await.unwrap(), Some(held));
     assert_eq!(dispatched_again(f).await, Admitted::Pending);
 }
+
+/// A stop of the held dispatch alone (one undone and asked again) while
+/// it waits for the older run's end: it ends there, and does not take that
+/// run's place when the run ends.
+#[tokio::test]
+async fn a_stop_of_the_waiting_dispatch_ends_it_where_it_waits() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (a, b, held, moved) = older_moved_over_newer_held(f).await;
+    assert_eq!(held_reasserts(f, b, &held).await, Reasserted::Superseded(a));
+    let inbox = f.inbox("w3");
+    let request = OwnerRequest {
+        owner: "w3",
+        owner_inbox: &inbox,
+        event: "stop",
+        dispatch: Some(b),
+        server_floor_ms: None,
+        leader: None,
+    };
+    let routed = s
+        .to_owner_of(KEY, request, Bytes::new(), TTL)
+        .await
+        .unwrap();
+    assert_eq!(routed, Routed::NotFound(None));
+    assert_eq!(dispatch_over_mark(f).await, b, "the held dispatch is over");
+    stop_on_w3(f, moved, Some(a)).await;
+    assert_eq!(s.payload(KEY).await.unwrap(), None, "not put in place");
+}

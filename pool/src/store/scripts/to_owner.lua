@@ -88,7 +88,17 @@ end
 local dispatch = tonumber(ARGV[11] or '0') or 0
 if dispatch > 0 then
   local stored = redis.call('HGET', PAYLOADS, ARGV[4])
-  if not stored or payload_admitted(stored) ~= stamp_us(dispatch) then return {'not_found'} end
+  if not stored or payload_admitted(stored) ~= stamp_us(dispatch) then
+    -- The dispatch may wait for an older one's run to end
+    -- (`wait_for_older_end`): it ends here, and does not take that run's
+    -- place.
+    local waiting = redis.call('HGET', FENCING, WAITING .. ARGV[4])
+    if ARGV[6] == 'stop' and waiting and payload_admitted(waiting) == stamp_us(dispatch) then
+      redis.call('HDEL', FENCING, WAITING .. ARGV[4])
+      note_dispatch_end(ARGV[4], stamp_us(dispatch))
+    end
+    return {'not_found'}
+  end
 end
 local j = mget(JOBS, ARGV[4])
 if not j then

@@ -530,6 +530,11 @@ impl NodeInner {
                     .collect();
                 let statuses = self.store.handoff_stands_batch(jobs).await?;
                 for (handed, status) in batch.into_iter().zip(statuses) {
+                    if let crate::store::HandoffStands::Superseded(older) = status
+                        && let Some(node) = worker.node()
+                    {
+                        node.stop_superseded(&handed.key, handed.token, older);
+                    }
                     if status == crate::store::HandoffStands::Restored {
                         tracing::info!(key = handed.key, token = handed.token, worker = %worker.id, "a job passed on that Redis lost (hand-off or orphan): it is an orphan again");
                         // Redis holds the only copy again, until the sweep

@@ -363,6 +363,11 @@ impl WorkerInner {
                 token = handed.token,
                 "a start Redis lost before its claim: it is an orphan again"
             ),
+            Ok(crate::store::HandoffStands::Superseded(older)) => {
+                if let Some(node) = self.node() {
+                    node.stop_superseded(&handed.key, handed.token, older);
+                }
+            }
             Ok(_) => {}
             // Given back by the recovery that follows a loss, from the
             // memory below.

@@ -182,6 +182,12 @@ pub(crate) fn status_reply(what: &'static str, value: Value) -> Result<(String, 
     Ok((status, rest))
 }
 
+/// The older dispatch's admission stamp in a script's
+/// `superseded <stamp>` status (`supersede_older` in `base.lua`).
+pub(crate) fn superseded(status: &str) -> Option<u64> {
+    status.strip_prefix("superseded ")?.parse().ok()
+}
+
 /// The error of a status a script does not return.
 pub(crate) fn unknown_status(what: &'static str, status: &str) -> Error {
     Error::Malformed {

@@ -328,3 +328,26 @@ async fn a_stop_of_the_waiting_dispatch_ends_it_where_it_waits() {
     stop_on_w3(f, moved, Some(a)).await;
     assert_eq!(s.payload(KEY).await.unwrap(), None, "not put in place");
 }
+
+/// Redis goes back again, to before the held copy's re-assertion: the
+/// older dispatch's run is recorded again and nothing waits for its end.
+/// The copy remembered as passed on, given back, waits again (given back
+/// only where nothing of the key was left, it found the older run's record
+/// and stayed out of Redis until a settle round after that run's end).
+#[tokio::test]
+async fn a_given_back_newer_dispatch_waits_again_for_the_older_ones_run() {
+    let f = &fixture().await;
+    let s = &f.store;
+    let (a, b, held, moved) = older_moved_over_newer_held(f).await;
+    assert_eq!(held_reasserts(f, b, &held).await, Reasserted::Superseded(a));
+    let waiting = format!("\nnext {KEY}");
+    let fencing = keys::fencing(&s.pool);
+    let _: i64 = s.client.hdel(&fencing, &waiting).await.unwrap();
+    assert_eq!(
+        s.handoff_stands(KEY, b + 1, held.clone()).await.unwrap(),
+        HandoffStands::Superseded(a)
+    );
+    stop_on_w3(f, moved, Some(a)).await;
+    assert_eq!(s.payload(KEY).await.unwrap(), Some(held));
+    assert_eq!(dispatched_again(f).await, Admitted::Pending);
+}

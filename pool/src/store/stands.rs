@@ -13,22 +13,42 @@ use crate::keys;
 /// The name of `stop_stands.lua`'s reply in errors.
 const WHAT: &str = "stop_stands reply";
 
-call::status!(
-    /// What `handoff_stands.lua` did.
-    HandoffStands, "handoff_stands reply" {
-        /// The payload is back: the job is an orphan until it is re-asserted
-        /// or requeued.
-        Restored = "restored",
-        /// The key is owned or pending, or its payload is there.
-        Kept = "kept",
-        /// Redis holds the hand-off's token or a newer one.
-        Current = "current",
-        /// A run of this dispatch ended where the Sentinels name the
-        /// primary, and the giver's node wrote to a superseded one: the
-        /// hand-off may have been made there, and is not given back.
-        Ended = "ended",
+/// What `handoff_stands.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandoffStands {
+    /// The payload is back: the job is an orphan until it is re-asserted
+    /// or requeued.
+    Restored,
+    /// The key is owned or pending, or its payload is there.
+    Kept,
+    /// Redis holds the hand-off's token or a newer one.
+    Current,
+    /// A run of this dispatch ended where the Sentinels name the primary,
+    /// and the giver's node wrote to a superseded one: the hand-off may
+    /// have been made there, and is not given back.
+    Ended,
+    /// A run or pending start of an older dispatch (admitted at this
+    /// stamp, µs) holds the key: marked over, and the payload waits for its
+    /// end (see [`Reasserted::Superseded`](super::Reasserted::Superseded));
+    /// the caller stops it.
+    Superseded(u64),
+}
+
+impl HandoffStands {
+    /// Reads one of `handoff_stands.lua`'s statuses.
+    fn parse(status: &str) -> Result<Self> {
+        Ok(match status {
+            "restored" => Self::Restored,
+            "kept" => Self::Kept,
+            "current" => Self::Current,
+            "ended" => Self::Ended,
+            other => match call::superseded(other) {
+                Some(older) => Self::Superseded(older),
+                None => return Err(call::unknown_status("handoff_stands reply", other)),
+            },
+        })
     }
-);
+}
 
 /// What `stop_stands.lua` did with one stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -83,10 +83,7 @@ impl Reasserted {
             "pending" => Self::Pending,
             "unclaimed" => Self::Unclaimed,
             "orphaned" => Self::Orphaned,
-            other => match other
-                .strip_prefix("superseded ")
-                .and_then(|stamp| stamp.parse().ok())
-            {
+            other => match call::superseded(other) {
                 Some(older) => Self::Superseded(older),
                 None => return Err(call::unknown_status("reassert reply", other)),
             },

@@ -427,6 +427,21 @@ local function wait_for_older_end(key, stored)
   end
 end
 
+-- Where the payload Redis holds for `key` (beside a record or guard) is of
+-- a dispatch admitted before `stored`'s: that dispatch is over (one key
+-- admits a dispatch only once the one before has ended), so it is marked
+-- over and `stored` waits for its run's end. Returns the older dispatch's
+-- admission stamp, or nil.
+local function supersede_older(key, stored)
+  local held = redis.call('HGET', PAYLOADS, key)
+  if not held then return nil end
+  local older = payload_admitted(held)
+  if older <= 0 or older >= payload_admitted(stored) then return nil end
+  mark_dispatch_over(key, older)
+  wait_for_older_end(key, stored)
+  return older
+end
+
 -- Called where an end took `key`'s payload, after the end was noted
 -- (`note_dispatch_end`): the newer dispatch waiting for it becomes the
 -- payload, unless the end reached it too (a stop of the key: the

@@ -38,7 +38,9 @@
 --       the hand-off issued, the stored payload ("<admitted> <body>") (a
 --       recovery gives back many jobs in a few calls)
 -- Returns one status per job: 'restored' | 'kept' (owned, pending, or this
---       payload or a newer one is there) |
+--       payload or a newer one is there) | 'superseded <admitted>' (owned
+--       or pending by a run of an older dispatch, admitted at that stamp:
+--       marked over, this payload waits for its end, `supersede_older`) |
 --       'current' (Redis holds the hand-off or something newer) |
 --       'ended' (yielding: a run of this dispatch ended here)
 -- A counter at or above the token, with nothing of the key left and
@@ -49,6 +51,13 @@
 -- too, the counter left where it is.
 local yielding = ARGV[4] == 'yielding'
 local function stand(key, token, payload)
+  -- A record or guard of an older dispatch than this one (Redis went back
+  -- to a state that showed it, or went back again after this job waited
+  -- for it, `reassert.lua`): this one waits for its end again.
+  if not yielding and (mget(JOBS, key) or mget(PENDING, key)) then
+    local older = supersede_older(key, payload)
+    if older then return string.format('superseded %d', older) end
+  end
   local current = tonumber(redis.call('HGET', FENCING, key) or '')
   if current and current >= tonumber(token) then
     if yielding or mget(JOBS, key) or mget(PENDING, key)

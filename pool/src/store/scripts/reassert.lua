@@ -63,13 +63,8 @@ end
 -- admission this side may never have seen.
 local function superseding(key, stored_arg, state_arg)
   if state_arg == 'yielding' then return nil end
-  local stored = redis.call('HGET', PAYLOADS, key)
-  if not stored then return nil end
-  local older = payload_admitted(stored)
-  if older <= 0 or older >= payload_admitted(stored_arg) then return nil end
-  mark_dispatch_over(key, older)
-  wait_for_older_end(key, stored_arg)
-  return string.format('superseded %d', older)
+  local older = supersede_older(key, stored_arg)
+  return older and string.format('superseded %d', older)
 end
 local function reassert_one(key, token_arg, stored_arg, state_arg)
   local mine = tonumber(token_arg)

@@ -20,7 +20,18 @@ const KEY: &str = "k";
 /// Returns (A's admission stamp, B's stamp, B's stored payload, the moved
 /// run's token).
 async fn older_moved_over_newer_held(f: &Fixture) -> (u64, u64, Bytes, u64) {
-    let s = &f.store;
+    let (a, b, held, moved) = older_handed_over_newer_held(f).await;
+    let start = older_start(f, moved, a).await;
+    assert_eq!(
+        f.store.claim_start(&start, TTL, TTL).await.unwrap(),
+        Claimed::Ok
+    );
+    (a, b, held, moved)
+}
+
+/// [`older_moved_over_newer_held`] up to A's hand-off: its start entry on
+/// "w3" is not claimed yet (a pending guard).
+async fn older_handed_over_newer_held(f: &Fixture) -> (u64, u64, Bytes, u64) {
     f.register("w1").await;
     f.register("w3").await;
     let a = f.running(KEY, "w1").await;
@@ -32,11 +43,15 @@ async fn older_moved_over_newer_held(f: &Fixture) -> (u64, u64, Bytes, u64) {
         other => panic!("not moved: {other:?}"),
     };
     assert!(moved > b, "a token from the clock: {moved} over {b}");
+    (a, b, held, moved)
+}
+
+/// The start of A's moved run (token `moved`) in "w3"'s inbox.
+async fn older_start(f: &Fixture, moved: u64, a: u64) -> StartToRecord {
     let id = f.entry_ids("w3").await.pop().unwrap();
     let mut start = f.start(KEY, moved, "w3", &id);
     start.admitted = a;
-    assert_eq!(s.claim_start(&start, TTL, TTL).await.unwrap(), Claimed::Ok);
-    (a, b, held, moved)
+    start
 }
 
 /// "w3" stops the moved run of A, for dispatch `dispatch` (`None`: a stop
@@ -278,21 +293,10 @@ async fn a_held_newer_dispatch_takes_the_place_of_an_older_ones_run_as_it_ends()
 async fn a_held_newer_dispatch_takes_the_place_of_an_older_ones_start() {
     let f = &fixture().await;
     let s = &f.store;
-    f.register("w1").await;
-    f.register("w3").await;
-    let a = f.running(KEY, "w1").await;
-    let b = a + 500;
-    let held = codec::stored(b, &body(KEY));
-    tokio::time::sleep(Duration::from_millis(5)).await;
-    let moved = match f.handoff(KEY, "w1", "w3", None).await {
-        Handoff::Ok { token } => token,
-        other => panic!("not moved: {other:?}"),
-    };
+    let (a, b, held, moved) = older_handed_over_newer_held(f).await;
     assert_eq!(held_reasserts(f, b, &held).await, Reasserted::Superseded(a));
     assert_eq!(dispatched_again(f).await, Admitted::Pending);
-    let id = f.entry_ids("w3").await.pop().unwrap();
-    let mut start = f.start(KEY, moved, "w3", &id);
-    start.admitted = a;
+    let start = older_start(f, moved, a).await;
     assert_eq!(
         s.claim_start(&start, TTL, TTL).await.unwrap(),
         Claimed::Superseded

@@ -56,6 +56,12 @@ pub(crate) const EPOCH_FIELD: &str = "\nepoch";
 #[cfg(test)]
 pub(crate) const ENDED_FIELD_PREFIX: &str = "\nended ";
 
+/// Prefix of the fencing hash's field per key holding the stored payload
+/// of a dispatch that waits for an older dispatch's run to end (`WAITING`
+/// in `scripts/base.lua`).
+#[cfg(test)]
+pub(crate) const WAITING_FIELD_PREFIX: &str = "\nnext ";
+
 /// Plain hash of per-key fencing counters (job key → last token issued).
 pub(crate) fn fencing(pool: &str) -> String {
     format!("fl:{{{pool}}}:fencing")

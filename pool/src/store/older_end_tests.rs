@@ -344,7 +344,7 @@ async fn a_given_back_newer_dispatch_waits_again_for_the_older_ones_run() {
     let s = &f.store;
     let (a, b, held, moved) = older_moved_over_newer_held(f).await;
     assert_eq!(held_reasserts(f, b, &held).await, Reasserted::Superseded(a));
-    let waiting = format!("\nnext {KEY}");
+    let waiting = format!("{}{KEY}", keys::WAITING_FIELD_PREFIX);
     let fencing = keys::fencing(&s.pool);
     let _: i64 = s.client.hdel(&fencing, &waiting).await.unwrap();
     assert_eq!(

@@ -62,6 +62,13 @@ pub(crate) const ENDED_FIELD_PREFIX: &str = "\nended ";
 #[cfg(test)]
 pub(crate) const WAITING_FIELD_PREFIX: &str = "\nnext ";
 
+/// Field of the fencing hash holding Redis's pulse, "<last_ms>
+/// <resumed_ms>": when a keep-alive was last served, and when Redis came
+/// back to serving after a gap of half a TTL (`PULSE` in
+/// `scripts/base.lua`, which alone writes it). Tests read and set it.
+#[cfg(test)]
+pub(crate) const PULSE_FIELD: &str = "\npulse";
+
 /// Plain hash of per-key fencing counters (job key → last token issued).
 pub(crate) fn fencing(pool: &str) -> String {
     format!("fl:{{{pool}}}:fencing")

@@ -215,6 +215,34 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Freezes the server (`SIGSTOP`), as a stalled host or a paused
+    /// virtual machine would: its connections stay open and nothing is
+    /// answered until [`thaw`](Self::thaw).
+    ///
+    /// # Errors
+    /// [`Error::Startup`] when the server does not run or cannot be
+    /// signalled.
+    pub fn freeze(&self) -> Result<(), Error> {
+        self.signal(nix::sys::signal::Signal::SIGSTOP)
+    }
+
+    /// Lets a [frozen](Self::freeze) server run on (`SIGCONT`).
+    ///
+    /// # Errors
+    /// As [`freeze`](Self::freeze).
+    pub fn thaw(&self) -> Result<(), Error> {
+        self.signal(nix::sys::signal::Signal::SIGCONT)
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) -> Result<(), Error> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| Error::Startup("the server does not run".into()))?;
+        let pid = i32::try_from(pid).map_err(|e| Error::Startup(e.to_string()))?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)
+            .map_err(|e| Error::Startup(format!("{signal} to redis-server {pid}: {e}")))
+    }
+
     /// Whether the server process is running.
     pub fn is_running(&mut self) -> bool {
         match self.child.as_mut() {

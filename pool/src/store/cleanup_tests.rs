@@ -402,3 +402,74 @@ async fn a_cleanup_releases_a_job_only_while_its_claim_holds() {
     assert_eq!(s.job_records("r").await.unwrap().1, None);
     assert!(s.payload("r").await.unwrap().is_some());
 }
+
+/// Redis's pulse field: (last keep-alive served, return to serving), ms.
+async fn pulse(s: &PoolStore) -> (u64, u64) {
+    let pulse: String = s
+        .client
+        .hget(keys::fencing(&s.pool).as_str(), keys::PULSE_FIELD)
+        .await
+        .unwrap();
+    let (last, resumed) = pulse.split_once(' ').unwrap();
+    (last.parse().unwrap(), resumed.parse().unwrap())
+}
+
+async fn set_pulse(s: &PoolStore, last: u64, resumed: u64) {
+    let _: i64 = s
+        .client
+        .hset(
+            keys::fencing(&s.pool).as_str(),
+            (keys::PULSE_FIELD, format!("{last} {resumed}")),
+        )
+        .await
+        .unwrap();
+}
+
+/// Redis's pulse (`note_pulse` in `scripts/base.lua`): a worker's silence
+/// counts only while Redis served keep-alives. Silent for two TTLs while
+/// Redis served nobody (frozen), it is alive; once Redis serves again, its
+/// silence counts from then; silent while Redis served others, it is dead.
+#[tokio::test]
+async fn silence_counts_only_while_redis_served_keep_alives() {
+    let f = &fixture().await;
+    let s = &f.store;
+    f.register("w1").await;
+    let ttl_ms = TTL.as_millis() as u64;
+    let now = s
+        .keepalive("n-test", TTL, 0, ["w1".to_string()])
+        .await
+        .unwrap()
+        .server_ms;
+    // The first pulse knows of no stall.
+    assert_eq!(pulse(s).await, (now, 0));
+    let claim = || async {
+        s.claim_cleanup("w1", "n-test", TTL, u64::MAX)
+            .await
+            .unwrap()
+    };
+
+    // Everyone's last keep-alive two TTLs ago: Redis served none since.
+    let old = now - 2 * ttl_ms;
+    s.maps.keepalive.set("w1", &old.to_string()).await.unwrap();
+    set_pulse(s, old, old).await;
+    let judged = claim().await;
+    assert_eq!(judged.status, ClaimStatus::Alive, "{judged:?}");
+
+    // Another node's keep-alive is served: Redis is back, and w1's
+    // silence counts from then.
+    let back = s
+        .keepalive("n-other", TTL, 0, Vec::<String>::new())
+        .await
+        .unwrap()
+        .server_ms;
+    assert_eq!(pulse(s).await, (back, back));
+    let judged = claim().await;
+    assert_eq!(judged.status, ClaimStatus::Alive, "{judged:?}");
+    assert!(judged.silent_ms < ttl_ms, "{judged:?}");
+
+    // Redis served keep-alives all along while w1 said nothing: dead.
+    set_pulse(s, back, old).await;
+    let judged = claim().await;
+    assert_eq!(judged.status, ClaimStatus::Claimed, "{judged:?}");
+    assert!(judged.silent_ms > 2 * ttl_ms - 1_000, "{judged:?}");
+}

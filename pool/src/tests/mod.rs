@@ -664,6 +664,7 @@ mod reconcile_lease;
 mod recovery_resume;
 mod recovery_stops;
 mod recovery_window;
+mod redis_freeze;
 mod refused_writes;
 mod requested_stop_first;
 mod reregistered_reconcile;

@@ -71,11 +71,21 @@ local RECOVERY_MARKS = '\nrecovering'
 -- node that joined after the restart and knows no other server.
 local SERVER = '\nserver'
 
--- The three control fields, read with one HMGET on first use in a call
--- (an admission needs all three: three HGETs were two calls too many) and
--- kept current by the helpers below that write them. A script that writes
--- one itself (recovery_mark.lua) reads it itself too.
-local C_SERVER, C_EPOCH, C_MARKS = 1, 2, 3
+-- When Redis last served a keep-alive, and when it came back to serving
+-- after serving none for half a TTL: another field of the fencing hash,
+-- "<last_ms> <resumed_ms>" (`note_pulse`, `serving_since`). While Redis
+-- serves nobody (frozen, restarting, its clock stepped forward, every node
+-- cut off) no worker can renew, so a worker's silence counts from the
+-- later of its last renewal and that return: judged by `TIME` alone, a
+-- stall of a TTL made every live worker look dead at once (chaos soak seed
+-- 1652: ten workers cleaned up on Redis waking from a 1.75 s freeze).
+local PULSE = '\npulse'
+
+-- The control fields, read with one HMGET on first use in a call (an
+-- admission needs the first three: three HGETs were two calls too many)
+-- and kept current by the helpers below that write them. A script that
+-- writes one itself (recovery_mark.lua) reads it itself too.
+local C_SERVER, C_EPOCH, C_MARKS, C_PULSE = 1, 2, 3, 4
 
 -- The pools (by fencing hash) whose epoch a script found on this server.
 -- Library state lives as long as the server process, and a FLUSHALL keeps
@@ -86,7 +96,7 @@ local epoch_held = {}
 
 local function control_field(i)
   if not control then
-    control = redis.call('HMGET', FENCING, SERVER, EPOCH, RECOVERY_MARKS)
+    control = redis.call('HMGET', FENCING, SERVER, EPOCH, RECOVERY_MARKS, PULSE)
     if control[C_EPOCH] then epoch_held[FENCING] = true end
   end
   return control[i]
@@ -261,6 +271,34 @@ local function last_renewal(worker, registration, keepalive)
   return (ok and type(info) == 'table' and tonumber(info['created_at_ms'])) or 0
 end
 
+-- Since when Redis has served keep-alives without a gap of half of `ttl`
+-- (ms, server time): now, when the last one served is older than that
+-- (Redis just came back, and no keep-alive has been served since). No
+-- pulse at all (a pool of an older build, or none renewed yet): 0, and
+-- silence is judged by `TIME` alone as before.
+local function serving_since(ttl)
+  local pulse = control_field(C_PULSE)
+  if not pulse then return 0 end
+  local last, resumed = string.match(pulse, '^(%d+) (%d+)$')
+  local now = now_ms()
+  last = tonumber(last or '0') or 0
+  if now - last > ttl / 2 then return now end
+  return tonumber(resumed or '0') or 0
+end
+
+-- Records a keep-alive served now (`keepalive.lua`): the pulse that
+-- `serving_since` reads. The first one knows of no stall (0): a new pool,
+-- or one whose data Redis lost, which the recovery window covers.
+local function note_pulse(ttl)
+  set_control_field(C_PULSE, PULSE, string.format('%d %d', now_ms(), serving_since(ttl)))
+end
+
+-- When `worker`'s silence began, on server time (ms): its last renewal
+-- (see `last_renewal`), or Redis's return to serving if that is later.
+local function silent_since(worker, registration, keepalive, ttl)
+  return math.max(last_renewal(worker, registration, keepalive), serving_since(ttl))
+end
+
 -- Whether `worker` will read its inbox soon: active (see above), and its
 -- last keep-alive (or, if never renewed, its registration) within `ttl`
 -- ms on server time (`keepalive`: the keep-alive hash). A worker whose
@@ -271,7 +309,7 @@ end
 -- registered again after a loss).
 local function worker_reading(worker, cleanup, keepalive, ttl)
   if not worker_active(worker, cleanup) then return false, false end
-  if now_ms() - last_renewal(worker, mget(WORKERS, worker), keepalive) <= ttl then
+  if now_ms() - silent_since(worker, mget(WORKERS, worker), keepalive, ttl) <= ttl then
     return true, false
   end
   return false, true
@@ -297,7 +335,7 @@ local function worker_current(worker, cleanup, keepalive, ttl, floor)
   local last = last_renewal(worker, mget(WORKERS, worker), keepalive)
   local now = now_ms()
   if floor and floor < now then now = floor end
-  if now - last > ttl then return false end
+  if now - math.max(last, serving_since(ttl)) > ttl then return false end
   local epoch = control_field(C_EPOCH)
   local lost_at = epoch and tonumber(string.match(epoch, '^(%d+) ') or '0') or 0
   return last >= lost_at

@@ -28,7 +28,7 @@ local registration = mget(WORKERS, worker)
 if not registration then return {'gone', 0} end
 local now = now_ms()
 local judged = math.min(now, tonumber(ARGV[9]) or now)
-local silent = judged - last_renewal(worker, registration, KEYS[9])
+local silent = judged - silent_since(worker, registration, KEYS[9], ttl)
 if silent <= ttl then return {'alive', silent} end
 if went_back(ARGV[8], ttl, KEYS[12]) or recovering(ttl) then
   return {'recovering', silent}

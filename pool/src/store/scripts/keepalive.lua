@@ -12,7 +12,8 @@
 -- nothing until a renewal finds the claim gone (chaos soak seed 1598: a
 -- worker whose lease came back after Redis refused writes started a fresh
 -- entry its cleaner moved on, and both ran it). Finding the pool's epoch
--- gone (data loss) opens the recovery window.
+-- gone (data loss) opens the recovery window. Every call notes Redis's
+-- pulse (`note_pulse`): a worker's silence counts only while Redis served.
 -- Returns {now_ms, 0} and renews nothing when the node has heard no reply
 -- for more than a TTL: its link fails one way (commands arrive, replies do
 -- not), so it has stopped its jobs for want of a renewal it heard, and
@@ -32,6 +33,9 @@ local now_n = now_ms()
 local now = string.format('%d', now_n)
 local ttl = tonumber(ARGV[7])
 local heard = tonumber(ARGV[9]) or 0
+-- Served, whether or not renewed below: the pulse that tells a worker's
+-- silence from Redis's own (`note_pulse` in base.lua).
+note_pulse(ttl)
 if heard > 0 and now_n - heard > ttl then
   return {now, 0}
 end

@@ -77,7 +77,7 @@ local function stop_on_dead_worker(key, owner, run, ttl, whole_dispatch)
   if not registration then return nil end
   local now = now_ms()
   local judged = math.min(now, tonumber(ARGV[12] or '') or now)
-  if judged - last_renewal(owner, registration, KEYS[11]) <= ttl then return nil end
+  if judged - silent_since(owner, registration, KEYS[11], ttl) <= ttl then return nil end
   if recovering(ttl) then return {'pending'} end
   return end_here(key, run, whole_dispatch)
 end

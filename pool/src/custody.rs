@@ -31,6 +31,7 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -132,7 +133,7 @@ impl NodeInner {
     /// requested stops these are) remembers with the workers that stay and
     /// waits until they read it, or until `until`.
     pub(crate) async fn entrust_memory(
-        &self,
+        self: &Arc<Self>,
         leaving: &str,
         handed_off: &Handoffs,
         until: Instant,
@@ -236,7 +237,7 @@ impl NodeInner {
 
     /// Leaves `parcels` and waits until each was read; a parcel read is
     /// emptied of its jobs.
-    async fn hand_over_parcels(&self, leaving: &str, parcels: &mut [Parcel]) {
+    async fn hand_over_parcels(self: &Arc<Self>, leaving: &str, parcels: &mut [Parcel]) {
         // Redis's identity when every job was last given back.
         let mut given_back: Option<String> = None;
         // The first give-back covers every job, those read meanwhile too:
@@ -466,7 +467,7 @@ impl NodeInner {
     /// (`handoff_stands.lua`; nothing happens where Redis holds it). With
     /// `lost`, Redis lost data since the jobs were last given back: the
     /// ends they name are made to stand again too.
-    async fn give_back<'a>(&self, jobs: impl Iterator<Item = &'a KeptJob>, lost: bool) {
+    async fn give_back<'a>(self: &Arc<Self>, jobs: impl Iterator<Item = &'a KeptJob>, lost: bool) {
         let gives: Vec<_> = jobs.map(|job| self.give_back_job(job, lost)).collect();
         futures::stream::iter(gives)
             .buffer_unordered(HANDOFFS_IN_FLIGHT)
@@ -474,7 +475,7 @@ impl NodeInner {
             .await;
     }
 
-    async fn give_back_job(&self, job: &KeptJob, lost: bool) {
+    async fn give_back_job(self: &Arc<Self>, job: &KeptJob, lost: bool) {
         let result = match job.ended_at {
             Some(counter) if lost => match job.ended_dispatch {
                 // As its keeper will (see `Handoffs::ended_dispatch`).
@@ -494,14 +495,18 @@ impl NodeInner {
                 .store
                 .handoff_stands(&job.key, job.token, codec::stored(job.admitted, &job.body))
                 .await
-                .map(|status| {
-                    if status == crate::store::HandoffStands::Restored {
-                        tracing::info!(
-                            key = job.key,
-                            token = job.token,
-                            "closing: a job passed on that Redis lost is an orphan again"
-                        );
+                .map(|status| match status {
+                    crate::store::HandoffStands::Restored => tracing::info!(
+                        key = job.key,
+                        token = job.token,
+                        "closing: a job passed on that Redis lost is an orphan again"
+                    ),
+                    // It waits for that dispatch's run to end: stopped
+                    // here, as a re-assertion does (`stop_superseded`).
+                    crate::store::HandoffStands::Superseded(older) => {
+                        self.stop_superseded(&job.key, job.token, older);
                     }
+                    _ => {}
                 }),
         };
         if let Err(e) = result {

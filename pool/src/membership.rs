@@ -376,8 +376,12 @@ impl NodeInner {
                     let entrust_until = until
                         .checked_sub(self.options.redis_timeout)
                         .unwrap_or(until);
-                    self.entrust_memory(&worker.id, &worker.handed_off, entrust_until)
-                        .await;
+                    // Through the node's own handle: a give-back may stop
+                    // a run in the way, in the background (`custody.rs`).
+                    if let Some(node) = worker.node() {
+                        node.entrust_memory(&worker.id, &worker.handed_off, entrust_until)
+                            .await;
+                    }
                 }
                 // No cleanup claim involved: nothing stops it but errors.
                 self.remove_worker_entry(&worker.id, None, &mut Default::default())
@@ -413,6 +417,13 @@ impl NodeInner {
         match self.store.handoff_stands(key, job.token, stored).await {
             Ok(crate::store::HandoffStands::Restored) => {
                 tracing::info!(key, worker = %worker.id, "closing: a job Redis lost and no other worker could take left to the orphan sweep");
+            }
+            // Waits for an older dispatch's run to end: stopped, as a
+            // re-assertion does.
+            Ok(crate::store::HandoffStands::Superseded(older)) => {
+                if let Some(node) = worker.node() {
+                    node.stop_superseded(key, job.token, older);
+                }
             }
             Ok(_) => {}
             Err(e) => {

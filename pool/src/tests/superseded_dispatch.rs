@@ -239,3 +239,48 @@ async fn a_dispatch_ended_here_and_running_again_elsewhere_is_stopped() {
     assert_eq!(s.second.started(), [b"old".to_vec()], "not started again");
     s.close().await;
 }
+
+/// A worker that leaves (its node stays) gives back what it remembers
+/// passing on where Redis lost it (`custody.rs`): a newer dispatch handed
+/// on, whose hand-off Redis lost, over which Redis now records a run of an
+/// older dispatch with a newer token. The give-back marks that dispatch
+/// over and leaves the newer one waiting for its end; the node stops the
+/// older run through its worker, as a re-assertion does. Marked over
+/// alone, the older run went on until a move, and the newer dispatch
+/// waited for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_workers_give_back_stops_an_older_dispatchs_run_in_its_way() {
+    let server = RedisServer::start().unwrap();
+    let s = older_dispatch_moved(&server, "superseded-leave").await;
+    let key = &s.key;
+    let newer = s.older + 1_000;
+    let handed = crate::worker::LocalJob {
+        token: newer,
+        admitted: newer,
+        payload: bytes::Bytes::from_static(b"new"),
+        raw_body: crate::codec::encode(&crate::codec::JobBody {
+            key: key.clone(),
+            payload: b"new".to_vec(),
+            restart: None,
+        }),
+    };
+    s.holder
+        .inner
+        .handed_off
+        .record(crate::handoffs::HandedOff::of(key, newer, &handed));
+    s.holder_node.remove_worker(&s.holder).await.unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "the older run stopped and the newer dispatch started",
+        || async { s.second.started().iter().any(|b| b == b"new") },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.second.stops.load(Ordering::SeqCst),
+        1,
+        "the old run stopped"
+    );
+    assert_eq!(s.second.started(), [b"old".to_vec(), b"new".to_vec()]);
+    s.close().await;
+}

@@ -295,6 +295,11 @@ end
 
 -- When `worker`'s silence began, on server time (ms): its last renewal
 -- (see `last_renewal`), or Redis's return to serving if that is later.
+-- For judging a worker dead only (a cleanup's claim, a stop carried out on
+-- a dead worker's behalf): whether a worker may be given work is judged
+-- on its renewals alone, as before: a worker that died during the stall
+-- (or whose death a rollback to an older pulse hides) would otherwise be
+-- handed jobs, and a leaving worker's memory, for a TTL after it.
 local function silent_since(worker, registration, keepalive, ttl)
   return math.max(last_renewal(worker, registration, keepalive), serving_since(ttl))
 end
@@ -309,7 +314,7 @@ end
 -- registered again after a loss).
 local function worker_reading(worker, cleanup, keepalive, ttl)
   if not worker_active(worker, cleanup) then return false, false end
-  if now_ms() - silent_since(worker, mget(WORKERS, worker), keepalive, ttl) <= ttl then
+  if now_ms() - last_renewal(worker, mget(WORKERS, worker), keepalive) <= ttl then
     return true, false
   end
   return false, true
@@ -335,7 +340,7 @@ local function worker_current(worker, cleanup, keepalive, ttl, floor)
   local last = last_renewal(worker, mget(WORKERS, worker), keepalive)
   local now = now_ms()
   if floor and floor < now then now = floor end
-  if now - math.max(last, serving_since(ttl)) > ttl then return false end
+  if now - last > ttl then return false end
   local epoch = control_field(C_EPOCH)
   local lost_at = epoch and tonumber(string.match(epoch, '^(%d+) ') or '0') or 0
   return last >= lost_at

@@ -647,6 +647,7 @@ mod handoff_rollback;
 mod lanes;
 mod lapsed_handoff;
 mod lease_after_claim;
+mod live_pool;
 mod lost_claim;
 mod many_workers;
 mod misplaced_start;

@@ -123,6 +123,21 @@ async fn older_dispatch_moved(server: &RedisServer, name: &str) -> Setup {
     }
 }
 
+/// A run of a dispatch of `key` admitted at `stamp` (µs) with token
+/// `stamp`, payload "new": newer than the older dispatch of a [`Setup`].
+fn newer_dispatch(key: &str, stamp: u64) -> crate::worker::LocalJob {
+    crate::worker::LocalJob {
+        token: stamp,
+        admitted: stamp,
+        payload: bytes::Bytes::from_static(b"new"),
+        raw_body: crate::codec::encode(&crate::codec::JobBody {
+            key: key.to_string(),
+            payload: b"new".to_vec(),
+            restart: None,
+        }),
+    }
+}
+
 impl Setup {
     async fn close(self) {
         for node in [self.requester, self.holder_node, self.runner_node] {
@@ -145,16 +160,7 @@ async fn a_held_dispatch_outlives_an_older_dispatchs_run_recorded_over_it() {
         "a token from the clock: {} over {newer}",
         s.moved
     );
-    let held = crate::worker::LocalJob {
-        token: newer,
-        admitted: newer,
-        payload: bytes::Bytes::from_static(b"new"),
-        raw_body: crate::codec::encode(&crate::codec::JobBody {
-            key: key.clone(),
-            payload: b"new".to_vec(),
-            restart: None,
-        }),
-    };
+    let held = newer_dispatch(key, newer);
     s.holder
         .inner
         .suspended
@@ -254,16 +260,7 @@ async fn a_leaving_workers_give_back_stops_an_older_dispatchs_run_in_its_way() {
     let s = older_dispatch_moved(&server, "superseded-leave").await;
     let key = &s.key;
     let newer = s.older + 1_000;
-    let handed = crate::worker::LocalJob {
-        token: newer,
-        admitted: newer,
-        payload: bytes::Bytes::from_static(b"new"),
-        raw_body: crate::codec::encode(&crate::codec::JobBody {
-            key: key.clone(),
-            payload: b"new".to_vec(),
-            restart: None,
-        }),
-    };
+    let handed = newer_dispatch(key, newer);
     s.holder
         .inner
         .handed_off

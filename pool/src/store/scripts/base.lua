@@ -81,11 +81,12 @@ local SERVER = '\nserver'
 -- 1652: ten workers cleaned up on Redis waking from a 1.75 s freeze).
 local PULSE = '\npulse'
 
--- The control fields, read with one HMGET on first use in a call (an
--- admission needs the first three: three HGETs were two calls too many)
--- and kept current by the helpers below that write them. A script that
--- writes one itself (recovery_mark.lua) reads it itself too.
-local C_SERVER, C_EPOCH, C_MARKS, C_PULSE = 1, 2, 3, 4
+-- The three control fields, read with one HMGET on first use in a call
+-- (an admission needs all three: three HGETs were two calls too many) and
+-- kept current by the helpers below that write them. A script that writes
+-- one itself (recovery_mark.lua) reads it itself too. (The pulse is read
+-- apart: only keep-alives and judgements of death need it.)
+local C_SERVER, C_EPOCH, C_MARKS = 1, 2, 3
 
 -- The pools (by fencing hash) whose epoch a script found on this server.
 -- Library state lives as long as the server process, and a FLUSHALL keeps
@@ -96,7 +97,7 @@ local epoch_held = {}
 
 local function control_field(i)
   if not control then
-    control = redis.call('HMGET', FENCING, SERVER, EPOCH, RECOVERY_MARKS, PULSE)
+    control = redis.call('HMGET', FENCING, SERVER, EPOCH, RECOVERY_MARKS)
     if control[C_EPOCH] then epoch_held[FENCING] = true end
   end
   return control[i]
@@ -277,7 +278,7 @@ end
 -- pulse at all (a pool of an older build, or none renewed yet): 0, and
 -- silence is judged by `TIME` alone as before.
 local function serving_since(ttl)
-  local pulse = control_field(C_PULSE)
+  local pulse = redis.call('HGET', FENCING, PULSE)
   if not pulse then return 0 end
   local last, resumed = string.match(pulse, '^(%d+) (%d+)$')
   local now = now_ms()
@@ -290,7 +291,7 @@ end
 -- `serving_since` reads. The first one knows of no stall (0): a new pool,
 -- or one whose data Redis lost, which the recovery window covers.
 local function note_pulse(ttl)
-  set_control_field(C_PULSE, PULSE, string.format('%d %d', now_ms(), serving_since(ttl)))
+  redis.call('HSET', FENCING, PULSE, string.format('%d %d', now_ms(), serving_since(ttl)))
 end
 
 -- When `worker`'s silence began, on server time (ms): its last renewal
